@@ -1,0 +1,24 @@
+# attncert: reproduce Paper A (certifying one attention head) and Paper B (Min-IP kernel attention).
+#   snakemake --cores all                      # default: embedded all-MiniLM-L6-v2, offline
+#   snakemake --cores all --configfile workflow/config/paper.yaml   # GPT-2 small, the papers' grid
+#   snakemake figures/<name>.pdf               # one figure and only what it needs
+from snakemake.utils import min_version
+
+min_version("8.0")
+
+
+configfile: "workflow/config/default.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/extract.smk"
+include: "workflow/rules/certify.smk"
+include: "workflow/rules/minip.smk"
+
+
+rule all:
+    input:
+        EXTRACT_OUTPUTS,
+        CERTIFY_OUTPUTS,
+        MINIP_OUTPUTS,
+    default_target: True

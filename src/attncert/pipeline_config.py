@@ -1,0 +1,124 @@
+"""Validation of the pipeline configuration, with one-line errors that name the key and the fix.
+
+`validate_config` is called by the Snakefile at parse time (so `snakemake -n` already fails on a
+malformed config) and by the tests. It runs the JSON schema (`workflow/config/schema.yaml`, through
+`snakemake.utils.validate`, which also fills defaults) and then the checks a schema cannot express:
+the prompt file exists and has enough prompts, query positions fit in `max_tokens`, layer/head
+indices exist in the model.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import yaml
+
+from .model_source import ModelSourceError, model_dimensions
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "config" / "schema.yaml"
+
+_FIXES = {
+    "family": "use 'gpt2' (pre-LN, causal) or 'bert' (post-LN, bidirectional)",
+    "radii": "every radius must be a number > 0",
+    "radius": "every radius must be a number > 0",
+    "prompts": "point 'prompts' at a text file with one prompt per line",
+    "n_prompts": "use a whole number >= 1",
+    "layers": "use 'all' or a non-empty list of block indices >= 0",
+    "heads": "use 'all' or a non-empty list of head indices >= 0",
+    "norms": "use a non-empty list drawn from [linf, l2]",
+    "modes": "use a non-empty list drawn from [fixed, varying]",
+    "methods": "use a non-empty list drawn from [ibp, crown, alpha_crown]",
+    "query_positions": "use a non-empty list of token positions >= 0",
+}
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message is one line naming the key and the fix."""
+
+
+def _key_path(path) -> str:
+    return ".".join(str(p) for p in path) or "<top level>"
+
+
+def _schema_error(err) -> ConfigError:
+    """Turn a jsonschema ValidationError into one line: key, problem, fix."""
+    path = list(err.absolute_path)
+    key = _key_path(path)
+    # the most specific named key in the path decides the fix
+    named = [p for p in path if isinstance(p, str)]
+    fix = next((_FIXES[k] for k in reversed(named) if k in _FIXES), None)
+    if err.validator == "required":
+        missing = err.message.split("'")[1] if "'" in err.message else err.message
+        key = _key_path(path + [missing])
+        fix = f"add '{missing}' (see workflow/config/default.yaml)"
+    problem = err.message.replace("\n", " ")
+    if len(problem) > 160:
+        problem = problem[:157] + "..."
+    return ConfigError(f"config key '{key}': {problem}; fix: {fix or 'see workflow/config/schema.yaml'}")
+
+
+def schema_validate(config: dict, schema_path: Path = SCHEMA_PATH) -> None:
+    """Validate `config` against the JSON schema (filling defaults); raise ConfigError on failure."""
+    import jsonschema
+
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))
+    if errors:
+        raise _schema_error(errors[-1] if errors[0].validator == "oneOf" and len(errors) > 1 else errors[0])
+    try:  # snakemake's own validator fills the schema defaults into the config
+        from snakemake.utils import validate as snakemake_validate
+
+        snakemake_validate(config, str(schema_path), set_default=True)
+    except ImportError:  # pragma: no cover - snakemake is a hard dependency of the pipeline
+        pass
+
+
+def read_prompts(path: str | Path, n_prompts: int) -> list[str]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config key 'prompts': file {str(p)!r} does not exist; fix: point 'prompts' at a text file with one prompt per line")
+    prompts = [line.strip() for line in p.read_text().splitlines() if line.strip()]
+    if len(prompts) < n_prompts:
+        raise ConfigError(f"config key 'n_prompts': {n_prompts} prompts requested but {str(p)!r} has {len(prompts)}; fix: add prompts or lower n_prompts")
+    return prompts[:n_prompts]
+
+
+def validate_config(config: dict, base_dir: str | Path = ".", check_model: bool = True) -> dict:
+    """Validate a pipeline config in place (schema + semantic checks) and return it."""
+    schema_validate(config)
+    read_prompts(Path(base_dir) / config["prompts"], config["n_prompts"])
+    for section in ("certify", "baselines"):
+        for qp in config[section]["query_positions"]:
+            if qp >= config["max_tokens"]:
+                raise ConfigError(f"config key '{section}.query_positions': position {qp} >= max_tokens {config['max_tokens']}; fix: use positions below max_tokens or raise max_tokens")
+    if config["block"]["query_position"] >= config["max_tokens"]:
+        raise ConfigError(f"config key 'block.query_position': {config['block']['query_position']} >= max_tokens {config['max_tokens']}; fix: use a position below max_tokens")
+    if config["block"]["prompt"] >= config["n_prompts"]:
+        raise ConfigError(f"config key 'block.prompt': {config['block']['prompt']} >= n_prompts {config['n_prompts']}; fix: use a prompt index below n_prompts")
+    if check_model:
+        try:
+            dims = model_dimensions(config["model"])
+        except ModelSourceError as e:
+            raise ConfigError(str(e)) from None
+        if dims is not None:
+            n_layers, n_heads = dims
+            for key, limit in (("layers", n_layers), ("heads", n_heads)):
+                sel = config[key]
+                if sel != "all":
+                    bad = [i for i in sel if i >= limit]
+                    if bad:
+                        raise ConfigError(f"config key '{key}': index {bad[0]} out of range, the model has {limit}; fix: use indices 0..{limit - 1} or 'all'")
+    return config
+
+
+def selected(config: dict, key: str, count: int) -> list[int]:
+    sel = config[key]
+    return list(range(count)) if sel == "all" else list(sel)
+
+
+def config_hash(config: dict) -> str:
+    """A stable short hash of the configuration (provenance of every intermediate)."""
+    blob = json.dumps(config, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]

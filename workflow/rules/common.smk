@@ -1,0 +1,40 @@
+# Shared set-up: config validation (at parse time), model and grid selection, logging/benchmark paths.
+import os
+import sys
+
+sys.path.insert(0, os.path.join(workflow.basedir, "src"))
+
+from attncert.pipeline_config import ConfigError, validate_config, selected, config_hash
+from attncert.model_source import ModelSourceError, check_reachable, model_dimensions
+
+# `--config model_source=DIR` is a shortcut for pointing at a local copy of the weights.
+if "model_source" in config:
+    config["model"]["source"] = str(config.pop("model_source"))
+
+try:
+    validate_config(config, base_dir=workflow.basedir)
+except ConfigError as _e:
+    raise SystemExit(f"attncert: {_e}")
+
+MODEL = config["model"]["name"]
+CONFIG_HASH = config_hash(config)
+_dims = model_dimensions(config["model"]) or (12, 12)
+LAYERS = selected(config, "layers", _dims[0])
+HEADS = selected(config, "heads", _dims[1])
+
+
+onstart:
+    # Stops a real run (not a dry run) before any job when the weights cannot be reached.
+    try:
+        check_reachable(config["model"])
+    except ModelSourceError as _e:
+        print(f"attncert: {_e}", file=sys.stderr)
+        raise SystemExit(1)
+
+
+def log_path(stage, name):
+    return f"data/logs/{MODEL}/{stage}/{name}.log"
+
+
+def bench_path(stage, name):
+    return f"benchmarks/{MODEL}/{stage}/{name}.tsv"
