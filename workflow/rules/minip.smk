@@ -1,0 +1,2 @@
+# Paper B (Min-IP) stage: being written.
+MINIP_OUTPUTS = []
