@@ -1,0 +1,260 @@
+"""IBP, CROWN and alpha-CROWN upper bounds on one attention head (Paper A's baselines).
+
+Public API:
+
+    baseline_upper_bound(problem, method) -> BaselineResult(upper, seconds, status, label)
+    baseline_upper_bounds(problems, method) -> list[BaselineResult]     (batched; same results)
+
+method in {"ibp", "crown", "alpha_crown"} (plus "alpha_crown_last_layer", below). `upper` is a
+sound upper bound on max g over the
+perturbation set of `problem` (for min g call it on `problem.negated()`). The head is the
+`bound_propagation` network of `bound_propagation_head.py` on x = delta in R^{n d}, float64.
+
+Input sets: norm "linf" -> the library's `HyperRectangle` [-r, r]^{n d}; norm "l2" -> our
+`PerTokenL2Ball` (the library's `LpNormSet` is unsound, see `l2_input_set.py`).
+
+Methods:
+
+* IBP: interval propagation (the first layer's interval is the exact range over the input set).
+* CROWN: the library's `crown` (back-substitution; every intermediate bound needed by a relaxation is
+  itself a CROWN bound, intersected with IBP), relaxations with the default parameters theta = kappa
+  = 1/2 (`bound_propagation_head.py`).
+* alpha-CROWN (full): the same staged computation, but every bound is optimized over the relaxation
+  parameters of all earlier nonlinearities, with separate parameters per bound being computed (each
+  intermediate neuron's lower and upper bound, and each output): for the stage computing the bounds
+  of the input of nonlinearity L,
+
+      min over theta in [0,1]^P of  sum_o ( U_o(theta) - L_o(theta) )      (projected Adam),
+
+  where theta holds one parameter per (objective o, earlier neuron) and the objectives are
+  independent, so this minimizes each bound separately. The stage keeps, per neuron, the best bound
+  over all evaluated iterates (every iterate is a valid bound), intersects it with the IBP interval,
+  and fixes the relaxation of L on it before moving on; the output stage minimizes the upper bound.
+  The first iterate of every stage uses the CROWN parameters, and the reported bound is the minimum
+  of the best output iterate and the plain CROWN bound, so alpha-CROWN <= CROWN always.
+* alpha-CROWN, last layer only ("alpha_crown_last_layer"): CROWN's intermediate bounds, only the
+  output's backward pass optimized (the part the library's own alpha loop optimizes; here with the
+  best iterate returned). For comparison with published alpha-CROWN numbers; not a default baseline.
+
+Soundness in floating point: all arithmetic is float64; the returned bound is raised by
+ROUNDING_MARGIN (1 + |bound|): an estimated outward margin (rounding here is ~1e-16 relative to the
+magnitudes involved), not a rigorous interval-arithmetic proof; far below any gap reported. Status: "ok", "nan" (the bound is NaN or infinite, e.g. exp overflow at a huge
+radius), "error: <exception>" (e.g. a softmax denominator interval reaching 0); upper is NaN then.
+`seconds` is the wall time of the call that produced the result divided by the number of results it
+produced (one unless batched).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from bound_propagation import HyperRectangle
+from bound_propagation.bounds import LinearBounds
+
+from .bound_propagation_head import DTYPE, alpha_parameters, bound_head_network, clamp_alpha_parameters, set_alpha_key
+from .head_problem import HeadProblem
+from .l2_input_set import PerTokenL2Ball
+
+METHODS = ("ibp", "crown", "alpha_crown")
+#: Extra method: alpha-CROWN restricted to the last backward pass (what the library's own alpha variant
+#: optimizes), for comparison with published alpha-CROWN numbers.
+EXTRA_METHODS = ("alpha_crown_last_layer",)
+#: Relative outward rounding added to every returned bound.
+ROUNDING_MARGIN = 1e-9
+#: Projected-Adam settings of alpha-CROWN (per stage).
+ALPHA_ITERATIONS = 30
+ALPHA_LR = 0.1
+ALPHA_BETAS = (0.9, 0.99)
+
+_LABELS = {
+    "ibp": "IBP",
+    "crown": "CROWN",
+    "alpha_crown": "alpha-CROWN (full: optimized intermediate bounds, per-objective slopes, best of {it} Adam steps/stage)",
+    "alpha_crown_last_layer": "alpha-CROWN (last layer only: CROWN intermediate bounds, per-objective slopes, best of {it} Adam steps)",
+}
+
+
+def method_label(method: str, norm: str, alpha_iterations: int = ALPHA_ITERATIONS) -> str:
+    if method not in _LABELS:
+        raise ValueError(f"method must be one of {METHODS + EXTRA_METHODS}; got {method!r}")
+    set_name = "box" if norm == "linf" else "per-token l2 ball (own input set)"
+    return f"{_LABELS[method].format(it=alpha_iterations)} [{set_name}, bound_propagation 0.4.7, float64]"
+
+
+@dataclass(frozen=True)
+class BaselineResult:
+    upper: float
+    seconds: float
+    status: str
+    label: str
+
+
+# --------------------------------------------------------------------------------------------------
+# Input sets
+# --------------------------------------------------------------------------------------------------
+def input_set(norm: str, radii: np.ndarray, n: int, d: int):
+    """The perturbation set for a batch of radii: x = delta in R^{n d}, batch shape (len(radii),)."""
+    r = torch.as_tensor(np.asarray(radii, dtype=np.float64), dtype=DTYPE)
+    center = torch.zeros(len(r), n * d, dtype=DTYPE)
+    if norm == "linf":
+        half = r[:, None].expand_as(center)
+        return HyperRectangle(center - half, center + half)
+    if norm == "l2":
+        return PerTokenL2Ball(center, r, token_dim=d)
+    raise ValueError(f"norm must be 'linf' or 'l2'; got {norm!r}")
+
+
+# --------------------------------------------------------------------------------------------------
+# The three methods on a bound network (output: upper bounds, shape (batch, m))
+# --------------------------------------------------------------------------------------------------
+@torch.no_grad()
+def ibp_upper(bnet, region) -> torch.Tensor:
+    return bnet.ibp(region).upper
+
+
+@torch.no_grad()
+def crown_upper(bnet, region) -> torch.Tensor:
+    set_alpha_key(bnet, None)
+    return bnet.crown(region, bound_lower=False, bound_upper=True).concretize().upper
+
+
+def _better(new: torch.Tensor, best: torch.Tensor, smaller: bool) -> torch.Tensor:
+    new = new.detach()
+    ok = torch.isfinite(new)
+    improves = (new < best) if smaller else (new > best)
+    return torch.where(ok & (~torch.isfinite(best) | improves), new, best)
+
+
+def _optimize_stage(bnet, key, evaluate, iterations: int, lr: float):
+    """Minimize sum(upper) - sum(lower) of evaluate() over the parameters of `key`; best iterate per bound."""
+    set_alpha_key(bnet, key)
+    with torch.enable_grad():
+        result = evaluate()
+        bounds = result[0].concretize()
+        best_lo = None if bounds.lower is None else bounds.lower.detach().clone()
+        best_up = None if bounds.upper is None else bounds.upper.detach().clone()
+        params = alpha_parameters(bnet, key)
+        if params and iterations > 0:
+            optimizer = torch.optim.Adam(params, lr=lr, betas=ALPHA_BETAS)
+            for _ in range(iterations):
+                loss = 0.0
+                if bounds.upper is not None:
+                    loss = loss + bounds.upper.sum()
+                if bounds.lower is not None:
+                    loss = loss - bounds.lower.sum()
+                if not torch.isfinite(loss):
+                    break
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                clamp_alpha_parameters(params)
+                bounds = evaluate()[0].concretize()
+                if best_lo is not None:
+                    best_lo = _better(bounds.lower, best_lo, smaller=False)
+                if best_up is not None:
+                    best_up = _better(bounds.upper, best_up, smaller=True)
+    set_alpha_key(bnet, None)
+    return result, best_lo, best_up
+
+
+def alpha_crown_upper(bnet, region, out_size: int, iterations: int = ALPHA_ITERATIONS, lr: float = ALPHA_LR,
+                      optimize_intermediate: bool = True) -> torch.Tensor:
+    """Full alpha-CROWN upper bound (see the module docstring), never above CROWN's.
+
+    optimize_intermediate=False keeps CROWN's intermediate bounds and optimizes only the output's
+    backward pass ("alpha_crown_last_layer").
+    """
+    crown = crown_upper(bnet, region)
+    try:
+        bnet.propagate_size(region.size(-1))
+        with torch.no_grad():
+            bnet.ibp_forward(region.bounding_hyperrect(), save_input_bounds=True)
+        stage = 0
+        while bnet.need_relaxation:
+            result, lo, up = _optimize_stage(bnet, ("stage", stage), lambda: bnet.backward_relaxation(region),
+                                             iterations if optimize_intermediate else 0, lr)
+            _, module, *extra = result
+            # Hand the best per-neuron interval to the library's set_relaxation as a constant linear bound
+            # (zero slope, intercept = bound); it intersects it with the IBP interval and relaxes on it.
+            zero = torch.zeros((), dtype=lo.dtype).expand(*lo.shape, region.size(-1))
+            with torch.no_grad():
+                module.set_relaxation(LinearBounds(region, (zero, lo), (zero, up)), *extra)
+            stage += 1
+
+        def output_bound():
+            return (bnet.crown_backward(bnet.initial_linear_bounds(region, out_size, lower=False, upper=True), False),)
+
+        _, _, best = _optimize_stage(bnet, "output", output_bound, iterations, lr)
+    finally:
+        bnet.clear_relaxation()
+        set_alpha_key(bnet, None)
+    return torch.where(torch.isfinite(best) & (best < crown), best, crown)
+
+
+# --------------------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------------------
+def _group_key(p: HeadProblem):
+    arrays = (p.W_Q, p.W_K, p.W_V, p.b_Q, p.b_K, p.b_V, p.Z0)
+    return (tuple(a.tobytes() for a in arrays), p.Z0.shape, p.W_Q.shape, p.query_index, p.norm, p.mode)
+
+
+def _round_up(u: float) -> float:
+    return float(u + ROUNDING_MARGIN * (1.0 + abs(u)))
+
+
+def baseline_upper_bounds(problems: list[HeadProblem], method: str, *, alpha_iterations: int = ALPHA_ITERATIONS,
+                          alpha_lr: float = ALPHA_LR) -> list[BaselineResult]:
+    """Upper bounds for several units; units that differ only in c and radius share one network call
+    (specifications become objectives, radii the batch dimension)."""
+    if method not in METHODS + EXTRA_METHODS:
+        raise ValueError(f"method must be one of {METHODS + EXTRA_METHODS}; got {method!r}")
+    groups: dict = {}
+    for idx, p in enumerate(problems):
+        groups.setdefault(_group_key(p), []).append(idx)
+    results: list[BaselineResult | None] = [None] * len(problems)
+    for indices in groups.values():
+        first = problems[indices[0]]
+        label = method_label(method, first.norm, alpha_iterations)
+        radii = sorted({problems[i].radius for i in indices})
+        specs: list[bytes] = []
+        spec_rows = []
+        for i in indices:
+            key = problems[i].c.tobytes()
+            if key not in specs:
+                specs.append(key)
+                spec_rows.append(problems[i].c)
+        t0 = time.perf_counter()
+        try:
+            _, bnet = bound_head_network(first, np.stack(spec_rows))
+            region = input_set(first.norm, np.array(radii), first.n, first.d)
+            if method == "ibp":
+                upper = ibp_upper(bnet, region)
+            elif method == "crown":
+                upper = crown_upper(bnet, region)
+            else:
+                upper = alpha_crown_upper(bnet, region, len(spec_rows), alpha_iterations, alpha_lr,
+                                          optimize_intermediate=(method == "alpha_crown"))
+            upper = upper.detach().cpu().numpy()
+            error = None
+        except Exception as e:  # noqa: BLE001 - reported as a status, never silently
+            upper, error = None, f"error: {type(e).__name__}: {e}"
+        seconds = (time.perf_counter() - t0) / len(indices)
+        for i in indices:
+            p = problems[i]
+            if error is not None:
+                results[i] = BaselineResult(float("nan"), seconds, error, label)
+                continue
+            u = float(upper[radii.index(p.radius), specs.index(p.c.tobytes())])
+            if np.isfinite(u):
+                results[i] = BaselineResult(_round_up(u), seconds, "ok", label)
+            else:
+                results[i] = BaselineResult(float("nan"), seconds, "nan", label)
+    return results
+
+
+def baseline_upper_bound(problem: HeadProblem, method: str, **kwargs) -> BaselineResult:
+    """A sound upper bound on max g over the perturbation set by IBP, CROWN or alpha-CROWN."""
+    return baseline_upper_bounds([problem], method, **kwargs)[0]
