@@ -13,6 +13,7 @@ configfile: "workflow/config/default.yaml"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/extract.smk"
 include: "workflow/rules/certify.smk"
+include: "workflow/rules/baselines.smk"
 include: "workflow/rules/minip.smk"
 
 
@@ -20,5 +21,6 @@ rule all:
     input:
         EXTRACT_OUTPUTS,
         CERTIFY_OUTPUTS,
+        BASELINES_OUTPUTS,
         MINIP_OUTPUTS,
     default_target: True

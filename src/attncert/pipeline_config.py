@@ -93,6 +93,17 @@ def validate_config(config: dict, base_dir: str | Path = ".", check_model: bool 
         for qp in config[section]["query_positions"]:
             if qp >= config["max_tokens"]:
                 raise ConfigError(f"config key '{section}.query_positions': position {qp} >= max_tokens {config['max_tokens']}; fix: use positions below max_tokens or raise max_tokens")
+    for section in ("certify", "baselines"):
+        bad = [q for q in config[section].get("prompts", []) if q >= config["n_prompts"]]
+        if bad:
+            raise ConfigError(f"config key '{section}.prompts': prompt {bad[0]} >= n_prompts {config['n_prompts']}; fix: use prompt indices below n_prompts")
+    cert, base = config["certify"], config["baselines"]
+    for key in ("radii", "query_positions", "norms", "modes", "prompts"):
+        c_vals = cert.get(key, list(range(config["n_prompts"]))) if key == "prompts" else cert[key]
+        b_vals = base.get(key, list(range(config["n_prompts"]))) if key == "prompts" else base[key]
+        extra = [v for v in b_vals if v not in c_vals]
+        if extra:
+            raise ConfigError(f"config key 'baselines.{key}': {extra[0]!r} is not in certify.{key}; fix: the baseline grid must be a subset of the certification grid (it is compared unit by unit)")
     if config["block"]["query_position"] >= config["max_tokens"]:
         raise ConfigError(f"config key 'block.query_position': {config['block']['query_position']} >= max_tokens {config['max_tokens']}; fix: use a position below max_tokens")
     if config["block"]["prompt"] >= config["n_prompts"]:

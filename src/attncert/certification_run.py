@@ -1,0 +1,102 @@
+"""Certify one unit: every quantity of a row of `data/certify/{model}/layer{L}.csv`.
+
+Per unit (sense "max": the worst case is the largest value of g = c . head output):
+
+    nominal        g at the unperturbed tokens
+    exact_lo/hi    certified bracket of max g (fixed query only; separable root)
+    best_feasible  best value found by multi-start projected ascent (both modes)
+    first_order    greedy-LP certificate over admissible attention patterns (both modes)
+    second_order   exponential-cone moment relaxation, from a dual-feasible point (both modes)
+    secant_bound   value-weighted secant-slack bound on second_order's gap (fixed query)
+
+Every certificate is computed without the exact value. Each quantity is computed in its own
+try-block: a failure is written into `status`/`error` and the row is still written, never dropped.
+"""
+from __future__ import annotations
+
+import math
+import time
+import traceback
+
+from .best_feasible_ascent import best_feasible_ascent
+from .exact_worst_case import exact_worst_case
+from .first_order_certificate import first_order_certificate
+from .head_problem import HeadProblem
+
+COLUMNS = ["layer", "head", "prompt", "query_pos", "radius", "norm", "mode", "n_tokens", "nominal",
+           "exact_lo", "exact_hi", "value_spread", "best_feasible", "first_order", "second_order",
+           "secant_bound", "t_exact_s", "t_first_s", "t_ascent_s", "t_second_s", "solver", "status", "error"]
+
+
+def soundness_check(row: dict, rtol: float = 1e-9) -> list[str]:
+    """Every upper bound must be >= every value actually attained (ascent, the exact witness)."""
+    attained = [v for v in (row["best_feasible"], row["exact_lo"]) if math.isfinite(v)]
+    if not attained:
+        return []
+    best = max(attained)
+    tol = rtol * max(1.0, abs(best))
+    return [f"{name} {row[name]!r} < attained {best!r}" for name in ("exact_hi", "first_order", "second_order")
+            if math.isfinite(row[name]) and row[name] < best - tol]
+
+
+def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 8, ascent_steps: int = 150, seed: int = 0,
+                 second_order: bool = True) -> dict:
+    row = {k: math.nan for k in COLUMNS}
+    row.update(problem.meta)
+    row.update(n_tokens=problem.n, radius=problem.radius, norm=problem.norm, mode=problem.mode,
+               solver="", status="ok", error="")
+    failures = []
+
+    def attempt(name, fn):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - recorded in the row, never silent
+            failures.append(f"{name}: {type(e).__name__}: {e}".replace("\n", " ")[:300])
+            traceback.print_exc()
+
+    row["nominal"] = problem.nominal_value()
+
+    def run_exact():
+        res = exact_worst_case(problem, sense="max")
+        row.update(exact_lo=res.lo, exact_hi=res.hi, value_spread=res.value_spread, t_exact_s=res.seconds)
+
+    def run_first():
+        t0 = time.perf_counter()
+        row["first_order"] = first_order_certificate(problem, sense="max")
+        row["t_first_s"] = time.perf_counter() - t0
+
+    def run_ascent():
+        res = best_feasible_ascent(problem, restarts=ascent_restarts, steps=ascent_steps, seed=seed, sense="max")
+        row.update(best_feasible=res.value, t_ascent_s=res.seconds)
+
+    def run_second():
+        from .second_order_certificate import second_order_certificate
+
+        res = second_order_certificate(problem, sense="max")
+        row.update(second_order=res.value, t_second_s=res.seconds, solver=res.solver)
+        if res.fallback:
+            failures.append(f"second_order: fallback to first order ({res.status})")
+
+    def run_secant():
+        from .secant_slack_bound import secant_slack_bound
+
+        if math.isfinite(row["exact_hi"]):
+            row["secant_bound"] = secant_slack_bound(problem, row["exact_hi"])
+
+    if problem.mode == "fixed":
+        attempt("exact", run_exact)
+    attempt("first_order", run_first)
+    attempt("ascent", run_ascent)
+    if second_order:
+        attempt("second_order", run_second)
+        if problem.mode == "fixed":
+            attempt("secant_bound", run_secant)
+    violations = soundness_check(row)
+    if violations:
+        row["status"] = "UNSOUND"
+        row["error"] = " | ".join(violations + failures)
+        return row
+    if failures:
+        row["status"] = "fallback" if all("fallback" in f for f in failures) else "error"
+        row["error"] = " | ".join(failures)
+    return row

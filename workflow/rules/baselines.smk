@@ -1,0 +1,79 @@
+# Stage 3: IBP / CROWN / alpha-CROWN on the certification units of the baseline grid, and the
+# comparison with the second-order certificate.
+
+BASELINE_TABLE = "figures/tables/{model}/baselines.md"
+BASELINE_FIGURE = "figures/baselines/{model}/gap_vs_radius.pdf"
+BASELINES_OUTPUTS = [BASELINE_TABLE.format(model=MODEL), BASELINE_FIGURE.format(model=MODEL)]
+
+
+rule baselines_layer:
+    input:
+        npz="data/extract/{model}/layer{layer}.npz",
+        spec="data/certify/{model}/layer{layer}_spec.npz",
+        cert="data/certify/{model}/layer{layer}.csv",
+    output:
+        csv="data/baselines/{model}/layer{layer}.csv",
+    params:
+        heads=HEADS,
+        prompts=config["baselines"].get("prompts", list(range(config["n_prompts"]))),
+        query_positions=config["baselines"]["query_positions"],
+        radii=config["baselines"]["radii"],
+        norms=config["baselines"]["norms"],
+        modes=config["baselines"]["modes"],
+        methods=config["baselines"]["methods"],
+    threads: 1
+    conda:
+        "../../environment.yml"
+    resources:
+        mem_mb=3000,
+        runtime=120,
+    log:
+        "data/logs/{model}/baselines/layer{layer}.log",
+    benchmark:
+        "benchmarks/{model}/baselines/layer{layer}.tsv"
+    script:
+        "../scripts/baselines_layer.py"
+
+
+rule baselines_table:
+    input:
+        baselines=expand("data/baselines/{{model}}/layer{layer}.csv", layer=LAYERS),
+        cert=expand("data/certify/{{model}}/layer{layer}.csv", layer=LAYERS),
+    output:
+        md=BASELINE_TABLE,
+        csv="figures/tables/{model}/baselines.csv",
+        slopes="figures/tables/{model}/baselines_slopes.csv",
+        headline="figures/tables/{model}/baselines_headline.csv",
+    params:
+        what="table",
+    threads: 1
+    conda:
+        "../../environment.yml"
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    log:
+        "data/logs/{model}/baselines/table.log",
+    script:
+        "../scripts/baselines_report.py"
+
+
+rule baselines_figure:
+    input:
+        baselines=expand("data/baselines/{{model}}/layer{layer}.csv", layer=LAYERS),
+        cert=expand("data/certify/{{model}}/layer{layer}.csv", layer=LAYERS),
+    output:
+        pdf=report(BASELINE_FIGURE, caption="../report/baselines_gap.rst", category="Paper A: baselines"),
+        png=BASELINE_FIGURE.replace(".pdf", ".png"),
+    params:
+        what="figure",
+    threads: 1
+    conda:
+        "../../environment.yml"
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    log:
+        "data/logs/{model}/baselines/figure.log",
+    script:
+        "../scripts/baselines_report.py"
