@@ -89,7 +89,8 @@ def test_unreachable_gpt2_stops_the_run_before_any_job(tmp_path):
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "prompts.txt").write_text((REPO / "data" / "prompts.txt").read_text())
     res = _run_snakemake(["--cores", "1", "--configfile", str(REPO / "workflow" / "config" / "paper.yaml"),
-                          "--directory", str(tmp_path), "--snakefile", str(REPO / "Snakefile")])
+                          "--directory", str(tmp_path), "--snakefile", str(REPO / "Snakefile"),
+                          "data/extract/gpt2/layer0.npz"])
     out = res.stdout + res.stderr
     assert res.returncode != 0
     assert "cannot be loaded" in out and "model_source=DIR" in out

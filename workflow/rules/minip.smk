@@ -1,2 +1,205 @@
-# Paper B (Min-IP) stage: being written.
-MINIP_OUTPUTS = []
+# Paper B (Min-IP): constructions checked exhaustively, the witness family and its proven rank bound,
+# one training job per (setting, model, seed), then tables (figures/tables/minip_*) and figures
+# (figures/minip/*). Everything is model-independent (no transformer weights are read).
+from attncert.minip.sweep import runs as _minip_runs, table_inputs as _minip_table_inputs
+from attncert.minip.codes import hadamard as _minip_hadamard
+
+MINIP = config["minip"]
+try:
+    _minip_hadamard(MINIP["witness"]["bits"])
+    if not 2 <= MINIP["witness"]["queries"] <= MINIP["witness"]["bits"] - 1:
+        raise ValueError(f"queries must be in 2..{MINIP['witness']['bits'] - 1}")
+except ValueError as _e:
+    raise SystemExit(f"attncert: config key 'minip.witness': {_e}; fix: use bits in [8, 12, 16, 20, 24, 32, 44, 48] and 2 <= queries < bits")
+
+MINIP_RUNS = [r.path for r in _minip_runs(MINIP)]
+MINIP_THRESHOLD = MINIP["scaling"]["threshold"]
+MINIP_FIGURES = {
+    "witness": "figures/minip/witness_phase_transition",
+    "scaling": "figures/minip/scaling_error_vs_rank",
+    "transition": "figures/minip/transition_rank_vs_size",
+}
+MINIP_TABLES = ["witness", "transition", "paper", "constructions"]
+MINIP_OUTPUTS = (
+    [f"{f}.{ext}" for f in MINIP_FIGURES.values() for ext in ("pdf", "png")]
+    + [f"figures/tables/minip_{t}.{ext}" for t in MINIP_TABLES for ext in ("csv", "md")]
+)
+
+
+rule minip_witness_bound:
+    output:
+        json="data/minip/witness_bound.json",
+        sidecar="data/minip/witness_bound.json.json",
+    params:
+        witness=MINIP["witness"],
+    threads: 1
+    conda:
+        "../../environment.yml"
+    resources:
+        mem_mb=500,
+        runtime=5,
+    log:
+        log_path("minip", "witness_bound"),
+    benchmark:
+        bench_path("minip", "witness_bound")
+    script:
+        "../scripts/minip_witness_bound.py"
+
+
+rule minip_constructions:
+    output:
+        csv="data/minip/constructions.csv",
+        sidecar="data/minip/constructions.csv.json",
+    params:
+        constructions=MINIP["constructions"],
+        witness=MINIP["witness"],
+    threads: 1
+    conda:
+        "../../environment.yml"
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    log:
+        log_path("minip", "constructions"),
+    benchmark:
+        bench_path("minip", "constructions")
+    script:
+        "../scripts/minip_constructions.py"
+
+
+rule minip_train:
+    output:
+        json="data/minip/runs/{setting}/{model}_s{seed}.json",
+        sidecar="data/minip/runs/{setting}/{model}_s{seed}.json.json",
+    wildcard_constraints:
+        setting=r"witness|m\d+-n\d+",
+        model=r"r\d+|dense",
+        seed=r"\d+",
+    params:
+        minip=MINIP,
+    threads: 1
+    conda:
+        "../../environment.yml"
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    log:
+        log_path("minip", "train/{setting}/{model}_s{seed}"),
+    benchmark:
+        bench_path("minip", "train/{setting}/{model}_s{seed}")
+    script:
+        "../scripts/minip_train.py"
+
+
+rule minip_collect:
+    input:
+        runs=MINIP_RUNS,
+    output:
+        csv="data/minip/sweep.csv",
+        sidecar="data/minip/sweep.csv.json",
+    threads: 1
+    conda:
+        "../../environment.yml"
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    log:
+        log_path("minip", "collect"),
+    benchmark:
+        bench_path("minip", "collect")
+    script:
+        "../scripts/minip_collect.py"
+
+
+rule minip_figure_witness:
+    input:
+        sweep="data/minip/sweep.csv",
+        bound="data/minip/witness_bound.json",
+    output:
+        pdf=report(MINIP_FIGURES["witness"] + ".pdf", caption="../report/minip_witness.rst", category="Paper B: Min-IP"),
+        png=MINIP_FIGURES["witness"] + ".png",
+    params:
+        what="witness",
+        threshold=MINIP_THRESHOLD,
+    threads: 1
+    conda:
+        "../../environment.yml"
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    log:
+        log_path("minip", "figure_witness"),
+    benchmark:
+        bench_path("minip", "figure_witness")
+    script:
+        "../scripts/minip_figure.py"
+
+
+rule minip_figure_scaling:
+    input:
+        sweep="data/minip/sweep.csv",
+    output:
+        pdf=report(MINIP_FIGURES["scaling"] + ".pdf", caption="../report/minip_scaling.rst", category="Paper B: Min-IP"),
+        png=MINIP_FIGURES["scaling"] + ".png",
+    params:
+        what="scaling",
+        threshold=MINIP_THRESHOLD,
+    threads: 1
+    conda:
+        "../../environment.yml"
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    log:
+        log_path("minip", "figure_scaling"),
+    benchmark:
+        bench_path("minip", "figure_scaling")
+    script:
+        "../scripts/minip_figure.py"
+
+
+rule minip_figure_transition:
+    input:
+        sweep="data/minip/sweep.csv",
+    output:
+        pdf=report(MINIP_FIGURES["transition"] + ".pdf", caption="../report/minip_transition.rst", category="Paper B: Min-IP"),
+        png=MINIP_FIGURES["transition"] + ".png",
+    params:
+        what="transition",
+        threshold=MINIP_THRESHOLD,
+    threads: 1
+    conda:
+        "../../environment.yml"
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    log:
+        log_path("minip", "figure_transition"),
+    benchmark:
+        bench_path("minip", "figure_transition")
+    script:
+        "../scripts/minip_figure.py"
+
+
+rule minip_table:
+    input:
+        unpack(lambda wc: _minip_table_inputs(wc.table)),
+    output:
+        csv="figures/tables/minip_{table}.csv",
+        md="figures/tables/minip_{table}.md",
+    wildcard_constraints:
+        table="witness|transition|paper|constructions",
+    params:
+        threshold=MINIP_THRESHOLD,
+    threads: 1
+    conda:
+        "../../environment.yml"
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    log:
+        log_path("minip", "table_{table}"),
+    benchmark:
+        bench_path("minip", "table_{table}")
+    script:
+        "../scripts/minip_table.py"
