@@ -81,7 +81,7 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 8, ascent_steps
         from .secant_slack_bound import secant_slack_bound
 
         if math.isfinite(row["exact_hi"]):
-            row["secant_bound"] = secant_slack_bound(problem, row["exact_hi"])
+            row["secant_bound"] = secant_slack_bound(problem, row["exact_hi"]).bound
 
     if problem.mode == "fixed":
         attempt("exact", run_exact)

@@ -12,10 +12,11 @@ from attncert.baseline_comparison import KEYS, attained_value
 from attncert.certification_units import Unit, head_problem
 from attncert.extraction import load_layer
 from attncert.linear_bound_baselines import baseline_upper_bounds, method_label
+from attncert.job_log import start_job_log
 from attncert.provenance import atomic_path, provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
-logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
+start_job_log(sm.log[0])
 torch.set_num_threads(sm.threads)
 cfg, p = sm.config, sm.params
 layer = int(sm.wildcards.layer)

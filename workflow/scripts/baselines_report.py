@@ -8,9 +8,11 @@ import seaborn as sns  # noqa: E402
 
 from attncert import baseline_comparison as bc  # noqa: E402
 from attncert.certification_figures import grid_label, write_table  # noqa: E402
+from attncert.job_log import start_job_log  # noqa: E402
 from attncert.provenance import provenance, write_sidecar  # noqa: E402
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
+start_job_log(sm.log[0])
 model = sm.config["model"]["name"]
 base = pd.concat([pd.read_csv(f) for f in sm.input.baselines], ignore_index=True)
 cert = pd.concat([pd.read_csv(f) for f in sm.input.cert], ignore_index=True)

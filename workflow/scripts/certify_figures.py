@@ -2,9 +2,11 @@
 import sys
 
 from attncert import certification_figures as cf
+from attncert.job_log import start_job_log  # noqa: E402
 from attncert.provenance import provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
+start_job_log(sm.log[0])
 model = sm.config["model"]["name"]
 df = cf.load_tables(sm.input.tables)
 what = sm.params.what

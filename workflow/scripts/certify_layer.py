@@ -9,10 +9,11 @@ from tqdm import tqdm
 from attncert.certification_run import COLUMNS, certify_unit
 from attncert.certification_units import grid, head_problem, specification_vectors, write_specification
 from attncert.extraction import load_layer
+from attncert.job_log import start_job_log
 from attncert.provenance import atomic_path, provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
-logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
+start_job_log(sm.log[0])
 cfg, p = sm.config, sm.params
 torch.set_num_threads(sm.threads)
 layer = int(sm.wildcards.layer)

@@ -6,10 +6,11 @@ import numpy as np
 
 from attncert.extraction import extract_layers, load_model, tokenize_prompts
 from attncert.pipeline_config import read_prompts
+from attncert.job_log import start_job_log
 from attncert.provenance import atomic_path, provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
-logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
+start_job_log(sm.log[0])
 cfg = sm.config
 loaded = load_model(cfg["model"])
 prompts = read_prompts(sm.input.prompts, cfg["n_prompts"])
