@@ -1,0 +1,102 @@
+"""Value-weighted secant-slack bound on the gap of the second-order certificate.
+
+Quantity. Let t* = max g (the exact worst case), and for every key j let [l_j, u_j] be its score interval
+and W_j an upper bound on its value over the perturbation set (`first_order_certificate.
+score_value_intervals`, sound and outward-rounded). The secant of exp over [l_j, u_j] lies above exp by
+at most
+
+    eps_j = max_{s in [l_j, u_j]} ( sec_j(s) - e^s ) = e^{l_j} phi(u_j - l_j),
+    phi(L) = (1 + h) log(1 + h) - h,   h = (e^L - L - 1) / L            (phi(L) = L^2/8 + O(L^3)),
+
+attained at s = log of the secant slope. The bound is the linear-fractional (fractional) knapsack
+
+    B(t*) = max_{0 <= Delta_j <= eps_j}  sum_j Delta_j (W_j - t*)_+ / ( Z_lo + sum_j Delta_j ),
+    Z_lo = sum_j e^{l_j}  (the smallest possible softmax denominator),
+
+solved greedily: take the keys in decreasing order of value excess v_j = (W_j - t*)_+ and add the whole
+capacity eps_j while v_j exceeds the current ratio (Dinkelbach's criterion for a ratio of linear
+functions over a box; the greedy order is optimal because the objective's level sets are half-spaces).
+
+What it bounds ("raise model"). Consider any relaxation in which each key's weight may be raised from
+e^{s_j} up to the secant sec_j(s_j) while its value is read at the same perturbation. For such a point
+with weights e_j + Delta_j (0 <= Delta_j <= eps_j), Z = sum e_j and N = sum e_j w_j (N <= t* Z by
+optimality of t*):
+
+    (N + sum Delta_j w_j) / (Z + sum Delta_j) - t*  <=  sum Delta_j (w_j - t*)_+ / (Z + sum Delta_j)  <=  B(t*),
+
+since the middle ratio decreases in Z >= Z_lo and w_j <= W_j. B is quadratic in the score width
+(phi(L) ~ L^2 / 8) and hence in r. The second-order certificate of `second_order_certificate` is not
+literally of this form (its lifted value is read at the a-scaled moment M/a while its exponential cones
+anchor the weight at both the tau- and the a-scaled score); docs/certificate.md explains the relation and
+the tests check gap <= B on every fixed-query unit.
+
+t_star. B is non-increasing in t_star. Pass the exact worst case (fixed query: the certified bracket's
+`hi`, within 1e-10 of the value spread of the true optimum). When the exact value is unavailable
+(varying query) pass the best feasible value found by search: it is a lower bound of t*, so B(t_star) >=
+B(t*) stays a valid upper bound of the gap measured against t*. Passing an *upper* bound of t* instead
+(e.g. a certificate) gives B(t_U) <= B(t*): then the result bounds the gap measured against t_U, not
+against t*. `SecantSlackBound.t_star_kind` records which was used.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from attncert.head_problem import HeadProblem
+
+
+@dataclass
+class SecantSlackBound:
+    bound: float  # B(t_star)
+    t_star: float
+    t_star_kind: str  # "exact", "lower_bound" (best feasible value) or "upper_bound"
+    eps: np.ndarray  # per-key secant error (relative to the largest e^{l_j}: scaled by exp(-shift))
+    excess: np.ndarray  # per-key value excess (W_j - t_star)_+
+    keys_used: int  # keys filled (fully or partly) by the knapsack
+
+
+def secant_error_factor(L: np.ndarray) -> np.ndarray:
+    """phi(L) = max_{x in [0, L]} (1 + (e^L - 1) x / L - e^x), computed without cancellation."""
+    L = np.asarray(L, dtype=np.float64)
+    out = np.zeros_like(L)
+    pos = L > 0
+    Lp = L[pos]
+    # h = (e^L - 1 - L) / L; for small L use its series L/2 + L^2/6 + L^3/24 + L^4/120
+    h = np.where(Lp < 1e-3, Lp / 2 + Lp ** 2 / 6 + Lp ** 3 / 24 + Lp ** 4 / 120, (np.expm1(Lp) - Lp) / np.where(Lp > 0, Lp, 1.0))
+    small = h < 1e-4
+    phi = np.where(small, h ** 2 / 2 - h ** 3 / 6 + h ** 4 / 12, (1.0 + h) * np.log1p(h) - h)
+    out[pos] = phi
+    return out
+
+
+def fractional_knapsack_ratio(eps: np.ndarray, v: np.ndarray, Z: float) -> tuple[float, int]:
+    """max_{0 <= D <= eps} sum D v / (Z + sum D) for v >= 0, Z > 0 (greedy by decreasing v)."""
+    order = np.argsort(-v, kind="stable")
+    num, den, used = 0.0, float(Z), 0
+    for j in order:
+        if not v[j] > num / den:  # sorted: no later key can raise the ratio either
+            break
+        if eps[j] > 0:
+            num += float(eps[j] * v[j])
+            den += float(eps[j])
+            used += 1
+    return num / den, used
+
+
+def secant_slack_bound(problem: HeadProblem, t_star: float, t_star_kind: str = "exact") -> SecantSlackBound:
+    """B(t_star) for the unit (max direction; use problem.negated() and -min for the min direction)."""
+    from attncert.first_order_certificate import score_value_intervals
+
+    if t_star_kind not in ("exact", "lower_bound", "upper_bound"):
+        raise ValueError(f"t_star_kind must be 'exact', 'lower_bound' or 'upper_bound'; got {t_star_kind!r}")
+    l, u, _, W = score_value_intervals(problem)
+    shift = float(l.max())
+    eps = np.exp(l - shift) * secant_error_factor(u - l)
+    Z = float(np.exp(l - shift).sum())
+    v = np.maximum(W - t_star, 0.0)
+    B, used = fractional_knapsack_ratio(eps, v, Z)
+    if not math.isfinite(B):
+        B = math.inf
+    return SecantSlackBound(float(B), float(t_star), t_star_kind, eps, v, used)

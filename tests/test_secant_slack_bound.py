@@ -1,0 +1,109 @@
+"""Value-weighted secant-slack bound: its pieces, the model it provably covers, and the certificate's gap."""
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from attncert.exact_worst_case import exact_worst_case
+from attncert.first_order_certificate import score_value_intervals
+from attncert.head_problem import random_head_problem
+from attncert.secant_slack_bound import fractional_knapsack_ratio, secant_error_factor, secant_slack_bound
+from attncert.second_order_certificate import second_order_certificate
+
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+
+
+@pytest.mark.parametrize("L", [1e-6, 1e-3, 0.05, 0.3, 1.0, 3.0, 8.0])
+def test_secant_error_factor_matches_brute_force(L):
+    x = np.linspace(0.0, L, 200_001)
+    brute = np.max(1.0 + np.expm1(L) * x / L - np.exp(x))
+    phi = float(secant_error_factor(np.array([L]))[0])
+    assert phi >= brute - 1e-12 * max(1.0, brute)
+    assert phi <= brute * (1 + 1e-6) + 1e-15
+    if L < 0.1:
+        assert abs(phi / (L * L / 8) - 1) < L  # quadratic in the width
+
+
+def test_fractional_knapsack_matches_vertex_enumeration():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(1, 7))
+        eps = rng.uniform(0, 1, n) * (rng.uniform(size=n) < 0.9)
+        v = np.maximum(rng.normal(0, 1, n), 0)
+        Z = float(rng.uniform(0.1, 3))
+        got, _ = fractional_knapsack_ratio(eps, v, Z)
+        # a ratio of linear functions over a box is maximized at a vertex
+        best = max((sum(e * w for e, w, s in zip(eps, v, S) if s) / (Z + sum(e for e, s in zip(eps, S) if s)))
+                   for S in itertools.product([0, 1], repeat=n))
+        assert got == pytest.approx(best, rel=1e-12, abs=1e-15)
+
+
+@settings(max_examples=25, **SETTINGS)
+@given(st.integers(0, 10_000), st.integers(2, 6), st.integers(2, 5), st.sampled_from(["linf", "l2"]),
+       st.floats(0.005, 0.3))
+def test_bound_covers_the_raise_model(seed, d, n, norm, r):
+    """Weights raised from e^s to at most the secant at the same perturbation never beat t* + B."""
+    p = random_head_problem(np.random.default_rng(seed), d=d, d_head=3, n=n, radius=r, norm=norm)
+    t_star = exact_worst_case(p).hi
+    B = secant_slack_bound(p, t_star).bound
+    l, u, _, _ = score_value_intervals(p)
+    rng = np.random.default_rng(seed + 1)
+    s0, w0, u_s, u_w = p.fixed_query_directions()
+    for _ in range(40):
+        D = rng.standard_normal(p.Z0.shape)
+        D = r * (np.sign(D) if norm == "linf" else D / np.linalg.norm(D, axis=1, keepdims=True))
+        s, w = s0 + D @ u_s, w0 + D @ u_w
+        sec = np.exp(l) + (np.exp(u) - np.exp(l)) * (s - l) / (u - l)
+        a = np.exp(s) + rng.uniform(0, 1, n) * (sec - np.exp(s)) * (rng.uniform(size=n) < 0.7)
+        assert a @ w / a.sum() <= t_star + B + 1e-12 * (1 + abs(t_star))
+
+
+def test_bound_is_quadratic_in_radius_and_monotone_in_t():
+    radii = np.array([0.0025, 0.005, 0.01, 0.02])
+    Bs = []
+    for r in radii:
+        p = random_head_problem(np.random.default_rng(0), d=6, d_head=4, n=5, radius=r)
+        t = exact_worst_case(p).hi
+        Bs.append(secant_slack_bound(p, t).bound)
+        ts = t + np.linspace(-0.5, 0.5, 11)
+        seq = [secant_slack_bound(p, tt, "lower_bound").bound for tt in ts]
+        assert all(a >= b - 1e-15 for a, b in zip(seq, seq[1:]))
+    slope = np.polyfit(np.log(radii), np.log(Bs), 1)[0]
+    assert 1.8 <= slope <= 2.3
+    with pytest.raises(ValueError):
+        secant_slack_bound(p, 0.0, "guess")
+
+
+def _gap_tolerance(res, spread):
+    """Numerical slack of a certificate: its distance to the solver's own primal value, plus 1e-7."""
+    return 1e-7 * (1.0 + spread) + 2.0 * max(0.0, res.value - res.primal)
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(st.integers(0, 10_000), st.integers(2, 6), st.integers(2, 5), st.integers(1, 4),
+       st.sampled_from(["linf", "l2"]), st.floats(math.log10(0.003), math.log10(0.3)), st.booleans())
+def test_certificate_gap_within_secant_bound(seed, d, n, dh, norm, log_r, upper_cone):
+    """gap <= B on every fixed-query unit, both directions (min via the negated specification)."""
+    p = random_head_problem(np.random.default_rng(seed), d=d, d_head=dh, n=n, radius=10 ** log_r, norm=norm)
+    for q in (p, p.negated()):
+        ex = exact_worst_case(q)
+        res = second_order_certificate(q, upper_cone=upper_cone)
+        if res.fallback:
+            continue
+        B = secant_slack_bound(q, ex.hi).bound
+        assert res.value - ex.hi <= B + _gap_tolerance(res, ex.value_spread)
+
+
+def test_monotone_cuts_restore_the_bound_on_a_two_token_head():
+    """Without the monotonicity cuts the relaxation can 'cross' its two weight levels and exceed B."""
+    p = random_head_problem(np.random.default_rng(1080), d=3, d_head=1, n=2, radius=0.095, norm="linf", scale=0.7)
+    hi = exact_worst_case(p).hi
+    B = secant_slack_bound(p, hi).bound
+    bare = second_order_certificate(p, monotone_points=0)
+    cut = second_order_certificate(p)
+    assert not bare.fallback and not cut.fallback
+    assert bare.value - hi > 1.5 * B
+    assert cut.value - hi <= B

@@ -1,0 +1,301 @@
+"""Second-order certificate: soundness (fixed and varying query), order of the gap, failure handling.
+
+References: the certified exact bracket of `exact_worst_case` (fixed query), multi-start ascent (varying
+query; a lower bound of the true maximum), and an independent sampling check that uses nothing but
+`HeadProblem.value`.
+"""
+import math
+
+import cvxpy as cp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import attncert.dual_certificate as dc
+import attncert.second_order_certificate as so
+from attncert.best_feasible_ascent import best_feasible_ascent
+from attncert.exact_worst_case import exact_worst_case
+from attncert.first_order_certificate import first_order_certificate
+from attncert.head_problem import random_head_problem
+from attncert.second_order_certificate import SecondOrderResult, second_order_certificate
+
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_torch_thread():
+    """The ascent reference runs tiny torch batches: one thread avoids spin-waiting on a shared machine."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@st.composite
+def small_heads(draw, mode="fixed", max_n=5):
+    seed = draw(st.integers(0, 10_000))
+    d = draw(st.integers(2, 6))
+    n = draw(st.integers(1, max_n))
+    dh = draw(st.integers(1, 4))
+    radius = 10 ** draw(st.floats(math.log10(0.003), math.log10(0.3)))
+    norm = draw(st.sampled_from(["linf", "l2"]))
+    scale = draw(st.floats(0.3, 1.5))
+    return random_head_problem(np.random.default_rng(seed), d=d, d_head=dh, n=n, radius=radius, norm=norm,
+                               mode=mode, scale=scale)
+
+
+def _sampled_max(problem, k=64, seed=0):
+    """Largest g over random feasible perturbations (vertices of the box / points of the sphere)."""
+    rng = np.random.default_rng(seed)
+    best = problem.nominal_value()
+    for _ in range(k):
+        D = rng.standard_normal(problem.Z0.shape)
+        if problem.norm == "linf":
+            D = problem.radius * np.sign(D)
+        else:
+            D = problem.radius * D / np.linalg.norm(D, axis=1, keepdims=True)
+        best = max(best, problem.value(problem.Z0 + D))
+    return best
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(small_heads())
+def test_fixed_query_sound_and_not_above_first_order(problem):
+    ex = exact_worst_case(problem)
+    res = second_order_certificate(problem)
+    assert res.value >= ex.lo  # above a feasible value: sound
+    assert res.value >= ex.hi - 1e-9 * (1.0 + ex.value_spread)
+    assert res.value >= _sampled_max(problem)
+    fo = first_order_certificate(problem)
+    assert res.value <= fo + 1e-12 * (1.0 + abs(fo))
+    if res.fallback:
+        assert res.solver == "first_order" and res.status.startswith("fallback")
+
+    ex_min = exact_worst_case(problem, sense="min")
+    res_min = second_order_certificate(problem, sense="min")
+    assert res_min.sense == "min"
+    assert res_min.value <= ex_min.hi
+    assert res_min.value <= ex_min.lo + 1e-9 * (1.0 + ex_min.value_spread)
+    assert res_min.value >= first_order_certificate(problem, sense="min") - 1e-12 * (1.0 + abs(res_min.value))
+
+
+@settings(max_examples=12, **SETTINGS)
+@given(small_heads(mode="varying", max_n=4))
+def test_varying_query_sound_against_ascent(problem):
+    res = second_order_certificate(problem)
+    assert res.mode == "varying"
+    best = best_feasible_ascent(problem, restarts=8, steps=80).value
+    assert res.value >= best
+    assert res.value >= _sampled_max(problem, k=32)
+    fo = first_order_certificate(problem)
+    assert res.value <= fo + 1e-12 * (1.0 + abs(fo))
+    res_min = second_order_certificate(problem, sense="min")
+    assert res_min.value <= best_feasible_ascent(problem, restarts=8, steps=80, sense="min").value
+
+
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+def test_varying_query_is_second_order(norm):
+    """Relative gap to the best feasible value shrinks ~linearly in r (the gap itself ~ r^2)."""
+    rel = []
+    for r in (0.01, 0.02, 0.04):
+        p = random_head_problem(np.random.default_rng(0), d=6, d_head=4, n=5, radius=r, norm=norm, mode="varying")
+        best = best_feasible_ascent(p, restarts=8, steps=80).value
+        rel.append((second_order_certificate(p).value - best) / (best - p.nominal_value()))
+        assert rel[-1] < 0.5 * (first_order_certificate(p) - best) / (best - p.nominal_value())
+    assert rel[0] < rel[1] < rel[2]
+    assert rel[0] < 0.6 * rel[2]
+
+
+@settings(max_examples=12, **SETTINGS)
+@given(small_heads())
+def test_tight_variant_sound_and_tighter(problem):
+    ex = exact_worst_case(problem)
+    tight = second_order_certificate(problem, upper_cone=True)
+    paper = second_order_certificate(problem)
+    assert tight.value >= ex.lo
+    assert tight.value >= ex.hi - 1e-9 * (1.0 + ex.value_spread)
+    if not (tight.fallback or paper.fallback):
+        slack = max(0.0, tight.value - tight.primal) + max(0.0, paper.value - paper.primal)
+        assert tight.value <= paper.value + 2.0 * slack + 1e-9 * (1.0 + ex.value_spread)
+
+
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+def test_gap_shrinks_quadratically(norm):
+    radii = np.array([0.005, 0.01, 0.02, 0.04])
+    gaps, fo_gaps = [], []
+    for r in radii:
+        p = random_head_problem(np.random.default_rng(0), d=6, d_head=4, n=5, radius=r, norm=norm)
+        hi = exact_worst_case(p).hi
+        res = second_order_certificate(p)
+        assert not res.fallback
+        gaps.append(res.value - hi)
+        fo_gaps.append(first_order_certificate(p) - hi)
+    slope = np.polyfit(np.log(radii), np.log(gaps), 1)[0]
+    fo_slope = np.polyfit(np.log(radii), np.log(fo_gaps), 1)[0]
+    assert 1.7 <= slope <= 2.6
+    assert 0.8 <= fo_slope <= 1.3
+
+
+def test_solver_failure_falls_back_to_first_order(monkeypatch):
+    monkeypatch.setattr(so, "SOLVER_LADDER", (("NO_SUCH_SOLVER", {}),))
+    for norm in ("linf", "l2"):
+        for mode in ("fixed", "varying"):
+            p = random_head_problem(np.random.default_rng(3), d=5, n=4, radius=0.05, norm=norm, mode=mode)
+            res = second_order_certificate(p)
+            assert res.fallback and res.solver == "first_order"
+            assert res.status.startswith("fallback")
+            assert res.value == first_order_certificate(p)
+            assert res.log and res.log[0][1].startswith("solver_error")
+
+
+def test_result_fields_and_compile_cache():
+    p = random_head_problem(np.random.default_rng(4), d=6, n=5, radius=0.02, norm="linf")
+    res = second_order_certificate(p)
+    assert isinstance(res, SecondOrderResult)
+    assert {"value", "status", "solver", "seconds", "fallback"} <= set(vars(res))
+    assert res.solver in ("CLARABEL", "SCS") and res.status in ("optimal", "optimal_inaccurate")
+    assert res.seconds > 0 and not res.fallback
+    assert res.primal <= res.value + 1e-6  # the certificate is never the primal objective itself
+    before = {k: v[0] for k, v in so._CACHE.items()}
+    q = random_head_problem(np.random.default_rng(5), d=6, n=5, radius=0.03, norm="linf")
+    second_order_certificate(q)
+    after = {k: v[0] for k, v in so._CACHE.items()}
+    assert set(before) == set(after)  # same shape: no new compilation
+    assert all(before[k] is after[k] for k in before)
+
+
+# ---------------------------------------------------------------------------------------------
+# weak duality with repaired duals (dual_certificate)
+# ---------------------------------------------------------------------------------------------
+def _toy_problem():
+    """max x + y  s.t.  (x, 1, y) in K_exp (e^x <= y), y <= 2: optimum log 2 + 2."""
+    x = cp.Variable(name="x")
+    y = cp.Variable(name="y")
+    prob = cp.Problem(cp.Maximize(x + y), [cp.constraints.ExpCone(x, cp.Constant(1.0), y), y <= 2])
+    return prob, x, y, math.log(2.0) + 2.0
+
+
+def test_weak_duality_bound_valid_for_any_dual():
+    prob, x, y, opt = _toy_problem()
+    box = {x: (-5.0, 5.0), y: (-5.0, 5.0)}
+    res = dc.solve_and_certify(prob, box)
+    assert res.converged
+    assert opt <= res.bound <= opt + 1e-7
+    data, _, _ = prob.get_problem_data(cp.CLARABEL, solver_opts={})
+    lo, hi = np.full(2, -5.0), np.full(2, 5.0)
+    rng = np.random.default_rng(0)
+    for _ in range(200):  # garbage duals: still upper bounds after repair
+        z = rng.standard_normal(data["b"].size) * 10 ** rng.uniform(-3, 3)
+        bound, zr = dc.weak_duality_bound(data["c"], data["A"], data["b"], data["dims"], z, lo, hi)
+        assert bound >= opt
+
+
+def test_repair_dual_lands_in_dual_cone():
+    class Dims:
+        zero, nonneg, soc, exp, psd, p3d = 1, 2, [3], 2, [], []
+
+    rng = np.random.default_rng(1)
+    for _ in range(500):
+        z = rng.standard_normal(12) * 10 ** rng.uniform(-4, 4, size=12)
+        zr = dc.repair_dual(z, Dims, np.ones(12))
+        assert np.all(zr[1:3] >= 0)
+        assert zr[3] >= np.linalg.norm(zr[4:6])
+        for a in (6, 9):
+            u, v, w = zr[a:a + 3]
+            if u == 0:
+                assert v >= 0 and w >= 0
+            else:
+                assert u < 0 and -u * math.exp(v / u) <= math.e * w * (1 + 1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# the derivation, checked numerically: every lifted true perturbation satisfies every constraint
+# ---------------------------------------------------------------------------------------------
+def _random_delta(p, rng):
+    D = rng.standard_normal(p.Z0.shape)
+    if p.norm == "linf":  # a mix of box vertices and interior points
+        return p.radius * np.where(rng.uniform(size=D.shape) < 0.6, np.sign(D), np.clip(D / 2, -1, 1))
+    return p.radius * D / np.linalg.norm(D, axis=1, keepdims=True) * rng.uniform(0.5, 1.0, (D.shape[0], 1))
+
+
+def _max_violation(c):
+    """Violation of a constraint at the current variable values (exact formula for exponential cones)."""
+    if isinstance(c, cp.constraints.ExpCone):
+        x, y, z = (np.asarray(a.value, dtype=float) for a in c.args)
+        return float(np.max(y * np.exp(x / y) - z - 1e-12 * np.abs(z)))
+    return float(np.max(c.violation()))
+
+
+def _lift(El, Ehat, A, s_shift, x, rho):
+    e = np.exp(A + s_shift)
+    tau = 1.0 / e.sum()
+    a = tau * e
+    lam = (a - El * tau) / (El * (Ehat - 1.0))
+    return tau, lam, lam[:, None] * x / rho, (tau - lam)[:, None] * x / rho
+
+
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+@pytest.mark.parametrize("upper_cone", [False, True])
+def test_lifted_true_points_are_feasible_fixed(norm, upper_cone):
+    rng = np.random.default_rng(7)
+    p = random_head_problem(rng, d=6, d_head=4, n=5, radius=0.05, norm=norm)
+    D = so.fixed_query_data(p)
+    prob, P, V = so._build(p.n, norm, so.SLOTS if norm == "linf" else 0, upper_cone, so.MONOTONE_POINTS)
+    El, Ehat, tau_lo, tau_hi = so._set_parameters(P, D)
+    if norm == "l2":
+        P["G"].value, P["cs"].value = so._ellipse_matrix(D.u_s, D.u_w, D.radius, D.rho)
+    else:
+        chain = so.UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)
+        so.fill_facets(P, [chain] * p.n, [np.arange(chain.d)] * p.n, so.SLOTS, D.rho)
+    box = so._box(V, p.n, tau_lo, tau_hi, D)
+    for _ in range(50):
+        delta = _random_delta(p, rng)
+        x = np.stack([delta @ D.u_s, delta @ D.u_w], axis=1)
+        tau, lam, U, Vv = _lift(El, Ehat, D.A, x[:, 0], x, D.rho)
+        for var, val in ((V["tau"], tau), (V["lam"], lam), (V["U"], U), (V["V"], Vv)):
+            var.value = val
+            lo, hi = box[var]
+            assert np.all(lo <= val) and np.all(val <= hi)  # inside the certification box
+        for c in prob.constraints:
+            assert _max_violation(c) <= 1e-12, (type(c).__name__, c.shape)
+        Z = p.Z0 + delta
+        assert D.g0 + D.rho * prob.objective.value >= p.value(Z) - 1e-12  # objective >= g (eps_w >= 0)
+
+
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+def test_lifted_true_points_are_feasible_varying(norm):
+    import attncert.second_order_varying as sv
+
+    rng = np.random.default_rng(8)
+    p = random_head_problem(rng, d=6, d_head=4, n=5, radius=0.05, norm=norm, mode="varying")
+    D = sv.VaryingData(p)
+    prob, P, V = sv._build(p.n, D.d, norm, so.SLOTS if norm == "linf" else 0, True, so.MONOTONE_POINTS)
+    El, Ehat, (tau_lo, tau_hi) = sv._set_parameters(P, D)
+    if norm == "l2":
+        P["G"].value, P["cs"].value = so._ellipse_matrix(D.u_s, D.u_w, D.radius, D.rho)
+        P["Gq"].value, P["csq"].value = so._ellipse_matrix(D.u_q, D.u_w, D.radius, D.rho)
+    else:
+        chains = [so.UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)] * (p.n - 1)
+        chains.append(so.UpperChainFacets(D.u_q, D.u_w, D.radius, D.R_q))
+        so.fill_facets(P, chains, [np.arange(c.d) for c in chains], so.SLOTS, D.rho)
+    box = sv._box(V, D, tau_hi, tau_lo)
+    M = p.W_Q @ p.W_K.T / np.sqrt(p.d_head)
+    for _ in range(50):
+        delta = _random_delta(p, rng)
+        dp = delta[D.order]
+        di = dp[-1]
+        x = np.zeros((p.n, 4))
+        for j in range(p.n - 1):
+            x[j] = [D.u_s @ dp[j], D.u_w @ dp[j], D.p[j] @ di, di @ M @ dp[j]]
+        x[-1] = [D.u_q @ di, D.u_w @ di, 0.0, di @ M @ di]
+        tau, lam, U, Vv = _lift(El, Ehat, D.A, x[:, [0, 2, 3]].sum(1), x, D.rho)
+        for var, val in ((V["tau"], tau), (V["lam"], lam), (V["U"], U), (V["V"], Vv), (V["W"], tau * di / p.radius)):
+            var.value = val
+            lo, hi = box[var]
+            assert np.all(lo <= val) and np.all(val <= hi)
+        for c in prob.constraints:
+            assert _max_violation(c) <= 1e-12, (type(c).__name__, c.shape)
+        assert D.g0 + D.rho * prob.objective.value >= p.value(p.Z0 + delta) - 1e-12
