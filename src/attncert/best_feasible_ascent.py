@@ -1,0 +1,198 @@
+"""Best feasible value by multi-start projected gradient ascent (a lower bound on max g, any query).
+
+Problem. max_{Delta} g(Z0 + Delta)  s.t.  ||Delta_j|| <= r for every attended token j, with g the head
+functional of `HeadProblem` (fixed or varying query). For a varying query this is NP-hard, so the
+search below only returns a *feasible value*: a certified lower bound on max g, never an upper bound,
+and possibly short of the optimum (local maxima).
+
+Method. All starts run as one batch in float64 torch with autograd.
+  Phase 1 (exploration): Delta <- Proj_B( Delta + eta_k r D(grad g) ),
+    D = sign(grad) (steepest ascent for the box) or grad_j / ||grad_j||_2 per token (ball),
+    eta_k decays geometrically from `step_size` to `step_size * final_step_ratio`,
+    Proj_B = per-coordinate clipping (linf) or per-token radial scaling (l2).
+  Phase 2 (polish, monotone): from each start's best point, Delta' = Proj_B(Delta + lr grad g),
+    accepted iff g increases; lr grows x1.5 on success and shrinks x0.5 on failure (per start).
+    This converges to a stationary point of the constrained problem, which the sign steps alone
+    (fixed step lengths) do not.
+Starts: the nominal point, the ball point along the gradient at the nominal point ("sign-of-gradient"
+start) and along the gradient at random interior points, the best of `screen` random vertices of the
+box (points of the sphere for l2) and uniform random points of the ball (one batched evaluation), plus
+any caller-supplied `starts`.
+Every iterate of every start is scored; the best one is recomputed with `problem.value` (numpy) after
+a feasibility check (`problem.in_ball`).
+
+The minimum is the maximum of -g (sense="min").
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from attncert.head_problem import HeadProblem
+
+
+@dataclass
+class AscentResult:
+    value: float  # problem.value(Z) of the best feasible point found
+    Z: np.ndarray  # (n, d) feasible tokens
+    sense: str
+    start_values: np.ndarray  # best value reached from each start
+    seconds: float
+
+
+class _TorchHead:
+    """g for a batch of perturbations Delta (B, n, d), float64."""
+
+    def __init__(self, problem: HeadProblem):
+        t = lambda x: torch.as_tensor(x, dtype=torch.float64)  # noqa: E731
+        self.p = problem
+        self.WQ, self.WK, self.WV = t(problem.W_Q), t(problem.W_K), t(problem.W_V)
+        self.bQ, self.bK, self.bV = t(problem.b_Q), t(problem.b_K), t(problem.b_V)
+        self.Z0, self.c = t(problem.Z0), t(problem.c)
+        self.q0 = t(problem.nominal_query())
+        self.sq = float(np.sqrt(problem.d_head))
+
+    def __call__(self, delta: torch.Tensor) -> torch.Tensor:
+        Z = self.Z0 + delta
+        if self.p.mode == "fixed":
+            q = self.q0.expand(Z.shape[0], -1)
+        else:
+            q = Z[:, self.p.query_index] @ self.WQ + self.bQ
+        s = torch.einsum("bnh,bh->bn", Z @ self.WK + self.bK, q) / self.sq
+        w = (Z @ self.WV + self.bV) @ self.c
+        return (torch.softmax(s, dim=1) * w).sum(1)
+
+
+def _project(delta: torch.Tensor, r: float, norm: str) -> torch.Tensor:
+    if norm == "linf":
+        return delta.clamp(-r, r)
+    nrm = delta.norm(dim=2, keepdim=True)
+    return delta * torch.clamp(r / nrm.clamp_min(1e-300), max=1.0)
+
+
+def _direction(grad: torch.Tensor, norm: str) -> torch.Tensor:
+    if norm == "linf":
+        return grad.sign()
+    return grad / grad.norm(dim=2, keepdim=True).clamp_min(1e-300)
+
+
+def _random_starts(rng: np.random.Generator, k: int, n: int, d: int, r: float, norm: str, vertex: bool):
+    if norm == "linf":
+        X = rng.choice([-1.0, 1.0], size=(k, n, d)) if vertex else rng.uniform(-1, 1, size=(k, n, d))
+        return r * X
+    X = rng.standard_normal((k, n, d))
+    X /= np.linalg.norm(X, axis=2, keepdims=True)
+    if not vertex:
+        X *= rng.uniform(0, 1, size=(k, n, 1)) ** (1.0 / d)
+    return r * X
+
+
+def best_feasible_ascent(problem: HeadProblem, restarts: int = 16, steps: int = 200, seed: int = 0,
+                         step_size: float = 0.25, final_step_ratio: float = 1e-3, polish_fraction: float = 0.4,
+                         screen: int = 256, sense: str = "max", starts: np.ndarray | None = None,
+                         num_threads: int | None = None) -> AscentResult:
+    """Multi-start projected gradient ascent; returns the best feasible value and its tokens.
+
+    restarts: number of generated starts (>= 2: nominal and gradient start, then random ones);
+    steps: iterations per start; the last `polish_fraction` of them are the monotone polish phase;
+    screen: random points evaluated once, the best of which become the random starts;
+    starts: optional extra perturbations (k, n, d) to start from;
+    num_threads: torch intra-op threads for this call (restored afterwards); None leaves torch's setting.
+    """
+    if num_threads is not None:
+        prev = torch.get_num_threads()
+        torch.set_num_threads(num_threads)
+        try:
+            return best_feasible_ascent(problem, restarts, steps, seed, step_size, final_step_ratio,
+                                        polish_fraction, screen, sense, starts, None)
+        finally:
+            torch.set_num_threads(prev)
+    if sense == "min":
+        res = best_feasible_ascent(problem.negated(), restarts, steps, seed, step_size, final_step_ratio,
+                                   polish_fraction, screen, "max", starts, num_threads)
+        return AscentResult(-res.value, res.Z, "min", -res.start_values, res.seconds)
+    if sense != "max":
+        raise ValueError(f"sense must be 'max' or 'min'; got {sense!r}")
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    n, d, r, norm = problem.n, problem.d, problem.radius, problem.norm
+    head = _TorchHead(problem)
+
+    def grad_at(delta: np.ndarray) -> np.ndarray:
+        x = torch.as_tensor(delta, dtype=torch.float64).requires_grad_(True)
+        head(x).sum().backward()
+        return x.grad.numpy()
+
+    n_rand = max(restarts - 2, 0)
+    n_grad_rand = n_rand // 4
+    n_screen = n_rand - n_grad_rand
+    pieces = [np.zeros((1, n, d))]
+    if restarts >= 2:
+        pieces.append(r * _direction(torch.as_tensor(grad_at(np.zeros((1, n, d)))), norm).numpy())
+    if n_grad_rand:
+        X = _random_starts(rng, n_grad_rand, n, d, r, norm, vertex=False)
+        pieces.append(r * _direction(torch.as_tensor(grad_at(X)), norm).numpy())
+    if n_screen:  # the best of `screen` random vertices / interior points (one batched evaluation)
+        k = max(screen, n_screen)
+        cand = np.concatenate([_random_starts(rng, k - k // 2, n, d, r, norm, vertex=True),
+                               _random_starts(rng, k // 2, n, d, r, norm, vertex=False)])
+        with torch.no_grad():
+            v = head(torch.as_tensor(cand)).numpy()
+        pieces.append(cand[np.argsort(-v, kind="stable")[:n_screen]])
+    if starts is not None:
+        pieces.append(np.asarray(starts, dtype=np.float64).reshape(-1, n, d))
+    delta = _project(torch.as_tensor(np.concatenate(pieces)), r, norm)
+
+    best_val = torch.full((delta.shape[0],), -torch.inf, dtype=torch.float64)
+    best_delta = delta.clone()
+
+    def record(val: torch.Tensor, point: torch.Tensor):
+        nonlocal best_val
+        improved = val > best_val
+        best_val = torch.where(improved, val, best_val)
+        best_delta[improved] = point[improved]
+
+    # phase 1: steepest-ascent steps of decaying length (explores, crosses the ball quickly)
+    n1 = steps - int(polish_fraction * steps)
+    for k in range(n1):
+        x = delta.clone().requires_grad_(True)
+        val = head(x)
+        record(val.detach(), delta)
+        (grad,) = torch.autograd.grad(val.sum(), x)
+        eta = step_size * final_step_ratio ** (k / max(n1 - 1, 1))
+        delta = _project(delta + eta * r * _direction(grad, norm), r, norm)
+    # phase 2: monotone projected gradient ascent from each start's best point, adaptive step
+    delta = best_delta.clone()
+    lr = None
+    for k in range(steps - n1):
+        x = delta.clone().requires_grad_(True)
+        val = head(x)
+        (grad,) = torch.autograd.grad(val.sum(), x)
+        val = val.detach()
+        if lr is None:
+            lr = 0.1 * r / grad.abs().amax(dim=(1, 2)).clamp_min(1e-300)
+        cand = _project(delta + lr[:, None, None] * grad, r, norm)
+        with torch.no_grad():
+            vc = head(cand)
+        ok = vc > val
+        delta = torch.where(ok[:, None, None], cand, delta)
+        lr = torch.where(ok, lr * 1.5, lr * 0.5)
+        record(torch.where(ok, vc, val), delta)
+    with torch.no_grad():
+        record(head(delta), delta)
+
+    # recompute the best few candidates directly, keep the best feasible one
+    value, Z_best = -np.inf, problem.Z0.copy()
+    for b in torch.argsort(best_val, descending=True)[:4].tolist():
+        D = best_delta[b].numpy()
+        for shrink in (0.0, 4e-16, 1e-14, 1e-12):
+            Z = problem.Z0 + D * (1.0 - shrink)
+            if problem.in_ball(Z):
+                v = problem.value(Z)
+                if v > value:
+                    value, Z_best = v, Z
+                break
+    return AscentResult(float(value), Z_best, "max", best_val.numpy().copy(), time.perf_counter() - t0)

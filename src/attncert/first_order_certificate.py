@@ -1,0 +1,161 @@
+"""First-order certificate: a greedy linear program over admissible attention patterns.
+
+Problem (sound upper bound on max g, fixed or varying query). Relax the head to independent
+score intervals and value upper bounds,
+
+    s_j in [l_j, u_j],     w_j <= W_j     for every feasible perturbation,
+
+and bound
+
+    g = sum_j a_j w_j <= sum_j a_j W_j <= U = max_{s in [l, u]}  sum_j e^{s_j} W_j / sum_j e^{s_j}.
+
+U is a linear-fractional program over a box. At its optimum value U every score with W_j > U sits at
+u_j and every score with W_j < U at l_j (d/ds_j of the ratio has the sign of W_j - U), so the optimal
+pattern is "the k largest W take u, the rest take l" for some k: sort by W, evaluate all n + 1
+thresholds with prefix sums, keep the best -- O(n log n).
+
+The relaxation decouples *where* the head attends (the scores) from *what* it reads (the values):
+the worst value and the worst attention are taken at different perturbations, so U - max g is first
+order in r.
+
+Intervals (row vectors; q0 = z_i W_Q + b_Q, k0_j = z_j W_K + b_K, ||.||_* the dual norm):
+* values: W_j = w0_j + r ||W_V c||_*  (w_j = w0_j + (W_V c) . delta_j).
+* fixed query: s_j = s0_j + u_s . delta_j, u_s = W_K q0 / sqrt(d_h), so s_j in s0_j +- r ||u_s||_*.
+* varying query: with Delta q = delta_i W_Q, Delta k_j = delta_j W_K,
+      sqrt(d_h) (s_j - s0_j) = delta_i . (W_Q k0_j) + delta_j . (W_K q0) + delta_i M delta_j^T,
+  M = W_Q W_K^T, so |s_j - s0_j| <= (r ||W_Q k0_j||_* + r ||W_K q0||_* + r^2 beta) / sqrt(d_h) with
+  beta >= max_{||x||, ||y|| <= 1} x M y^T (x, y independent, which also covers j = i):
+    l2:   beta = ||M||_2 = sqrt(lambda_max(G_Q G_K)), G = W^T W (d_h x d_h), plus a rounding margin;
+    linf: beta = min( sum_h ||W_Q[:, h]||_1 ||W_K[:, h]||_1 ,  d ||M||_2 )  (x^T M y = sum_h (x.W_Q[:,h])(y.W_K[:,h]);
+          and ||x||_2 <= sqrt(d) ||x||_inf).
+
+Outward rounding. Every endpoint is widened by a bound on its floating-point error (gamma_K times
+the same expression in absolute values, bounded through norms: `_rounding_envelopes`), and the
+returned value adds 2 gamma_{n+6} (1 + X) max_j |W_j|, X = the largest |exponent| used, which bounds
+the error of evaluating the best threshold's ratio.
+
+Cost: O(n d d_h) (fixed query: O(d d_h)); the varying query adds the bilinear bound, O(d d_h^2),
+which depends only on the head and can be passed in precomputed (`beta`).
+
+The minimum: min g >= -U(-c) (`first_order_certificate(problem, sense="min")`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from attncert.head_problem import HeadProblem
+from attncert.projected_ball import gamma
+
+
+def _rounding_envelopes(problem: HeadProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-token bounds on |float64 - exact| of the interval endpoints: (eps_s fixed, eps_s varying, eps_w).
+
+    A computed dot product of length k errs by at most gamma_k times the same product of absolute
+    values, and such products are bounded by norms: || |x| |W| ||_2 <= ||x||_2 ||W||_F,
+    || |z| + r ||_2 <= ||z||_2 + r sqrt(d), ||v||_1 <= sqrt(d) ||v||_2. Chains (q, u_s, s0; u_w, w0;
+    q0, k0_j, W_Q k0_j, W_K q0) are all shorter than K = 3d + 3d_h + 50.
+    """
+    d, dh, r = problem.d, problem.d_head, problem.radius
+    g = 4.0 * gamma(3 * d + 3 * dh + 50)
+    sq = np.sqrt(dh)
+    dual = np.sqrt(d) if problem.norm == "linf" else 1.0
+    fQ, fK, fV = (float(np.linalg.norm(W)) for W in (problem.W_Q, problem.W_K, problem.W_V))
+    zn = np.linalg.norm(problem.Z0, axis=1)
+    nbQ, nbK, nbV = (float(np.linalg.norm(b)) for b in (problem.b_Q, problem.b_K, problem.b_V))
+    qa = zn[problem.query_index] * fQ + nbQ  # >= || |z_i| |W_Q| + |b_Q| ||
+    usa = fK * qa / sq
+    uwa = fV * float(np.linalg.norm(problem.c))
+    eps_s_fixed = g * (zn * usa + nbK * qa / sq + r * dual * usa)
+    eps_w = g * (zn * uwa + nbV * float(np.linalg.norm(problem.c)) + r * dual * uwa)
+    q_env = (zn[problem.query_index] + r * np.sqrt(d)) * fQ + nbQ
+    k_env = (zn + r * np.sqrt(d)) * fK + nbK
+    eps_s_varying = g * q_env * k_env / sq
+    return eps_s_fixed, eps_s_varying, eps_w
+
+
+def attention_lp_max(l: np.ndarray, u: np.ndarray, W: np.ndarray) -> tuple[float, int, float]:
+    """max over s in [l, u] of sum e^{s} W / sum e^{s}; returns (value, k, X).
+
+    k = number of (largest-W) tokens at their upper score; X = largest |exponent| evaluated.
+    """
+    order = np.argsort(-W, kind="stable")
+    l, u, W = l[order], u[order], W[order]
+    shift = float(max(u.max(), l.max()))
+    eu, el = np.exp(u - shift), np.exp(l - shift)
+    zero = np.zeros(1)
+    PU = np.concatenate((zero, np.cumsum(eu)))  # sum of the first k at u
+    PUW = np.concatenate((zero, np.cumsum(eu * W)))
+    SL = np.concatenate((np.cumsum((el)[::-1])[::-1], zero))  # sum of the rest at l
+    SLW = np.concatenate((np.cumsum((el * W)[::-1])[::-1], zero))
+    vals = (PUW + SLW) / (PU + SL)
+    k = int(np.argmax(vals))
+    X = float(max(np.abs(u - shift).max(), np.abs(l - shift).max()))
+    return float(vals[k]), k, X
+
+
+def _spectral_norm_bound(W_Q: np.ndarray, W_K: np.ndarray) -> float:
+    """Upper bound on ||W_Q W_K^T||_2 via lambda_max(L^T G_Q L), G_K + jitter = L L^T, plus rounding."""
+    d, dh = W_Q.shape
+    GQ, GK = W_Q.T @ W_Q, W_K.T @ W_K
+    fQ, fK = np.trace(GQ), np.trace(GK)
+    jitter = 1e-12 * fK + 1e-300  # G_K + jitter I >= G_K only increases lambda_max
+    L = np.linalg.cholesky(GK + jitter * np.eye(dh))
+    lam = float(np.linalg.eigvalsh(L.T @ GQ @ L)[-1])
+    lam += 4.0 * gamma(d + 3 * dh + 10) * fQ * fK  # Gram, Cholesky and eigenvalue rounding
+    return float(np.sqrt(max(lam, 0.0))) * (1.0 + 1e-15)
+
+
+def bilinear_bound(problem: HeadProblem) -> float:
+    """beta >= max_{||x||, ||y|| <= 1} x W_Q W_K^T y^T for the problem's norm."""
+    spec = _spectral_norm_bound(problem.W_Q, problem.W_K)
+    if problem.norm == "l2":
+        return spec
+    cols = float((np.abs(problem.W_Q).sum(0) * np.abs(problem.W_K).sum(0)).sum())
+    return min(cols * (1.0 + gamma(2 * problem.d + problem.d_head)), problem.d * spec)
+
+
+def score_value_intervals(problem: HeadProblem, beta: float | None = None
+                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Sound (l, u, W_lo, W_hi): s_j in [l_j, u_j], w_j in [W_lo_j, W_hi_j] over the perturbation set.
+
+    beta: `bilinear_bound(problem)` (varying query only); it depends only on W_Q, W_K and the norm, so
+    a caller certifying many units of one head can compute it once.
+    """
+    r = problem.radius
+    dual = problem.dual_norm
+    s0, w0, u_s, u_w = problem.fixed_query_directions()
+    eps_s_fixed, eps_s_varying, eps_w = _rounding_envelopes(problem)
+    R_w = r * dual(u_w)
+    W_lo, W_hi = w0 - R_w - eps_w, w0 + R_w + eps_w
+    if problem.mode == "fixed":
+        R_s = r * dual(u_s)
+        return s0 - R_s - eps_s_fixed, s0 + R_s + eps_s_fixed, W_lo, W_hi
+    sq = np.sqrt(problem.d_head)
+    q0 = problem.nominal_query()
+    K0 = problem.Z0 @ problem.W_K + problem.b_K  # (n, d_h)
+    WQk = K0 @ problem.W_Q.T  # (n, d): row j = W_Q k0_j
+    lin = r * (np.abs(WQk).sum(1) if problem.norm == "linf" else np.linalg.norm(WQk, axis=1))
+    lin = lin + r * dual(problem.W_K @ q0)
+    beta = bilinear_bound(problem) if beta is None else beta
+    rad = (lin + r * r * beta) / sq
+    return s0 - rad - eps_s_varying, s0 + rad + eps_s_varying, W_lo, W_hi
+
+
+def first_order_certificate(problem: HeadProblem, sense: str = "max", beta: float | None = None) -> float:
+    """Sound upper bound on max g (sense="max") or sound lower bound on min g (sense="min").
+
+    beta: optional precomputed `bilinear_bound(problem)` (varying query; see `score_value_intervals`).
+    """
+    if sense == "min":
+        return -first_order_certificate(problem.negated(), "max", beta)
+    if sense != "max":
+        raise ValueError(f"sense must be 'max' or 'min'; got {sense!r}")
+    l, u, _, W = score_value_intervals(problem, beta)
+    val, _, X = attention_lp_max(l, u, W)
+    margin = 2.0 * gamma(problem.n + 6) * (1.0 + X) * float(np.abs(W).max())
+    return val + margin + 1e-300
+
+
+def first_order_certificate_min(problem: HeadProblem) -> float:
+    """Sound lower bound on min g."""
+    return first_order_certificate(problem, sense="min")

@@ -1,0 +1,83 @@
+"""Multi-start projected ascent: feasibility, seeding, and its place in the bound chain."""
+import contextlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attncert.best_feasible_ascent import best_feasible_ascent
+from attncert.exact_worst_case import exact_worst_case
+from attncert.first_order_certificate import first_order_certificate
+from attncert.head_problem import random_head_problem
+
+try:  # threaded OpenBLAS makes small numpy/scipy calls (e.g. L-BFGS-B) ~20x slower on a busy 2-core machine
+    from threadpoolctl import threadpool_limits
+except ImportError:  # same results, only slower
+    def threadpool_limits(limits=None):
+        return contextlib.nullcontext()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_threaded_blas():
+    with threadpool_limits(1):
+        yield
+
+
+SETTINGS = dict(deadline=None, derandomize=True)
+
+
+def _problem(seed, norm, mode):
+    rng = np.random.default_rng(seed)
+    return random_head_problem(rng, d=int(rng.integers(1, 7)), d_head=int(rng.integers(1, 4)),
+                               n=int(rng.integers(1, 6)), radius=float(rng.uniform(0.01, 0.5)), norm=norm,
+                               mode=mode, scale=float(rng.uniform(0.5, 2.0)))
+
+
+def _sampled_values(P, rng, k=100):
+    n, d, r = P.n, P.d, P.radius
+    if P.norm == "linf":
+        D = np.concatenate([rng.uniform(-r, r, (k, n, d)), rng.choice([-r, r], (k, n, d))])
+    else:
+        D = rng.standard_normal((2 * k, n, d))
+        D *= r / np.linalg.norm(D, axis=2, keepdims=True)
+        D[:k] *= rng.uniform(0, 1, (k, n, 1))
+    return np.array([P.value(P.Z0 + Di * (1 - 1e-12)) for Di in D])
+
+
+@settings(max_examples=16, **SETTINGS)
+@given(seed=st.integers(0, 2**31), norm=st.sampled_from(["linf", "l2"]))
+def test_varying_query_chain(seed, norm):
+    """first order >= best ascent >= sampled values (varying query), and the same for the minimum."""
+    P = _problem(seed, norm, "varying")
+    asc = best_feasible_ascent(P, restarts=8, steps=120, seed=seed, num_threads=1)
+    asc_min = best_feasible_ascent(P, restarts=8, steps=120, seed=seed, sense="min", num_threads=1)
+    vals = _sampled_values(P, np.random.default_rng(seed + 1))
+    assert P.in_ball(asc.Z) and P.in_ball(asc_min.Z)
+    assert asc.value == P.value(asc.Z) and asc_min.value == P.value(asc_min.Z)
+    assert first_order_certificate(P) >= asc.value >= vals.max()
+    assert first_order_certificate(P, "min") <= asc_min.value <= vals.min()
+
+
+@settings(max_examples=16, **SETTINGS)
+@given(seed=st.integers(0, 2**31), norm=st.sampled_from(["linf", "l2"]))
+def test_fixed_query_ascent_below_exact(seed, norm):
+    P = _problem(seed, norm, "fixed")
+    asc = best_feasible_ascent(P, restarts=8, steps=120, seed=seed, num_threads=1)
+    ex = exact_worst_case(P)
+    assert P.in_ball(asc.Z)
+    assert P.nominal_value() <= asc.value <= ex.hi
+
+
+def test_seeded_and_extra_starts():
+    P = random_head_problem(np.random.default_rng(4), d=5, d_head=3, n=4, radius=0.3, mode="varying")
+    a = best_feasible_ascent(P, restarts=6, steps=60, seed=3, num_threads=1)
+    b = best_feasible_ascent(P, restarts=6, steps=60, seed=3, num_threads=1)
+    assert a.value == b.value and np.array_equal(a.Z, b.Z)
+    assert a.start_values.shape == (6,)
+    # a caller-supplied start is used: started at the exact maximizer, ascent cannot end below it
+    Pf = random_head_problem(np.random.default_rng(4), d=5, d_head=3, n=4, radius=0.3)
+    ex = exact_worst_case(Pf)
+    c = best_feasible_ascent(Pf, restarts=2, steps=10, starts=(ex.witness - Pf.Z0)[None], num_threads=1)
+    assert c.start_values.shape == (3,)
+    assert c.value >= ex.lo - 1e-12 * ex.value_spread
