@@ -4,6 +4,13 @@ import sys
 
 sys.path.insert(0, os.path.join(workflow.basedir, "src"))
 
+# One BLAS/OpenMP thread per job: jobs run side by side and set torch's threads from `threads:`;
+# oversubscribed BLAS makes the many small solves of the certificates 10-20x slower.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+if config.get("model", {}).get("source") == "embedded":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
 from attncert.pipeline_config import ConfigError, validate_config, selected, config_hash
 from attncert.model_source import ModelSourceError, check_reachable, model_dimensions
 
