@@ -68,7 +68,7 @@ def figure_relative_gap(df: pd.DataFrame, model: str, out_pdf, slope_max_radius:
     axes[0][0].set_ylabel("relative gap  (certificate − reference) / movement range")
     fig.suptitle(f"Certificate looseness vs radius — {grid_label(df, model)}\n"
                  f"median and quartiles over units; slopes: per-unit log-log fits over r ≤ {slope_max_radius}",
-                 fontsize=10)
+                 fontsize=10, y=1.04)
     _save(fig, out_pdf)
 
 
@@ -87,7 +87,7 @@ def figure_gap_over_secant(df: pd.DataFrame, model: str, out_pdf):
         ax.legend(fontsize=8)
     ax.set_ylabel("second-order gap / secant-slack bound")
     ax.set_xlabel("radius r")
-    fig.suptitle(f"Gap vs value-weighted secant-slack bound (fixed query) — {grid_label(df, model)}", fontsize=9)
+    fig.suptitle(f"Gap vs value-weighted secant-slack bound (fixed query) — {grid_label(df, model)}", fontsize=9, y=1.02)
     _save(fig, out_pdf)
 
 
@@ -112,7 +112,7 @@ def figure_certified_within(df: pd.DataFrame, model: str, out_pdf):
         ax.set_title(f"{mode} query", fontsize=10)
         ax.legend(fontsize=8)
     axes[0][0].set_ylabel("share of units")
-    fig.suptitle(f"Units certified within 10% / 1% of their movement range — {grid_label(df, model)}", fontsize=9)
+    fig.suptitle(f"Units certified within 10% / 1% of their movement range — {grid_label(df, model)}", fontsize=9, y=1.02)
     _save(fig, out_pdf)
 
 
