@@ -191,3 +191,31 @@ def write_table(df: pd.DataFrame, out_csv: str | Path, title: str) -> None:
 
 def violations_table(df: pd.DataFrame) -> pd.DataFrame:
     return soundness_violations(df)
+
+
+def paper_measurements(df: pd.DataFrame, table: pd.DataFrame, slopes: pd.DataFrame) -> dict:
+    """Our values for the claim ids of data/paper_claims.yaml (certification stage)."""
+    g = add_gaps(df)
+    fixed = g[g["mode"] == "fixed"]
+
+    def at(mode, r, col):
+        sel = table[(table["mode"] == mode) & np.isclose(table["radius"].astype(float), r)]
+        return float(sel[col].iloc[0]) if len(sel) else None
+
+    srow = slopes.set_index("mode")
+    width = (fixed["exact_hi"] - fixed["exact_lo"]) / fixed["value_spread"]
+    small = fixed[fixed["radius"] <= 0.002 + 1e-12]
+    return {
+        "exact_bracket_width": float(width.max()),
+        "exact_bracket_median_vs_movement": float(((fixed["exact_hi"] - fixed["exact_lo"]) / fixed["movement"]).median()),
+        "second_order_rel_gap_r0.002": at("fixed", 0.002, "median_rel_gap_second"),
+        "second_order_rel_gap_r0.02": at("fixed", 0.02, "median_rel_gap_second"),
+        "second_order_slope": float(srow.loc["fixed", "slope_second"]) if "fixed" in srow.index else None,
+        "first_order_slope": float(srow.loc["fixed", "slope_first"]) if "fixed" in srow.index else None,
+        "movement_range_slope": float(srow.loc["fixed", "slope_movement"]) if "fixed" in srow.index else None,
+        "gap_over_secant_max": float((fixed["gap_second_order"] / fixed["secant_bound"]).max()),
+        "within_10pct_small_r": float((small["rel_gap_second_order"] <= 0.10).mean()) if len(small) else None,
+        "within_1pct_r0.001": at("fixed", 0.001, "share_within_1pct"),
+        "cert_seconds_fixed": float(g.loc[g["mode"] == "fixed", "t_second_s"].median()),
+        "cert_seconds_varying": float(g.loc[g["mode"] == "varying", "t_second_s"].median()),
+    }

@@ -115,6 +115,7 @@ rule certify_table:
         paper="figures/tables/{model}/certification_vs_paper.csv",
         violations="figures/tables/{model}/soundness_violations.csv",
         md="figures/tables/{model}/certification.md",
+        measured="figures/tables/{model}/certify_measured.json",
     params:
         what="table",
     threads: 1

@@ -3,6 +3,7 @@ import sys
 
 from attncert import certification_figures as cf
 from attncert.job_log import start_job_log  # noqa: E402
+from attncert.paper_comparison import write_measured  # noqa: E402
 from attncert.provenance import provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
@@ -23,6 +24,7 @@ elif what == "table":
     cf.write_table(slopes, sm.output.slopes, f"Per-unit log-log slopes (medians) — {label}")
     cf.write_table(cf.paper_comparison(table, slopes, df, model), sm.output.paper,
                    f"Paper A (GPT-2 small) vs reproduced ({label})")
+    write_measured(sm.output.measured, cf.paper_measurements(df, table, slopes), label)
     viol = cf.violations_table(df)
     cf.write_table(viol, sm.output.violations, f"Soundness violations — {label} ({len(viol)} rows)")
     if len(viol):

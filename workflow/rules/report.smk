@@ -1,0 +1,23 @@
+# Final stage: every claimed number of both papers beside ours (figures/tables/paper_vs_reproduced.md).
+
+PAPER_VS_REPRODUCED = "figures/tables/paper_vs_reproduced.md"
+REPORT_OUTPUTS = [PAPER_VS_REPRODUCED]
+
+
+rule paper_vs_reproduced:
+    input:
+        claims="data/paper_claims.yaml",
+        measured=MEASURED_FILES,
+    output:
+        md=PAPER_VS_REPRODUCED,
+        csv="figures/tables/paper_vs_reproduced.csv",
+    threads: 1
+    conda:
+        "../../environment.yml"
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    log:
+        "data/logs/paper_vs_reproduced.log",
+    script:
+        "../scripts/paper_vs_reproduced.py"
