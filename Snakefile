@@ -14,7 +14,19 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/extract.smk"
 include: "workflow/rules/certify.smk"
 include: "workflow/rules/baselines.smk"
+include: "workflow/rules/block.smk"
 include: "workflow/rules/minip.smk"
+
+
+# every stage's measured values, joined with data/paper_claims.yaml by the final report
+MEASURED_FILES = [
+    f"figures/tables/{MODEL}/certify_measured.json",
+    f"figures/tables/{MODEL}/baselines_measured.json",
+    f"figures/tables/{MODEL}/block_measured.json",
+] + globals().get("MINIP_MEASURED", [])
+
+
+include: "workflow/rules/report.smk"
 
 
 rule all:
@@ -22,5 +34,7 @@ rule all:
         EXTRACT_OUTPUTS,
         CERTIFY_OUTPUTS,
         BASELINES_OUTPUTS,
+        BLOCK_OUTPUTS,
         MINIP_OUTPUTS,
+        REPORT_OUTPUTS,
     default_target: True

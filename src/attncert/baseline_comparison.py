@@ -91,3 +91,39 @@ def headline(m: pd.DataFrame, model: str) -> pd.DataFrame:
                      "certificate_seconds_over_method_seconds": (sub["t_second_s"] / sub["seconds"]).median(),
                      "paper_seconds": PAPER_SECONDS.get(method, "")})
     return pd.DataFrame(rows)
+
+
+def paper_measurements(table: pd.DataFrame, slopes: pd.DataFrame, head: pd.DataFrame) -> dict:
+    """Our values for the claim ids of data/paper_claims.yaml (baselines stage)."""
+    def rows(mode=None, method=None, radius=None):
+        t = table
+        if mode:
+            t = t[t["mode"] == mode]
+        if method:
+            t = t[t["method"] == method]
+        if radius is not None:
+            t = t[np.isclose(t["radius"].astype(float), radius)]
+        return t
+
+    def span(series):
+        s = series.dropna()
+        return [float(s.min()), float(s.max())] if len(s) else None
+
+    def one(series):
+        s = series.dropna()
+        return float(s.iloc[0]) if len(s) else None
+
+    sl = slopes.set_index(["mode", "method"])["median_slope"]
+    hd = head.set_index("method")
+    return {
+        "ibp_rel_gap": span(rows(method="ibp")["median_rel_gap"]),
+        "crown_slope_fixed": float(sl.get(("fixed", "crown"), np.nan)),
+        "crown_slope_varying": float(sl.get(("varying", "crown"), np.nan)),
+        "crown_over_cert_fixed": span(rows("fixed", "crown")["ratio_median"]),
+        "crown_over_cert_varying_r0.001": one(rows("varying", "crown", 0.001)["ratio_median"]),
+        "crown_over_cert_varying_r0.01": one(rows("varying", "crown", 0.01)["ratio_median"]),
+        "cert_tighter_share": float(hd.loc["crown", "share_certificate_tighter"]) if "crown" in hd.index else None,
+        "cert_2x_tighter_share": float(hd.loc["crown", "share_certificate_2x_tighter"]) if "crown" in hd.index else None,
+        "crown_seconds": span(rows(method="crown")["median_seconds"]),
+        "alpha_crown_seconds": span(rows(method="alpha_crown")["median_seconds"]),
+    }

@@ -44,6 +44,7 @@ rule baselines_table:
         csv="figures/tables/{model}/baselines.csv",
         slopes="figures/tables/{model}/baselines_slopes.csv",
         headline="figures/tables/{model}/baselines_headline.csv",
+        measured="figures/tables/{model}/baselines_measured.json",
     params:
         what="table",
     threads: 1

@@ -69,6 +69,7 @@ rule block_table:
         summary_md="figures/tables/{model}/block_summary.md",
         paper="figures/tables/{model}/block_vs_paper.csv",
         paper_md="figures/tables/{model}/block_vs_paper.md",
+        measured="figures/tables/{model}/block_measured.json",
     params:
         what="table",
         block=config["block"],

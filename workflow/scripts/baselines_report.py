@@ -8,6 +8,7 @@ import seaborn as sns  # noqa: E402
 
 from attncert import baseline_comparison as bc  # noqa: E402
 from attncert.certification_figures import grid_label, write_table  # noqa: E402
+from attncert.paper_comparison import write_measured  # noqa: E402
 from attncert.job_log import start_job_log  # noqa: E402
 from attncert.provenance import provenance, write_sidecar  # noqa: E402
 
@@ -31,6 +32,7 @@ if sm.params.what == "table":
           table.to_markdown(index=False, floatfmt=".3g"), "\n\n## Per-unit log-log slopes (medians)\n",
           slopes.to_markdown(index=False, floatfmt=".3g"), "\n\n## Overall\n", head.to_markdown(index=False, floatfmt=".3g"),
           f"\n\nSoundness: {len(unsound)} baseline bounds below an attained value (of {len(base)}).\n"]
+    write_measured(sm.output.measured, bc.paper_measurements(table, slopes, head), label)
     table.to_csv(sm.output.csv, index=False)
     slopes.to_csv(sm.output.slopes, index=False)
     head.to_csv(sm.output.headline, index=False)

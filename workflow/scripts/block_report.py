@@ -20,6 +20,7 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
 
+from attncert.paper_comparison import write_measured  # noqa: E402
 from attncert.provenance import atomic_path, provenance, write_sidecar  # noqa: E402
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
@@ -276,6 +277,29 @@ def figure_crown_over_perop(df: pd.DataFrame, claims: list, pdf: str, png: str) 
     save_figure(fig, pdf, png)
 
 
+def measured_values(df: pd.DataFrame, block: dict) -> dict:
+    """Our values for the block_* claim ids of data/paper_claims.yaml."""
+    r_ref, ref = at_reference(df, block)
+    small = df[df["radius"] <= r_ref * (1 + 1e-12)]
+    sub = ref[ref["subset"]]
+
+    def med_range(s):
+        s = s[np.isfinite(s)]
+        return {"median": float(s.median()), "range": [float(s.min()), float(s.max())]}
+
+    dev = small["second_order_dev"].abs()
+    return {
+        "block_units": int(ref.groupby(["transition", "head"]).ngroups),
+        "block_second_order_match": [float(dev.min()), float(dev.max())],
+        "block_crown_over_perop": med_range(small["crown_over_perop"]),
+        "block_spearman_subset": rho(sub["predicted_looseness"], sub["crown_looseness"])[0],
+        "block_spearman_all": rho(ref["predicted_looseness"], ref["crown_looseness"])[0],
+        "block_predicted_looseness": med_range(ref["predicted_looseness"]),
+        "block_effective_rank": med_range(ref["effective_rank"]),
+        "block_softmax_one_op": [float(ref["softmax_ratio"].min()), float(ref["softmax_ratio"].max())],
+    }
+
+
 df = derive(pd.read_csv(sm.input.units))
 block = sm.params.block
 claims = yaml.safe_load(open(sm.input.claims))["paper_a"]["claims"] if "claims" in sm.input.keys() else []
@@ -290,6 +314,7 @@ if what == "table":
                 f"Paper A block residual experiment (GPT-2 small) vs ours — {label}",
                 ["Paper values from data/paper_claims.yaml (paper_a, block_*). Ours: this run; embedded-model "
                  "results are not GPT-2 results.", f"Rank correlations at r = {r_ref:g}."])
+    write_measured(sm.output.measured, measured_values(df, block), label)
 elif what == "crown_vs_predicted":
     figure_crown_vs_predicted(df, block, sm.output[0], sm.output.png)
 elif what == "distributions":
