@@ -1,7 +1,7 @@
 # Paper B (Min-IP): constructions checked exhaustively, the witness family and its proven rank bound,
 # one training job per (setting, model, seed), then tables (figures/tables/minip_*) and figures
 # (figures/minip/*). Everything is model-independent (no transformer weights are read).
-from attncert.minip.sweep import runs as _minip_runs, table_inputs as _minip_table_inputs
+from attncert.minip.sweep import runs as _minip_runs, run_params as _minip_run_params, table_inputs as _minip_table_inputs
 from attncert.minip.codes import hadamard as _minip_hadamard
 
 MINIP = config["minip"]
@@ -76,7 +76,7 @@ rule minip_train:
         model=r"r\d+|dense",
         seed=r"\d+",
     params:
-        minip=MINIP,
+        run=lambda wc: _minip_run_params(MINIP, wc.setting),
     threads: 1
     conda:
         "../../environment.yml"

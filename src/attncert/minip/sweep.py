@@ -1,0 +1,148 @@
+"""The grid of training runs named by the config, the aggregation of their records, transition ranks.
+
+Settings. "witness" (the witness family of `witness`) and "m{bits}-n{length}" (random tokens of
+`bits` bits, sequences of `length` tokens, disjoint train/test pools). Models: "r{rank}" (kernel
+attention of that rank) and "dense" (dense softmax attention). One run per (setting, model, seed),
+stored as data/minip/runs/{setting}/{model}_s{seed}.json.
+
+Transition rank of a setting: the smallest rank r of the grid whose error meets the criterion --
+witness: some seed reaches error exactly 0 (and, separately, every seed does); scaling: the median
+over seeds of the error is below the threshold (5% by default). None when no rank of the grid does.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+from .training import TrainConfig
+
+RUN_DIR = "data/minip/runs"
+SETTING_RE = re.compile(r"^(witness|m(\d+)-n(\d+))$")
+MODEL_RE = re.compile(r"^(r(\d+)|dense)$")
+
+
+@dataclass(frozen=True)
+class Run:
+    setting: str
+    model: str
+    seed: int
+
+    @property
+    def path(self) -> str:
+        return f"{RUN_DIR}/{self.setting}/{self.model}_s{self.seed}.json"
+
+
+def scaling_setting(bits: int, length: int) -> str:
+    return f"m{bits}-n{length}"
+
+
+def parse_setting(setting: str) -> tuple[str, int | None, int | None]:
+    """'witness' -> ('witness', None, None); 'm12-n3' -> ('scaling', 12, 3)."""
+    m = SETTING_RE.match(setting)
+    if not m:
+        raise ValueError(f"unknown Min-IP setting {setting!r}")
+    if m.group(1) == "witness":
+        return "witness", None, None
+    return "scaling", int(m.group(2)), int(m.group(3))
+
+
+def parse_model(model: str) -> tuple[str, int | None]:
+    """'r8' -> ('kernel', 8); 'dense' -> ('dense', None)."""
+    m = MODEL_RE.match(model)
+    if not m:
+        raise ValueError(f"unknown Min-IP model {model!r}")
+    return ("dense", None) if model == "dense" else ("kernel", int(m.group(2)))
+
+
+def runs(cfg: dict) -> list[Run]:
+    """Every run of the sweep described by the `minip` config section."""
+    seeds = cfg["seeds"]
+    out = [Run("witness", m, s) for m in [f"r{r}" for r in cfg["witness"]["ranks"]] + ["dense"] for s in seeds]
+    for spec in cfg["scaling"]["lengths"]:
+        for bits in cfg["scaling"]["sizes"]:
+            setting = scaling_setting(bits, spec["length"])
+            out += [Run(setting, m, s) for m in [f"r{r}" for r in spec["ranks"]] + ["dense"] for s in seeds]
+    return out
+
+
+def table_inputs(table: str) -> dict[str, str]:
+    """Input files of the table `table` (witness, transition, paper, constructions)."""
+    if table == "constructions":
+        return {"constructions": "data/minip/constructions.csv"}
+    inputs = {"sweep": "data/minip/sweep.csv", "bound": "data/minip/witness_bound.json"}
+    if table == "paper":
+        inputs["claims"] = "data/paper_claims.yaml"
+    return inputs
+
+
+def run_params(cfg: dict, setting: str) -> dict:
+    """The part of the `minip` config one run of `setting` depends on (Snakemake params of the job,
+    so that editing the grid does not invalidate runs that did not change)."""
+    kind, _bits, _length = parse_setting(setting)
+    out = {"train": asdict(train_config(cfg, setting))}
+    if kind == "witness":
+        out["witness"] = {k: cfg["witness"][k] for k in ("bits", "queries", "ladder_step")}
+    else:
+        out["scaling"] = {k: cfg["scaling"][k] for k in ("test_fraction", "max_pool", "pool_seed", "eval_sequences")}
+    return out
+
+
+def train_config(cfg: dict, setting: str) -> TrainConfig:
+    kind, _bits, length = parse_setting(setting)
+    model = cfg["model"]
+    if kind == "witness":
+        steps, batch = cfg["witness"]["steps"], 0
+    else:
+        spec = next(s for s in cfg["scaling"]["lengths"] if s["length"] == length)
+        steps, batch = spec["steps"], cfg["scaling"]["batch"]
+    return TrainConfig(steps=steps, batch=batch, lr=model["lr"], hidden=model["hidden"],
+                       value_dim=model["value_dim"], depth=model["depth"])
+
+
+RECORD_COLUMNS = ["setting", "bits", "length", "kind", "rank", "seed", "error", "error_iid", "error_ood",
+                  "error_query_position", "fraction_queries_failed", "queries_failed", "final_loss", "seconds"]
+
+
+def collect(records: list[dict]):
+    """One row per run (a pandas DataFrame); missing metrics (e.g. error_ood of witness runs) are NaN."""
+    import numpy as np
+    import pandas as pd
+
+    df = pd.DataFrame.from_records(records)
+    for c in RECORD_COLUMNS:
+        if c not in df:
+            df[c] = np.nan
+    df = df[RECORD_COLUMNS].copy()
+    df["rank"] = df["rank"].astype("Int64")
+    return df.sort_values(["setting", "kind", "rank", "seed"], na_position="last").reset_index(drop=True)
+
+
+def witness_transition(df) -> dict:
+    """Smallest rank with some seed at zero error / with every seed at zero error (witness setting)."""
+    k = df[(df.setting == "witness") & (df.kind == "kernel")]
+    by_rank = k.groupby("rank")["error"]
+    some = [int(r) for r, e in by_rank if (e == 0).any()]
+    every = [int(r) for r, e in by_rank if (e == 0).all()]
+    return {"some_seed_zero": min(some) if some else None, "every_seed_zero": min(every) if every else None}
+
+
+def scaling_transitions(df, threshold: float):
+    """Per (bits, length): smallest rank whose median error over seeds is < threshold (iid and OOD)."""
+    import pandas as pd
+
+    rows = []
+    k = df[(df.kind == "kernel") & (df.setting != "witness")]
+    d = df[(df.kind == "dense") & (df.setting != "witness")]
+    for (bits, length), g in k.groupby(["bits", "length"]):
+        med = g.groupby("rank")[["error_iid", "error_ood"]].median().sort_index()
+        row = {"bits": int(bits), "length": int(length), "max_rank": int(med.index.max())}
+        for split in ("iid", "ood"):
+            ok = med.index[med[f"error_{split}"] < threshold]
+            row[f"transition_rank_{split}"] = int(ok.min()) if len(ok) else None
+            row[f"min_median_error_{split}"] = float(med[f"error_{split}"].min())
+        dd = d[(d.bits == bits) & (d.length == length)]
+        row["dense_max_error_ood"] = float(dd["error_ood"].max()) if len(dd) else None
+        row["dense_max_error_iid"] = float(dd["error_iid"].max()) if len(dd) else None
+        row["dense_seeds"] = int(len(dd))
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,115 @@
+"""Training runs (tiny), the witness evaluation, the sweep grid, tables, figures and the config schema."""
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from attncert.minip import plots, tables
+from attncert.minip.sweep import collect, parse_model, parse_setting, runs, scaling_transitions, train_config, witness_transition
+from attncert.minip.training import TrainConfig, evaluate_witness, run_scaling, run_witness
+from attncert.minip.witness import witness_family
+
+from conftest import REPO
+
+CFG = yaml.safe_load((REPO / "workflow" / "config" / "default.yaml").read_text())
+PAPER = yaml.safe_load((REPO / "workflow" / "config" / "paper.yaml").read_text())
+SCHEMA = yaml.safe_load((REPO / "workflow" / "config" / "schema.yaml").read_text())
+TINY = TrainConfig(steps=30, batch=32, lr=1e-2, hidden=16, value_dim=4)
+
+
+def test_witness_run_is_deterministic():
+    fam = witness_family(8, 4)
+    a = run_witness(family=fam, kind="kernel", rank=2, seed=1, train=TINY)
+    b = run_witness(family=fam, kind="kernel", rank=2, seed=1, train=TINY)
+    drop = lambda r: {k: v for k, v in r.items() if k != "seconds"}  # noqa: E731
+    assert drop(a) == drop(b)
+    assert a["inputs"] == fam.size and 0 <= a["error"] <= 1
+
+
+def test_scaling_run_is_deterministic_and_reports_both_splits():
+    kw = dict(bits=6, length=3, kind="dense", rank=None, train=TINY, test_fraction=0.25, max_pool=4096,
+              pool_seed=0, eval_sequences=64)
+    a, b = run_scaling(seed=0, **kw), run_scaling(seed=0, **kw)
+    assert a["error_ood"] == b["error_ood"] and a["final_loss"] == b["final_loss"]
+    assert a["pool_train"] == 48 and a["pool_test"] == 16
+    assert run_scaling(seed=1, **kw)["final_loss"] != a["final_loss"]
+
+
+def test_evaluate_witness_counts_failed_queries():
+    fam = witness_family(24, 10)
+    pred = fam.targets.astype(float)
+    assert evaluate_witness(pred, fam)["fraction_queries_failed"] == 0.0
+    pred[np.flatnonzero(fam.query_of == 3)[2], 0] += 0.6  # one input of query 3 wrong at the query position
+    pred[0, 1] += 0.6                                     # a non-query position: counts in the error only
+    r = evaluate_witness(pred, fam)
+    assert r["queries_failed"] == 1 and r["fraction_queries_failed"] == 0.1
+    assert r["error"] == pytest.approx(2 / (3 * fam.size))
+
+
+def test_sweep_grid_of_default_config():
+    grid = runs(CFG["minip"])
+    assert len(grid) == len({r.path for r in grid})
+    n_w = (len(CFG["minip"]["witness"]["ranks"]) + 1) * len(CFG["minip"]["seeds"])
+    assert sum(r.setting == "witness" for r in grid) == n_w
+    for r in grid:
+        parse_setting(r.setting), parse_model(r.model)
+        assert train_config(CFG["minip"], r.setting).steps > 0
+    assert parse_setting("m12-n3") == ("scaling", 12, 3) and parse_model("r16") == ("kernel", 16)
+    with pytest.raises(ValueError):
+        parse_model("r-1")
+
+
+def test_minip_config_schema():
+    schema = {**SCHEMA["properties"]["minip"]}
+    jsonschema.validate(CFG["minip"], schema)
+    jsonschema.validate(PAPER["minip"], schema)
+    for bad in ({k: v for k, v in CFG["minip"].items() if k != "witness"},
+                {**CFG["minip"], "witness": {**CFG["minip"]["witness"], "bits": 10}},
+                {**CFG["minip"], "seeds": []}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
+
+
+def _synthetic_records():
+    recs = []
+    for seed in range(3):
+        for rank, err in ((1, 0.2), (4, 0.1), (8, 0.02), (16, 0.0)):
+            recs.append(dict(setting="witness", bits=24, length=3, kind="kernel", rank=rank, seed=seed,
+                             error=err if not (rank == 16 and seed) else 0.01, error_query_position=err,
+                             fraction_queries_failed=min(1.0, 5 * err), queries_failed=1, final_loss=err, seconds=1.0))
+        recs.append(dict(setting="witness", bits=24, length=3, kind="dense", rank=None, seed=seed, error=0.0,
+                         error_query_position=0.0, fraction_queries_failed=0.0, queries_failed=0, final_loss=0, seconds=1))
+        for m, shift in ((8, 0), (12, 1)):
+            for rank in (1, 2, 4, 8):
+                e = 0.2 / rank * (1 + 3 * shift)
+                recs.append(dict(setting=f"m{m}-n3", bits=m, length=3, kind="kernel", rank=rank, seed=seed,
+                                 error_iid=e, error_ood=e, final_loss=e, seconds=1.0))
+            recs.append(dict(setting=f"m{m}-n3", bits=m, length=3, kind="dense", rank=None, seed=seed,
+                             error_iid=0.0, error_ood=0.0, final_loss=0.0, seconds=1.0))
+    return collect(recs)
+
+
+def test_transitions_tables_and_figures(tmp_path):
+    df = _synthetic_records()
+    assert witness_transition(df) == {"some_seed_zero": 16, "every_seed_zero": None}
+    t = scaling_transitions(df, 0.05).set_index("bits")
+    assert t.loc[8, "transition_rank_ood"] == 8 and pd.isna(t.loc[12, "transition_rank_ood"])
+    bound = {"bound": 8, "bits": 24, "n_queries": 10, "family_size": 190, "gap": 6, "frobenius": 8,
+             "dominant": 6, "min_ratio": 5}
+    w = tables.witness_table(df, bound)
+    assert list(w["rank"].iloc[:4]) == [1, 4, 8, 16] and w["vs_bound"].iloc[0] == "below"
+    tr = tables.transition_table(df, 0.05)
+    assert list(tr["transition_rank_ood"]) == ["8", ">8"]
+    claims = yaml.safe_load((REPO / "data" / "paper_claims.yaml").read_text())["paper_b"]["claims"]
+    p = tables.paper_table(df, bound, claims, 0.05)
+    assert "1272" in p.to_string() and "8 (m=8) -> >8 (m=12)" in p.to_string()
+    tables.write_table(p, tmp_path / "p.csv", tmp_path / "p.md", title="t", notes=["n"])
+    assert (tmp_path / "p.md").read_text().startswith("# t")
+    plots.witness_figure(df, bound, tmp_path / "w.pdf", tmp_path / "w.png")
+    plots.scaling_figure(df, 0.05, tmp_path / "s.pdf", tmp_path / "s.png")
+    plots.transition_figure(tr, 0.05, tmp_path / "t.pdf", tmp_path / "t.png")
+    for f in ("w", "s", "t"):
+        assert Path(tmp_path / f"{f}.pdf").stat().st_size > 1000 and Path(tmp_path / f"{f}.png").stat().st_size > 1000

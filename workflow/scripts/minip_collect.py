@@ -1,0 +1,16 @@
+"""Snakemake entry point: all Min-IP run records -> one CSV (data/minip/sweep.csv)."""
+import json
+import logging
+
+from attncert.minip.sweep import collect
+from attncert.provenance import atomic_path, provenance, write_sidecar
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
+records = [json.loads(open(p).read()) for p in sm.input.runs]
+df = collect(records)
+logging.info("%d runs collected", len(df))
+with atomic_path(sm.output.csv) as tmp:
+    df.to_csv(tmp, index=False)
+write_sidecar(sm.output.csv, provenance(sm.config, stage="minip_collect", model_id="minip",
+                                        seeds={"runs": sm.config["minip"]["seeds"]}, runs=len(df)))

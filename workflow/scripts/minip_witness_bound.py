@@ -1,0 +1,21 @@
+"""Snakemake entry point: the witness family and its proven rank bound (attncert.minip.lower_bound)."""
+import logging
+
+from attncert.minip.lower_bound import bound_record
+from attncert.minip.witness import witness_family
+from attncert.provenance import provenance, write_json, write_sidecar
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
+w = sm.params.witness
+family = witness_family(w["bits"], w["queries"], w["ladder_step"])
+record = bound_record(family)
+# the bound for every number of queries of the same code: how the family's bound grows with S
+record["bound_by_queries"] = [
+    {k: v for k, v in bound_record(witness_family(w["bits"], s, w["ladder_step"])).items()
+     if k in ("n_queries", "family_size", "frobenius", "dominant", "bound")}
+    for s in range(2, w["bits"])
+]
+logging.info("witness family: %s", {k: v for k, v in record.items() if k != "bound_by_queries"})
+write_json(sm.output.json, record)
+write_sidecar(sm.output.json, provenance(sm.config, stage="minip_witness_bound", model_id="minip", witness=w))
