@@ -23,7 +23,7 @@ MEASURED_FILES = [
     f"figures/tables/{MODEL}/certify_measured.json",
     f"figures/tables/{MODEL}/baselines_measured.json",
     f"figures/tables/{MODEL}/block_measured.json",
-] + globals().get("MINIP_MEASURED", [])
+] + MINIP_MEASURED
 
 
 include: "workflow/rules/report.smk"

@@ -203,3 +203,27 @@ rule minip_table:
         bench_path("minip", "table_{table}")
     script:
         "../scripts/minip_table.py"
+
+
+MINIP_MEASURED = ["figures/tables/minip_measured.json"]
+
+
+rule minip_measured:
+    input:
+        unpack(lambda wc: _minip_table_inputs("witness")),
+    output:
+        MINIP_MEASURED,
+    params:
+        threshold=MINIP_THRESHOLD,
+    threads: 1
+    conda:
+        "../../environment.yml"
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    log:
+        log_path("minip", "measured"),
+    benchmark:
+        bench_path("minip", "measured")
+    script:
+        "../scripts/minip_measured.py"

@@ -114,3 +114,24 @@ def paper_table(runs: pd.DataFrame, bound: dict, claims: list[dict], threshold: 
          f"accurate = error < {threshold:g} (witness: all positions; scaling: OOD)"),
     ]
     return pd.DataFrame(rows, columns=["quantity", "paper", "ours", "note"])
+
+
+def paper_measurements(runs: pd.DataFrame, bound: dict, threshold: float) -> dict:
+    """Our values for the paper_b claim ids of data/paper_claims.yaml."""
+    w = runs[(runs.setting == "witness") & (runs.kind == "kernel")]
+    below = w[w["rank"] < bound["bound"]]
+    wt = witness_transition(runs)
+    t3 = scaling_transitions(runs, threshold)
+    t3 = t3[t3.length == 3].sort_values("bits")
+    big = 10 ** 9  # "not reached up to the largest rank" sorts above every rank
+    ranks = [big if (v is None or (isinstance(v, float) and math.isnan(v))) else int(v) for v in t3["transition_rank_ood"]]
+    dense = runs[runs.kind == "dense"]
+    dense_ok = dense.apply(lambda r: (r["error"] if r["setting"] == "witness" else r["error_ood"]) < threshold, axis=1)
+    return {
+        "witness_suite_size": int(bound["family_size"]),
+        "witness_fail_below": bool(len(below) > 0 and (below["error"] > 0).all()),
+        "witness_solve_at": wt["some_seed_zero"],
+        "witness_bound": int(bound["bound"]),
+        "ood_transition": bool(len(ranks) >= 2 and all(a <= b for a, b in zip(ranks, ranks[1:])) and ranks[-1] > ranks[0]),
+        "dense_accurate": float(dense_ok.mean()) if len(dense) else None,
+    }
