@@ -67,7 +67,7 @@ rule baselines_figure:
         pdf=report(BASELINE_FIGURE, caption="../report/baselines_gap.rst", category="Paper A: baselines"),
         png=BASELINE_FIGURE.replace(".pdf", ".png"),
     params:
-        what="figure",
+        what="gap_plot",
     threads: 1
     conda:
         "../../environment.yml"
