@@ -44,3 +44,32 @@ def tiny_gpt2_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory) -> Path:
     return _save_tiny(tmp_path_factory.mktemp("tiny_bert"), "bert")
+
+
+try:  # threaded OpenBLAS makes small numpy/scipy calls (e.g. L-BFGS-B) ~20x slower on a busy 2-core machine
+    from threadpoolctl import threadpool_limits
+except ImportError:  # same results, only slower
+    import contextlib
+
+    def threadpool_limits(limits=None):
+        return contextlib.nullcontext()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _single_threaded_blas():
+    with threadpool_limits(1):
+        yield
+
+
+def feasible_perturbations(P, rng, k=100):
+    """2k perturbations inside P's ball: k uniform + k vertices (box) or k interior + k on the sphere (l2)."""
+    import numpy as np
+
+    n, d, r = P.n, P.d, P.radius
+    if P.norm == "linf":
+        D = np.concatenate([rng.uniform(-r, r, (k, n, d)), rng.choice([-r, r], (k, n, d))])
+    else:
+        D = rng.standard_normal((2 * k, n, d))
+        D *= r / np.linalg.norm(D, axis=2, keepdims=True)
+        D[:k] *= rng.uniform(0, 1, (k, n, 1))
+    return D * (1 - 1e-12)

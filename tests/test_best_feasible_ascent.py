@@ -1,5 +1,4 @@
 """Multi-start projected ascent: feasibility, seeding, and its place in the bound chain."""
-import contextlib
 
 import numpy as np
 import pytest
@@ -11,18 +10,7 @@ from attncert.exact_worst_case import exact_worst_case
 from attncert.first_order_certificate import first_order_certificate
 from attncert.head_problem import random_head_problem
 
-try:  # threaded OpenBLAS makes small numpy/scipy calls (e.g. L-BFGS-B) ~20x slower on a busy 2-core machine
-    from threadpoolctl import threadpool_limits
-except ImportError:  # same results, only slower
-    def threadpool_limits(limits=None):
-        return contextlib.nullcontext()
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_threaded_blas():
-    with threadpool_limits(1):
-        yield
-
+from conftest import feasible_perturbations
 
 SETTINGS = dict(deadline=None, derandomize=True)
 
@@ -35,14 +23,7 @@ def _problem(seed, norm, mode):
 
 
 def _sampled_values(P, rng, k=100):
-    n, d, r = P.n, P.d, P.radius
-    if P.norm == "linf":
-        D = np.concatenate([rng.uniform(-r, r, (k, n, d)), rng.choice([-r, r], (k, n, d))])
-    else:
-        D = rng.standard_normal((2 * k, n, d))
-        D *= r / np.linalg.norm(D, axis=2, keepdims=True)
-        D[:k] *= rng.uniform(0, 1, (k, n, 1))
-    return np.array([P.value(P.Z0 + Di * (1 - 1e-12)) for Di in D])
+    return np.array([P.value(P.Z0 + D) for D in feasible_perturbations(P, rng, k)])
 
 
 @settings(max_examples=16, **SETTINGS)

@@ -9,7 +9,6 @@ Brute force, by dimension:
 * l2, d = 3..6: multi-start L-BFGS over the product of spheres (the maximizer of each token's term
   is on its sphere unless u_w is parallel to u_s).
 """
-import contextlib
 import itertools
 
 import numpy as np
@@ -23,19 +22,6 @@ from attncert.first_order_certificate import first_order_certificate
 from attncert.head_problem import HeadProblem, random_head_problem
 from attncert.projected_ball import Ellipse2D, Zonotope2D, fixed_query_data
 from attncert.token_substitutions import token_substitution_worst_case
-
-try:  # threaded OpenBLAS makes small numpy/scipy calls (e.g. L-BFGS-B) ~20x slower on a busy 2-core machine
-    from threadpoolctl import threadpool_limits
-except ImportError:  # same results, only slower
-    def threadpool_limits(limits=None):
-        return contextlib.nullcontext()
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_threaded_blas():
-    with threadpool_limits(1):
-        yield
-
 
 SETTINGS = dict(deadline=None, derandomize=True)
 GOLD = (np.sqrt(5.0) - 1.0) / 2.0

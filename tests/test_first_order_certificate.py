@@ -1,5 +1,4 @@
 """First-order certificate: greedy LP vs brute force, interval soundness, order in r."""
-import contextlib
 import itertools
 
 import numpy as np
@@ -12,18 +11,7 @@ from attncert.first_order_certificate import (attention_lp_max, bilinear_bound, 
                                               first_order_certificate_min, score_value_intervals)
 from attncert.head_problem import random_head_problem
 
-try:  # threaded OpenBLAS makes small numpy/scipy calls (e.g. L-BFGS-B) ~20x slower on a busy 2-core machine
-    from threadpoolctl import threadpool_limits
-except ImportError:  # same results, only slower
-    def threadpool_limits(limits=None):
-        return contextlib.nullcontext()
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_threaded_blas():
-    with threadpool_limits(1):
-        yield
-
+from conftest import feasible_perturbations
 
 SETTINGS = dict(deadline=None, derandomize=True)
 
@@ -36,14 +24,7 @@ def _problem(seed, norm, mode):
 
 
 def _samples(P, rng, k=200):
-    n, d, r = P.n, P.d, P.radius
-    if P.norm == "linf":
-        D = np.concatenate([rng.uniform(-r, r, (k, n, d)), rng.choice([-r, r], (k, n, d))])
-    else:
-        D = rng.standard_normal((2 * k, n, d))
-        D *= r / np.linalg.norm(D, axis=2, keepdims=True)
-        D[:k] *= rng.uniform(0, 1, (k, n, 1))
-    return D * (1 - 1e-12)
+    return feasible_perturbations(P, rng, k)
 
 
 @settings(max_examples=60, **SETTINGS)

@@ -1,5 +1,4 @@
 """Enumerated token substitutions: separable root vs full enumeration of every choice pattern."""
-import contextlib
 import itertools
 
 import numpy as np
@@ -9,19 +8,6 @@ from hypothesis import strategies as st
 
 from attncert.head_problem import random_head_problem
 from attncert.token_substitutions import token_substitution_worst_case
-
-try:  # threaded OpenBLAS makes small numpy/scipy calls (e.g. L-BFGS-B) ~20x slower on a busy 2-core machine
-    from threadpoolctl import threadpool_limits
-except ImportError:  # same results, only slower
-    def threadpool_limits(limits=None):
-        return contextlib.nullcontext()
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_threaded_blas():
-    with threadpool_limits(1):
-        yield
-
 
 def _instance(seed, mode):
     rng = np.random.default_rng(seed)
