@@ -45,7 +45,7 @@ from bound_propagation.parallel import BoundParallel
 from bound_propagation.sequential import BoundSequential
 
 from .block_map import DTYPE, RSQRT, SQUARE, BlockTransition, ScalarCurve
-from .bound_propagation_head import BilinearProduct, PositiveReciprocal, head_factory
+from .bound_propagation_head import BilinearProduct, PositiveReciprocal, each_side, head_factory
 
 ROUNDING_ABS = 1e-12
 ROUNDING_REL = 1e-9
@@ -207,9 +207,7 @@ class BoundColumnSparseLinear(BoundModule):
         return out, acc
 
     def crown_backward(self, linear_bounds, optimize):
-        lower = None if linear_bounds.lower is None else self._backward(linear_bounds.lower)
-        upper = None if linear_bounds.upper is None else self._backward(linear_bounds.upper)
-        return LinearBounds(linear_bounds.region, lower, upper)
+        return each_side(linear_bounds, lambda bounds, upper: self._backward(bounds))
 
     @assert_bound_order
     def ibp_forward(self, bounds, save_relaxation=False, save_input_bounds=False):
@@ -257,9 +255,7 @@ class BoundPairDifferences(BoundModule):
         return out.reshape(*A.shape[:-1], mod.heads * mod.n), acc
 
     def crown_backward(self, linear_bounds, optimize):
-        lower = None if linear_bounds.lower is None else self._backward(linear_bounds.lower)
-        upper = None if linear_bounds.upper is None else self._backward(linear_bounds.upper)
-        return LinearBounds(linear_bounds.region, lower, upper)
+        return each_side(linear_bounds, lambda bounds, upper: self._backward(bounds))
 
     @assert_bound_order
     def ibp_forward(self, bounds, save_relaxation=False, save_input_bounds=False):
@@ -296,9 +292,7 @@ class BoundGroupSums(BoundModule):
         return A.repeat_interleave(mod.size, dim=-1), acc + mod.bias * A.sum(-1)
 
     def crown_backward(self, linear_bounds, optimize):
-        lower = None if linear_bounds.lower is None else self._backward(linear_bounds.lower)
-        upper = None if linear_bounds.upper is None else self._backward(linear_bounds.upper)
-        return LinearBounds(linear_bounds.region, lower, upper)
+        return each_side(linear_bounds, lambda bounds, upper: self._backward(bounds))
 
     @assert_bound_order
     def ibp_forward(self, bounds, save_relaxation=False, save_input_bounds=False):
@@ -378,9 +372,7 @@ class BoundBroadcastProduct(BoundModule):
             bias = (W.clamp(min=0) * hi.unsqueeze(-2)).sum(-1) + (W.clamp(max=0) * lo.unsqueeze(-2)).sum(-1)
             return torch.cat([Ax, Ay], dim=-1), acc + bias
 
-        lower = None if linear_bounds.lower is None else one_pass(*linear_bounds.lower, False)
-        upper = None if linear_bounds.upper is None else one_pass(*linear_bounds.upper, True)
-        return LinearBounds(linear_bounds.region, lower, upper)
+        return each_side(linear_bounds, lambda bounds, upper: one_pass(*bounds, upper))
 
     def ibp_forward(self, bounds, save_relaxation=False, save_input_bounds=False):
         mod = self.module

@@ -78,6 +78,16 @@ DEFAULT_PARAMETER = 0.5
 # --------------------------------------------------------------------------------------------------
 # Modules
 # --------------------------------------------------------------------------------------------------
+
+def each_side(linear_bounds: LinearBounds, step) -> LinearBounds:
+    """One back-substitution step applied to both sides of a linear bound.
+
+    step((A, bias), upper) -> (A', bias'); `upper` tells which side (relaxations pick their planes by it).
+    """
+    lower = None if linear_bounds.lower is None else step(linear_bounds.lower, False)
+    upper = None if linear_bounds.upper is None else step(linear_bounds.upper, True)
+    return LinearBounds(linear_bounds.region, lower, upper)
+
 class InputLinear(FixedLinear):
     """y = W x + b applied to the network input x = (delta_1, ..., delta_n) (first operation on its path).
 
@@ -194,9 +204,7 @@ class BoundPlainLinear(BoundLinear):
 
     def crown_backward(self, linear_bounds, optimize):
         W, b = self.module.weight, self.module.bias
-        lower = None if linear_bounds.lower is None else _linear_backward(W, b, linear_bounds.lower)
-        upper = None if linear_bounds.upper is None else _linear_backward(W, b, linear_bounds.upper)
-        return LinearBounds(linear_bounds.region, lower, upper)
+        return each_side(linear_bounds, lambda bounds, upper: _linear_backward(W, b, bounds))
 
 
 class BoundInputLinear(BoundPlainLinear):
@@ -219,9 +227,7 @@ class BoundInputLinear(BoundPlainLinear):
         return torch.cat(parts, dim=-1), acc
 
     def crown_backward(self, linear_bounds, optimize):
-        lower = None if linear_bounds.lower is None else self._backward(linear_bounds.lower)
-        upper = None if linear_bounds.upper is None else self._backward(linear_bounds.upper)
-        return LinearBounds(linear_bounds.region, lower, upper)
+        return each_side(linear_bounds, lambda bounds, upper: self._backward(bounds))
 
     @assert_bound_order
     def ibp_forward(self, bounds, save_relaxation=False, save_input_bounds=False):
@@ -310,12 +316,7 @@ class _BoundConvexActivation(PerObjectiveParameters, BoundActivation):
             mu = torch.where(use_secant, sec_int.unsqueeze(-2), tan_int)
             return W * lam, acc_bias + (W * mu).sum(dim=-1)
 
-        lower = upper = None
-        if linear_bounds.lower is not None:
-            lower = one_pass(*linear_bounds.lower, "lower")
-        if linear_bounds.upper is not None:
-            upper = one_pass(*linear_bounds.upper, "upper")
-        return LinearBounds(linear_bounds.region, lower, upper)
+        return each_side(linear_bounds, lambda bounds, upper: one_pass(*bounds, "upper" if upper else "lower"))
 
     def ibp_forward(self, bounds, save_relaxation=False, save_input_bounds=False):
         self.check_domain(bounds.lower, bounds.upper)
@@ -404,12 +405,7 @@ class BoundAlphaBilinear(PerObjectiveParameters, BoundVectorMul):
             c = torch.where(use_upper, up[2], lo[2])
             return torch.cat([W * ax, W * ay], dim=-1), acc_bias + (W * c).sum(dim=-1)
 
-        lower = upper = None
-        if linear_bounds.lower is not None:
-            lower = one_pass(*linear_bounds.lower, "lower")
-        if linear_bounds.upper is not None:
-            upper = one_pass(*linear_bounds.upper, "upper")
-        return LinearBounds(linear_bounds.region, lower, upper)
+        return each_side(linear_bounds, lambda bounds, upper: one_pass(*bounds, "upper" if upper else "lower"))
 
     def ibp_forward(self, bounds, save_relaxation=False, save_input_bounds=False):
         out = super().ibp_forward(bounds, save_relaxation=save_relaxation, save_input_bounds=save_input_bounds)
