@@ -47,7 +47,7 @@ METHODS = ("ibp", "crown", "alpha_crown", "alpha_crown_last_layer")
 
 
 def units(config: str, n: int, count: int, mode: str, radius: float):
-    from attncert.head_problem import HeadProblem, specification_direction
+    from attncert.head.problem import HeadProblem, specification_direction
 
     out = []
     if config.startswith("minilm"):
@@ -77,10 +77,10 @@ def run_one(config: str, n: int, mode: str, count: int, threads: int) -> dict:
     import torch
 
     torch.set_num_threads(threads)
-    from attncert.best_feasible_ascent import best_feasible_ascent
-    from attncert.exact_worst_case import exact_worst_case
-    from attncert.head_problem import random_head_problem
-    from attncert.linear_bound_baselines import baseline_upper_bound
+    from attncert.certify.best_feasible_ascent import best_feasible_ascent
+    from attncert.certify.exact_worst_case import exact_worst_case
+    from attncert.head.problem import random_head_problem
+    from attncert.baselines.linear_bound_baselines import baseline_upper_bound
 
     # warm-up (first autograd / optimizer call)
     baseline_upper_bound(random_head_problem(np.random.default_rng(0), n=3, mode=mode), "alpha_crown")

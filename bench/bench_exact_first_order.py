@@ -24,10 +24,10 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from attncert.best_feasible_ascent import best_feasible_ascent  # noqa: E402
-from attncert.exact_worst_case import exact_worst_case  # noqa: E402
-from attncert.first_order_certificate import bilinear_bound, first_order_certificate  # noqa: E402
-from attncert.head_problem import HeadProblem, random_head_problem  # noqa: E402
+from attncert.certify.best_feasible_ascent import best_feasible_ascent  # noqa: E402
+from attncert.certify.exact_worst_case import exact_worst_case  # noqa: E402
+from attncert.certify.first_order_certificate import bilinear_bound, first_order_certificate  # noqa: E402
+from attncert.head.problem import HeadProblem, random_head_problem  # noqa: E402
 
 
 def gpt2_like_unit(rng: np.random.Generator, radius: float, norm: str, d=768, d_head=64, n=16,

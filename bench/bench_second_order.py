@@ -32,11 +32,11 @@ import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from attncert.exact_worst_case import exact_worst_case
-from attncert.first_order_certificate import first_order_certificate
-from attncert.head_problem import HeadProblem
-from attncert.secant_slack_bound import secant_slack_bound
-from attncert.second_order_certificate import second_order_certificate
+from attncert.certify.exact_worst_case import exact_worst_case
+from attncert.certify.first_order_certificate import first_order_certificate
+from attncert.head.problem import HeadProblem
+from attncert.certify.secant_slack_bound import secant_slack_bound
+from attncert.certify.second_order.fixed import second_order_certificate
 
 PAPER_SECONDS = {"fixed": 10.0, "varying": 22.0}
 PAPER_REL_GAP = {0.002: 0.004, 0.02: 0.048}
@@ -101,7 +101,7 @@ def main() -> None:
                 gaps.append(gap)
         slopes.append(np.polyfit(np.log(radii_slope), np.log(np.maximum(gaps, 1e-300)), 1)[0])
 
-    from attncert.best_feasible_ascent import best_feasible_ascent
+    from attncert.certify.best_feasible_ascent import best_feasible_ascent
 
     rel_v = {0.002: [], 0.02: []}
     rel_v_fo = {0.002: [], 0.02: []}

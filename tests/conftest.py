@@ -14,7 +14,7 @@ def _save_tiny(path: Path, family: str) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel, GPT2Config, GPT2Model
 
-    from attncert.model_source import embedded_model_dir
+    from attncert.pipeline.model_source import embedded_model_dir
 
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(str(embedded_model_dir()), local_files_only=True)

@@ -5,10 +5,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attncert.best_feasible_ascent import best_feasible_ascent
-from attncert.exact_worst_case import exact_worst_case
-from attncert.first_order_certificate import first_order_certificate
-from attncert.head_problem import random_head_problem
+from attncert.certify.best_feasible_ascent import best_feasible_ascent
+from attncert.certify.exact_worst_case import exact_worst_case
+from attncert.certify.first_order_certificate import first_order_certificate
+from attncert.head.problem import random_head_problem
 
 from conftest import feasible_perturbations
 

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from attncert.block_crown import BoundScalarCurve, ScalarCurveModule, block_factory, crown_upper, residual_network
-from attncert.block_map import (GELU_ERF, GELU_TANH, RSQRT, SQUARE, forward, reference_output,
+from attncert.block.crown import BoundScalarCurve, ScalarCurveModule, block_factory, crown_upper, residual_network
+from attncert.block.map import (GELU_ERF, GELU_TANH, RSQRT, SQUARE, forward, reference_output,
                                 specification_values, transition_from_model, transition_points)
-from attncert.block_residual import (QuadraticForms, analyze_transition, box_qp_max, box_qp_upper, curvature,
+from attncert.block.residual import (QuadraticForms, analyze_transition, box_qp_max, box_qp_upper, curvature,
                                      effective_rank, max_bilinear_box, node_hessians, per_op_maxima,
                                      residual_values, softmax_forms)
-from attncert.extraction import load_model
+from attncert.pipeline.extraction import load_model
 from bound_propagation.bounds import IntervalBounds
 
 torch.set_num_threads(1)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attncert.model_source import ModelSourceError, check_reachable
-from attncert.pipeline_config import ConfigError, validate_config
+from attncert.pipeline.model_source import ModelSourceError, check_reachable
+from attncert.pipeline.config import ConfigError, validate_config
 
 from conftest import REPO
 

@@ -17,11 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import minimize
 
-from attncert.exact_worst_case import exact_worst_case, exact_worst_case_min
-from attncert.first_order_certificate import first_order_certificate
-from attncert.head_problem import HeadProblem, random_head_problem
-from attncert.projected_ball import Ellipse2D, Zonotope2D, fixed_query_data
-from attncert.token_substitutions import token_substitution_worst_case
+from attncert.certify.exact_worst_case import exact_worst_case, exact_worst_case_min
+from attncert.certify.first_order_certificate import first_order_certificate
+from attncert.head.problem import HeadProblem, random_head_problem
+from attncert.head.projected_ball import Ellipse2D, Zonotope2D, fixed_query_data
+from attncert.certify.token_substitutions import token_substitution_worst_case
 
 SETTINGS = dict(deadline=None, derandomize=True)
 GOLD = (np.sqrt(5.0) - 1.0) / 2.0

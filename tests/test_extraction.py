@@ -4,10 +4,10 @@ import pytest
 import torch
 from transformers import AutoModel
 
-from attncert.extraction import (extract_layers, load_model, output_projection, recompute_head_output,
+from attncert.pipeline.extraction import (extract_layers, load_model, output_projection, recompute_head_output,
                                  tokenize_prompts)
-from attncert.model_source import ModelSourceError
-from attncert.pipeline_config import read_prompts
+from attncert.pipeline.model_source import ModelSourceError
+from attncert.pipeline.config import read_prompts
 
 from conftest import REPO
 

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attncert.exact_worst_case import exact_worst_case
-from attncert.first_order_certificate import (attention_lp_max, bilinear_bound, first_order_certificate,
+from attncert.certify.exact_worst_case import exact_worst_case
+from attncert.certify.first_order_certificate import (attention_lp_max, bilinear_bound, first_order_certificate,
                                               first_order_certificate_min, score_value_intervals)
-from attncert.head_problem import random_head_problem
+from attncert.head.problem import random_head_problem
 
 from conftest import feasible_perturbations
 

@@ -9,10 +9,10 @@ import torch
 from bound_propagation import LpNormSet
 from bound_propagation.bounds import IntervalBounds, LinearBounds
 
-from attncert.bound_propagation_head import BilinearProduct, InputLinear, PositiveReciprocal, head_factory, head_network
-from attncert.head_problem import HeadProblem, random_head_problem
-from attncert.l2_input_set import PerTokenL2Ball
-from attncert.linear_bound_baselines import METHODS, baseline_upper_bound, baseline_upper_bounds, input_set
+from attncert.baselines.head_network import BilinearProduct, InputLinear, PositiveReciprocal, head_factory, head_network
+from attncert.head.problem import HeadProblem, random_head_problem
+from attncert.baselines.l2_input_set import PerTokenL2Ball
+from attncert.baselines.linear_bound_baselines import METHODS, baseline_upper_bound, baseline_upper_bounds, input_set
 
 DT = torch.float64
 
@@ -201,10 +201,10 @@ def test_bounds_are_sound_and_alpha_never_above_crown(mode, norm):
 @pytest.mark.parametrize("mode", ["fixed", "varying"])
 def test_bounds_above_exact_or_ascent(mode, norm):
     if mode == "fixed":
-        exact = pytest.importorskip("attncert.exact_worst_case")
+        exact = pytest.importorskip("attncert.certify.exact_worst_case")
         reference = lambda p: exact.exact_worst_case(p).lo  # noqa: E731 - a feasible value
     else:
-        ascent = pytest.importorskip("attncert.best_feasible_ascent")
+        ascent = pytest.importorskip("attncert.certify.best_feasible_ascent")
         reference = lambda p: ascent.best_feasible_ascent(p, restarts=8, steps=100).value  # noqa: E731
     p = tiny_problems(mode, norm)[1]
     for q in (p, p.negated()):

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attncert.exact_worst_case import exact_worst_case
-from attncert.first_order_certificate import score_value_intervals
-from attncert.head_problem import random_head_problem
-from attncert.secant_slack_bound import fractional_knapsack_ratio, secant_error_factor, secant_slack_bound
-from attncert.second_order_certificate import second_order_certificate
+from attncert.certify.exact_worst_case import exact_worst_case
+from attncert.certify.first_order_certificate import score_value_intervals
+from attncert.head.problem import random_head_problem
+from attncert.certify.secant_slack_bound import fractional_knapsack_ratio, secant_error_factor, secant_slack_bound
+from attncert.certify.second_order.fixed import second_order_certificate
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 

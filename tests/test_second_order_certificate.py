@@ -12,13 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import attncert.dual_certificate as dc
-import attncert.second_order_certificate as so
-from attncert.best_feasible_ascent import best_feasible_ascent
-from attncert.exact_worst_case import exact_worst_case
-from attncert.first_order_certificate import first_order_certificate
-from attncert.head_problem import random_head_problem
-from attncert.second_order_certificate import SecondOrderResult, second_order_certificate
+import attncert.certify.second_order.dual_certificate as dc
+import attncert.certify.second_order.fixed as so
+from attncert.certify.best_feasible_ascent import best_feasible_ascent
+from attncert.certify.exact_worst_case import exact_worst_case
+from attncert.certify.first_order_certificate import first_order_certificate
+from attncert.head.problem import random_head_problem
+from attncert.certify.second_order.fixed import SecondOrderResult, second_order_certificate
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
@@ -267,7 +267,7 @@ def test_lifted_true_points_are_feasible_fixed(norm, upper_cone):
 
 @pytest.mark.parametrize("norm", ["linf", "l2"])
 def test_lifted_true_points_are_feasible_varying(norm):
-    import attncert.second_order_varying as sv
+    import attncert.certify.second_order.varying as sv
 
     rng = np.random.default_rng(8)
     p = random_head_problem(rng, d=6, d_head=4, n=5, radius=0.05, norm=norm, mode="varying")

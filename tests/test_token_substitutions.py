@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attncert.head_problem import random_head_problem
-from attncert.token_substitutions import token_substitution_worst_case
+from attncert.head.problem import random_head_problem
+from attncert.certify.token_substitutions import token_substitution_worst_case
 
 def _instance(seed, mode):
     rng = np.random.default_rng(seed)

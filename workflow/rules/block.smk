@@ -1,7 +1,7 @@
 # Stage 4 (Paper A, block residual experiment): per block transition l -> l+1, every head of block
 # l+1 is a unit; data/block/{model}/transition{L}.csv (second-order term, ascent, CROWN, per-op sums),
 # merged into data/block/{model}/units.csv; then one table and three figures.
-from attncert.block_map import transition_points
+from attncert.block.map import transition_points
 
 BLOCK_TRANSITIONS = transition_points(_dims[0], LAYERS)
 BLOCK_TABLES = [f"figures/tables/{MODEL}/block_{name}.{ext}" for name in ("summary", "vs_paper") for ext in ("csv", "md")]

@@ -11,8 +11,8 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 if config.get("model", {}).get("source") == "embedded":
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from attncert.pipeline_config import ConfigError, validate_config, selected, config_hash
-from attncert.model_source import ModelSourceError, check_reachable, model_dimensions
+from attncert.pipeline.config import ConfigError, validate_config, selected, config_hash
+from attncert.pipeline.model_source import ModelSourceError, check_reachable, model_dimensions
 
 # `--config model_source=DIR` is a shortcut for pointing at a local copy of the weights.
 if "model_source" in config:

@@ -8,12 +8,12 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from attncert.baseline_comparison import KEYS, attained_value
-from attncert.certification_units import Unit, head_problem
-from attncert.extraction import load_layer
-from attncert.linear_bound_baselines import baseline_upper_bounds, method_label
-from attncert.job_log import start_job_log
-from attncert.provenance import atomic_path, provenance, write_sidecar
+from attncert.baselines.comparison import KEYS, attained_value
+from attncert.certify.units import Unit, head_problem
+from attncert.pipeline.extraction import load_layer
+from attncert.baselines.linear_bound_baselines import baseline_upper_bounds, method_label
+from attncert.pipeline.job_log import start_job_log
+from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])

@@ -6,11 +6,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from attncert import baseline_comparison as bc  # noqa: E402
-from attncert.certification_figures import grid_label, write_table  # noqa: E402
-from attncert.paper_comparison import write_measured  # noqa: E402
-from attncert.job_log import start_job_log  # noqa: E402
-from attncert.provenance import provenance, write_sidecar  # noqa: E402
+from attncert.baselines import comparison as bc  # noqa: E402
+from attncert.certify.figures import grid_label, write_table  # noqa: E402
+from attncert.pipeline.paper_comparison import write_measured  # noqa: E402
+from attncert.pipeline.job_log import start_job_log  # noqa: E402
+from attncert.pipeline.provenance import provenance, write_sidecar  # noqa: E402
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])

@@ -3,7 +3,7 @@ import logging
 
 import pandas as pd
 
-from attncert.provenance import atomic_path, provenance, write_sidecar
+from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(asctime)s %(message)s")

@@ -20,8 +20,8 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
 
-from attncert.paper_comparison import write_measured  # noqa: E402
-from attncert.provenance import atomic_path, provenance, write_sidecar  # noqa: E402
+from attncert.pipeline.paper_comparison import write_measured  # noqa: E402
+from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar  # noqa: E402
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 

@@ -1,4 +1,4 @@
-"""Snakemake entry point: the block-residual units of one transition l -> l+1 (attncert.block_residual)."""
+"""Snakemake entry point: the block-residual units of one transition l -> l+1 (attncert.block.residual)."""
 import logging
 import sys
 import time
@@ -7,10 +7,10 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from attncert.block_map import specification_rows, transition_from_model
-from attncert.block_residual import analyze_transition
-from attncert.extraction import load_layer, load_model
-from attncert.provenance import atomic_path, provenance, write_sidecar
+from attncert.block.map import specification_rows, transition_from_model
+from attncert.block.residual import analyze_transition
+from attncert.pipeline.extraction import load_layer, load_model
+from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(asctime)s %(message)s")

@@ -1,10 +1,10 @@
 """Snakemake entry point: one figure or the summary table of the certification stage."""
 import sys
 
-from attncert import certification_figures as cf
-from attncert.job_log import start_job_log  # noqa: E402
-from attncert.paper_comparison import write_measured  # noqa: E402
-from attncert.provenance import provenance, write_sidecar
+from attncert.certify import figures as cf
+from attncert.pipeline.job_log import start_job_log  # noqa: E402
+from attncert.pipeline.paper_comparison import write_measured  # noqa: E402
+from attncert.pipeline.provenance import provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])

@@ -1,4 +1,4 @@
-"""Snakemake entry point: certify every unit of one layer (see attncert.certification_run)."""
+"""Snakemake entry point: certify every unit of one layer (see attncert.certify.run)."""
 import logging
 import sys
 
@@ -6,11 +6,11 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from attncert.certification_run import COLUMNS, certify_unit
-from attncert.certification_units import grid, head_problem, specification_vectors, write_specification
-from attncert.extraction import load_layer
-from attncert.job_log import start_job_log
-from attncert.provenance import atomic_path, provenance, write_sidecar
+from attncert.certify.run import COLUMNS, certify_unit
+from attncert.certify.units import grid, head_problem, specification_vectors, write_specification
+from attncert.pipeline.extraction import load_layer
+from attncert.pipeline.job_log import start_job_log
+from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])

@@ -1,13 +1,13 @@
-"""Snakemake entry point: extraction stage (see attncert.extraction)."""
+"""Snakemake entry point: extraction stage (see attncert.pipeline.extraction)."""
 import logging
 import sys
 
 import numpy as np
 
-from attncert.extraction import extract_layers, load_model, tokenize_prompts
-from attncert.pipeline_config import read_prompts
-from attncert.job_log import start_job_log
-from attncert.provenance import atomic_path, provenance, write_sidecar
+from attncert.pipeline.extraction import extract_layers, load_model, tokenize_prompts
+from attncert.pipeline.config import read_prompts
+from attncert.pipeline.job_log import start_job_log
+from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])

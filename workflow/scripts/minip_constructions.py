@@ -5,7 +5,7 @@ import pandas as pd
 
 from attncert.minip.constructions import construction_checks
 from attncert.minip.witness import witness_family
-from attncert.provenance import atomic_path, provenance, write_sidecar
+from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(asctime)s %(message)s")

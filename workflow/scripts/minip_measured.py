@@ -3,9 +3,9 @@ import json
 
 import pandas as pd
 
-from attncert.job_log import start_job_log
+from attncert.pipeline.job_log import start_job_log
 from attncert.minip.tables import paper_measurements
-from attncert.paper_comparison import write_measured
+from attncert.pipeline.paper_comparison import write_measured
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])

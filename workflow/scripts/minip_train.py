@@ -4,7 +4,7 @@ import logging
 from attncert.minip.sweep import parse_model, parse_setting
 from attncert.minip.training import TrainConfig, run_scaling, run_witness
 from attncert.minip.witness import witness_family
-from attncert.provenance import provenance, write_json, write_sidecar
+from attncert.pipeline.provenance import provenance, write_json, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(asctime)s %(message)s")

@@ -3,7 +3,7 @@ import logging
 
 from attncert.minip.lower_bound import bound_record
 from attncert.minip.witness import witness_family
-from attncert.provenance import provenance, write_json, write_sidecar
+from attncert.pipeline.provenance import provenance, write_json, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(asctime)s %(message)s")

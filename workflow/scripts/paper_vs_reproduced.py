@@ -1,7 +1,7 @@
 """Snakemake entry point: figures/tables/paper_vs_reproduced.{csv,md} from every stage's measurements."""
-from attncert.job_log import start_job_log
-from attncert.paper_comparison import comparison_table, load_measured
-from attncert.provenance import provenance, write_sidecar
+from attncert.pipeline.job_log import start_job_log
+from attncert.pipeline.paper_comparison import comparison_table, load_measured
+from attncert.pipeline.provenance import provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..provenance import atomic_path
+from attncert.pipeline.provenance import atomic_path
 from .sweep import scaling_transitions, witness_transition
 
 

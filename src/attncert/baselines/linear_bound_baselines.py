@@ -53,9 +53,9 @@ import torch
 from bound_propagation import HyperRectangle
 from bound_propagation.bounds import LinearBounds
 
-from .bound_propagation_head import DTYPE, alpha_parameters, bound_head_network, clamp_alpha_parameters, set_alpha_key
-from .head_problem import HeadProblem
-from .l2_input_set import PerTokenL2Ball
+from attncert.baselines.head_network import DTYPE, alpha_parameters, bound_head_network, clamp_alpha_parameters, set_alpha_key
+from attncert.head.problem import HeadProblem
+from attncert.baselines.l2_input_set import PerTokenL2Ball
 
 METHODS = ("ibp", "crown", "alpha_crown")
 #: Extra method: alpha-CROWN restricted to the last backward pass (what the library's own alpha variant

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .certification_summary import UNIT_KEYS, add_gaps, per_unit_slopes
+from attncert.certify.summary import UNIT_KEYS, add_gaps, per_unit_slopes
 
 KEYS = UNIT_KEYS + ["radius"]
 PAPER = {  # Paper A, GPT-2 small, query position 4 (see data/paper_claims.yaml)

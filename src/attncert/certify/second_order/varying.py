@@ -52,10 +52,10 @@ import time
 import cvxpy as cp
 import numpy as np
 
-import attncert.second_order_certificate as so_module
-from attncert.dual_certificate import UNIT_ROUNDOFF, gamma, solve_and_certify
-from attncert.head_problem import HeadProblem
-from attncert.second_order_certificate import (FO_TIE, MONOTONE_POINTS, SLOTS, SecondOrderResult, UpperChainFacets,
+import attncert.certify.second_order.fixed as so_module
+from attncert.certify.second_order.dual_certificate import UNIT_ROUNDOFF, gamma, solve_and_certify
+from attncert.head.problem import HeadProblem
+from attncert.certify.second_order.fixed import (FO_TIE, MONOTONE_POINTS, SLOTS, SecondOrderResult, UpperChainFacets,
                                                _ellipse_matrix, cutting_plane_solve, data_errors, initial_edges,
                                                objective, polygon_constraints, vertex_dinkelbach,
                                                weight_constraints, weight_parameters)
@@ -193,7 +193,7 @@ def second_order_varying(problem: HeadProblem, upper_cone: bool = False,
     """Sound upper bound on max g for a varying query (see module docstring)."""
     if problem.mode != "varying":
         raise ValueError("second_order_varying expects mode='varying'")
-    from attncert.first_order_certificate import first_order_certificate
+    from attncert.certify.first_order_certificate import first_order_certificate
 
     t0 = time.perf_counter()
     D = VaryingData(problem)

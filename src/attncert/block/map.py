@@ -424,8 +424,8 @@ def specification_rows(W_V_next: np.ndarray, W_O_next: np.ndarray, layer_next: i
     certification direction, w_h = W_V[h] c_h / ||W_V[h] c_h||, with c_h the certification stage's
     specification vector of (layer l+1, head h, prompt, query position) (certification_units.py), so
     g_h = w_h . F is c_h . v_i up to the value bias and a positive scale."""
-    from .certification_units import spec_seed
-    from .head_problem import specification_direction
+    from attncert.certify.units import spec_seed
+    from attncert.head.problem import specification_direction
 
     rows = []
     for h in heads:

@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from .certification_summary import add_gaps, per_unit_slopes, share_within, soundness_violations  # noqa: E402
+from attncert.certify.summary import add_gaps, per_unit_slopes, share_within, soundness_violations  # noqa: E402
 
 CERTS = {"first_order": "first-order (greedy LP)", "second_order": "second-order (exp-cone moments)"}
 COLORS = {"first_order": "#d95f02", "second_order": "#1b9e77"}

@@ -92,7 +92,7 @@ def comparison_table(claims_file: str | Path, measured: dict) -> pd.DataFrame:
 
 
 def write_measured(path: str | Path, values: dict, grid: str) -> None:
-    from .provenance import write_json
+    from attncert.pipeline.provenance import write_json
 
     clean = {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in values.items()}
     write_json(path, {"grid": grid, "values": clean})

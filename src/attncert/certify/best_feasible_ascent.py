@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from attncert.head_problem import HeadProblem
+from attncert.head.problem import HeadProblem
 
 
 @dataclass

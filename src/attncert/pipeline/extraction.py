@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .model_source import ModelSourceError, resolve, unreachable_message
+from attncert.pipeline.model_source import ModelSourceError, resolve, unreachable_message
 
 
 @dataclass

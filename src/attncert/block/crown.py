@@ -44,8 +44,8 @@ from bound_propagation.bounds import IntervalBounds, LinearBounds
 from bound_propagation.parallel import BoundParallel
 from bound_propagation.sequential import BoundSequential
 
-from .block_map import DTYPE, RSQRT, SQUARE, BlockTransition, ScalarCurve
-from .bound_propagation_head import BilinearProduct, PositiveReciprocal, each_side, head_factory
+from attncert.block.map import DTYPE, RSQRT, SQUARE, BlockTransition, ScalarCurve
+from attncert.baselines.head_network import BilinearProduct, PositiveReciprocal, each_side, head_factory
 
 ROUNDING_ABS = 1e-12
 ROUNDING_REL = 1e-9

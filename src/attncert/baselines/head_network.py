@@ -66,7 +66,7 @@ from bound_propagation.bivariate import BoundVectorMul
 from bound_propagation.bounds import IntervalBounds, LinearBounds
 from bound_propagation.linear import BoundLinear
 
-from .head_problem import HeadProblem
+from attncert.head.problem import HeadProblem
 
 DTYPE = torch.float64
 #: An input interval narrower than this is treated as a point (constant relaxation, still sound).

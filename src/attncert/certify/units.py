@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .extraction import load_layer
-from .head_problem import HeadProblem, specification_direction
+from attncert.pipeline.extraction import load_layer
+from attncert.head.problem import HeadProblem, specification_direction
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def specification_vectors(arrays: dict, layer: int, query_positions: list[int], 
 
 
 def write_specification(path: str | Path, c: np.ndarray, query_positions: list[int], layer: int, base_seed: int) -> None:
-    from .provenance import atomic_path
+    from attncert.pipeline.provenance import atomic_path
 
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as fh:
@@ -94,7 +94,7 @@ def load_unit(model: str, layer: int, head: int, prompt: int, query_pos: int, ra
 
     Example::
 
-        from attncert.certification_units import load_unit
+        from attncert.certify.units import load_unit
         p = load_unit("all-MiniLM-L6-v2", layer=3, head=5, prompt=0, query_pos=4, radius=0.002)
         p.W_Q, p.Z0, p.query_index, p.c, p.radius, p.norm, p.mode
     """

@@ -43,8 +43,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from attncert.head_problem import HeadProblem
-from attncert.projected_ball import gamma
+from attncert.head.problem import HeadProblem
+from attncert.head.projected_ball import gamma
 
 
 def _rounding_envelopes(problem: HeadProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

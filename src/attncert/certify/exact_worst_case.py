@@ -76,8 +76,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attncert.head_problem import HeadProblem
-from attncert.projected_ball import UNIT_ROUNDOFF, Ellipse2D, Zonotope2D, fixed_query_data, gamma, projected_ball
+from attncert.head.problem import HeadProblem
+from attncert.head.projected_ball import UNIT_ROUNDOFF, Ellipse2D, Zonotope2D, fixed_query_data, gamma, projected_ball
 
 LAMBDA_WINDOW = 1e-9
 G16 = gamma(16)

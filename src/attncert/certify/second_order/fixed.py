@@ -79,9 +79,9 @@ from dataclasses import dataclass, field
 import cvxpy as cp
 import numpy as np
 
-from attncert.dual_certificate import SOLVER_LADDER, UNIT_ROUNDOFF, gamma, solve_and_certify
-from attncert.head_problem import HeadProblem
-from attncert.projected_ball import Zonotope2D
+from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, UNIT_ROUNDOFF, gamma, solve_and_certify
+from attncert.head.problem import HeadProblem
+from attncert.head.projected_ball import Zonotope2D
 
 MAX_ROUNDS = 3  # cutting-plane solves (linf)
 SLOTS = 48  # facet slots per token (linf)
@@ -498,14 +498,14 @@ def second_order_certificate(problem: HeadProblem, sense: str = "max", upper_con
     if sense != "max":
         raise ValueError(f"sense must be 'max' or 'min'; got {sense!r}")
     if problem.mode == "varying":
-        from attncert.second_order_varying import second_order_varying
+        from attncert.certify.second_order.varying import second_order_varying
 
         return second_order_varying(problem, upper_cone=upper_cone, monotone_points=monotone_points)
     t0 = time.perf_counter()
     D = fixed_query_data(problem)
     n = problem.n
     if not D.R_s > 1e-9 * max(1.0, D.R_w):  # scores (almost) do not move: nothing second order to gain
-        from attncert.first_order_certificate import first_order_certificate
+        from attncert.certify.first_order_certificate import first_order_certificate
 
         v = first_order_certificate(problem)
         return SecondOrderResult(v, "static_scores", "first_order_static", time.perf_counter() - t0, False)
@@ -525,7 +525,7 @@ def second_order_certificate(problem: HeadProblem, sense: str = "max", upper_con
     else:
         best, best_status, best_solver, primal, rounds, n_facets, log = _solve_linf(problem, D, upper_cone,
                                                                                     monotone_points)
-    from attncert.first_order_certificate import first_order_certificate
+    from attncert.certify.first_order_certificate import first_order_certificate
 
     fo = first_order_certificate(problem)
     seconds = time.perf_counter() - t0

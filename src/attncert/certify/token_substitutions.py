@@ -29,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-from attncert.head_problem import HeadProblem
+from attncert.head.problem import HeadProblem
 
 
 @dataclass

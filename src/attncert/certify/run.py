@@ -18,10 +18,10 @@ import math
 import time
 import traceback
 
-from .best_feasible_ascent import best_feasible_ascent
-from .exact_worst_case import exact_worst_case
-from .first_order_certificate import first_order_certificate
-from .head_problem import HeadProblem
+from attncert.certify.best_feasible_ascent import best_feasible_ascent
+from attncert.certify.exact_worst_case import exact_worst_case
+from attncert.certify.first_order_certificate import first_order_certificate
+from attncert.head.problem import HeadProblem
 
 COLUMNS = ["layer", "head", "prompt", "query_pos", "radius", "norm", "mode", "n_tokens", "nominal",
            "exact_lo", "exact_hi", "value_spread", "best_feasible", "first_order", "second_order",
@@ -70,7 +70,7 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 8, ascent_steps
         row.update(best_feasible=res.value, t_ascent_s=res.seconds)
 
     def run_second():
-        from .second_order_certificate import second_order_certificate
+        from attncert.certify.second_order.fixed import second_order_certificate
 
         res = second_order_certificate(problem, sense="max")
         row.update(second_order=res.value, t_second_s=res.seconds, solver=res.solver)
@@ -78,7 +78,7 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 8, ascent_steps
             failures.append(f"second_order: fallback to first order ({res.status})")
 
     def run_secant():
-        from .secant_slack_bound import secant_slack_bound
+        from attncert.certify.secant_slack_bound import secant_slack_bound
 
         if math.isfinite(row["exact_hi"]):
             row["secant_bound"] = secant_slack_bound(problem, row["exact_hi"]).bound

@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from torch.func import hessian, jacfwd, jacrev, vmap
 
-from .block_map import DTYPE, BlockTransition, Tape, forward, specification_values
+from attncert.block.map import DTYPE, BlockTransition, Tape, forward, specification_values
 
 
 # --------------------------------------------------------------------------------------------------
@@ -401,7 +401,7 @@ def analyze_transition(tr: BlockTransition, C: np.ndarray, radii, *, qp_starts: 
     """
     import time
 
-    from .block_crown import crown_upper
+    from attncert.block.crown import crown_upper
 
     def tick(name, t0):
         timings[name] = time.process_time() - t0

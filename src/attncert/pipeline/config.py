@@ -14,9 +14,9 @@ from pathlib import Path
 
 import yaml
 
-from .model_source import ModelSourceError, model_dimensions
+from attncert.pipeline.model_source import ModelSourceError, model_dimensions
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "config" / "schema.yaml"
+SCHEMA_PATH = Path(__file__).resolve().parents[3] / "workflow" / "config" / "schema.yaml"
 
 _FIXES = {
     "family": "use 'gpt2' (pre-LN, causal) or 'bert' (post-LN, bidirectional)",
