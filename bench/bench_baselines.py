@@ -47,7 +47,8 @@ METHODS = ("ibp", "crown", "alpha_crown", "alpha_crown_last_layer")
 
 
 def units(config: str, n: int, count: int, mode: str, radius: float):
-    from attncert.head.problem import HeadProblem, specification_direction
+    from attncert.head.problem import HeadProblem
+    from attncert.head.specification import specification_direction
 
     out = []
     if config.startswith("minilm"):

@@ -36,7 +36,7 @@ from attncert.certify.exact_worst_case import exact_worst_case
 from attncert.certify.first_order_certificate import first_order_certificate
 from attncert.head.problem import HeadProblem
 from attncert.certify.secant_slack_bound import secant_slack_bound
-from attncert.certify.second_order.fixed import second_order_certificate
+from attncert.certify.second_order import second_order_certificate
 
 PAPER_SECONDS = {"fixed": 10.0, "varying": 22.0}
 PAPER_REL_GAP = {0.002: 0.004, 0.02: 0.048}

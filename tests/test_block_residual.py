@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from attncert.block.crown import BoundScalarCurve, ScalarCurveModule, block_factory, crown_upper, residual_network
+from attncert.block.crown import crown_upper, residual_network
+from attncert.block.crown_modules import BoundScalarCurve, ScalarCurveModule, block_factory
 from attncert.block.map import (GELU_ERF, GELU_TANH, RSQRT, SQUARE, forward, reference_output,
                                 specification_values, transition_from_model, transition_points)
 from attncert.block.residual import (QuadraticForms, analyze_transition, box_qp_max, box_qp_upper, curvature,

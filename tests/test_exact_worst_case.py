@@ -20,7 +20,8 @@ from scipy.optimize import minimize
 from attncert.certify.exact_worst_case import exact_worst_case, exact_worst_case_min
 from attncert.certify.first_order_certificate import first_order_certificate
 from attncert.head.problem import HeadProblem, random_head_problem
-from attncert.head.projected_ball import Ellipse2D, Zonotope2D, fixed_query_data
+from attncert.head.fixed_query import fixed_query_reduction
+from attncert.head.projected_ball import Ellipse2D, Zonotope2D
 from attncert.certify.token_substitutions import token_substitution_worst_case
 
 SETTINGS = dict(deadline=None, derandomize=True)
@@ -206,14 +207,14 @@ def test_closed_forms():
     for norm in ("linf", "l2"):
         # one token: g = w, max = w0 + r ||u_w||_*
         P = random_head_problem(rng, d=5, d_head=3, n=1, radius=0.3, norm=norm)
-        _, w0, _, u_w = P.fixed_query_directions()
+        _, w0, _, u_w = fixed_query_reduction(P).directions()
         ex = exact_worst_case(P)
         assert ex.lo <= w0[0] + P.radius * P.dual_norm(u_w) <= ex.hi
         # query vector 0: uniform attention, max = mean(w0) + r ||u_w||_*
         P = random_head_problem(rng, d=5, d_head=3, n=4, radius=0.3, norm=norm)
         P = HeadProblem(P.W_Q, P.W_K, P.W_V, -P.Z0[P.query_index] @ P.W_Q, P.b_K, P.b_V, P.Z0, P.query_index,
                         P.c, P.radius, norm)
-        _, w0, _, u_w = P.fixed_query_directions()
+        _, w0, _, u_w = fixed_query_reduction(P).directions()
         ex = exact_worst_case(P)
         target = w0.mean() + P.radius * P.dual_norm(u_w)
         assert abs(ex.lo - target) <= 1e-12 * abs(target) and ex.lo <= ex.hi
@@ -223,7 +224,7 @@ def test_closed_forms():
 def test_large_score_motion_converges():
     """Scores moving by ~60: plain Dinkelbach crawls here; the safeguarded root must still be exact."""
     P = random_head_problem(np.random.default_rng(2), d=5, d_head=3, n=3, radius=1.0, norm="linf", scale=2.0)
-    s0, w0, u_s, u_w = P.fixed_query_directions()
+    s0, w0, u_s, u_w = fixed_query_reduction(P).directions()
     assert P.radius * np.abs(u_s).sum() > 30
     ex = exact_worst_case(P)
     assert ex.relative_width < 1e-10
@@ -278,11 +279,13 @@ def test_projected_ball_upper_boundary(seed, norm):
         assert abs(got - exact) <= 1e-12 * (1 + exact)
 
 
-def test_fixed_query_data_matches_float64():
+def test_fixed_query_reduction_matches_float64():
     P = random_head_problem(np.random.default_rng(1), d=7, d_head=4, n=5)
-    data = fixed_query_data(P)
-    ref = P.fixed_query_directions()
-    for got, want, err in zip((data.s0, data.w0, data.u_s, data.u_w), ref,
-                              (data.err_s0, data.err_w0, data.err_us, data.err_uw)):
+    data = fixed_query_reduction(P)
+    q = P.nominal_query()
+    u_s = P.W_K @ q / np.sqrt(P.d_head)
+    u_w = P.W_V @ P.c
+    ref = (P.Z0 @ u_s + P.b_K @ q / np.sqrt(P.d_head), P.Z0 @ u_w + P.b_V @ P.c, u_s, u_w)
+    for got, want, err in zip(data.directions(), ref, (data.err_s0, data.err_w0, data.err_us, data.err_uw)):
         assert np.all(np.abs(got - want) <= 1e-12 * (1 + np.abs(want)))
         assert np.all(err > 0) and np.all(err < 1e-13 * (1 + np.abs(want)))

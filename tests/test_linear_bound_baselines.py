@@ -9,7 +9,11 @@ import torch
 from bound_propagation import LpNormSet
 from bound_propagation.bounds import IntervalBounds, LinearBounds
 
-from attncert.baselines.head_network import BilinearProduct, InputLinear, PositiveReciprocal, head_factory, head_network
+from attncert.baselines.head_network import head_network
+from attncert.baselines.op_bilinear import BilinearProduct
+from attncert.baselines.op_convex import PositiveReciprocal
+from attncert.baselines.op_linear import InputLinear
+from attncert.baselines.registry import head_factory
 from attncert.head.problem import HeadProblem, random_head_problem
 from attncert.baselines.l2_input_set import PerTokenL2Ball
 from attncert.baselines.linear_bound_baselines import METHODS, baseline_upper_bound, baseline_upper_bounds, input_set

@@ -9,9 +9,10 @@ from hypothesis import strategies as st
 
 from attncert.certify.exact_worst_case import exact_worst_case
 from attncert.certify.first_order_certificate import score_value_intervals
+from attncert.head.fixed_query import fixed_query_reduction
 from attncert.head.problem import random_head_problem
 from attncert.certify.secant_slack_bound import fractional_knapsack_ratio, secant_error_factor, secant_slack_bound
-from attncert.certify.second_order.fixed import second_order_certificate
+from attncert.certify.second_order import second_order_certificate
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
@@ -51,7 +52,7 @@ def test_bound_covers_the_raise_model(seed, d, n, norm, r):
     B = secant_slack_bound(p, t_star).bound
     l, u, _, _ = score_value_intervals(p)
     rng = np.random.default_rng(seed + 1)
-    s0, w0, u_s, u_w = p.fixed_query_directions()
+    s0, w0, u_s, u_w = fixed_query_reduction(p).directions()
     for _ in range(40):
         D = rng.standard_normal(p.Z0.shape)
         D = r * (np.sign(D) if norm == "linf" else D / np.linalg.norm(D, axis=1, keepdims=True))

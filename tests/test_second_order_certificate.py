@@ -13,12 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import attncert.certify.second_order.dual_certificate as dc
+import attncert.certify.second_order.facets as fc
 import attncert.certify.second_order.fixed as so
+import attncert.certify.second_order.relaxation as rl
 from attncert.certify.best_feasible_ascent import best_feasible_ascent
 from attncert.certify.exact_worst_case import exact_worst_case
 from attncert.certify.first_order_certificate import first_order_certificate
 from attncert.head.problem import random_head_problem
-from attncert.certify.second_order.fixed import SecondOrderResult, second_order_certificate
+from attncert.certify.second_order import SecondOrderResult, second_order_certificate
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
@@ -139,12 +141,12 @@ def test_gap_shrinks_quadratically(norm):
     assert 0.8 <= fo_slope <= 1.3
 
 
-def test_solver_failure_falls_back_to_first_order(monkeypatch):
-    monkeypatch.setattr(so, "SOLVER_LADDER", (("NO_SUCH_SOLVER", {}),))
+def test_solver_failure_falls_back_to_first_order():
+    ladder = (("NO_SUCH_SOLVER", {}),)
     for norm in ("linf", "l2"):
         for mode in ("fixed", "varying"):
             p = random_head_problem(np.random.default_rng(3), d=5, n=4, radius=0.05, norm=norm, mode=mode)
-            res = second_order_certificate(p)
+            res = second_order_certificate(p, ladder=ladder)
             assert res.fallback and res.solver == "first_order"
             assert res.status.startswith("fallback")
             assert res.value == first_order_certificate(p)
@@ -242,14 +244,14 @@ def _lift(El, Ehat, A, s_shift, x, rho):
 def test_lifted_true_points_are_feasible_fixed(norm, upper_cone):
     rng = np.random.default_rng(7)
     p = random_head_problem(rng, d=6, d_head=4, n=5, radius=0.05, norm=norm)
-    D = so.fixed_query_data(p)
-    prob, P, V = so._build(p.n, norm, so.SLOTS if norm == "linf" else 0, upper_cone, so.MONOTONE_POINTS)
+    D = so.relaxation_data(p)
+    prob, P, V = so._build(p.n, norm, fc.SLOTS if norm == "linf" else 0, upper_cone, rl.MONOTONE_POINTS)
     El, Ehat, tau_lo, tau_hi = so._set_parameters(P, D)
     if norm == "l2":
-        P["G"].value, P["cs"].value = so._ellipse_matrix(D.u_s, D.u_w, D.radius, D.rho)
+        P["G"].value, P["cs"].value = rl.ellipse_matrix(D.u_s, D.u_w, D.radius, D.rho)
     else:
-        chain = so.UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)
-        so.fill_facets(P, [chain] * p.n, [np.arange(chain.d)] * p.n, so.SLOTS, D.rho)
+        chain = fc.UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)
+        fc.fill_facets(P, [chain] * p.n, [np.arange(chain.d)] * p.n, fc.SLOTS, D.rho)
     box = so._box(V, p.n, tau_lo, tau_hi, D)
     for _ in range(50):
         delta = _random_delta(p, rng)
@@ -272,15 +274,15 @@ def test_lifted_true_points_are_feasible_varying(norm):
     rng = np.random.default_rng(8)
     p = random_head_problem(rng, d=6, d_head=4, n=5, radius=0.05, norm=norm, mode="varying")
     D = sv.VaryingData(p)
-    prob, P, V = sv._build(p.n, D.d, norm, so.SLOTS if norm == "linf" else 0, True, so.MONOTONE_POINTS)
+    prob, P, V = sv._build(p.n, D.d, norm, fc.SLOTS if norm == "linf" else 0, True, rl.MONOTONE_POINTS)
     El, Ehat, (tau_lo, tau_hi) = sv._set_parameters(P, D)
     if norm == "l2":
-        P["G"].value, P["cs"].value = so._ellipse_matrix(D.u_s, D.u_w, D.radius, D.rho)
-        P["Gq"].value, P["csq"].value = so._ellipse_matrix(D.u_q, D.u_w, D.radius, D.rho)
+        P["G"].value, P["cs"].value = rl.ellipse_matrix(D.u_s, D.u_w, D.radius, D.rho)
+        P["Gq"].value, P["csq"].value = rl.ellipse_matrix(D.u_q, D.u_w, D.radius, D.rho)
     else:
-        chains = [so.UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)] * (p.n - 1)
-        chains.append(so.UpperChainFacets(D.u_q, D.u_w, D.radius, D.R_q))
-        so.fill_facets(P, chains, [np.arange(c.d) for c in chains], so.SLOTS, D.rho)
+        chains = [fc.UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)] * (p.n - 1)
+        chains.append(fc.UpperChainFacets(D.u_q, D.u_w, D.radius, D.R_q))
+        fc.fill_facets(P, chains, [np.arange(c.d) for c in chains], fc.SLOTS, D.rho)
     box = sv._box(V, D, tau_hi, tau_lo)
     M = p.W_Q @ p.W_K.T / np.sqrt(p.d_head)
     for _ in range(50):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from attncert.certify.summary import UNIT_KEYS, add_gaps, per_unit_slopes
+from attncert.pipeline.unit_tables import UNIT_KEYS, add_gaps, per_unit_slopes
 
 KEYS = UNIT_KEYS + ["radius"]
 PAPER = {  # Paper A, GPT-2 small, query position 4 (see data/paper_claims.yaml)
@@ -26,10 +26,6 @@ PAPER = {  # Paper A, GPT-2 small, query position 4 (see data/paper_claims.yaml)
 }
 PAPER_SLOPES = {("fixed", "crown"): 2.11, ("varying", "crown"): 2.39}
 PAPER_SECONDS = {"ibp": "", "crown": "0.01–0.02", "alpha_crown": "0.2–0.7", "second_order": "10 (fixed) / 22 (varying)"}
-
-
-def attained_value(cert: pd.DataFrame) -> pd.Series:
-    return cert[["exact_lo", "best_feasible"]].max(axis=1, skipna=True)
 
 
 def merge(baselines: pd.DataFrame, cert: pd.DataFrame) -> pd.DataFrame:

@@ -53,7 +53,8 @@ import torch
 from bound_propagation import HyperRectangle
 from bound_propagation.bounds import LinearBounds
 
-from attncert.baselines.head_network import DTYPE, alpha_parameters, bound_head_network, clamp_alpha_parameters, set_alpha_key
+from attncert.baselines.head_network import bound_head_network
+from attncert.baselines.relaxation_parameters import DTYPE, alpha_parameters, clamp_alpha_parameters, set_alpha_key
 from attncert.head.problem import HeadProblem
 from attncert.baselines.l2_input_set import PerTokenL2Ball
 

@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from attncert.head.specification import spec_seed, specification_direction
+
 DTYPE = torch.float64
 _SQRT2 = math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -422,11 +424,8 @@ def specification_rows(W_V_next: np.ndarray, W_O_next: np.ndarray, layer_next: i
                        prompt: int, position: int, base_seed: int) -> np.ndarray:
     """Specification rows w_h (len(heads), d): the value the head of block l+1 reads along its own
     certification direction, w_h = W_V[h] c_h / ||W_V[h] c_h||, with c_h the certification stage's
-    specification vector of (layer l+1, head h, prompt, query position) (certification_units.py), so
+    specification vector of (layer l+1, head h, prompt, query position) (`head.specification`), so
     g_h = w_h . F is c_h . v_i up to the value bias and a positive scale."""
-    from attncert.certify.units import spec_seed
-    from attncert.head.problem import specification_direction
-
     rows = []
     for h in heads:
         c = specification_direction(W_O_next[h], spec_seed(base_seed, layer_next, h, prompt, position))

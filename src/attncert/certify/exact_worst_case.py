@@ -1,7 +1,7 @@
 """Exact worst case of one attention head with a fixed query, as a certified bracket [lo, hi].
 
 Problem (fixed query, `HeadProblem.mode == "fixed"`): with s_j = s0_j + u_s.delta_j and
-w_j = w0_j + u_w.delta_j (`HeadProblem.fixed_query_directions`),
+w_j = w0_j + u_w.delta_j (`head.fixed_query.fixed_query_reduction`),
 
     g* = max_{delta}  sum_j e^{s_j} w_j / sum_j e^{s_j}     s.t.  ||delta_j|| <= r  for every token j.
 
@@ -41,7 +41,7 @@ Certified bracket.
 * hi = a t with F_up(t) < 0, where F_up is a sound upper bound on the exact F (exact real arithmetic
   on the float64 data of the problem). Then every feasible delta has sum_j e^{s_j}(w_j - t) < 0,
   i.e. g* < hi. F_up covers
-  (i) data error: the computed s0_j, w0_j, u_s, u_w (extended precision, `fixed_query_data`) and the
+  (i) data error: the computed s0_j, w0_j, u_s, u_w (extended precision, `fixed_query_reduction`) and the
       computed boundary of P (`geometry_error`) differ from exact ones by at most
       eps_s,j = err_s0_j + r ||err_us||_* + geom_s (scores) and eps_w,j likewise (values). For any exact point (s, w) there is a computed one
       (s', w') with e^s (w - t) <= e^{s'} (w' - t + kappa_j), kappa_j = eps_w + 2 eps_s (M_j + eps_w),
@@ -77,7 +77,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from attncert.head.problem import HeadProblem
-from attncert.head.projected_ball import UNIT_ROUNDOFF, Ellipse2D, Zonotope2D, fixed_query_data, gamma, projected_ball
+from attncert.certify.dinkelbach import DinkelbachStep, safeguarded_dinkelbach
+from attncert.head.fixed_query import fixed_query_reduction
+from attncert.head.projected_ball import Ellipse2D, Zonotope2D, projected_ball
+from attncert.head.rounding import UNIT_ROUNDOFF, gamma
 
 LAMBDA_WINDOW = 1e-9
 G16 = gamma(16)
@@ -283,7 +286,7 @@ def exact_worst_case(problem: HeadProblem, sense: str = "max", max_iter: int = M
     if sense != "max":
         raise ValueError(f"sense must be 'max' or 'min'; got {sense!r}")
     t_start = time.perf_counter()
-    data = fixed_query_data(problem)
+    data = fixed_query_reduction(problem)
     s0, w0 = data.s0, data.w0
     image = projected_ball(data.u_s, data.u_w, problem.radius, problem.norm)
     R_s, R_w = image.R_s, image.R_w
@@ -294,27 +297,17 @@ def exact_worst_case(problem: HeadProblem, sense: str = "max", max_iter: int = M
     # Dinkelbach (Newton on F) from the nominal value, safeguarded by bisection on [t_lo, t_hi]
     t_lo, _ = _ratio(A, np.zeros_like(A), w0)  # a feasible value (delta = 0)
     t_hi = float((w0 + R_w).max())  # g <= max_j w_j
-    best_delta = np.zeros_like(problem.Z0)
     tol = 1e-15 * max(spread, abs(t_lo))
     no_err = np.zeros_like(A)
-    probe, evals, iters, prev_gain = t_lo, 0, 0, np.inf
-    for iters in range(1, max_iter + 1):
+
+    def step(probe: float) -> DinkelbachStep:
         tm = token_max(image, A, w0 - probe, no_err)
-        evals += 1
         v, _ = _ratio(A, tm.sigma, w0 + tm.omega)  # value at the maximizer of F(probe)
-        if float(tm.upper.sum()) < 0:
-            t_hi = min(t_hi, probe)  # F(probe) < 0  =>  g* < probe
-        newton = probe == t_lo
-        gain = v - t_lo
-        if v > t_lo:  # F(probe) >= 0 gives g(maximizer) >= probe
-            t_lo, best_delta = v, tm.delta()
-        if t_hi - t_lo <= tol or (newton and gain <= tol):
-            break
-        # Newton converges superlinearly near the root (gains shrink fast) but can crawl far from it
-        # (F ~ exponential: gains stay ~constant); when crawling, probe the middle of the bracket.
-        crawl = newton and gain > 0.5 * prev_gain and gain < 0.25 * (t_hi - t_lo)
-        prev_gain = gain if newton and not crawl else np.inf
-        probe = 0.5 * (t_lo + t_hi) if crawl else t_lo
+        return DinkelbachStep(v, float(tm.upper.sum()) < 0, tm)
+
+    t_lo, best, t_hi, iters = safeguarded_dinkelbach(step, t_lo, t_hi, None, tol, max_iter)
+    evals = iters
+    best_delta = np.zeros_like(problem.Z0) if best is None else best.delta()
     witness = _feasible(problem, best_delta)
     lo = problem.value(witness)
     if problem.value(problem.Z0) > lo:  # cannot happen in exact arithmetic; guard the witness

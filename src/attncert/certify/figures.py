@@ -15,29 +15,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from attncert.certify.summary import add_gaps, per_unit_slopes, share_within, soundness_violations  # noqa: E402
+from attncert.pipeline.report_files import grid_label, load_tables, save_figure, write_table  # noqa: E402,F401
+from attncert.pipeline.unit_tables import add_gaps, per_unit_slopes, share_within, soundness_violations  # noqa: E402
 
 CERTS = {"first_order": "first-order (greedy LP)", "second_order": "second-order (exp-cone moments)"}
 COLORS = {"first_order": "#d95f02", "second_order": "#1b9e77"}
-
-
-def load_tables(paths) -> pd.DataFrame:
-    return pd.concat([pd.read_csv(p) for p in paths], ignore_index=True)
-
-
-def grid_label(df: pd.DataFrame, model: str) -> str:
-    units = df.groupby(["layer", "head", "prompt", "query_pos", "radius", "norm", "mode"]).ngroups
-    return (f"{model}: {df['layer'].nunique()} layers × {df['head'].nunique()} heads, "
-            f"{df['prompt'].nunique()} prompts, query pos {sorted(df['query_pos'].unique().tolist())}, "
-            f"{df['radius'].nunique()} radii, {'/'.join(sorted(df['norm'].unique()))}; {units} units")
-
-
-def _save(fig, out_pdf: str | Path):
-    out_pdf = Path(out_pdf)
-    out_pdf.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_pdf, bbox_inches="tight")
-    fig.savefig(out_pdf.with_suffix(".png"), bbox_inches="tight", dpi=150)
-    plt.close(fig)
 
 
 def figure_relative_gap(df: pd.DataFrame, model: str, out_pdf, slope_max_radius: float = 0.005):
@@ -69,7 +51,7 @@ def figure_relative_gap(df: pd.DataFrame, model: str, out_pdf, slope_max_radius:
     fig.suptitle(f"Certificate looseness vs radius — {grid_label(df, model)}\n"
                  f"median and quartiles over units; slopes: per-unit log-log fits over r ≤ {slope_max_radius}",
                  fontsize=10, y=1.04)
-    _save(fig, out_pdf)
+    save_figure(fig, out_pdf)
 
 
 def figure_gap_over_secant(df: pd.DataFrame, model: str, out_pdf):
@@ -88,7 +70,7 @@ def figure_gap_over_secant(df: pd.DataFrame, model: str, out_pdf):
     ax.set_ylabel("second-order gap / secant-slack bound")
     ax.set_xlabel("radius r")
     fig.suptitle(f"Gap vs value-weighted secant-slack bound (fixed query) — {grid_label(df, model)}", fontsize=9, y=1.02)
-    _save(fig, out_pdf)
+    save_figure(fig, out_pdf)
 
 
 def figure_certified_within(df: pd.DataFrame, model: str, out_pdf):
@@ -113,7 +95,7 @@ def figure_certified_within(df: pd.DataFrame, model: str, out_pdf):
         ax.legend(fontsize=8)
     axes[0][0].set_ylabel("share of units")
     fig.suptitle(f"Units certified within 10% / 1% of their movement range — {grid_label(df, model)}", fontsize=9, y=1.02)
-    _save(fig, out_pdf)
+    save_figure(fig, out_pdf)
 
 
 def summary_table(df: pd.DataFrame, model: str, slope_max_radius: float = 0.005) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -179,14 +161,6 @@ def paper_comparison(table: pd.DataFrame, slopes: pd.DataFrame, df: pd.DataFrame
         rows.append({"quantity": what, "paper (GPT-2 small, 2,880 units at query position 4)": paper,
                      f"ours ({model})": ours})
     return pd.DataFrame(rows)
-
-
-def write_table(df: pd.DataFrame, out_csv: str | Path, title: str) -> None:
-    out_csv = Path(out_csv)
-    out_csv.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out_csv, index=False)
-    md = f"# {title}\n\n" + df.to_markdown(index=False, floatfmt=".4g") + "\n"
-    out_csv.with_suffix(".md").write_text(md)
 
 
 def violations_table(df: pd.DataFrame) -> pd.DataFrame:

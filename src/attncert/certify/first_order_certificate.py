@@ -43,8 +43,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from attncert.head.fixed_query import fixed_query_reduction
 from attncert.head.problem import HeadProblem
-from attncert.head.projected_ball import gamma
+from attncert.head.rounding import gamma
 
 
 def _rounding_envelopes(problem: HeadProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -123,7 +124,7 @@ def score_value_intervals(problem: HeadProblem, beta: float | None = None
     """
     r = problem.radius
     dual = problem.dual_norm
-    s0, w0, u_s, u_w = problem.fixed_query_directions()
+    s0, w0, u_s, u_w = fixed_query_reduction(problem).directions()
     eps_s_fixed, eps_s_varying, eps_w = _rounding_envelopes(problem)
     R_w = r * dual(u_w)
     W_lo, W_hi = w0 - R_w - eps_w, w0 + R_w + eps_w

@@ -21,22 +21,14 @@ import traceback
 from attncert.certify.best_feasible_ascent import best_feasible_ascent
 from attncert.certify.exact_worst_case import exact_worst_case
 from attncert.certify.first_order_certificate import first_order_certificate
+from attncert.certify.secant_slack_bound import secant_slack_bound
+from attncert.certify.second_order import second_order_certificate
 from attncert.head.problem import HeadProblem
+from attncert.pipeline.unit_tables import soundness_check
 
 COLUMNS = ["layer", "head", "prompt", "query_pos", "radius", "norm", "mode", "n_tokens", "nominal",
            "exact_lo", "exact_hi", "value_spread", "best_feasible", "first_order", "second_order",
            "secant_bound", "t_exact_s", "t_first_s", "t_ascent_s", "t_second_s", "solver", "status", "error"]
-
-
-def soundness_check(row: dict, rtol: float = 1e-9) -> list[str]:
-    """Every upper bound must be >= every value actually attained (ascent, the exact witness)."""
-    attained = [v for v in (row["best_feasible"], row["exact_lo"]) if math.isfinite(v)]
-    if not attained:
-        return []
-    best = max(attained)
-    tol = rtol * max(1.0, abs(best))
-    return [f"{name} {row[name]!r} < attained {best!r}" for name in ("exact_hi", "first_order", "second_order")
-            if math.isfinite(row[name]) and row[name] < best - tol]
 
 
 def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 8, ascent_steps: int = 150, seed: int = 0,
@@ -70,16 +62,12 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 8, ascent_steps
         row.update(best_feasible=res.value, t_ascent_s=res.seconds)
 
     def run_second():
-        from attncert.certify.second_order.fixed import second_order_certificate
-
         res = second_order_certificate(problem, sense="max")
         row.update(second_order=res.value, t_second_s=res.seconds, solver=res.solver)
         if res.fallback:
             failures.append(f"second_order: fallback to first order ({res.status})")
 
     def run_secant():
-        from attncert.certify.secant_slack_bound import secant_slack_bound
-
         if math.isfinite(row["exact_hi"]):
             row["secant_bound"] = secant_slack_bound(problem, row["exact_hi"]).bound
 

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attncert.certify.first_order_certificate import score_value_intervals
 from attncert.head.problem import HeadProblem
 
 
@@ -87,8 +88,6 @@ def fractional_knapsack_ratio(eps: np.ndarray, v: np.ndarray, Z: float) -> tuple
 
 def secant_slack_bound(problem: HeadProblem, t_star: float, t_star_kind: str = "exact") -> SecantSlackBound:
     """B(t_star) for the unit (max direction; use problem.negated() and -min for the min direction)."""
-    from attncert.certify.first_order_certificate import score_value_intervals
-
     if t_star_kind not in ("exact", "lower_bound", "upper_bound"):
         raise ValueError(f"t_star_kind must be 'exact', 'lower_bound' or 'upper_bound'; got {t_star_kind!r}")
     l, u, _, W = score_value_intervals(problem)

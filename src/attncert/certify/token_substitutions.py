@@ -29,6 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
+from attncert.certify.dinkelbach import DinkelbachStep, safeguarded_dinkelbach
 from attncert.head.problem import HeadProblem
 
 
@@ -45,8 +46,8 @@ def _separable_root(S: list[np.ndarray], W: list[np.ndarray], max_iter: int = 10
     """max over choices k_j of sum_j e^{S_j[k_j]} W_j[k_j] / sum_j e^{S_j[k_j]}; returns (t, choice, iters).
 
     Dinkelbach from the highest-score pattern, safeguarded by bisection on [t_lo, t_hi] when its
-    steps crawl (as in `exact_worst_case`); it stops only after a Newton step from t_lo finds no
-    better pattern, i.e. F(t_lo) <= 0 up to rounding: t_lo is the optimum.
+    steps crawl (`dinkelbach.safeguarded_dinkelbach`); it stops only after a Newton step from t_lo
+    finds no better pattern, i.e. F(t_lo) <= 0 up to rounding: t_lo is the optimum.
     """
     shift = max(float(s.max()) for s in S)
     E = [np.exp(s - shift) for s in S]
@@ -56,25 +57,15 @@ def _separable_root(S: list[np.ndarray], W: list[np.ndarray], max_iter: int = 10
         w = np.array([W[j][k] for j, k in enumerate(ch)])
         return float(e @ w / e.sum())
 
-    choice = [int(np.argmax(e)) for e in E]
-    t_lo = ratio(choice)
-    t_hi = max(float(w.max()) for w in W)
-    probe, prev_gain, it = t_lo, np.inf, 0
-    for it in range(1, max_iter + 1):
+    def step(probe: float) -> DinkelbachStep:
         new = [int(np.argmax(E[j] * (W[j] - probe))) for j in range(len(S))]
-        v = ratio(new)
-        if sum(float(E[j][k] * (W[j][k] - probe)) for j, k in enumerate(new)) < 0:
-            t_hi = min(t_hi, probe)
-        newton = probe == t_lo
-        gain = v - t_lo
-        if v > t_lo:
-            t_lo, choice = v, new
-        if newton and not gain > 0:
-            break
-        crawl = newton and gain > 0.5 * prev_gain and gain < 0.25 * (t_hi - t_lo)
-        prev_gain = gain if newton and not crawl else np.inf
-        probe = 0.5 * (t_lo + t_hi) if crawl else t_lo
-    return t_lo, choice, it
+        F = sum(float(E[j][k] * (W[j][k] - probe)) for j, k in enumerate(new))
+        return DinkelbachStep(ratio(new), F < 0, new)
+
+    choice = [int(np.argmax(e)) for e in E]
+    t_hi = max(float(w.max()) for w in W)
+    t, choice, _, it = safeguarded_dinkelbach(step, ratio(choice), t_hi, choice, 0.0, max_iter)
+    return t, choice, it
 
 
 def token_substitution_worst_case(problem: HeadProblem, candidates: Sequence[np.ndarray],

@@ -24,7 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from attncert.pipeline.extraction import load_layer
-from attncert.head.problem import HeadProblem, specification_direction
+from attncert.pipeline.provenance import atomic_path
+from attncert.head.problem import HeadProblem
+from attncert.head.specification import spec_seed, specification_direction
 
 
 @dataclass(frozen=True)
@@ -42,11 +44,6 @@ class Unit:
                 "radius": self.radius, "norm": self.norm, "mode": self.mode}
 
 
-def spec_seed(base: int, layer: int, head: int, prompt: int, query_pos: int) -> int:
-    """A deterministic seed per (layer, head, prompt, query position)."""
-    return int(np.random.SeedSequence([base, layer, head, prompt, query_pos]).generate_state(1)[0])
-
-
 def specification_vectors(arrays: dict, layer: int, query_positions: list[int], base_seed: int) -> np.ndarray:
     """c for every (head, prompt, query position): array (H, P, Q, d_h)."""
     H = arrays["W_O"].shape[0]
@@ -58,8 +55,6 @@ def specification_vectors(arrays: dict, layer: int, query_positions: list[int], 
 
 
 def write_specification(path: str | Path, c: np.ndarray, query_positions: list[int], layer: int, base_seed: int) -> None:
-    from attncert.pipeline.provenance import atomic_path
-
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as fh:
             np.savez(fh, c=c, query_positions=np.asarray(query_positions), layer=np.int64(layer),

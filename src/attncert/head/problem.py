@@ -19,7 +19,7 @@ value). Mode "varying": q_i = (z_i^0 + delta_i) W_Q + b_Q moves with the perturb
 
 The specification c: a seeded random unit direction u of the residual stream pulled back through
 the head's output projection, c = W_O u (W_O in R^{d_h x d} maps the head output into the residual
-stream), normalized to unit length (see `specification_direction`).
+stream), normalized to unit length (see `specification.specification_direction`).
 """
 from __future__ import annotations
 
@@ -127,33 +127,9 @@ class HeadProblem:
             D = D * np.minimum(1.0, self.radius / np.maximum(nrm, 1e-300))
         return self.Z0 + D
 
-    # ----- the two directions per token seen by a fixed query -----
-    def fixed_query_directions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """For a fixed query: s_j = s0_j + u_s . delta_j and w_j = w0_j + u_w . delta_j.
-
-        Returns (s0, w0, u_s, u_w) with s0, w0 in R^n and u_s, u_w in R^d (the same for every token).
-        """
-        q = self.nominal_query()
-        u_s = self.W_K @ q / np.sqrt(self.d_head)
-        u_w = self.W_V @ self.c
-        s0 = self.Z0 @ u_s + self.b_K @ q / np.sqrt(self.d_head)
-        w0 = self.Z0 @ u_w + self.b_V @ self.c
-        return s0, w0, u_s, u_w
-
     def dual_norm(self, u: np.ndarray) -> float:
         """max_{||delta|| <= 1} u . delta  (l1 norm for the box, l2 norm for the ball)."""
         return float(np.abs(u).sum()) if self.norm == "linf" else float(np.linalg.norm(u))
-
-
-def specification_direction(W_O: np.ndarray, seed: int) -> np.ndarray:
-    """c = W_O u / ||W_O u|| for a seeded standard-normal direction u of the residual stream.
-
-    W_O: (d_h, d), the rows of the output projection that belong to this head.
-    """
-    rng = np.random.default_rng(seed)
-    u = rng.standard_normal(W_O.shape[1])
-    c = W_O @ u
-    return c / np.linalg.norm(c)
 
 
 def random_head_problem(rng: np.random.Generator, d: int = 4, d_head: int = 3, n: int = 4,

@@ -4,7 +4,7 @@ With the query fixed, a token perturbation delta in R^d enters the head only thr
 
     sigma = u_s . delta        (score shift)          omega = u_w . delta     (value-read shift),
 
-with u_s, u_w the same for every token (`HeadProblem.fixed_query_directions`). The set of reachable
+with u_s, u_w the same for every token (`fixed_query.fixed_query_reduction`). The set of reachable
 pairs is the image of the ball B_r = {delta : ||delta|| <= r} under the 2 x d map A = [u_s; u_w]:
 
     P = { (u_s . delta, u_w . delta) : ||delta|| <= r }.
@@ -27,10 +27,8 @@ omega is always better, since e^sigma > 0):
 Both classes map boundary parameters back to explicit perturbations delta, so every value found on P
 can be recomputed from a feasible token.
 
-Rounding. `fixed_query_data` computes q, u_s, u_w, s0, w0 in extended precision (x87 long double,
-unit roundoff u_L = 2^-64) and rounds once to float64, with elementwise error bounds
-gamma^L_k |.|-products + u |result| (Higham's gamma_k for a dot product of length k, evaluated on the
-absolute values). `geometry_error` bounds, per coordinate, how far the computed boundary is from the
+Rounding. The directions come from `fixed_query.fixed_query_reduction` (extended precision, rounded
+once, with elementwise error bounds; arithmetic in `rounding`). `geometry_error` bounds, per coordinate, how far the computed boundary is from the
 exact image of the ball under the float64 directions: generator products and the angle sort
 (near-parallel generators may be swapped; each swap moves the polyline by <= 4u |g|) cost
 8u r (||u_s||_1 + ||u_w||_1); the long-double cumulative sums and the final rounding of the vertices
@@ -42,71 +40,9 @@ a = r r11 etc. and for np.pi < pi).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-UNIT_ROUNDOFF = 2.0 ** -53
-LD = np.longdouble
-# 2^-64 for x87 extended precision (x86-64 Linux). Where long double is plain double (Windows, macOS
-# arm64) this is 2^-53: every bound below stays valid, the brackets are just ~1000x wider.
-LD_ROUNDOFF = float(np.finfo(LD).eps) / 2
-
-
-def gamma(k: float, u: float = UNIT_ROUNDOFF) -> float:
-    """Higham's gamma_k = k u / (1 - k u): bound on the relative error of k chained float operations."""
-    ku = k * u
-    return ku / (1.0 - ku)
-
-
-def gamma_ld(k: float) -> float:
-    return gamma(k, LD_ROUNDOFF)
-
-
-@dataclass
-class FixedQueryData:
-    """s_j = s0_j + u_s . delta_j, w_j = w0_j + u_w . delta_j, with elementwise error bounds."""
-
-    s0: np.ndarray  # (n,)
-    w0: np.ndarray  # (n,)
-    u_s: np.ndarray  # (d,)
-    u_w: np.ndarray  # (d,)
-    err_s0: np.ndarray  # (n,) |computed - exact|
-    err_w0: np.ndarray
-    err_us: np.ndarray  # (d,)
-    err_uw: np.ndarray
-
-
-def fixed_query_data(problem) -> FixedQueryData:
-    """The fixed-query directions of a HeadProblem in extended precision, rounded once to float64.
-
-    Same quantities as HeadProblem.fixed_query_directions; the absolute-value products used in the
-    bounds are themselves float64 (relative error < 1e-12 here), covered by a factor 2.
-    """
-    d, dh = problem.d, problem.d_head
-    i = problem.query_index
-    Z = problem.Z0.astype(LD)
-    c = problem.c.astype(LD)
-    q = Z[i] @ problem.W_Q.astype(LD) + problem.b_Q.astype(LD)
-    sq = np.sqrt(LD(dh))
-    us = (problem.W_K.astype(LD) @ q) / sq
-    s0 = Z @ us + (problem.b_K.astype(LD) @ q) / sq
-    uw = problem.W_V.astype(LD) @ c
-    w0 = Z @ uw + problem.b_V.astype(LD) @ c
-    out = [np.asarray(x, dtype=np.float64) for x in (s0, w0, us, uw)]
-    # elementwise bounds on the error of the long-double chain, then the rounding to float64
-    absZ = np.abs(problem.Z0)
-    q_abs = np.abs(problem.Z0[i]) @ np.abs(problem.W_Q) + np.abs(problem.b_Q)
-    us_abs = np.abs(problem.W_K) @ q_abs / np.sqrt(dh)
-    uw_abs = np.abs(problem.W_V) @ np.abs(problem.c)
-    u = UNIT_ROUNDOFF
-    err_us = 2 * gamma_ld(d + dh + 4) * us_abs + u * np.abs(out[2])
-    err_uw = 2 * gamma_ld(dh + 1) * uw_abs + u * np.abs(out[3])
-    err_s0 = 2 * gamma_ld(2 * d + dh + 8) * (absZ @ us_abs + np.abs(problem.b_K) @ q_abs / np.sqrt(dh)) \
-        + u * np.abs(out[0])
-    err_w0 = 2 * gamma_ld(d + dh + 4) * (absZ @ uw_abs + np.abs(problem.b_V) @ np.abs(problem.c)) \
-        + u * np.abs(out[1])
-    return FixedQueryData(*out, err_s0, err_w0, err_us, err_uw)
+from attncert.head.rounding import LD, UNIT_ROUNDOFF, gamma_ld
 
 
 class Zonotope2D:

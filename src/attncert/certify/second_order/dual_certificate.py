@@ -51,7 +51,8 @@ import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 
-UNIT_ROUNDOFF = 2.0 ** -53
+from attncert.head.rounding import UNIT_ROUNDOFF, round_up
+
 DATA_REL_ERR = 1e-12
 POLISH_ABOVE = 1e-7  # polish the dual when (bound - primal) exceeds this x max(1, |primal|)
 POLISH_SECONDS = 1.0  # time limit of the polishing LP
@@ -91,17 +92,6 @@ _SCS_STATUS = {  # SCS 3 info["status_val"]
     -4: ("solver_error", False),  # failed
     -5: ("solver_error", False),  # interrupted
 }
-
-
-def gamma(k: float) -> float:
-    ku = k * UNIT_ROUNDOFF
-    return ku / (1.0 - ku)
-
-
-def _up(x: float, ulps: int = 4) -> float:
-    for _ in range(ulps):
-        x = math.nextafter(x, math.inf)
-    return x
 
 
 @dataclass
@@ -156,7 +146,7 @@ def repair_dual(z: np.ndarray, dims, row_cost: np.ndarray) -> np.ndarray:
             np.maximum(z[a:b], 0.0, out=z[a:b])
         elif kind == "soc":
             nrm = float(np.linalg.norm(z[a + 1:b]))
-            need = _up(nrm * (1.0 + 4.0 * UNIT_ROUNDOFF * (b - a)) + 1e-300)
+            need = round_up(nrm * (1.0 + 4.0 * UNIT_ROUNDOFF * (b - a)) + 1e-300)
             if z[a] < need:
                 z[a] = need
         elif kind == "exp":
@@ -220,7 +210,7 @@ def weak_duality_bound(c: np.ndarray, A: sp.spmatrix, b: np.ndarray, dims, z: np
     total = main + 2.0 * err + 1e-300
     if not math.isfinite(total):
         return math.inf, zr
-    return _up(total), zr
+    return round_up(total), zr
 
 
 def polish_dual(c: np.ndarray, A: sp.spmatrix, b: np.ndarray, dims, z: np.ndarray, lo: np.ndarray,

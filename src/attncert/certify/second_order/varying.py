@@ -26,7 +26,7 @@ The bilinear term is kept as a coordinate bounded by the product of the two ball
 envelope at the centre), which costs O(r^2): the certificate stays second order; a full cross-moment
 lifting would need n d_h^2 variables.
 
-Relaxation. Exactly the fixed-query program of `second_order_certificate` with per-token intervals
+Relaxation. Exactly the fixed-query program of `fixed` (built from `relaxation`) with per-token intervals
 [l_j, -l_j], extended coordinates and the coupling of the query coordinates:
 
     maximize    sum_j E_lj ( ahat_j wt_j + V_j,omega + Ehat_j U_j,omega )
@@ -52,13 +52,16 @@ import time
 import cvxpy as cp
 import numpy as np
 
-import attncert.certify.second_order.fixed as so_module
-from attncert.certify.second_order.dual_certificate import UNIT_ROUNDOFF, gamma, solve_and_certify
+from attncert.certify.first_order_certificate import first_order_certificate
+from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, solve_and_certify
+from attncert.certify.second_order.facets import (SLOTS, UpperChainFacets, cutting_plane_solve, initial_edges,
+                                                  vertex_dinkelbach)
+from attncert.certify.second_order.relaxation import (MONOTONE_POINTS, SecondOrderResult, data_errors, ellipse_matrix,
+                                                      objective, polygon_constraints, settle, weight_constraints,
+                                                      weight_parameters)
+from attncert.head.fixed_query import fixed_query_reduction
 from attncert.head.problem import HeadProblem
-from attncert.certify.second_order.fixed import (FO_TIE, MONOTONE_POINTS, SLOTS, SecondOrderResult, UpperChainFacets,
-                                               _ellipse_matrix, cutting_plane_solve, data_errors, initial_edges,
-                                               objective, polygon_constraints, vertex_dinkelbach,
-                                               weight_constraints, weight_parameters)
+from attncert.head.rounding import UNIT_ROUNDOFF, gamma, outward_affine
 
 _CACHE: dict = {}
 
@@ -87,7 +90,7 @@ class VaryingData:
         self.order = np.array([j for j in range(n) if j != i] + [i])
         dual = problem.dual_norm
         up = 1.0 + gamma(d + 4)
-        s0, w0, u_s, u_w = problem.fixed_query_directions()
+        s0, w0, u_s, u_w = fixed_query_reduction(problem).directions()
         _, eps_w = data_errors(problem)
         sq = math.sqrt(dh)
         K0 = problem.Z0 @ problem.W_K + problem.b_K
@@ -181,20 +184,15 @@ def _box(V: dict, D: VaryingData, tau_hi: float, tau_lo: float) -> dict:
 
 
 def _to_g(bound: float, D: VaryingData) -> float:
-    if not math.isfinite(bound):
-        return math.inf
-    val = D.g0 + D.rho * bound
-    val += 4.0 * UNIT_ROUNDOFF * (abs(D.g0) + abs(D.rho * bound)) + 1e-290 * D.n * (1.0 + float(np.abs(D.w0).max()))
-    return math.nextafter(val, math.inf)
+    """g0 + rho * bound, rounded outward (plus a tiny term for exp underflow of far-away tokens)."""
+    return outward_affine(D.g0, D.rho, bound, 1e-290 * D.n * (1.0 + float(np.abs(D.w0).max())))
 
 
-def second_order_varying(problem: HeadProblem, upper_cone: bool = False,
-                         monotone_points: int = MONOTONE_POINTS) -> SecondOrderResult:
+def second_order_varying(problem: HeadProblem, upper_cone: bool = False, monotone_points: int = MONOTONE_POINTS,
+                         ladder=SOLVER_LADDER) -> SecondOrderResult:
     """Sound upper bound on max g for a varying query (see module docstring)."""
     if problem.mode != "varying":
         raise ValueError("second_order_varying expects mode='varying'")
-    from attncert.certify.first_order_certificate import first_order_certificate
-
     t0 = time.perf_counter()
     D = VaryingData(problem)
     n = D.n
@@ -204,9 +202,9 @@ def second_order_varying(problem: HeadProblem, upper_cone: bool = False,
         if problem.norm == "l2":
             prob, P, V = _build(n, D.d, "l2", 0, upper_cone, monotone_points)
             El, Ehat, (tau_lo, tau_hi) = _set_parameters(P, D)
-            P["G"].value, P["cs"].value = _ellipse_matrix(D.u_s, D.u_w, D.radius, D.rho)
-            P["Gq"].value, P["csq"].value = _ellipse_matrix(D.u_q, D.u_w, D.radius, D.rho)
-            cert = solve_and_certify(prob, _box(V, D, tau_hi, tau_lo), ladder=so_module.SOLVER_LADDER)
+            P["G"].value, P["cs"].value = ellipse_matrix(D.u_s, D.u_w, D.radius, D.rho)
+            P["Gq"].value, P["csq"].value = ellipse_matrix(D.u_q, D.u_w, D.radius, D.rho)
+            cert = solve_and_certify(prob, _box(V, D, tau_hi, tau_lo), ladder=ladder)
             rounds = 1
             log = [(s, st, _to_g(b, D), sec) for (s, st, b, sec) in cert.log]
             if cert.converged:
@@ -222,14 +220,5 @@ def second_order_varying(problem: HeadProblem, upper_cone: bool = False,
             El, Ehat, (tau_lo, tau_hi) = _set_parameters(P, D)
             best, status, solver, primal, rounds, n_facets, log = cutting_plane_solve(
                 prob, P, V, _box(V, D, tau_hi, tau_lo), chains, edges, SLOTS, D.rho, El, Ehat,
-                lambda b: _to_g(b, D))
-    seconds = time.perf_counter() - t0
-    if math.isfinite(best) and best <= fo + FO_TIE * (1.0 + abs(fo)):
-        if best > fo:  # equal up to rounding (e.g. the first-order bound is exact): keep the smaller
-            best, status = fo, f"{status}; first-order bound equal"
-        return SecondOrderResult(best, status, solver, seconds, False, mode="varying", primal=primal,
-                                 rounds=rounds, n_facets=n_facets, log=log)
-    reason = "second-order bound above first-order" if math.isfinite(best) else (
-        log[-1][1] if log else "degenerate score intervals")
-    return SecondOrderResult(fo, f"fallback: {reason}", "first_order", time.perf_counter() - t0, True,
-                             mode="varying", primal=primal, rounds=rounds, n_facets=n_facets, log=log)
+                lambda b: _to_g(b, D), ladder)
+    return settle(best, status, solver, fo, t0, "varying", primal, rounds, n_facets, log, "degenerate score intervals")

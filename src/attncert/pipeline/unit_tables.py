@@ -1,4 +1,7 @@
-"""Summaries of the certification table: relative gaps, per-unit log-log slopes, soundness checks.
+"""Unit tables shared by every stage that bounds a head: reference values, gaps, slopes, soundness.
+
+A unit is one (layer, head, prompt, query position, norm, mode, radius); the certification stage
+writes one row per unit, the baseline stage one row per unit and method.
 
 For one unit (fixed radius r) with nominal value g0, reference value g* (the exact worst case
 `exact_hi` for a fixed query, the best feasible value found by ascent for a varying query) and a
@@ -14,6 +17,8 @@ positive gaps in that range get no slope.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -26,6 +31,11 @@ def reference_value(df: pd.DataFrame) -> pd.Series:
     """Exact worst case where it exists (fixed query), else the best feasible value found."""
     ref = df["exact_hi"].where(df["mode"].eq("fixed") & df["exact_hi"].notna(), df["best_feasible"])
     return ref.astype(float)
+
+
+def attained_value(df: pd.DataFrame) -> pd.Series:
+    """The largest value actually attained on the unit: the exact witness or the best ascent value."""
+    return df[["exact_lo", "best_feasible"]].max(axis=1, skipna=True)
 
 
 def add_gaps(df: pd.DataFrame, certificates=("first_order", "second_order")) -> pd.DataFrame:
@@ -47,7 +57,7 @@ def soundness_violations(df: pd.DataFrame, certificates=("first_order", "second_
     explicit feasible witness). A sound upper bound must be >= both.
     """
     rows = []
-    attained = df[["best_feasible", "exact_lo"]].max(axis=1, skipna=True)
+    attained = attained_value(df)
     scale = np.maximum(1.0, np.abs(attained))
     for cert in [c for c in ("exact_hi", *certificates) if c in df]:
         bad = df[cert].notna() & attained.notna() & (df[cert] < attained - SOUNDNESS_RTOL * scale)
@@ -56,6 +66,20 @@ def soundness_violations(df: pd.DataFrame, certificates=("first_order", "second_
                          "value": df.at[idx, cert], "attained": attained[idx],
                          "shortfall": attained[idx] - df.at[idx, cert]})
     return pd.DataFrame(rows, columns=UNIT_KEYS + ["radius", "quantity", "value", "attained", "shortfall"])
+
+
+def below_attained(upper: float, attained: float, rtol: float = SOUNDNESS_RTOL) -> bool:
+    """True when an upper bound lies below an attained value by more than float noise."""
+    return math.isfinite(upper) and math.isfinite(attained) and upper < attained - rtol * max(1.0, abs(attained))
+
+
+def soundness_check(row: dict, bounds=("exact_hi", "first_order", "second_order")) -> list[str]:
+    """Every upper bound of one row must be >= every value actually attained (ascent, the exact witness)."""
+    attained = [v for v in (row["best_feasible"], row["exact_lo"]) if math.isfinite(v)]
+    if not attained:
+        return []
+    best = max(attained)
+    return [f"{name} {row[name]!r} < attained {best!r}" for name in bounds if below_attained(row[name], best)]
 
 
 def loglog_slope(radii: np.ndarray, values: np.ndarray) -> float:

@@ -1,0 +1,97 @@
+"""Linear operators: a linear layer reading the network input (`InputLinear`, with exact IBP over the
+input set and per-token block-sparse back-substitution) and the library's linear layer with an eager
+back-substitution (`BoundPlainLinear`).
+"""
+from __future__ import annotations
+
+import torch
+from bound_propagation import FixedLinear
+from bound_propagation.activation import assert_bound_order
+from bound_propagation.bounds import IntervalBounds, LinearBounds
+from bound_propagation.linear import BoundLinear
+
+from attncert.baselines.relaxation_parameters import each_side
+
+class InputLinear(FixedLinear):
+    """y = W x + b applied to the network input x = (delta_1, ..., delta_n) (first operation on its path).
+
+    token_dim = d: the weight is also stored per token, W = [W_1 | ... | W_n] with W_j (out, d), keeping
+    only the rows R_j that read token j, and of those only the distinct ones: W_j[R_j] = P_j U_j with
+    P_j a 0/1 row-selection (index map) and U_j the distinct rows. Back-substituting A (m, out) gives
+    the token-j block A[:, R_j] W_j[R_j] = (A[:, R_j] P_j) U_j, at cost m |R_j| + m |U_j| d instead of
+    m * out * n d (the head's first layers are block sparse: a key reads one token; the n copies of the
+    query read token i through the same rows).
+    """
+
+    def __init__(self, weight, bias=None, token_dim: int | None = None):
+        super().__init__(weight, bias)
+        self.token_dim = token_dim
+        self.token_rows, self.token_inverse, self.token_blocks = [], [], []
+        if token_dim is not None:
+            n_in = self.weight.size(-1)
+            if n_in % token_dim:
+                raise ValueError("input size is not a multiple of token_dim")
+            for j in range(n_in // token_dim):
+                block = self.weight[:, j * token_dim:(j + 1) * token_dim]
+                rows = torch.nonzero(block.abs().sum(dim=1) > 0).flatten()
+                unique, inverse = torch.unique(block[rows], dim=0, return_inverse=True)
+                if unique.size(0) == rows.numel():  # no duplicates: keep the rows in their order
+                    unique, inverse = block[rows], None
+                self.token_rows.append(rows)
+                self.token_inverse.append(inverse)
+                self.token_blocks.append(unique.contiguous())
+
+
+def _linear_backward(weight, bias, bounds):
+    """Back-substitution through y = W x + b: (A, c) -> (A W, c + A b)."""
+    A, acc = bounds
+    if bias is not None:
+        acc = acc + A.matmul(bias)
+    return A.matmul(weight), acc
+
+
+class BoundPlainLinear(BoundLinear):
+    """The library's BoundLinear with the back-substitution in eager torch.
+
+    The library's version calls a TorchScript function; under autograd (alpha-CROWN) TorchScript's
+    profiling executor makes every call ~100x slower on these small matrices. Same arithmetic.
+    """
+
+    def crown_backward(self, linear_bounds, optimize):
+        W, b = self.module.weight, self.module.bias
+        return each_side(linear_bounds, lambda bounds, upper: _linear_backward(W, b, bounds))
+
+
+class BoundInputLinear(BoundPlainLinear):
+    """Linear layer on the network input; IBP returns the exact range over the input set."""
+
+    def _backward(self, bounds):
+        A, acc = bounds
+        mod = self.module
+        if mod.bias is not None:
+            acc = acc + A.matmul(mod.bias)
+        if mod.token_dim is None:
+            return A.matmul(mod.weight), acc
+        parts = []
+        for rows, inverse, block in zip(mod.token_rows, mod.token_inverse, mod.token_blocks):
+            selected = A.index_select(-1, rows)
+            if inverse is not None:  # merge the columns of identical rows first
+                merged = torch.zeros((*A.shape[:-1], block.size(0)), dtype=A.dtype, device=A.device)
+                selected = merged.index_add(-1, inverse, selected)
+            parts.append(selected.matmul(block))
+        return torch.cat(parts, dim=-1), acc
+
+    def crown_backward(self, linear_bounds, optimize):
+        return each_side(linear_bounds, lambda bounds, upper: self._backward(bounds))
+
+    @assert_bound_order
+    def ibp_forward(self, bounds, save_relaxation=False, save_input_bounds=False):
+        region = bounds.region
+        W, b = self.module.weight, self.module.bias
+        if b is None:
+            b = torch.zeros(W.size(0), dtype=W.dtype, device=W.device)
+        if W.size(-1) != region.size(-1):
+            raise ValueError("InputLinear must read the network input directly")
+        lower, upper = region.concretize(LinearBounds(region, (W, b), (W, b)))
+        # The library's HyperRectangle / our PerTokenL2Ball broadcast an unbatched W over the batch.
+        return IntervalBounds(region, lower, upper)

@@ -1,0 +1,80 @@
+"""Relaxation parameters shared by the bound modules: defaults, per-objective alpha slopes, and the
+two-sided back-substitution step.
+
+Full alpha-CROWN optimizes one relaxation parameter per neuron *and per objective*: every row of the
+backward coefficient matrix (one bound being computed) may carry its own tangent points / McCormick
+planes. `PerObjectiveParameters` stores them keyed by the bound being computed (`set_alpha_key`), so
+the intermediate bounds of every layer can be optimized as well as the last one.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from bound_propagation.bounds import LinearBounds
+
+
+DTYPE = torch.float64
+#: An input interval narrower than this is treated as a point (constant relaxation, still sound).
+ZERO_WIDTH = 1e-12
+#: Default relaxation parameter (theta for tangent points, kappa for McCormick planes): CROWN's choice.
+DEFAULT_PARAMETER = 0.5
+
+
+def each_side(linear_bounds: LinearBounds, step) -> LinearBounds:
+    """One back-substitution step applied to both sides of a linear bound.
+
+    step((A, bias), upper) -> (A', bias'); `upper` tells which side (relaxations pick their planes by it).
+    """
+    lower = None if linear_bounds.lower is None else step(linear_bounds.lower, False)
+    upper = None if linear_bounds.upper is None else step(linear_bounds.upper, True)
+    return LinearBounds(linear_bounds.region, lower, upper)
+
+
+class PerObjectiveParameters:
+    """Relaxation parameters in [0, 1], one per (objective, neuron), stored per key and pass.
+
+    `alpha_key` is set by the optimizer (`set_alpha_key`) to name the bound being computed (an
+    intermediate layer or the output); None means "use the CROWN default for every objective".
+    The pass is "lower" or "upper": the lower and upper bound of an objective get separate parameters.
+    """
+
+    def _init_parameters(self):
+        self.alpha_key = None
+        self._parameters_by_key = {}
+
+    def parameter(self, pass_name: str, name: str, shape, like: torch.Tensor):
+        key = (self.alpha_key, pass_name, name)
+        p = self._parameters_by_key.get(key)
+        if p is None or tuple(p.shape) != tuple(shape):
+            p = torch.full(tuple(shape), DEFAULT_PARAMETER, dtype=like.dtype, device=like.device, requires_grad=True)
+            self._parameters_by_key[key] = p
+        return p
+
+    def parameters_for(self, key):
+        return [p for (k, _, _), p in self._parameters_by_key.items() if k == key]
+
+    def clear_parameters(self):
+        self._parameters_by_key = {}
+
+
+def set_alpha_key(root: nn.Module, key) -> None:
+    for m in root.modules():
+        if isinstance(m, PerObjectiveParameters):
+            m.alpha_key = key
+
+
+def alpha_parameters(root: nn.Module, key) -> list[torch.Tensor]:
+    out = []
+    for m in root.modules():
+        if isinstance(m, PerObjectiveParameters):
+            out.extend(m.parameters_for(key))
+    return out
+
+
+def clamp_alpha_parameters(params) -> None:
+    with torch.no_grad():
+        for p in params:
+            p.clamp_(0.0, 1.0)
+
+
+# --------------------------------------------------------------------------------------------------

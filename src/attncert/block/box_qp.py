@@ -1,0 +1,125 @@
+"""Maximizing a quadratic form over the box [-1, 1]^d: best found (a lower bound), a certified SDP-dual
+upper bound, and spectral summaries of the curvature (see `residual` for where they are used).
+
+    box_qp_max      multi-start projected gradient ascent, then exact coordinate ascent (1-flip vertex
+                    search at the box faces): a best-found value of max 1/2 u^T H u (NP-hard in general)
+    box_qp_upper    1/2 u^T H u <= 1/2 sum_k max(D_kk + lambda_max(H - D), 0) for every diagonal D,
+                    minimized over D by projected subgradient steps
+    effective_rank  (sum |mu_k|)^2 / sum mu_k^2 over the eigenvalues mu of H (participation ratio)
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attncert.block.map import DTYPE
+
+
+class QuadraticForms:
+    """P quadratic forms 1/2 u^T Q_p u on R^d: dense (P, d, d) or low rank J_p^T K_p J_p."""
+
+    def __init__(self, dense: torch.Tensor | None = None, J: torch.Tensor | None = None, K: torch.Tensor | None = None):
+        self.dense, self.J, self.K = dense, J, K
+        if dense is not None:
+            self.P, self.d = dense.shape[0], dense.shape[-1]
+            self.diag = torch.diagonal(dense, dim1=-2, dim2=-1)
+        else:
+            self.P, self.d = J.shape[0], J.shape[-1]
+            self.diag = torch.einsum("pnd,pnk,pkd->pd", J, K, J)
+
+    def matvec(self, u):                       # u (P, S, d) -> (P, S, d)
+        if self.dense is not None:
+            return u @ self.dense
+        return ((u @ self.J.transpose(-1, -2)) @ self.K) @ self.J
+
+    def column(self, k: int):                  # (P, d)
+        if self.dense is not None:
+            return self.dense[:, k, :]          # symmetric: row k = column k
+        return torch.einsum("pnd,pnm,pm->pd", self.J, self.K, self.J[:, :, k])
+
+    def lipschitz(self) -> torch.Tensor:       # (P,) an upper bound on the spectral norm
+        u = torch.randn(self.P, 1, self.d, dtype=DTYPE, generator=torch.Generator().manual_seed(0))
+        for _ in range(30):
+            u = self.matvec(u)
+            u = u / u.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+        return 1.05 * self.matvec(u).norm(dim=-1)[:, 0] + 1e-300
+
+    def value(self, u):
+        return 0.5 * (u * self.matvec(u)).sum(-1)
+
+
+def box_qp_max(Q: QuadraticForms, starts: torch.Tensor, pga_steps: int = 100, sweeps: int = 20):
+    """Best-found max over u in [-1,1]^d of 1/2 u^T Q_p u, per form p; starts (P, S, d) in the box.
+
+    Projected gradient ascent with step 1/L (L >= ||Q||, so the value never decreases), then exact
+    coordinate ascent (each coordinate set to the maximizer of the 1-D quadratic on [-1, 1]; at a
+    convex coordinate this is a vertex flip) until no coordinate moves. Returns (values (P,),
+    maximizers (P, d), all final values (P, S), all final points (P, S, d)).
+    """
+    u = starts.clone()
+    step = (1.0 / Q.lipschitz()).view(-1, 1, 1)
+    for _ in range(pga_steps):
+        u = torch.clamp(u + step * Q.matvec(u), -1.0, 1.0)
+    Qu = Q.matvec(u)
+    for _ in range(sweeps):
+        moved = torch.zeros((), dtype=torch.bool)
+        for k in range(Q.d):
+            qkk = Q.diag[:, k].unsqueeze(-1)                   # (P, 1)
+            uk = u[:, :, k]
+            g = Qu[:, :, k] - qkk * uk                          # linear coefficient of u_k
+            convex = qkk > 0
+            vertex = torch.where(g >= 0, torch.ones_like(g), -torch.ones_like(g))
+            interior = torch.clamp(-g / torch.where(qkk < 0, qkk, -torch.ones_like(qkk)), -1.0, 1.0)
+            new = torch.where(convex | (qkk == 0), vertex, interior)
+            gain = 0.5 * qkk * (new * new - uk * uk) + g * (new - uk)
+            new = torch.where(gain > 1e-15 * (1.0 + g.abs()), new, uk)
+            change = new - uk
+            if bool((change != 0).any()):
+                moved = torch.ones((), dtype=torch.bool)
+                u[:, :, k] = new
+                Qu = Qu + change.unsqueeze(-1) * Q.column(k).unsqueeze(1)
+        if not bool(moved):
+            break
+    vals = 0.5 * (u * Q.matvec(u)).sum(-1)
+    best = vals.argmax(-1)
+    idx = torch.arange(Q.P)
+    return vals[idx, best], u[idx, best], vals, u
+
+
+def box_qp_upper(H: torch.Tensor, iterations: int = 20) -> torch.Tensor:
+    """Certified upper bound on max over u in [-1,1]^d of 1/2 u^T H u, per matrix H (P, d, d).
+
+    For every diagonal D: u^T H u = u^T (H - D - mu I) u + sum_k (D_kk + mu) u_k^2 with
+    mu = lambda_max(H - D), so 1/2 u^T H u <= 1/2 sum_k max(D_kk + mu, 0) on the box (the SDP dual
+    with y_k = max(D_kk + mu, 0)). D starts at diag(H) and takes projected subgradient steps; the
+    smallest bound seen is returned, raised by an outward rounding margin (eigvalsh error ~ d eps ||H||).
+    """
+    P, d, _ = H.shape
+    D = torch.diagonal(H, dim1=-2, dim2=-1).clone()
+    best = torch.full((P,), math.inf, dtype=DTYPE)
+    norm = torch.linalg.matrix_norm(H, ord=2)
+    step = norm / d
+    for it in range(iterations):
+        evals, evecs = torch.linalg.eigh(H - torch.diag_embed(D))
+        mu = evals[:, -1]
+        y = D + mu.unsqueeze(-1)
+        bound = 0.5 * torch.clamp(y, min=0).sum(-1)
+        best = torch.minimum(best, bound)
+        active = (y > 0).to(DTYPE)
+        v2 = evecs[:, :, -1] ** 2
+        sub = active - active.sum(-1, keepdim=True) * v2      # d bound / d D_kk
+        D = D - (step / math.sqrt(it + 1)).unsqueeze(-1) * sub / sub.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+    return best + 8 * d * torch.finfo(DTYPE).eps * norm * d
+
+
+def effective_rank(H: torch.Tensor) -> torch.Tensor:
+    """(sum |mu|)^2 / sum mu^2 over the eigenvalues of each H (P, d, d)."""
+    mu = torch.linalg.eigvalsh(H)
+    return mu.abs().sum(-1) ** 2 / (mu * mu).sum(-1).clamp_min(1e-300)
+
+
+def spectral_ratio(H: torch.Tensor) -> torch.Tensor:
+    """Nuclear / spectral norm ratio sum |mu| / max |mu| (a second effective-rank measure)."""
+    mu = torch.linalg.eigvalsh(H)
+    return mu.abs().sum(-1) / mu.abs().amax(-1).clamp_min(1e-300)

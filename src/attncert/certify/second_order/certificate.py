@@ -1,0 +1,33 @@
+"""The second-order certificate of one head: a sound bound on max g (or min g), either query mode.
+
+`second_order_certificate` dispatches on `problem.mode` to the fixed-query relaxation (`fixed`) or the
+varying-query one (`varying`); sense "min" bounds min g = -max(-g) with the negated specification.
+"""
+from __future__ import annotations
+
+from attncert.certify.second_order.dual_certificate import SOLVER_LADDER
+from attncert.certify.second_order.fixed import second_order_fixed
+from attncert.certify.second_order.relaxation import MONOTONE_POINTS, SecondOrderResult
+from attncert.certify.second_order.varying import second_order_varying
+from attncert.head.problem import HeadProblem
+
+
+def second_order_certificate(problem: HeadProblem, sense: str = "max", upper_cone: bool = False,
+                             monotone_points: int = MONOTONE_POINTS, ladder=SOLVER_LADDER) -> SecondOrderResult:
+    """Sound bound from the second-order (exponential-cone moment) relaxation.
+
+    sense "max": upper bound on max g; "min": lower bound on min g (= -bound for the negated spec).
+    upper_cone=True adds the exact upper exponential bound (the tight variant). `ladder`: the solver
+    attempts, in order (see `dual_certificate.SOLVER_LADDER`).
+    """
+    if sense == "min":
+        r = second_order_certificate(problem.negated(), "max", upper_cone, monotone_points, ladder)
+        r.value = -r.value
+        r.primal = -r.primal
+        r.sense = "min"
+        r.log = [(s, st, -b, t) for (s, st, b, t) in r.log]
+        return r
+    if sense != "max":
+        raise ValueError(f"sense must be 'max' or 'min'; got {sense!r}")
+    solve = second_order_varying if problem.mode == "varying" else second_order_fixed
+    return solve(problem, upper_cone=upper_cone, monotone_points=monotone_points, ladder=ladder)

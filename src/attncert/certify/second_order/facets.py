@@ -1,0 +1,171 @@
+"""Facets of the zonotope P (linf) for the relaxation, chosen by cutting planes.
+
+Only omega enters the objective, with positive weights, so only the *upper* boundary of P (d edges) and
+the two sigma-bounds matter. Each token gets SLOTS half-plane slots filled with a subset of the exact upper
+facets -- any subset is an outer polygon of P, hence a sound relaxation -- chosen by cutting planes: edges at
+GRID_POINTS sigma values and at LOCAL_POINTS values around the token's estimated optimum (vertex
+Dinkelbach), then, after each solve, the edges under every point U_j / lam_j, V_j / (tau - lam_j) lying
+above the exact boundary (at most MAX_ROUNDS solves). Every round's bound is sound; the smallest is kept.
+"""
+from __future__ import annotations
+
+import math
+
+import cvxpy as cp
+import numpy as np
+
+from attncert.certify.second_order.dual_certificate import solve_and_certify
+from attncert.head.projected_ball import Zonotope2D
+from attncert.head.rounding import UNIT_ROUNDOFF, gamma
+
+MAX_ROUNDS = 3  # cutting-plane solves (linf)
+SLOTS = 48  # facet slots per token (linf)
+GRID_POINTS = 9  # global sigma grid of initial facets
+LOCAL_POINTS = 25  # fine grid around each token's estimated optimum ...
+WINDOW = 0.3  # ... of half-width WINDOW * R_s
+VIOLATION_TOL = 1e-9  # points higher than this (units of rho) above the boundary get a cut
+CUT_STOP = 1e-5  # stop when the mass-weighted violation is below CUT_STOP x the (scaled) objective
+
+
+class UpperChainFacets:
+    """Supporting half-planes n.x <= b of P along its upper boundary, plus the two sigma-bounds.
+
+    Edge k of the upper boundary (`projected_ball.Zonotope2D`) has outward normal (-domega_k, dsigma_k);
+    b = h_P(n) = r sum_i |n . (u_s[i], u_w[i])| is evaluated directly (rounded up), so every selected
+    half-plane contains the exact image of the ball whatever the rounding of the vertex list.
+    """
+
+    def __init__(self, u_s: np.ndarray, u_w: np.ndarray, radius: float, R_s: float):
+        """R_s >= r ||u_s||_1, the largest |sigma| over P (rounded up by the caller)."""
+        self.chain = Zonotope2D(u_s, u_w, radius)
+        self.gens = np.stack([u_s, u_w], axis=0)  # (2, d)
+        self.radius = radius
+        self.R_s = R_s
+        self.d = u_s.shape[0]
+
+    def edge_at(self, sigma: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(self.chain.sigma, sigma, side="right") - 1
+        return np.clip(k, 0, self.d - 1)
+
+    def omega_max(self, sigma: np.ndarray) -> np.ndarray:
+        return np.interp(sigma, self.chain.sigma, self.chain.omega)
+
+    def halfplanes(self, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(H, b) for the given edge indices, with the sigma-bounds (+-1, 0) <= R_s prepended."""
+        edges = np.unique(np.asarray(edges, dtype=np.int64))
+        N = np.stack([-self.chain.domega[edges], self.chain.dsigma[edges]], axis=1)
+        nrm = np.hypot(N[:, 0], N[:, 1])
+        keep = nrm > 0
+        N = N[keep] / nrm[keep, None]
+        b = self.radius * np.abs(N @ self.gens).sum(axis=1)
+        b = b * (1.0 + gamma(self.d + 6)) + 1e-300
+        H = np.concatenate([np.array([[1.0, 0.0], [-1.0, 0.0]]), N])
+        b = np.concatenate([[self.R_s, self.R_s], b])
+        return H, b
+
+
+def vertex_dinkelbach(A: np.ndarray, w0: np.ndarray, g0: float, sig: np.ndarray, om: np.ndarray,
+                      iters: int = 8) -> tuple[float, np.ndarray]:
+    """Estimate of the fixed-query worst case restricted to vertices of the upper boundaries.
+
+    sig, om: (n, d+1) vertex coordinates of each token's boundary. Returns (t, k), k_j the best vertex of
+    token j at t (Dinkelbach's iteration). Only used to place facets: a feasible value, not a bound.
+    """
+    E = np.exp(A[:, None] + sig - sig.max())
+    t = g0
+    rows = np.arange(A.size)
+    k = np.argmax(E * (w0[:, None] - t + om), axis=1)
+    for _ in range(iters):
+        k = np.argmax(E * (w0[:, None] - t + om), axis=1)
+        e = E[rows, k]
+        t_new = float(e @ (w0 + om[rows, k]) / e.sum())
+        if not t_new > t:
+            break
+        t = t_new
+    return t, k
+
+
+def initial_edges(chains: list, k: np.ndarray) -> list:
+    """Per token: edges at a global sigma grid and at a fine grid around the token's estimated optimum."""
+    out = []
+    for j, ch in enumerate(chains):
+        R = ch.R_s
+        glob = ch.edge_at(np.linspace(-R, R, GRID_POINTS))
+        s_j = ch.chain.sigma[k[j]]
+        loc = np.clip(np.linspace(s_j - WINDOW * R, s_j + WINDOW * R, LOCAL_POINTS), -R, R)
+        out.append(np.unique(np.concatenate([glob, ch.edge_at(loc), np.clip([k[j] - 1, k[j]], 0, ch.d - 1)])))
+    return out
+
+
+def fill_facets(P: dict, chains: list, edges: list, K: int, rho: float):
+    """Write the selected half-planes of every token into its K slots (padding rows: 0 <= b lam)."""
+    n = len(chains)
+    Hs, Hw, bb = np.zeros(n * K), np.zeros(n * K), np.ones(n * K)
+    for j, ch in enumerate(chains):
+        H, b = ch.halfplanes(edges[j])
+        m = min(H.shape[0], K)
+        Hs[j * K:j * K + m], Hw[j * K:j * K + m] = H[:m, 0], H[:m, 1]
+        bb[j * K:j * K + m] = b[:m] / rho * (1.0 + 4.0 * UNIT_ROUNDOFF)
+    P["Hs"].value, P["Hw"].value, P["b"].value = Hs, Hw, bb
+
+
+def cuts(tau: float, lam: np.ndarray, U: np.ndarray, V: np.ndarray, chains: list, rho: float,
+         El: np.ndarray, Ehat: np.ndarray):
+    """Per token: the edges under its points U/lam and V/(tau-lam) lying above the exact boundary.
+
+    U, V: (n, >= 2) scaled moments (first two coordinates: sigma, omega). Also returns the mass-weighted
+    total height of those points above the boundary (objective units): what more cuts can still remove.
+    """
+    n = lam.size
+    new = [np.zeros(0, dtype=np.int64) for _ in range(n)]
+    total = 0.0
+    for Y, mass, weight in ((U, lam, El * Ehat), (V, tau - lam, El)):
+        for j in range(n):
+            if not mass[j] > 1e-12 * tau:
+                continue
+            ch = chains[j]
+            x = np.asarray(Y[j, :2]) / mass[j] * rho
+            sig = float(np.clip(x[0], -ch.R_s, ch.R_s))
+            h = x[1] - float(ch.omega_max(np.array([sig]))[0])
+            if h > VIOLATION_TOL * rho:
+                new[j] = np.union1d(new[j], ch.edge_at(np.array([sig])))
+                total += weight[j] * mass[j] * h / rho
+    return new, total
+
+
+def cutting_plane_solve(prob: cp.Problem, P: dict, V: dict, box: dict, chains: list, edges: list, K: int,
+                        rho: float, El: np.ndarray, Ehat: np.ndarray, to_g, ladder):
+    """Solve, certify, add cuts, repeat (linf). Every round's certified bound is sound; keep the best.
+
+    Returns (best value in g units, its status, its solver, last primal in g units, rounds, facets, log).
+    """
+    n = len(chains)
+    log, best, best_status, best_solver, primal, converged, rounds = [], math.inf, "not_run", "none", math.nan, False, 0
+    for rounds in range(1, MAX_ROUNDS + 1):
+        fill_facets(P, chains, edges, K, rho)
+        rung = ladder if not converged else [a for a in ladder if a[0] == "CLARABEL"] or ladder
+        cert = solve_and_certify(prob, box, ladder=rung)
+        log += [(sv, st, to_g(bd), sec) for (sv, st, bd, sec) in cert.log]
+        val = to_g(cert.bound)
+        if val < best and (cert.converged or converged):  # a failed later round may still improve it
+            best, best_status, best_solver = val, cert.status, cert.solver
+        if not cert.converged:
+            break
+        converged = True
+        primal = to_g(cert.primal)
+        vals = {k: cert.values[v.id] for k, v in V.items()}
+        new, excess = cuts(float(vals["tau"]), np.asarray(vals["lam"]), np.asarray(vals["U"]),
+                           np.asarray(vals["V"]), chains, rho, El, Ehat)
+        if excess <= CUT_STOP * max(cert.primal, 1e-300):
+            break
+        grew = False
+        for j in range(n):
+            add = np.setdiff1d(new[j], edges[j])
+            room = K - 2 - edges[j].size
+            if add.size and room > 0:
+                edges[j] = np.union1d(edges[j], add[:room])
+                grew = True
+        if not grew:
+            break
+    n_facets = int(max(e.size for e in edges)) + 2
+    return best, best_status, best_solver, primal, rounds, n_facets, log

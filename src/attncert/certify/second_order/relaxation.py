@@ -1,0 +1,255 @@
+"""The level-1 exponential-cone moment relaxation of one head: its variables, constraints and objective.
+
+Shared by the fixed query (`fixed`) and the varying query (`varying`); the zonotope facets and the
+cutting-plane loop are in `facets`, the weak-duality certification in `dual_certificate`.
+
+Setting (`HeadProblem`, mode "fixed"). Token j has score s_j = A_j + sigma_j + e_j and value
+w_j = w0_j + omega_j + f_j, where A_j = s0_j - shift, x_j = (sigma_j, omega_j) = (u_s.delta_j, u_w.delta_j)
+lies in P = the 2-D image of the radius-r ball, and |e_j| <= eps_j, f_j <= epsw_j bound the floating-point
+error of the computed data (`data_errors`). R_s = max |sigma| over P.
+
+Lifting. With tau = 1 / sum_k e^{s_k} and a_j = tau e^{s_j} (so sum_j a_j = 1, g = sum_j a_j w_j), every
+weight lies between E_lj tau and E_uj tau, E_lj = e^{A_j - R_s - eps_j}, E_uj = E_lj Ehat_j,
+Ehat_j = e^{2 R_s + 2 eps_j}, kappa_j = Ehat_j - 1. Write a_j = E_lj (tau + kappa_j lam_j) with
+lam_j in [0, tau] and split the tau- and a-scaled moments of x_j along the two weight bounds:
+
+    U_j = lam_j x_j  in lam_j P,          V_j = (tau - lam_j) x_j  in (tau - lam_j) P,
+    S_j = tau x_j = U_j + V_j,            M_j = a_j x_j = E_lj (V_j + Ehat_j U_j).
+
+U_j in lam_j P and V_j in (tau - lam_j) P are exactly the localizing couplings of the calibration note,
+M - E_l S in (a - E_l tau) P and E_u S - M in (E_u tau - a) P (divided by E_u - E_l): products of the
+weight bounds with the facets of P. They imply S in tau P and M in a P. This parametrization keeps every
+variable O(tau) instead of O(r tau), which is what makes the interior-point solve well conditioned.
+
+Relaxation (level-1 moments, K_exp = cl{(x, y, z): y e^{x/y} <= z}), ahat_j = tau + kappa_j lam_j,
+Stot_j = S_j,sigma (the tau-scaled score moment):
+
+    maximize    sum_j E_lj ( ahat_j wt_j + V_j,omega + Ehat_j U_j,omega ),       wt_j = w0_j + epsw_j - g0
+    subject to  sum_j E_lj ahat_j = 1                                     (normalization sum a = 1)
+                (Stot_j + R_s tau, tau, ahat_j) in K_exp                  (a >= tau e^{s}: exact lower bound)
+                kappa_j lam_j <= (e^{2 eps_j} - 1) tau + e^{2 eps_j} c_s (Stot_j + R_s tau)
+                                                 (secant of exp over [-R_s, R_s], c_s = (e^{2 R_s} - 1)/(2 R_s))
+                0 <= lam_j <= tau,  U_j in lam_j P,  V_j in (tau - lam_j) P      (localizing couplings)
+                E_tau[(e - E_c)(s - c)] >= -margin  for c in MONOTONE_POINTS interior points of [-R_s, R_s]
+                                                 (monotonicity cuts, linear in the moments, see below)
+                [tight variant only] (-(R_s + 2 eps_j) ahat_j - Mhat_j,sigma, ahat_j, tau) in K_exp
+                                                 (tau >= a e^{-s}: the exact upper bound in a-scaled moments)
+
+Monotonicity cuts. exp is increasing, so (e - E_c)(s - c) >= 0 pointwise for every score point c with
+E_c = e^{A + c}; its tau-scaled expectation M_s - E_c S_s - c a + c E_c tau >= 0 is linear in the level-1
+moments (M_s = a-scaled score moment). c = -R_s, R_s give back McCormick products implied by the
+couplings; interior points are new. They forbid "crossed" two-level points (the E_u-weighted mass at a
+lower score than the E_l-weighted mass), which without them let the relaxation lower a weight below the
+exponential at the score where its value is read; on a 2-token head that exceeded the secant-slack bound
+by 1.76x (tests/test_secant_slack_bound.py). The data error of the score costs a margin
+tau E_c (e^{eps} - 1) 2 R_s.
+
+Variants. The default ("paper" relaxation) is the exponential lower bound, the secant, the couplings and
+the monotonicity cuts: its gap is second order (slope ~2.0 in r) and within the secant-slack bound. The
+tight variant (upper_cone=True) adds the exact upper exponential bound in a-scaled moments: 10-40x
+smaller gaps, but its gap vanishes faster than r^2 at small radii (it is exact on mixtures of feasible
+points), so its log-log slope is ~2.8 there instead of 2. Both are sound.
+
+Every lifted true perturbation is feasible (each line is an identity or a valid inequality for it; checked
+numerically in tests/test_second_order_certificate.py), so the optimum is >= max g. The certificate is
+g0 + the weak-duality bound of `dual_certificate` over a box containing every lifted true point
+(tau in [1/sum E_u, 1/sum E_l], lam in [0, tau_hi], U, V in tau_hi * bbox(P)); the solver's primal
+objective is never used as the answer. If the solver fails, or if numerical looseness puts the bound above
+the first-order certificate (the exact relaxation never is: its weights and values lie in the first-order
+intervals), the first-order certificate is returned with fallback=True.
+
+Program size does not depend on the model width d: each token has 5 variables.
+* l2: P = {x : ||G x|| <= 1} (G from a regularized Cholesky factor of [u_s; u_w][u_s; u_w]^T, so the
+  ellipse may only grow): two 3-dimensional second-order cones per token.
+* linf: P is a zonotope with up to 2d facets. Only omega enters the objective, with positive weights, and
+  omega appears in no other constraint, so only the *upper* boundary of P (d edges) and the two
+  sigma-bounds matter; the lower facets are dropped. Each token gets SLOTS half-plane slots filled with
+  a subset of the exact upper facets -- any subset is an outer polygon of P, hence a sound relaxation --
+  chosen by cutting planes: edges at GRID_POINTS sigma values and at LOCAL_POINTS values around the token's
+  estimated optimum (vertex Dinkelbach), then, after each solve, the edges under every point U_j / lam_j,
+  V_j / (tau - lam_j) lying above the exact boundary (at most MAX_ROUNDS solves). Every round's bound is
+  sound; the smallest is returned.
+The cvxpy problem is built once per (n, norm, slots, variant) with Parameters and reused (DPP).
+
+Coordinates are scaled by rho = R_s + R_w (x' = x / rho) so that the objective is O(1).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import cvxpy as cp
+import numpy as np
+
+from attncert.head.problem import HeadProblem
+from attncert.head.rounding import UNIT_ROUNDOFF, gamma
+
+MONOTONE_POINTS = 7  # interior score points of the monotonicity cuts per token
+FO_TIE = 1e-9  # a second-order bound this close above the first-order one is a tie, not a failure
+
+
+@dataclass
+class SecondOrderResult:
+    """Sound bound from the second-order relaxation (or its first-order fallback)."""
+
+    value: float  # sound upper bound on max g (sense "max") or lower bound on min g (sense "min")
+    status: str  # solver status of the certifying solve, or the reason for a fallback / shortcut
+    solver: str  # "CLARABEL", "SCS", "first_order" (fallback) or "first_order_static" (no score motion)
+    seconds: float
+    fallback: bool  # True when the value is the first-order certificate because the relaxation failed
+    sense: str = "max"
+    mode: str = "fixed"
+    primal: float = math.nan  # solver's primal objective in g units: a diagnostic, not a certificate
+    rounds: int = 0  # cutting-plane rounds (linf) / solves
+    n_facets: int = 0  # facets of P used in the last round (linf)
+    log: list = field(default_factory=list)  # (solver, status, bound in g units, seconds) per solve
+
+
+def data_errors(problem: HeadProblem) -> tuple[np.ndarray, np.ndarray]:
+    """Per-token bounds (eps_s, eps_w) on |float64 - exact| of s0_j + u_s.delta and w0_j + u_w.delta.
+
+    Chain (`head.fixed_query`): q = z_i W_Q + b_Q, u_s = W_K q / sqrt(d_h),
+    s0 = Z0 u_s + b_K.q / sqrt(d_h), u_w = W_V c, w0 = Z0 u_w + b_V.c. A computed dot product of length k
+    errs by at most gamma_k times the same product of absolute values; every chain is shorter than
+    K = 2d + d_h + 10; moving over the ball adds r gamma_K ||abs-product||_*. Doubled for safety.
+    """
+    d, dh = problem.d, problem.d_head
+    g = 2.0 * gamma(2 * d + dh + 10)
+    sq = math.sqrt(dh)
+    q_abs = np.abs(problem.Z0[problem.query_index]) @ np.abs(problem.W_Q) + np.abs(problem.b_Q)
+    us_abs = np.abs(problem.W_K) @ q_abs / sq
+    uw_abs = np.abs(problem.W_V) @ np.abs(problem.c)
+    absZ = np.abs(problem.Z0)
+    eps_s = g * (absZ @ us_abs + np.abs(problem.b_K) @ q_abs / sq + problem.radius * problem.dual_norm(us_abs))
+    eps_w = g * (absZ @ uw_abs + np.abs(problem.b_V) @ np.abs(problem.c) + problem.radius * problem.dual_norm(uw_abs))
+    return eps_s, eps_w
+
+
+def softmax_bounds(E_lo: np.ndarray, E_hi: np.ndarray) -> tuple[float, float]:
+    """tau = 1/sum_k e_k for e_k in [E_lo_k, E_hi_k]: returns sound (tau_lo, tau_hi)."""
+    return (1.0 / float(E_hi.sum())) * (1.0 - 1e-12), (1.0 / float(E_lo.sum())) * (1.0 + 1e-12)
+
+
+def weight_constraints(P: dict, n: int, tau, lam, Utot, Vtot, upper_cone: bool, mono: int) -> list:
+    """Constraints tying each weight to its score (shared by the fixed and the varying query).
+
+    Utot, Vtot: (n,) expressions, the scaled score coordinate of U_j and V_j. Creates its Parameters in P;
+    `weight_parameters` fills them.
+    """
+    for name, nonneg in (("c_lam", False), ("c_V", True), ("c_U", True), ("n_lam", True), ("kappa", True),
+                         ("h", True), ("up_tau", True), ("up_lam", True), ("rhoEhat", True), ("sec_tau", True),
+                         ("sec_S", True)):
+        P[name] = cp.Parameter(n, nonneg=nonneg, name=name)
+    P["c_tau"] = cp.Parameter(name="c_tau")
+    P["n_tau"] = cp.Parameter(nonneg=True, name="n_tau")
+    P["rho"] = cp.Parameter(nonneg=True, name="rho")
+    tau_n = tau * np.ones(n)
+    kl = cp.multiply(P["kappa"], lam)
+    ahat = tau_n + kl
+    Stot = Utot + Vtot
+    cons = [
+        P["n_tau"] * tau + P["n_lam"] @ lam == 1,
+        cp.constraints.ExpCone(P["rho"] * Stot + cp.multiply(P["h"], tau_n), tau_n, ahat),
+        kl <= cp.multiply(P["sec_tau"], tau_n) + cp.multiply(P["sec_S"], Stot),
+        lam >= 0,
+        lam <= tau_n,
+    ]
+    if upper_cone:
+        cons.append(cp.constraints.ExpCone(-cp.multiply(P["up_tau"], tau_n) - cp.multiply(P["up_lam"], lam)
+                                           - P["rho"] * Vtot - cp.multiply(P["rhoEhat"], Utot), ahat, tau_n))
+    if mono:
+        for name in ("mV", "mU", "mlam", "mtau"):
+            P[name] = cp.Parameter((n, mono), name=name)
+        for c in range(mono):
+            cons.append(cp.multiply(P["mV"][:, c], Vtot) + cp.multiply(P["mU"][:, c], Utot)
+                        + cp.multiply(P["mlam"][:, c], lam) + cp.multiply(P["mtau"][:, c], tau_n) >= 0)
+    return cons
+
+
+def weight_parameters(P: dict, A: np.ndarray, h: np.ndarray, eps: np.ndarray, w0: np.ndarray, eps_w: np.ndarray,
+                      g0: float, rho: float):
+    """Fill the parameters of `weight_constraints` and the objective; returns (El, Ehat, tau_lo, tau_hi).
+
+    Token j's scaled score shift lies in [-h_j, h_j] (h_j > 0) and its computed score errs by <= eps_j.
+    """
+    El = np.exp(A - h - eps)
+    two = 2.0 * h + 2.0 * eps
+    Ehat, kappa = np.exp(two), np.expm1(two)
+    wt = (w0 + eps_w - g0) / rho
+    wt = wt + 4.0 * UNIT_ROUNDOFF * (np.abs(w0) + eps_w + abs(g0)) / rho + 4.0 * UNIT_ROUNDOFF * np.abs(wt)
+    c_s = np.expm1(2.0 * h) / (2.0 * h)
+    e2 = np.exp(2.0 * eps)
+    P["c_tau"].value = float(El @ wt)
+    P["c_lam"].value = El * kappa * wt
+    P["c_V"].value = El
+    P["c_U"].value = El * Ehat
+    P["n_tau"].value = float(El.sum())
+    P["n_lam"].value = El * kappa
+    P["kappa"].value = kappa
+    P["rho"].value = rho
+    P["h"].value = h
+    P["up_tau"].value = h + 2.0 * eps
+    P["up_lam"].value = (h + 2.0 * eps) * kappa
+    P["rhoEhat"].value = rho * Ehat
+    P["sec_tau"].value = np.expm1(2.0 * eps) + e2 * c_s * h
+    P["sec_S"].value = e2 * c_s * rho
+    if "mV" in P:
+        m = P["mV"].shape[1]
+        frac = np.arange(1, m + 1) / (m + 1)
+        sc = h[:, None] * (2.0 * frac[None, :] - 1.0)  # interior score points sigma_c in (-h, h)
+        gam = np.exp(sc + h[:, None] + eps[:, None])  # E_c / E_l
+        P["mV"].value = rho * (1.0 - gam)
+        P["mU"].value = rho * (Ehat[:, None] - gam)
+        P["mlam"].value = -sc * kappa[:, None]
+        P["mtau"].value = sc * gam - sc + gam * np.expm1(eps)[:, None] * 2.0 * h[:, None]
+    tau_lo, tau_hi = softmax_bounds(El, El * Ehat)
+    return El, Ehat, tau_lo, tau_hi
+
+
+def polygon_constraints(P: dict, n: int, K: int, U2, V2, lam, tau_n) -> list:
+    """(U_j) in lam_j P_j and (V_j) in (tau - lam_j) P_j through K half-plane slots per token (linf)."""
+    import scipy.sparse as sp
+
+    sel = sp.csr_matrix((np.ones(n * K), (np.arange(n * K), np.repeat(np.arange(n), K))), shape=(n * K, n))
+    P["Hs"] = cp.Parameter(n * K, name="Hs")
+    P["Hw"] = cp.Parameter(n * K, name="Hw")
+    P["b"] = cp.Parameter(n * K, name="b")
+    return [cp.multiply(P["Hs"], sel @ Y[:, 0]) + cp.multiply(P["Hw"], sel @ Y[:, 1]) <= cp.multiply(P["b"], sel @ m)
+            for Y, m in ((U2, lam), (V2, tau_n - lam))]
+
+
+def objective(P: dict, tau, lam, U_omega, V_omega):
+    return cp.Maximize(P["c_tau"] * tau + P["c_lam"] @ lam + P["c_V"] @ V_omega + P["c_U"] @ U_omega)
+
+
+def ellipse_matrix(u_s: np.ndarray, u_w: np.ndarray, radius: float, rho: float) -> tuple[np.ndarray, float]:
+    """(G, cs) with ||G x'|| <= cs for every x' in P / rho (P = image of the l2 ball)."""
+    A2 = np.stack([u_s, u_w])
+    Q = A2 @ A2.T
+    tr = float(np.trace(Q))
+    d = u_s.shape[0]
+    reg = tr * (1e-12 + 16.0 * gamma(d + 8)) + 1e-300  # covers Gram and Cholesky rounding: L L^T >= Q
+    L = np.linalg.cholesky(Q + reg * np.eye(2))
+    G = (rho / radius) * np.linalg.inv(L)
+    cs = 1.0 + 8.0 * UNIT_ROUNDOFF * math.sqrt(2.0) * float(np.linalg.norm(G)) * (1.0 + 1e-10)
+    return G, cs
+
+
+def settle(best: float, status: str, solver: str, fo: float, t0: float, mode: str, primal: float, rounds: int,
+           n_facets: int, log: list, no_solve_reason: str) -> SecondOrderResult:
+    """The certified bound if it is usable, else the first-order certificate `fo` (labelled fallback).
+
+    The exact relaxation never exceeds the first-order certificate (its weights and values lie in the
+    first-order intervals); a bound above it is numerical looseness, and no solve at all is a failure:
+    both return `fo` with fallback=True and the reason in `status`.
+    """
+    if math.isfinite(best) and best <= fo + FO_TIE * (1.0 + abs(fo)):
+        if best > fo:  # equal up to rounding (e.g. both are exact): keep the smaller
+            best, status = fo, f"{status}; first-order bound equal"
+        return SecondOrderResult(best, status, solver, time.perf_counter() - t0, False, mode=mode, primal=primal,
+                                 rounds=rounds, n_facets=n_facets, log=log)
+    reason = "second-order bound above first-order" if math.isfinite(best) else (
+        log[-1][1] if log else no_solve_reason)
+    return SecondOrderResult(fo, f"fallback: {reason}", "first_order", time.perf_counter() - t0, True, mode=mode,
+                             primal=primal, rounds=rounds, n_facets=n_facets, log=log)
