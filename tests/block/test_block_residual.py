@@ -12,8 +12,8 @@ import torch
 
 from attncert.block.crown import crown_upper, residual_network
 from attncert.block.crown_modules import BoundScalarCurve, ScalarCurveModule, block_factory
-from attncert.block.map import (GELU_ERF, GELU_TANH, RSQRT, SQUARE, forward, reference_output,
-                                specification_values, transition_from_model, transition_points)
+from attncert.block.build import reference_output, transition_from_model, transition_points
+from attncert.block.map import (GELU_ERF, GELU_TANH, RSQRT, SQUARE, forward, specification_values)
 from attncert.block.residual import (QuadraticForms, analyze_transition, box_qp_max, box_qp_upper, curvature,
                                      effective_rank, max_bilinear_box, node_hessians, per_op_maxima,
                                      residual_values, softmax_forms)
@@ -191,3 +191,29 @@ def test_transition_points_and_errors(tiny):
         transition_from_model(model, family, 2, tr.x0.numpy(), 3)           # the tiny models have 3 blocks
     with pytest.raises(ValueError, match="family"):
         transition_from_model(model, "t5", 0, tr.x0.numpy(), 3)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "bert"])
+def test_transition_from_extraction_equals_model(family, tiny_gpt2_dir, tiny_bert_dir):
+    """The block stage reads only the extraction files: they carry every weight of the block map."""
+    from dataclasses import fields
+
+    from attncert.block.build import transition_from_arrays
+    from attncert.pipeline.extraction import extract_layers
+
+    path = tiny_gpt2_dir if family == "gpt2" else tiny_bert_dir
+    loaded = load_model({"name": f"tiny-{family}", "family": family, "source": str(path)})
+    ids = np.random.default_rng(0).integers(100, 1000, size=(2, 6))
+    arrays = extract_layers(loaded.model, family, ids, [1, 2])
+    ours = transition_from_arrays(arrays[1], arrays[2], 1, prompt=1, position=3)
+    ref = transition_from_model(loaded.model, family, 1, arrays[1]["residual"][1], position=3)
+    for f in fields(ref):
+        a, b = getattr(ours, f.name), getattr(ref, f.name)
+        if isinstance(b, torch.Tensor):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+        elif hasattr(b, "gain"):
+            torch.testing.assert_close(a.gain, b.gain, rtol=0, atol=0)
+            torch.testing.assert_close(a.bias, b.bias, rtol=0, atol=0)
+            assert a.eps == b.eps
+        else:
+            assert a == b, f.name

@@ -14,6 +14,7 @@ rule baselines_layer:
     output:
         csv="data/baselines/{model}/layer{layer}.csv",
     params:
+        model=MODEL_CFG,
         heads=HEADS,
         prompts=config["baselines"].get("prompts", list(range(config["n_prompts"]))),
         query_positions=config["baselines"]["query_positions"],
@@ -21,6 +22,7 @@ rule baselines_layer:
         norms=config["baselines"]["norms"],
         modes=config["baselines"]["modes"],
         methods=config["baselines"]["methods"],
+        code=code("baselines_layer.py"),
     threads: 1
     conda:
         "../../environment.yml"
@@ -46,7 +48,8 @@ rule baselines_table:
         headline="figures/tables/{model}/baselines_headline.csv",
         measured="figures/tables/{model}/baselines_measured.json",
     params:
-        what="table",
+        model=MODEL_CFG,
+        code=code("baselines_table.py"),
     threads: 1
     conda:
         "../../environment.yml"
@@ -56,7 +59,7 @@ rule baselines_table:
     log:
         "data/logs/{model}/baselines/table.log",
     script:
-        "../scripts/baselines_report.py"
+        "../scripts/baselines_table.py"
 
 
 rule baselines_figure:
@@ -67,7 +70,8 @@ rule baselines_figure:
         pdf=report(BASELINE_FIGURE, caption="../report/baselines_gap.rst", category="Paper A: baselines"),
         png=BASELINE_FIGURE.replace(".pdf", ".png"),
     params:
-        what="gap_plot",
+        model=MODEL_CFG,
+        code=code("baselines_figure.py"),
     threads: 1
     conda:
         "../../environment.yml"
@@ -77,4 +81,4 @@ rule baselines_figure:
     log:
         "data/logs/{model}/baselines/figure.log",
     script:
-        "../scripts/baselines_report.py"
+        "../scripts/baselines_figure.py"

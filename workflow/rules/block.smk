@@ -1,21 +1,18 @@
 # Stage 4 (Paper A, block residual experiment): per block transition l -> l+1, every head of block
 # l+1 is a unit; data/block/{model}/transition{L}.csv (second-order term, ascent, CROWN, per-op sums),
-# merged into data/block/{model}/units.csv; then one table and three figures.
-from attncert.block.map import transition_points
+# merged into data/block/{model}/units.csv; then the tables and one rule for the figures.
+from attncert.block.figures import FIGURES as _BLOCK_FIGURE_NAMES
+from attncert.block.build import transition_points
 
 BLOCK_TRANSITIONS = transition_points(_dims[0], LAYERS)
 BLOCK_TABLES = [f"figures/tables/{MODEL}/block_{name}.{ext}" for name in ("summary", "vs_paper") for ext in ("csv", "md")]
-BLOCK_FIGURES = {
-    "crown_vs_predicted": "figures/block/{model}/crown_vs_predicted_looseness.pdf",
-    "distributions": "figures/block/{model}/looseness_and_rank.pdf",
-    "crown_over_perop": "figures/block/{model}/crown_over_per_op_sum.pdf",
-}
-BLOCK_OUTPUTS = (BLOCK_TABLES + [f.format(model=MODEL) for f in BLOCK_FIGURES.values()]
-                 + [f.format(model=MODEL).replace(".pdf", ".png") for f in BLOCK_FIGURES.values()]) if BLOCK_TRANSITIONS else []
+BLOCK_FIGURES = [f"figures/block/{MODEL}/{name}.{ext}" for name in _BLOCK_FIGURE_NAMES for ext in ("pdf", "png")]
+BLOCK_OUTPUTS = BLOCK_TABLES + BLOCK_FIGURES if BLOCK_TRANSITIONS else []
 
 
 wildcard_constraints:
     transition=r"\d+",
+    block_figure="|".join(_BLOCK_FIGURE_NAMES),
 
 
 rule block_transition:
@@ -25,8 +22,11 @@ rule block_transition:
     output:
         csv="data/block/{model}/transition{transition}.csv",
     params:
+        model=MODEL_CFG,
         heads=HEADS,
         block=config["block"],
+        spec_seed=config["spec_seed"],
+        code=code("block_transition.py"),
     threads: 1
     conda:
         "../../environment.yml"
@@ -46,6 +46,8 @@ rule block_merge:
         tables=expand("data/block/{{model}}/transition{transition}.csv", transition=BLOCK_TRANSITIONS),
     output:
         units="data/block/{model}/units.csv",
+    params:
+        code=code("block_merge.py"),
     threads: 1
     conda:
         "../../environment.yml"
@@ -71,8 +73,8 @@ rule block_table:
         paper_md="figures/tables/{model}/block_vs_paper.md",
         measured="figures/tables/{model}/block_measured.json",
     params:
-        what="table",
         block=config["block"],
+        code=code("block_table.py"),
     threads: 1
     conda:
         "../../environment.yml"
@@ -84,19 +86,20 @@ rule block_table:
     benchmark:
         "benchmarks/{model}/block/table.tsv"
     script:
-        "../scripts/block_report.py"
+        "../scripts/block_table.py"
 
 
-rule block_figure_crown_vs_predicted:
+rule block_figure:
     input:
         units="data/block/{model}/units.csv",
         claims="data/paper_claims.yaml",
     output:
-        report(BLOCK_FIGURES["crown_vs_predicted"], caption="../report/block_crown_vs_predicted.rst", category="Paper A: block residual"),
-        png=BLOCK_FIGURES["crown_vs_predicted"].replace(".pdf", ".png"),
+        pdf=report("figures/block/{model}/{block_figure}.pdf", caption="../report/block_{block_figure}.rst",
+                   category="Paper A: block residual"),
+        png="figures/block/{model}/{block_figure}.png",
     params:
-        what="crown_vs_predicted",
         block=config["block"],
+        code=code("block_figure.py"),
     threads: 1
     conda:
         "../../environment.yml"
@@ -104,56 +107,8 @@ rule block_figure_crown_vs_predicted:
         mem_mb=1000,
         runtime=5,
     log:
-        "data/logs/{model}/block/figure_crown_vs_predicted.log",
+        "data/logs/{model}/block/figure_{block_figure}.log",
     benchmark:
-        "benchmarks/{model}/block/figure_crown_vs_predicted.tsv"
+        "benchmarks/{model}/block/figure_{block_figure}.tsv"
     script:
-        "../scripts/block_report.py"
-
-
-rule block_figure_distributions:
-    input:
-        units="data/block/{model}/units.csv",
-        claims="data/paper_claims.yaml",
-    output:
-        report(BLOCK_FIGURES["distributions"], caption="../report/block_distributions.rst", category="Paper A: block residual"),
-        png=BLOCK_FIGURES["distributions"].replace(".pdf", ".png"),
-    params:
-        what="distributions",
-        block=config["block"],
-    threads: 1
-    conda:
-        "../../environment.yml"
-    resources:
-        mem_mb=1000,
-        runtime=5,
-    log:
-        "data/logs/{model}/block/figure_distributions.log",
-    benchmark:
-        "benchmarks/{model}/block/figure_distributions.tsv"
-    script:
-        "../scripts/block_report.py"
-
-
-rule block_figure_crown_over_perop:
-    input:
-        units="data/block/{model}/units.csv",
-        claims="data/paper_claims.yaml",
-    output:
-        report(BLOCK_FIGURES["crown_over_perop"], caption="../report/block_crown_over_perop.rst", category="Paper A: block residual"),
-        png=BLOCK_FIGURES["crown_over_perop"].replace(".pdf", ".png"),
-    params:
-        what="crown_over_perop",
-        block=config["block"],
-    threads: 1
-    conda:
-        "../../environment.yml"
-    resources:
-        mem_mb=1000,
-        runtime=5,
-    log:
-        "data/logs/{model}/block/figure_crown_over_perop.log",
-    benchmark:
-        "benchmarks/{model}/block/figure_crown_over_perop.tsv"
-    script:
-        "../scripts/block_report.py"
+        "../scripts/block_figure.py"

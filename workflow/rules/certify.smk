@@ -1,8 +1,15 @@
 # Stage 2: per layer, every unit's exact worst case, best feasible value and certificates
-# (data/certify/{model}/layer{L}.csv, the specification vectors in layer{L}_spec.npz).
+# (data/certify/{model}/layer{L}.csv, the specification vectors in layer{L}_spec.npz); then the
+# stage's tables and one rule for its figures (wildcard: the figure's name).
+from attncert.certify.figures import FIGURES as _CERTIFY_FIGURE_NAMES
 
 CERTIFY_TABLES = expand("data/certify/{model}/layer{layer}.csv", model=MODEL, layer=LAYERS)
-CERTIFY_OUTPUTS = CERTIFY_TABLES
+CERTIFY_FIGURES = [f"figures/certify/{MODEL}/{name}.pdf" for name in _CERTIFY_FIGURE_NAMES]
+CERTIFY_OUTPUTS = CERTIFY_TABLES + CERTIFY_FIGURES + [f"figures/tables/{MODEL}/certification.md"]
+
+
+wildcard_constraints:
+    certify_figure="|".join(_CERTIFY_FIGURE_NAMES),
 
 
 rule certify_layer:
@@ -12,6 +19,7 @@ rule certify_layer:
         csv="data/certify/{model}/layer{layer}.csv",
         spec="data/certify/{model}/layer{layer}_spec.npz",
     params:
+        model=MODEL_CFG,
         heads=HEADS,
         prompts=config["certify"].get("prompts", list(range(config["n_prompts"]))),
         query_positions=config["certify"]["query_positions"],
@@ -22,6 +30,8 @@ rule certify_layer:
         ascent_steps=config["certify"]["ascent_steps"],
         seed=config["certify"]["seed"],
         second_order=config["certify"].get("second_order", True),
+        spec_seed=config["spec_seed"],
+        code=code("certify_layer.py"),
     threads: 1
     conda:
         "../../environment.yml"
@@ -36,24 +46,16 @@ rule certify_layer:
         "../scripts/certify_layer.py"
 
 
-CERTIFY_FIGURES = {
-    "relative_gap": "figures/certify/{model}/relative_gap_vs_radius.pdf",
-    "gap_over_secant": "figures/certify/{model}/gap_over_secant_bound.pdf",
-    "within": "figures/certify/{model}/certified_within.pdf",
-}
-CERTIFY_OUTPUTS = CERTIFY_TABLES + [
-    f.format(model=MODEL) for f in CERTIFY_FIGURES.values()
-] + [f"figures/tables/{MODEL}/certification.md"]
-
-
-rule certify_figure_relative_gap:
+rule certify_figure:
     input:
         tables=expand("data/certify/{{model}}/layer{layer}.csv", layer=LAYERS),
     output:
-        report(CERTIFY_FIGURES["relative_gap"], caption="../report/certify_relative_gap.rst", category="Paper A: certificates"),
-        png=CERTIFY_FIGURES["relative_gap"].replace(".pdf", ".png"),
+        pdf=report("figures/certify/{model}/{certify_figure}.pdf", caption="../report/certify_{certify_figure}.rst",
+                   category="Paper A: certificates"),
+        png="figures/certify/{model}/{certify_figure}.png",
     params:
-        what="relative_gap",
+        model=MODEL_CFG,
+        code=code("certify_figure.py"),
     threads: 1
     conda:
         "../../environment.yml"
@@ -61,49 +63,9 @@ rule certify_figure_relative_gap:
         mem_mb=2000,
         runtime=10,
     log:
-        "data/logs/{model}/certify/figure_relative_gap.log",
+        "data/logs/{model}/certify/figure_{certify_figure}.log",
     script:
-        "../scripts/certify_figures.py"
-
-
-rule certify_figure_gap_over_secant:
-    input:
-        tables=expand("data/certify/{{model}}/layer{layer}.csv", layer=LAYERS),
-    output:
-        report(CERTIFY_FIGURES["gap_over_secant"], caption="../report/certify_gap_over_secant.rst", category="Paper A: certificates"),
-        png=CERTIFY_FIGURES["gap_over_secant"].replace(".pdf", ".png"),
-    params:
-        what="gap_over_secant",
-    threads: 1
-    conda:
-        "../../environment.yml"
-    resources:
-        mem_mb=2000,
-        runtime=10,
-    log:
-        "data/logs/{model}/certify/figure_gap_over_secant.log",
-    script:
-        "../scripts/certify_figures.py"
-
-
-rule certify_figure_within:
-    input:
-        tables=expand("data/certify/{{model}}/layer{layer}.csv", layer=LAYERS),
-    output:
-        report(CERTIFY_FIGURES["within"], caption="../report/certify_within.rst", category="Paper A: certificates"),
-        png=CERTIFY_FIGURES["within"].replace(".pdf", ".png"),
-    params:
-        what="within",
-    threads: 1
-    conda:
-        "../../environment.yml"
-    resources:
-        mem_mb=2000,
-        runtime=10,
-    log:
-        "data/logs/{model}/certify/figure_within.log",
-    script:
-        "../scripts/certify_figures.py"
+        "../scripts/certify_figure.py"
 
 
 rule certify_table:
@@ -117,7 +79,8 @@ rule certify_table:
         md="figures/tables/{model}/certification.md",
         measured="figures/tables/{model}/certify_measured.json",
     params:
-        what="table",
+        model=MODEL_CFG,
+        code=code("certify_table.py"),
     threads: 1
     conda:
         "../../environment.yml"
@@ -127,4 +90,4 @@ rule certify_table:
     log:
         "data/logs/{model}/certify/table.log",
     script:
-        "../scripts/certify_figures.py"
+        "../scripts/certify_table.py"

@@ -11,7 +11,8 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 if config.get("model", {}).get("source") == "embedded":
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from attncert.pipeline.config import ConfigError, validate_config, selected, config_hash
+from attncert.pipeline.code_hash import code_hash
+from attncert.pipeline.config import ConfigError, validate_config, selected
 from attncert.pipeline.model_source import ModelSourceError, check_reachable, model_dimensions
 
 # `--config model_source=DIR` is a shortcut for pointing at a local copy of the weights.
@@ -24,7 +25,7 @@ except ConfigError as _e:
     raise SystemExit(f"attncert: {_e}")
 
 MODEL = config["model"]["name"]
-CONFIG_HASH = config_hash(config)
+MODEL_CFG = dict(config["model"])  # a params entry of every job that reads or labels the model
 _dims = model_dimensions(config["model"]) or (12, 12)
 LAYERS = selected(config, "layers", _dims[0])
 HEADS = selected(config, "heads", _dims[1])
@@ -45,3 +46,9 @@ def log_path(stage, name):
 
 def bench_path(stage, name):
     return f"benchmarks/{MODEL}/{stage}/{name}.tsv"
+
+
+def code(script):
+    """params entry: hash of an entry script and every package module it imports (see
+    attncert.pipeline.code_hash), so editing a stage's source reruns that stage and its dependents."""
+    return code_hash(os.path.join(workflow.basedir, "workflow", "scripts", script))

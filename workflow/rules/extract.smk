@@ -1,5 +1,5 @@
-# Stage 1: load the model once, run the prompts, write per layer the head weights and the
-# normalized tokens every head reads (data/extract/{model}/layer{L}.npz + .npz.json provenance).
+# Stage 1: load the model once, run the prompts, write per layer the head weights, the rest of the
+# block's weights and the normalized tokens every head reads (data/extract/{model}/layer{L}.npz + .json).
 
 EXTRACT_OUTPUTS = expand("data/extract/{model}/layer{layer}.npz", model=MODEL, layer=LAYERS)
 
@@ -11,7 +11,11 @@ rule extract:
         npz=expand("data/extract/{{model}}/layer{layer}.npz", layer=LAYERS),
         meta=expand("data/extract/{{model}}/layer{layer}.npz.json", layer=LAYERS),
     params:
+        model=MODEL_CFG,
         layers=LAYERS,
+        n_prompts=config["n_prompts"],
+        max_tokens=config["max_tokens"],
+        code=code("extract_layers.py"),
     threads: 2
     conda:
         "../../environment.yml"

@@ -7,26 +7,25 @@ import torch
 from tqdm import tqdm
 
 from attncert.certify.run import COLUMNS, certify_unit
-from attncert.certify.units import grid, head_problem, specification_vectors, write_specification
+from attncert.head.units import grid, head_problem, specification_vectors, write_specification
 from attncert.pipeline.extraction import load_layer
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
-cfg, p = sm.config, sm.params
+p = sm.params
 torch.set_num_threads(sm.threads)
 layer = int(sm.wildcards.layer)
 arrays = load_layer(sm.input.npz)
 qps = list(p.query_positions)
-spec = specification_vectors(arrays, layer, qps, cfg["spec_seed"])
-write_specification(sm.output.spec, spec, qps, layer, cfg["spec_seed"])
+spec = specification_vectors(arrays, layer, qps, p.spec_seed)
+write_specification(sm.output.spec, spec, qps, layer, p.spec_seed)
 units = grid(p.heads, p.prompts, qps, p.radii, p.norms, p.modes, layer)
 rows = []
 for unit in tqdm(units, desc=f"certify layer {layer}", file=sys.stderr, mininterval=5):
-    problem = head_problem(arrays, spec, qps, unit)
-    row = certify_unit(problem, ascent_restarts=p.ascent_restarts, ascent_steps=p.ascent_steps,
-                       seed=p.seed, second_order=p.second_order)
+    row = certify_unit(head_problem(arrays, spec, qps, unit), ascent_restarts=p.ascent_restarts,
+                       ascent_steps=p.ascent_steps, seed=p.seed, second_order=p.second_order)
     if row["status"] != "ok":
         level = logging.ERROR if row["status"] in ("UNSOUND", "error") else logging.WARNING
         logging.log(level, "%s %s: %s", row["status"], unit, row["error"])
@@ -37,8 +36,6 @@ df = pd.DataFrame(rows, columns=COLUMNS)
 with atomic_path(sm.output.csv) as tmp:
     df.to_csv(tmp, index=False, float_format="%.17g")
 write_sidecar(sm.output.csv, provenance(
-    cfg, stage="certify", layer=layer, units=len(df), status_counts=df["status"].value_counts().to_dict(),
-    seeds={"spec_seed": cfg["spec_seed"], "ascent_seed": p.seed}, spec_file=str(sm.output.spec),
-    grid={"heads": list(p.heads), "query_positions": qps, "radii": list(p.radii), "norms": list(p.norms),
-          "modes": list(p.modes)}))
+    p, stage="certify", layer=layer, units=len(df), status_counts=df["status"].value_counts().to_dict(),
+    seeds={"spec_seed": p.spec_seed, "ascent_seed": p.seed}, spec_file=str(sm.output.spec)))
 logging.info("layer %d: %d units, status %s", layer, len(df), df["status"].value_counts().to_dict())

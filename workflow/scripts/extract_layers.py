@@ -4,32 +4,31 @@ import sys
 
 import numpy as np
 
-from attncert.pipeline.extraction import extract_layers, load_model, tokenize_prompts
 from attncert.pipeline.config import read_prompts
+from attncert.pipeline.extraction import extract_layers, load_model, tokenize_prompts
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
-cfg = sm.config
-loaded = load_model(cfg["model"])
-prompts = read_prompts(sm.input.prompts, cfg["n_prompts"])
-token_ids = tokenize_prompts(loaded.tokenizer, prompts, cfg["max_tokens"])
-logging.info("model %s (%s) from %s; token ids %s", cfg["model"]["name"], loaded.family, loaded.resolved, token_ids.shape)
-layers = list(sm.params.layers)
+p = sm.params
+loaded = load_model(p.model)
+prompts = read_prompts(sm.input.prompts, p.n_prompts)
+token_ids = tokenize_prompts(loaded.tokenizer, prompts, p.max_tokens)
+logging.info("model %s (%s) from %s; token ids %s", p.model["name"], loaded.family, loaded.resolved, token_ids.shape)
+layers = list(p.layers)
 n_layers = loaded.model.config.num_hidden_layers
 if max(layers) >= n_layers:
     sys.exit(f"attncert: config key 'layers': index {max(layers)} out of range, the model has {n_layers}; fix: use 0..{n_layers - 1}")
 per_layer = extract_layers(loaded.model, loaded.family, token_ids, layers)
-for L, npz_path, meta_path in zip(layers, sm.output.npz, sm.output.meta):
+for L, npz_path in zip(layers, sm.output.npz):
     with atomic_path(npz_path) as tmp:
         with open(tmp, "wb") as fh:
             np.savez_compressed(fh, **per_layer[L])
-    record = provenance(cfg, stage="extract", model_id=cfg["model"]["name"], layer=L,
-                        family=loaded.family, resolved_source=loaded.resolved, revision=loaded.revision,
-                        prompts=prompts, prompt_token_ids=token_ids.tolist(),
-                        arrays={k: list(np.shape(v)) for k, v in per_layer[L].items()},
-                        normalized_token=("ln_1(residual) of the block" if loaded.family == "gpt2"
-                                          else "residual entering the layer (output of the previous LayerNorm)"))
-    write_sidecar(npz_path, record)
+    write_sidecar(npz_path, provenance(
+        p, stage="extract", layer=L, family=loaded.family, resolved_source=loaded.resolved,
+        revision=loaded.revision, prompts=prompts, prompt_token_ids=token_ids.tolist(),
+        arrays={k: list(np.shape(v)) for k, v in per_layer[L].items()},
+        normalized_token=("ln_1(residual) of the block" if loaded.family == "gpt2"
+                          else "residual entering the layer (output of the previous LayerNorm)")))
     logging.info("layer %d written to %s", L, npz_path)

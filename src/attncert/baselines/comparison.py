@@ -123,3 +123,23 @@ def paper_measurements(table: pd.DataFrame, slopes: pd.DataFrame, head: pd.DataF
         "crown_seconds": span(rows(method="crown")["median_seconds"]),
         "alpha_crown_seconds": span(rows(method="alpha_crown")["median_seconds"]),
     }
+
+
+def stage_report(base: pd.DataFrame, cert: pd.DataFrame, model: str) -> dict:
+    """Every table of the baseline stage and its Markdown page: {"table", "slopes", "headline", "md",
+    "measured", "label", "labels"} (the label names the model and grid)."""
+    from attncert.pipeline.report_files import grid_label
+
+    m = merge(base, cert)
+    label = grid_label(base.drop(columns=["method"]).drop_duplicates(), model)
+    labels = "; ".join(f"{k}: {v}" for k, v in base.groupby("method")["label"].first().items())
+    table, slopes, head = comparison_table(m, model), slope_table(m, model), headline(m, model)
+    unsound = base[base["status"].str.startswith("UNSOUND")]
+    md = "\n".join([f"# Baselines vs the second-order certificate — {label}\n", f"Methods: {labels}\n",
+                    "Ratio = baseline gap / certificate gap on the same unit (paper: GPT-2 small, query position 4).\n",
+                    table.to_markdown(index=False, floatfmt=".3g"), "\n\n## Per-unit log-log slopes (medians)\n",
+                    slopes.to_markdown(index=False, floatfmt=".3g"), "\n\n## Overall\n",
+                    head.to_markdown(index=False, floatfmt=".3g"),
+                    f"\n\nSoundness: {len(unsound)} baseline bounds below an attained value (of {len(base)}).\n"])
+    return {"table": table, "slopes": slopes, "headline": head, "md": md, "label": label, "labels": labels,
+            "measured": paper_measurements(table, slopes, head), "merged": m}

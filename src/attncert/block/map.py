@@ -40,10 +40,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
-from attncert.head.specification import spec_seed, specification_direction
 
 DTYPE = torch.float64
 _SQRT2 = math.sqrt(2.0)
@@ -330,105 +328,3 @@ def forward(tr: BlockTransition, delta: torch.Tensor, tape: Tape | None = None) 
 def specification_values(tr: BlockTransition, C: torch.Tensor, delta: torch.Tensor, tape: Tape | None = None):
     """g(delta) = C F(x0 + delta e_i) for specification rows C (m, d): shape (..., m)."""
     return forward(tr, delta, tape) @ C.T
-
-
-# --------------------------------------------------------------------------------------------------
-# Building a transition from a transformers model
-# --------------------------------------------------------------------------------------------------
-def _t(a) -> torch.Tensor:
-    return torch.as_tensor(a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a),
-                           dtype=DTYPE).clone()
-
-
-def _ln(module) -> LayerNormParams:
-    return LayerNormParams(_t(module.weight), _t(module.bias), float(module.eps))
-
-
-def _blocks(model, family):
-    return model.h if family == "gpt2" else model.encoder.layer
-
-
-def transition_from_model(model, family: str, layer: int, x0: np.ndarray, position: int) -> BlockTransition:
-    """Weights of block `layer` (and the LayerNorm the heads of block layer+1 read) from a
-    transformers GPT2Model / BertModel; x0 (T, d) is the residual stream entering block `layer`."""
-    if family not in ("gpt2", "bert"):
-        raise ValueError(f"family must be 'gpt2' or 'bert'; got {family!r}")
-    cfg = model.config
-    blocks = _blocks(model, family)
-    if layer + 1 >= len(blocks):
-        raise ValueError(f"transition {layer} -> {layer + 1} needs block {layer + 1}; the model has {len(blocks)}")
-    x0 = torch.as_tensor(np.asarray(x0), dtype=DTYPE)
-    T, d = x0.shape
-    if family == "gpt2":
-        if not getattr(cfg, "scale_attn_weights", True) or getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
-            raise ValueError("only GPT-2 attention scaled by 1/sqrt(d_h) is supported")
-        act = ACTIVATIONS.get(cfg.activation_function)
-        blk = blocks[layer]
-        W = _t(blk.attn.c_attn.weight)
-        b = _t(blk.attn.c_attn.bias)
-        kw = dict(W_Q=W[:, :d], W_K=W[:, d:2 * d], W_V=W[:, 2 * d:], b_Q=b[:d], b_K=b[d:2 * d], b_V=b[2 * d:],
-                  W_O=_t(blk.attn.c_proj.weight), b_O=_t(blk.attn.c_proj.bias),
-                  W_1=_t(blk.mlp.c_fc.weight), b_1=_t(blk.mlp.c_fc.bias),
-                  W_2=_t(blk.mlp.c_proj.weight), b_2=_t(blk.mlp.c_proj.bias),
-                  ln_in=_ln(blk.ln_1), ln_attn=_ln(blk.ln_2), ln_out=_ln(blocks[layer + 1].ln_1))
-        keys = list(range(position + 1))
-        name = cfg.activation_function
-    else:
-        act = ACTIVATIONS.get(cfg.hidden_act if isinstance(cfg.hidden_act, str) else "")
-        blk = blocks[layer]
-        sa = blk.attention.self
-        if getattr(sa, "position_embedding_type", "absolute") != "absolute":
-            raise ValueError("only absolute position embeddings are supported")
-        kw = dict(W_Q=_t(sa.query.weight).T, W_K=_t(sa.key.weight).T, W_V=_t(sa.value.weight).T,
-                  b_Q=_t(sa.query.bias), b_K=_t(sa.key.bias), b_V=_t(sa.value.bias),
-                  W_O=_t(blk.attention.output.dense.weight).T, b_O=_t(blk.attention.output.dense.bias),
-                  W_1=_t(blk.intermediate.dense.weight).T, b_1=_t(blk.intermediate.dense.bias),
-                  W_2=_t(blk.output.dense.weight).T, b_2=_t(blk.output.dense.bias),
-                  ln_attn=_ln(blk.attention.output.LayerNorm), ln_out=_ln(blk.output.LayerNorm))
-        keys = list(range(T))
-        name = cfg.hidden_act
-    if act is None:
-        raise ValueError(f"activation {name!r} is not supported (gelu, gelu_new, gelu_pytorch_tanh)")
-    if not 0 <= position < T:
-        raise ValueError(f"position {position} out of range for {T} tokens")
-    return BlockTransition(family=family, layer=layer, position=position, x0=x0, keys=keys,
-                           n_heads=cfg.num_attention_heads, activation=act, **{k: v.contiguous() for k, v in kw.items() if isinstance(v, torch.Tensor)},
-                           **{k: v for k, v in kw.items() if not isinstance(v, torch.Tensor)})
-
-
-@torch.no_grad()
-def reference_output(model, family: str, layer: int, x: np.ndarray, position: int) -> np.ndarray:
-    """The same quantity computed by the transformers modules themselves (for validation):
-    the normalized token at `position` that block layer+1's heads read when block `layer` receives x.
-
-    GPT-2: the block is run on positions 0..position only (causal: row `position` attends to all of
-    them, so no mask is needed); BERT: on all positions without a mask (bidirectional)."""
-    blocks = _blocks(model, family)
-    X = torch.as_tensor(np.asarray(x), dtype=DTYPE).unsqueeze(0)
-    if family == "gpt2":
-        X = X[:, :position + 1]
-    res = blocks[layer](X)
-    out = res[0] if isinstance(res, tuple) else res
-    if family == "gpt2":
-        out = blocks[layer + 1].ln_1(out)
-    return out[0, position].numpy()
-
-
-def transition_points(n_layers: int, layers: list[int]) -> list[int]:
-    """Transitions l -> l+1 available when `layers` were extracted: l and l+1 both selected."""
-    sel = set(layers)
-    return [L for L in sorted(sel) if L + 1 in sel and L + 1 < n_layers]
-
-
-def specification_rows(W_V_next: np.ndarray, W_O_next: np.ndarray, layer_next: int, heads: list[int],
-                       prompt: int, position: int, base_seed: int) -> np.ndarray:
-    """Specification rows w_h (len(heads), d): the value the head of block l+1 reads along its own
-    certification direction, w_h = W_V[h] c_h / ||W_V[h] c_h||, with c_h the certification stage's
-    specification vector of (layer l+1, head h, prompt, query position) (`head.specification`), so
-    g_h = w_h . F is c_h . v_i up to the value bias and a positive scale."""
-    rows = []
-    for h in heads:
-        c = specification_direction(W_O_next[h], spec_seed(base_seed, layer_next, h, prompt, position))
-        w = W_V_next[h] @ c
-        rows.append(w / np.linalg.norm(w))
-    return np.stack(rows)

@@ -39,10 +39,13 @@ Quantities (all second-order maxima scale exactly as r^2; they are computed at r
 """
 from __future__ import annotations
 
+import logging
 import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import torch
 from torch.func import hessian, jacfwd, jacrev, vmap
 
@@ -379,3 +382,23 @@ def analyze_transition(tr: BlockTransition, C: np.ndarray, radii, *, qp_starts: 
             }
             rows.append(row)
     return rows, timings
+
+
+def transition_table(rows: list, timings: dict, tr: BlockTransition, heads: list[int], model: str,
+                     prompt: int) -> pd.DataFrame:
+    """The rows of `analyze_transition` as the stage's table: unit identity first, CPU seconds last."""
+    df = pd.DataFrame(rows)
+    ident = {"model": model, "family": tr.family, "transition": tr.layer, "layer_next": tr.layer + 1,
+             "head": [heads[u] for u in df.pop("unit")], "prompt": prompt, "position": tr.position,
+             "n_keys": len(tr.keys), "d": tr.d}
+    for k, (name, value) in enumerate(ident.items()):
+        df.insert(k, name, value)
+    for name, sec in timings.items():
+        df[f"cpu_seconds_{name}"] = sec
+    for _, r in df[df["status"] != "ok"].iterrows():
+        logging.error("%s: head %d radius %g crown %r ascent %r", r["status"], r["head"], r["radius"],
+                      r["crown_upper"], r["ascent_max"])
+        if r["status"] == "UNSOUND":
+            print(f"attncert: SOUNDNESS VIOLATION block transition {tr.layer} head {r['head']} r={r['radius']}",
+                  file=sys.stderr)
+    return df

@@ -1,22 +1,20 @@
-"""Figures and the summary table of the certification stage (Paper A, second-order certificate).
+"""Figures of the certification stage (Paper A): relative gap vs radius, gap over the secant-slack bound,
+share of units certified within a fraction of their movement range.
 
 Inputs: the concatenated per-layer tables `data/certify/{model}/layer{L}.csv`. Every figure title and
 table header names the model and the grid, so embedded-model results are never read as GPT-2's.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from attncert.pipeline.report_files import grid_label, load_tables, save_figure, write_table  # noqa: E402,F401
-from attncert.pipeline.unit_tables import add_gaps, per_unit_slopes, share_within, soundness_violations  # noqa: E402
+from attncert.pipeline.report_files import grid_label, save_figure  # noqa: E402
+from attncert.pipeline.unit_tables import add_gaps, per_unit_slopes, share_within  # noqa: E402
 
 CERTS = {"first_order": "first-order (greedy LP)", "second_order": "second-order (exp-cone moments)"}
 COLORS = {"first_order": "#d95f02", "second_order": "#1b9e77"}
@@ -98,98 +96,13 @@ def figure_certified_within(df: pd.DataFrame, model: str, out_pdf):
     save_figure(fig, out_pdf)
 
 
-def summary_table(df: pd.DataFrame, model: str, slope_max_radius: float = 0.005) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per mode and radius: medians of relative gaps, shares within 10%/1%, secant ratio, timings;
-    and per mode the medians of the per-unit log-log slopes."""
-    g = add_gaps(df)
-    rows = []
-    for (mode, r), sub in g.groupby(["mode", "radius"]):
-        row = {"model": model, "mode": mode, "radius": r, "units": len(sub),
-               "median_rel_gap_first": sub["rel_gap_first_order"].median(),
-               "median_rel_gap_second": sub["rel_gap_second_order"].median(),
-               "max_rel_gap_second": sub["rel_gap_second_order"].max(),
-               "share_within_10pct": (sub["rel_gap_second_order"] <= 0.10).mean(),
-               "share_within_1pct": (sub["rel_gap_second_order"] <= 0.01).mean(),
-               "max_gap_over_secant": (sub["gap_second_order"] / sub["secant_bound"]).max() if mode == "fixed" else np.nan,
-               "median_bracket_over_movement": ((sub["exact_hi"] - sub["exact_lo"]) / sub["movement"]).median()
-               if mode == "fixed" else np.nan,
-               "median_t_exact_s": sub["t_exact_s"].median(), "median_t_first_s": sub["t_first_s"].median(),
-               "median_t_second_s": sub["t_second_s"].median(),
-               "status_not_ok": int((sub["status"] != "ok").sum())}
-        rows.append(row)
-    table = pd.DataFrame(rows)
-    slopes = []
-    for mode, sub in g.groupby("mode"):
-        slopes.append({"model": model, "mode": mode, "fit_radii": f"r ≤ {slope_max_radius}",
-                       "slope_first": per_unit_slopes(sub, "gap_first_order", slope_max_radius).median(),
-                       "slope_second": per_unit_slopes(sub, "gap_second_order", slope_max_radius).median(),
-                       "slope_movement": per_unit_slopes(sub, "movement", slope_max_radius).median()})
-    return table, pd.DataFrame(slopes)
+#: figure name (= file name under figures/certify/{model}/) -> drawing function
+FIGURES = {"relative_gap_vs_radius": figure_relative_gap, "gap_over_secant_bound": figure_gap_over_secant,
+           "certified_within": figure_certified_within}
 
 
-PAPER_ROWS = [
-    ("relative gap, second order, r = 0.002 (median)", "0.004", "median_rel_gap_second", ("fixed", 0.002)),
-    ("relative gap, second order, r = 0.02 (median)", "0.048", "median_rel_gap_second", ("fixed", 0.02)),
-    ("per-unit slope of the second-order gap", "2.04", "slope_second", "fixed"),
-    ("per-unit slope of the first-order gap", "1.04", "slope_first", "fixed"),
-    ("per-unit slope of the movement range", "1.00", "slope_movement", "fixed"),
-    ("max gap / secant-slack bound", "0.78", "max_gap_over_secant", "fixed"),
-    ("share within 10% at r ≤ 0.002", "1.00 (every unit)", "within10_small", "fixed"),
-    ("share within 1% at r = 0.001", "> 0.5", "share_within_1pct", ("fixed", 0.001)),
-    ("exact bracket / movement range (median)", "6e-10", "median_bracket_over_movement", "fixed"),
-]
-
-
-def paper_comparison(table: pd.DataFrame, slopes: pd.DataFrame, df: pd.DataFrame, model: str) -> pd.DataFrame:
-    g = add_gaps(df)
-    fixed = g[g["mode"] == "fixed"]
-    slope_row = slopes[slopes["mode"] == "fixed"]
-    lookup = {
-        **{k: (slope_row[k].iloc[0] if len(slope_row) else np.nan)
-           for k in ("slope_second", "slope_first", "slope_movement")},
-        "max_gap_over_secant": (fixed["gap_second_order"] / fixed["secant_bound"]).max(),
-        "within10_small": (fixed[fixed["radius"] <= 0.002 + 1e-12]["rel_gap_second_order"] <= 0.10).mean(),
-        "median_bracket_over_movement": ((fixed["exact_hi"] - fixed["exact_lo"]) / fixed["movement"]).median(),
-    }
-    rows = []
-    for what, paper, key, where in PAPER_ROWS:
-        if isinstance(where, tuple):
-            sel = table[(table["mode"] == where[0]) & np.isclose(table["radius"], where[1])]
-            ours = sel[key].iloc[0] if len(sel) else np.nan
-        else:
-            ours = lookup[key]
-        rows.append({"quantity": what, "paper (GPT-2 small, 2,880 units at query position 4)": paper,
-                     f"ours ({model})": ours})
-    return pd.DataFrame(rows)
-
-
-def violations_table(df: pd.DataFrame) -> pd.DataFrame:
-    return soundness_violations(df)
-
-
-def paper_measurements(df: pd.DataFrame, table: pd.DataFrame, slopes: pd.DataFrame) -> dict:
-    """Our values for the claim ids of data/paper_claims.yaml (certification stage)."""
-    g = add_gaps(df)
-    fixed = g[g["mode"] == "fixed"]
-
-    def at(mode, r, col):
-        sel = table[(table["mode"] == mode) & np.isclose(table["radius"].astype(float), r)]
-        return float(sel[col].iloc[0]) if len(sel) else None
-
-    srow = slopes.set_index("mode")
-    width = (fixed["exact_hi"] - fixed["exact_lo"]) / fixed["value_spread"]
-    small = fixed[fixed["radius"] <= 0.002 + 1e-12]
-    return {
-        "exact_bracket_width": float(width.max()),
-        "exact_bracket_median_vs_movement": float(((fixed["exact_hi"] - fixed["exact_lo"]) / fixed["movement"]).median()),
-        "second_order_rel_gap_r0.002": at("fixed", 0.002, "median_rel_gap_second"),
-        "second_order_rel_gap_r0.02": at("fixed", 0.02, "median_rel_gap_second"),
-        "second_order_slope": float(srow.loc["fixed", "slope_second"]) if "fixed" in srow.index else None,
-        "first_order_slope": float(srow.loc["fixed", "slope_first"]) if "fixed" in srow.index else None,
-        "movement_range_slope": float(srow.loc["fixed", "slope_movement"]) if "fixed" in srow.index else None,
-        "gap_over_secant_max": float((fixed["gap_second_order"] / fixed["secant_bound"]).max()),
-        "within_10pct_small_r": float((small["rel_gap_second_order"] <= 0.10).mean()) if len(small) else None,
-        "within_1pct_r0.001": at("fixed", 0.001, "share_within_1pct"),
-        "cert_seconds_fixed": float(g.loc[g["mode"] == "fixed", "t_second_s"].median()),
-        "cert_seconds_varying": float(g.loc[g["mode"] == "varying", "t_second_s"].median()),
-    }
+def draw(name: str, df: pd.DataFrame, model: str, out_pdf) -> None:
+    """One certification figure by name (the keys of FIGURES)."""
+    if name not in FIGURES:
+        raise ValueError(f"unknown certification figure {name!r}; known: {sorted(FIGURES)}")
+    FIGURES[name](df, model, out_pdf)

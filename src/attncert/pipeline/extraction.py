@@ -19,6 +19,13 @@ Per layer L we store (orientation: row vectors, `q = z @ W_Q[h] + b_Q[h]`):
     head_output     (P, H, T, d_h)  each head's attention output, captured from the model by a hook
     token_ids       (P, T)
     causal          bool
+    mlp_W_1 (d, m), mlp_b_1 (m,), mlp_W_2 (m, d), mlp_b_2 (d,)   the block's MLP
+    ln_attn_gain, ln_attn_bias (d,), ln_attn_eps   the LayerNorm after the attention sublayer (GPT-2
+                    ln_2, BERT attention.output.LayerNorm)
+    activation      the MLP activation's name (transformers' `activation_function` / `hidden_act`)
+
+With the reading LayerNorm of layer L + 1 these are every weight of the block map L -> L + 1
+(`attncert.block.map.transition_from_arrays`): no later stage loads the model again.
 """
 from __future__ import annotations
 
@@ -114,6 +121,31 @@ def head_weights(model, family: str, layer: int) -> dict[str, np.ndarray]:
     }
 
 
+def block_rest_weights(model, family: str, layer: int) -> dict[str, np.ndarray]:
+    """The MLP, the post-attention LayerNorm and the activation name of one block."""
+    cfg = model.config
+    block = _blocks(model, family)[layer]
+
+    def f64(t):
+        return t.detach().double().numpy()
+
+    if family == "gpt2":
+        if not getattr(cfg, "scale_attn_weights", True) or getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
+            raise ValueError("only GPT-2 attention scaled by 1/sqrt(d_h) is supported; fix: use a standard GPT-2 config")
+        W1, b1, W2, b2 = (f64(m) for m in (block.mlp.c_fc.weight, block.mlp.c_fc.bias, block.mlp.c_proj.weight,
+                                           block.mlp.c_proj.bias))
+        ln, act = block.ln_2, cfg.activation_function
+    else:
+        if getattr(block.attention.self, "position_embedding_type", "absolute") != "absolute":
+            raise ValueError("only absolute position embeddings are supported; fix: use a standard BERT config")
+        W1, b1 = f64(block.intermediate.dense.weight).T, f64(block.intermediate.dense.bias)
+        W2, b2 = f64(block.output.dense.weight).T, f64(block.output.dense.bias)
+        ln, act = block.attention.output.LayerNorm, cfg.hidden_act
+    return {"mlp_W_1": W1, "mlp_b_1": b1, "mlp_W_2": W2, "mlp_b_2": b2, "ln_attn_gain": f64(ln.weight),
+            "ln_attn_bias": f64(ln.bias), "ln_attn_eps": np.float64(ln.eps),
+            "activation": np.str_(act if isinstance(act, str) else "")}
+
+
 def reading_layernorm(model, family: str, layer: int):
     """The LayerNorm module whose output the heads of `layer` read."""
     if family == "gpt2":
@@ -155,6 +187,7 @@ def extract_layers(model, family: str, token_ids: np.ndarray, layers: list[int])
     result = {}
     for L in layers:
         arrays = head_weights(model, family, L)
+        arrays.update(block_rest_weights(model, family, L))
         residual = np.stack([residuals[p][L] for p in range(P)])  # (P, T, d)
         if family == "gpt2":
             Z = np.stack([t[0].double().numpy() for t in normalized[L]])

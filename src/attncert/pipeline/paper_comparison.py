@@ -66,6 +66,11 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def load_claims(claims_file: str | Path, paper: str) -> list[dict]:
+    """The claims of one paper ("paper_a" or "paper_b") from the claims file."""
+    return yaml.safe_load(Path(claims_file).read_text())[paper]["claims"]
+
+
 def load_measured(paths) -> dict:
     """Merge the stages' measured JSON files: {claim_id: {"value": ..., "grid": ...}}."""
     out = {}

@@ -1,8 +1,8 @@
 """Provenance of every intermediate file, and writes that never leave half a file behind.
 
-Each output `X` of the pipeline gets a JSON sidecar `X.json` (or an explicit sidecar path) holding:
-config hash, model id (and its resolved source), seeds, package versions, the time, and any
-stage-specific fields. Files are written to a temporary name in the same folder and renamed into
+Each output `X` of the pipeline gets a JSON sidecar `X.json` holding: the job's parameters (every
+value the job used, as the rule passed them, with their hash), the hash of the source it ran
+(`code_hash`), model id and source, seeds, package versions, the time, and any stage-specific fields. Files are written to a temporary name in the same folder and renamed into
 place, so an interrupted job never leaves a file that looks complete.
 """
 from __future__ import annotations
@@ -32,14 +32,26 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def provenance(config: dict | None, *, stage: str, model_id: str | None = None,
-               seeds: dict | None = None, **extra) -> dict:
+def _plain(params) -> dict:
+    """A rule's `params` (Snakemake's Params, or a dict) as a plain dict of its named entries."""
+    if params is None:
+        return {}
+    items = params.items() if hasattr(params, "items") else []
+    return {str(k): v for k, v in items}
+
+
+def provenance(params, *, stage: str, model_id: str | None = None, seeds: dict | None = None, **extra) -> dict:
+    """The provenance record of one output: `params` are the job's parameters (all its inputs besides files)."""
+    p = _plain(params)
+    model = p.get("model") if isinstance(p.get("model"), dict) else {}
     record = {
         "stage": stage,
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "config_hash": config_hash(config) if config is not None else None,
-        "model_id": model_id if model_id is not None else (config or {}).get("model", {}).get("name"),
-        "model_source": (config or {}).get("model", {}).get("source"),
+        "params": p,
+        "params_hash": config_hash(p),
+        "code_hash": p.get("code"),
+        "model_id": model_id if model_id is not None else model.get("name"),
+        "model_source": model.get("source"),
         "seeds": seeds or {},
         "package_versions": package_versions(),
     }

@@ -1,4 +1,4 @@
-"""Snakemake entry point: the block-residual table (summary + paper comparison) or one figure.
+"""The block-residual tables: derived ratios per unit, the per-radius summary, the paper comparison.
 
 Derived per row (unit = transition x head, at one radius r):
     crown_looseness      = CROWN upper bound / ascent maximum of f
@@ -9,21 +9,13 @@ Derived per row (unit = transition x head, at one radius r):
 Rank correlations use the reference radius r_ref = the largest grid radius <= block.reference_radius;
 the "second-order regime" subset is the units with |second_order_dev(r_ref)| <= block.second_order_tolerance.
 """
-import json
+from __future__ import annotations
 
-import matplotlib
+import numpy as np
+import pandas as pd
+from scipy.stats import spearmanr
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import yaml  # noqa: E402
-from scipy.stats import spearmanr  # noqa: E402
-
-from attncert.pipeline.paper_comparison import write_measured  # noqa: E402
-from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar  # noqa: E402
-
-sm = snakemake  # noqa: F821 - injected by Snakemake
+from attncert.pipeline.provenance import atomic_path
 
 
 def derive(df: pd.DataFrame) -> pd.DataFrame:
@@ -163,120 +155,6 @@ def paper_table(df: pd.DataFrame, block: dict, claims: list) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["quantity", "paper (GPT-2 small)", f"ours ({df['model'].iloc[0]})", "note"])
 
 
-def plain_log_axis(ax, which: str = "x") -> None:
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-    axis = ax.xaxis if which == "x" else ax.yaxis
-    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    axis.set_minor_formatter(NullFormatter())
-
-
-def save_figure(fig, pdf: str, png: str) -> None:
-    with atomic_path(pdf) as tmp:
-        fig.savefig(tmp, bbox_inches="tight")
-    with atomic_path(png) as tmp:
-        fig.savefig(tmp, bbox_inches="tight", dpi=150)
-    plt.close(fig)
-
-
-def figure_crown_vs_predicted(df: pd.DataFrame, block: dict, pdf: str, png: str) -> None:
-    r_ref, ref = at_reference(df, block)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
-    cmap = plt.get_cmap("viridis")
-    transitions = sorted(ref["transition"].unique())
-    for ax, col, name in ((axes[0], "predicted_looseness", "per-op sum"),
-                          (axes[1], "predicted_looseness_softmax_one_op", "per-op sum, softmax as one op")):
-        for k, t in enumerate(transitions):
-            g = ref[ref["transition"] == t]
-            color = cmap(k / max(len(transitions) - 1, 1))
-            ax.scatter(g.loc[g.subset, col], g.loc[g.subset, "crown_looseness"], color=color, s=22, label=f"{t}→{t + 1}")
-            ax.scatter(g.loc[~g.subset, col], g.loc[~g.subset, "crown_looseness"], facecolors="none", edgecolors=color, s=22)
-        lo = min(ref[col].min(), ref["crown_looseness"].min()) * 0.8
-        hi = max(ref[col].max(), ref["crown_looseness"].max()) * 1.25
-        ax.plot([lo, hi], [lo, hi], "k:", lw=0.8, label="y = x")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        plain_log_axis(ax, "x")
-        plain_log_axis(ax, "y")
-        ra, pa, na = rho(ref[col], ref["crown_looseness"])
-        sub = ref[ref.subset]
-        rs, ps, ns = rho(sub[col], sub["crown_looseness"])
-        ax.text(0.03, 0.97, f"Spearman all: ρ = {ra:.3f} (p = {pa:.1e}, n = {na})\n"
-                            f"subset (filled): ρ = {rs:.3f} (p = {ps:.1e}, n = {ns})",
-                transform=ax.transAxes, va="top", fontsize=8)
-        ax.set_xlabel(f"predicted looseness = {name} / joint max")
-        ax.set_ylabel(f"CROWN looseness = CROWN / ascent max (r = {r_ref:g})")
-    axes[0].legend(fontsize=7, title="transition", title_fontsize=7, loc="lower right")
-    fig.suptitle(f"Block residual: CROWN looseness vs predicted looseness\n{grid_label(df)}", fontsize=8)
-    save_figure(fig, pdf, png)
-
-
-def _paper_band(ax, c: dict, axis: str = "x") -> None:
-    v = c.get("value")
-    rng = v.get("range") if isinstance(v, dict) else (v if isinstance(v, list) else None)
-    if not rng:
-        return
-    span = ax.axvspan if axis == "x" else ax.axhspan
-    span(rng[0], rng[1], color="tab:orange", alpha=0.15, label="paper range (GPT-2 small)")
-    if isinstance(v, dict) and v.get("median") is not None:
-        (ax.axvline if axis == "x" else ax.axhline)(v["median"], color="tab:orange", ls="--", lw=1, label="paper median")
-
-
-def figure_distributions(df: pd.DataFrame, block: dict, claims: list, pdf: str, png: str) -> None:
-    _, ref = at_reference(df, block)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    pl = ref["predicted_looseness"]
-    axes[0].hist(pl, bins=np.geomspace(pl.min() * 0.9, pl.max() * 1.1, 20), color="tab:blue", alpha=0.8, label="ours")
-    axes[0].set_xscale("log")
-    plain_log_axis(axes[0])
-    _paper_band(axes[0], claim(claims, "block_predicted_looseness"))
-    axes[0].set_xlabel("predicted looseness (per-op sum / joint max)")
-    er = ref["effective_rank"]
-    axes[1].hist(er, bins=np.geomspace(min(er.min(), 2) * 0.9, er.max() * 1.1, 20), color="tab:green", alpha=0.8, label="ours")
-    axes[1].set_xscale("log")
-    plain_log_axis(axes[1])
-    _paper_band(axes[1], claim(claims, "block_effective_rank"))
-    axes[1].set_xlabel("effective rank (Σ|μ|)²/Σμ² of the Hessian")
-    axes[2].hist(ref["softmax_ratio"], bins=20, color="tab:purple", alpha=0.8, label="ours")
-    _paper_band(axes[2], claim(claims, "block_softmax_one_op"))
-    axes[2].set_xlabel("per-op sum, softmax as one op / per-op sum")
-    for ax in axes:
-        ax.set_ylabel("units")
-        ax.legend(fontsize=7)
-    fig.suptitle(f"Block residual: predicted looseness, effective rank, softmax as one op (r = {at_reference(df, block)[0]:g})\n{grid_label(df)}", fontsize=8)
-    save_figure(fig, pdf, png)
-
-
-def figure_crown_over_perop(df: pd.DataFrame, claims: list, pdf: str, png: str) -> None:
-    radii = sorted(df["radius"].unique())
-    pos = np.log10(radii)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-
-    def boxes(ax, col, log=False):
-        data = [df.loc[np.isclose(df["radius"], r), col].dropna() for r in radii]
-        ax.boxplot(data, positions=pos, widths=0.15)
-        ax.set_xticks(pos, [f"{r:g}" for r in radii])
-        ax.set_xlabel("radius r (l∞)")
-        if log:
-            ax.set_yscale("log")
-
-    boxes(axes[0], "crown_over_perop")
-    _paper_band(axes[0], claim(claims, "block_crown_over_perop"), axis="y")
-    axes[0].set_ylabel("CROWN bound / per-op sum")
-    axes[0].legend(fontsize=7)
-    boxes(axes[1], "crown_over_leading_order")
-    axes[1].axhline(1.0, color="k", ls=":", lw=0.8)
-    axes[1].set_ylabel("CROWN bound / CROWN leading order (r² term)")
-    df = df.assign(abs_dev=df["second_order_dev"].abs().clip(lower=1e-8))
-    data = [df.loc[np.isclose(df["radius"], r), "abs_dev"] for r in radii]
-    axes[2].boxplot(data, positions=pos, widths=0.15)
-    axes[2].set_xticks(pos, [f"{r:g}" for r in radii])
-    axes[2].set_xlabel("radius r (l∞)")
-    axes[2].set_yscale("log")
-    axes[2].set_ylabel("|ascent max / second-order term − 1|")
-    fig.suptitle(f"Block residual: CROWN vs the per-operation sum and its own leading order; the second-order regime\n{grid_label(df)}", fontsize=8)
-    save_figure(fig, pdf, png)
-
-
 def measured_values(df: pd.DataFrame, block: dict) -> dict:
     """Our values for the block_* claim ids of data/paper_claims.yaml."""
     r_ref, ref = at_reference(df, block)
@@ -298,33 +176,3 @@ def measured_values(df: pd.DataFrame, block: dict) -> dict:
         "block_effective_rank": med_range(ref["effective_rank"]),
         "block_softmax_one_op": [float(ref["softmax_ratio"].min()), float(ref["softmax_ratio"].max())],
     }
-
-
-df = derive(pd.read_csv(sm.input.units))
-block = sm.params.block
-claims = yaml.safe_load(open(sm.input.claims))["paper_a"]["claims"] if "claims" in sm.input.keys() else []
-what = sm.params.what
-label = grid_label(df)
-if what == "table":
-    r_ref, _ = at_reference(df, block)
-    write_table(summary_table(df), sm.output.summary, sm.output.summary_md, f"Block residual per radius — {label}",
-                [f"Spearman ρ: CROWN looseness vs predicted looseness over the units at that radius (scipy.stats.spearmanr).",
-                 "second_order_dev = ascent max / best-found second-order maximum − 1; crown_ge_ascent counts sound rows."])
-    write_table(paper_table(df, block, claims), sm.output.paper, sm.output.paper_md,
-                f"Paper A block residual experiment (GPT-2 small) vs ours — {label}",
-                ["Paper values from data/paper_claims.yaml (paper_a, block_*). Ours: this run; embedded-model "
-                 "results are not GPT-2 results.", f"Rank correlations at r = {r_ref:g}."])
-    write_measured(sm.output.measured, measured_values(df, block), label)
-elif what == "crown_vs_predicted":
-    figure_crown_vs_predicted(df, block, sm.output[0], sm.output.png)
-elif what == "distributions":
-    figure_distributions(df, block, claims, sm.output[0], sm.output.png)
-elif what == "crown_over_perop":
-    figure_crown_over_perop(df, claims, sm.output[0], sm.output.png)
-else:
-    raise ValueError(f"unknown block report {what!r}")
-for out in sm.output:
-    write_sidecar(out, provenance(sm.config, stage=f"block_report:{what}", inputs=[str(sm.input.units)],
-                                  grid=label, seeds={"block_seed": block["seed"]}))
-with open(sm.log[0], "w") as fh:
-    fh.write(json.dumps({"what": what, "rows": int(len(df)), "grid": label}) + "\n")

@@ -89,7 +89,7 @@ def load_unit(model: str, layer: int, head: int, prompt: int, query_pos: int, ra
 
     Example::
 
-        from attncert.certify.units import load_unit
+        from attncert.head.units import load_unit
         p = load_unit("all-MiniLM-L6-v2", layer=3, head=5, prompt=0, query_pos=4, radius=0.002)
         p.W_Q, p.Z0, p.query_index, p.c, p.radius, p.norm, p.mode
     """

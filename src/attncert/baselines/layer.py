@@ -1,0 +1,56 @@
+"""One layer of the baseline stage: every baseline unit bounded by every method, checked for soundness.
+
+A unit's bound is checked against the largest value actually attained on it (the certification
+stage's exact witness or best ascent value, `pipeline.unit_tables.attained_value`); a bound below it
+is recorded as status "UNSOUND: ..." in its row, logged as an error and printed to stderr. It is never
+dropped or clipped.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import sys
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from attncert.baselines.linear_bound_baselines import baseline_upper_bounds
+from attncert.head.units import Unit, head_problem
+from attncert.pipeline.unit_tables import UNIT_KEYS, attained_value, below_attained
+
+KEYS = UNIT_KEYS + ["radius"]
+
+
+def attained_by_unit(cert: pd.DataFrame) -> dict:
+    """{(unit keys..., radius rounded to 12 digits): attained value} from a certification table."""
+    cert = cert.copy()
+    cert["radius"] = cert["radius"].round(12)
+    return dict(zip(map(tuple, cert[KEYS].itertuples(index=False, name=None)), attained_value(cert)))
+
+
+def bound_layer(arrays: dict, spec: np.ndarray, qps: list[int], layer: int, grid: dict, methods: list[str],
+                attained: dict) -> pd.DataFrame:
+    """Rows (unit keys, method, upper, attained, seconds, status, label) for the grid of one layer.
+
+    grid: heads, prompts, query_positions, norms, modes, radii (lists). All radii of one head and
+    method are bounded in one call of `baseline_upper_bounds`.
+    """
+    rows = []
+    groups = list(itertools.product(grid["heads"], grid["prompts"], grid["query_positions"], grid["norms"],
+                                    grid["modes"]))
+    for h, pr, qp, norm, mode in tqdm(groups, desc=f"baselines layer {layer}", file=sys.stderr, mininterval=5):
+        units = [Unit(layer, h, pr, qp, float(r), norm, mode) for r in grid["radii"]]
+        problems = [head_problem(arrays, spec, qps, u) for u in units]
+        for method in methods:
+            for u, res in zip(units, baseline_upper_bounds(problems, method)):
+                ref = attained.get((u.layer, u.head, u.prompt, u.query_pos, u.norm, u.mode, round(u.radius, 12)),
+                                   np.nan)
+                status = res.status
+                if status == "ok" and below_attained(res.upper, ref):
+                    status = f"UNSOUND: upper {res.upper!r} < attained {ref!r}"
+                    logging.error("%s %s %s", u, method, status)
+                    print(f"attncert: SOUNDNESS VIOLATION {u} {method}: {status}", file=sys.stderr)
+                rows.append({**u.key(), "method": method, "upper": res.upper, "attained": ref,
+                             "seconds": res.seconds, "status": status, "label": res.label})
+    return pd.DataFrame(rows)

@@ -1,0 +1,18 @@
+"""Snakemake entry point: the baseline comparison tables (attncert.baselines.comparison)."""
+from attncert.baselines.comparison import stage_report
+from attncert.pipeline.job_log import start_job_log
+from attncert.pipeline.paper_comparison import write_measured
+from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
+from attncert.pipeline.report_files import load_tables
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+start_job_log(sm.log[0])
+rep = stage_report(load_tables(sm.input.baselines), load_tables(sm.input.cert), sm.params.model["name"])
+write_measured(sm.output.measured, rep["measured"], rep["label"])
+for key, out in (("table", sm.output.csv), ("slopes", sm.output.slopes), ("headline", sm.output.headline)):
+    with atomic_path(out) as tmp:
+        rep[key].to_csv(tmp, index=False)
+with atomic_path(sm.output.md) as tmp:
+    tmp.write_text(rep["md"])
+for out in sm.output:
+    write_sidecar(out, provenance(sm.params, stage="baselines_table", method_labels=rep["labels"], grid=rep["label"]))

@@ -1,0 +1,17 @@
+"""Snakemake entry point: the tables of the certification stage (attncert.certify.summary)."""
+import sys
+
+from attncert.certify.summary import write_stage_tables
+from attncert.pipeline.job_log import start_job_log
+from attncert.pipeline.paper_comparison import write_measured
+from attncert.pipeline.provenance import provenance, write_sidecar
+from attncert.pipeline.report_files import load_tables
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+start_job_log(sm.log[0])
+label, measured, n_violations = write_stage_tables(load_tables(sm.input.tables), sm.params.model["name"], sm.output)
+write_measured(sm.output.measured, measured, label)
+if n_violations:
+    print(f"attncert: {n_violations} SOUNDNESS VIOLATIONS, see {sm.output.violations}", file=sys.stderr)
+for out in sm.output:
+    write_sidecar(out, provenance(sm.params, stage="certify_table", inputs=list(sm.input.tables), grid=label))
