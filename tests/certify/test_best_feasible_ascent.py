@@ -62,3 +62,27 @@ def test_seeded_and_extra_starts():
     c = best_feasible_ascent(Pf, restarts=2, steps=10, starts=(ex.witness - Pf.Z0)[None], num_threads=1)
     assert c.start_values.shape == (3,)
     assert c.value >= ex.lo - 1e-12 * ex.value_spread
+
+
+@pytest.mark.parametrize("mode", ["fixed", "varying"])
+def test_fused_head_equals_the_full_projections(mode):
+    """g through the few directions it reads equals g through W_Q, W_K, W_V (the former code path)."""
+    import torch
+
+    from attncert.certify.best_feasible_ascent import _TorchHead
+
+    P = random_head_problem(np.random.default_rng(9), d=7, d_head=3, n=5, radius=0.2, mode=mode, scale=2.0)
+    D = torch.as_tensor(feasible_perturbations(P, np.random.default_rng(1), 20))
+    cpu = torch.device("cpu")
+    fused, full = _TorchHead(P, cpu, fused=True)(D), _TorchHead(P, cpu, fused=False)(D)
+    direct = np.array([P.value(P.Z0 + d) for d in D.numpy()])
+    assert np.allclose(fused.numpy(), direct, rtol=1e-12, atol=1e-12)
+    assert np.allclose(full.numpy(), direct, rtol=1e-12, atol=1e-12)
+
+
+def test_early_stop_keeps_the_warm_start():
+    P = random_head_problem(np.random.default_rng(4), d=5, d_head=3, n=4, radius=0.3)
+    ex = exact_worst_case(P)
+    warm = (ex.witness - P.Z0)[None]
+    res = best_feasible_ascent(P, restarts=2, steps=200, starts=warm, stop_tol=1e-9, num_threads=1)
+    assert ex.lo - 1e-12 * ex.value_spread <= res.value <= ex.hi

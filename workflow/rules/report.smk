@@ -11,6 +11,9 @@ rule paper_vs_reproduced:
     output:
         md=PAPER_VS_REPRODUCED,
         csv="figures/tables/paper_vs_reproduced.csv",
+    params:
+        model=MODEL_CFG,
+        code=code("paper_vs_reproduced.py"),
     threads: 1
     conda:
         "../../environment.yml"
