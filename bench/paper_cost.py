@@ -229,7 +229,9 @@ def main(argv=None) -> int:
     ap.add_argument("--layer", type=int, default=5)
     ap.add_argument("--block-heads", type=int, default=12)
     ap.add_argument("--minip-runs", type=int, default=6)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="seed of the samples (the model's seed is 0)")
+    ap.add_argument("--init-std", type=float, default=None,
+                    help="std of random-gpt2's init (default GPT2Config's 0.02; larger = wider score intervals)")
     ap.add_argument("--config", default=str(REPO / "workflow" / "config" / "paper.yaml"))
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
@@ -238,7 +240,7 @@ def main(argv=None) -> int:
     log = lambda msg: print(f"[{time.perf_counter() - t_start:7.0f} s] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     paper = load_config(args.config)
     cfg = copy.deepcopy(paper)
-    cfg["model"] = dict(RANDOM_GPT2)
+    cfg["model"] = dict(RANDOM_GPT2, **({"init_std": args.init_std} if args.init_std else {}))
     counts = unit_counts(paper)
     rng = np.random.default_rng(args.seed)
     L = args.layer
@@ -277,7 +279,7 @@ def main(argv=None) -> int:
     h_extract = t_extract / 3600
     total = {k: h_extract + h_cert[k] + sum(h_base[m] for m in paper_methods) + h_block + h_minip for k in ("after", "before")}
 
-    lines = [f"# Measured cost of paper.yaml on {model_label(cfg['model'])} (layer {L}; seed {args.seed}; "
+    lines = [f"# Measured cost of paper.yaml on {model_label(cfg['model'])} (init std {cfg['model'].get('init_std', 0.02)}; layer {L}; seed {args.seed}; "
              f"sample {args.sample or 'whole layer'}; path {args.path})", "",
              f"Machine load at start: {load_start}; at end: {load_end}. Times are inflated by that load.", "",
              "| stage | stratum | paper.yaml units | sampled | s/unit median | p90 | mean | CPU-h after | s/unit median before | CPU-h before |",

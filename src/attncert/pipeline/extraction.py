@@ -55,12 +55,12 @@ def _load_random_gpt2(model_cfg: dict) -> LoadedModel:
 
     if model_cfg["family"] != "gpt2":
         raise ModelSourceError(f"model.source 'random-gpt2' is a GPT-2-shaped model but model.family is {model_cfg['family']!r}; fix: set model.family: gpt2")
-    seed = int(model_cfg.get("seed", 0))
+    seed, init_std = int(model_cfg.get("seed", 0)), float(model_cfg.get("init_std", 0.02))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    model = build_random_gpt2(seed)
+    model = build_random_gpt2(seed, init_std=init_std)
     tokenizer = random_gpt2_tokenizer(model.config.vocab_size)
     model.to(torch.float64)
-    return LoadedModel(model, tokenizer, "gpt2", describe(seed), None, synthetic=True)
+    return LoadedModel(model, tokenizer, "gpt2", describe(seed, init_std), None, synthetic=True)
 
 
 def load_model(model_cfg: dict) -> LoadedModel:

@@ -5,9 +5,12 @@ SYNTHETIC: this is the GPT-2 small *architecture* (`transformers.GPT2Model(GPT2C
 extraction path so that every later stage sees GPT-2's dimensions; no result computed on it is a
 GPT-2 result, and every table, figure and sidecar labels it (`model_source.model_label`).
 
-- Weights: transformers' own initialisation (normal(0, 0.02), scaled residual projections) under
-  `torch.manual_seed(model.seed)` (default 0), inside `torch.random.fork_rng` so the caller's global
-  RNG is untouched. Random init leaves every LayerNorm at gain 1 / bias 0; the gains and biases are
+- Weights: transformers' own initialisation (normal(0, `model.init_std`), default GPT2Config's 0.02;
+  scaled residual projections) under `torch.manual_seed(model.seed)` (default 0), inside
+  `torch.random.fork_rng` so the caller's global RNG is untouched. At 0.02 the attention scores move
+  far less under a perturbation than GPT-2's (score half-width ~0.14 fixed / ~0.3 varying query at
+  r = 0.02 and position 4, against ~4-5 for GPT-2-sized heads with realistic weight scales); a larger
+  `init_std` widens them (roughly like init_std^2), for checking how cost depends on it. Random init leaves every LayerNorm at gain 1 / bias 0; the gains and biases are
   then perturbed (gain 1 + 0.1 N(0, 1), bias 0.1 N(0, 1)) so that the normalized token a head reads
   depends on them, as it does for trained weights.
 - Tokenizer: the GPT-2 tokenizer cannot be downloaded without hub access, so the embedded model's
@@ -28,11 +31,14 @@ def tokenizer_note(vocab_size: int) -> str:
             f"GPT-2's vocabulary by id mod {vocab_size} (GPT-2's own tokenizer is not available offline)")
 
 
-def describe(seed: int) -> str:
+DEFAULT_INIT_STD = 0.02  # GPT2Config().initializer_range
+
+
+def describe(seed: int, init_std: float = DEFAULT_INIT_STD) -> str:
     """The resolved-source string recorded in provenance."""
-    return (f"{RANDOM_GPT2} (SYNTHETIC, not GPT-2): transformers.GPT2Model(GPT2Config()) with a seeded random "
-            f"init (seed {seed}), LayerNorm gains/biases perturbed by {LN_PERTURBATION} N(0,1); tokenizer: "
-            f"{tokenizer_note(50257)}")
+    return (f"{RANDOM_GPT2} (SYNTHETIC, not GPT-2): transformers.GPT2Model(GPT2Config(initializer_range={init_std:g})) "
+            f"with a seeded random init (seed {seed}), LayerNorm gains/biases perturbed by {LN_PERTURBATION} N(0,1); "
+            f"tokenizer: {tokenizer_note(50257)}")
 
 
 class MappedTokenizer:
@@ -47,13 +53,13 @@ class MappedTokenizer:
         return {"input_ids": [int(i) % self.vocab_size for i in ids]}
 
 
-def build_random_gpt2(seed: int = 0, config=None):
+def build_random_gpt2(seed: int = 0, config=None, init_std: float = DEFAULT_INIT_STD):
     """The seeded random GPT-2-shaped model (float32, eval mode, eager attention); `config` overrides
-    GPT2Config() (tests use smaller ones)."""
+    GPT2Config(initializer_range=init_std) (tests use smaller ones)."""
     import torch
     from transformers import GPT2Config, GPT2Model
 
-    cfg = config if config is not None else GPT2Config()
+    cfg = config if config is not None else GPT2Config(initializer_range=float(init_std))
     cfg._attn_implementation = "eager"
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed))
