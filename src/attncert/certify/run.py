@@ -46,9 +46,11 @@ COLUMNS = ["layer", "head", "prompt", "query_pos", "radius", "norm", "mode", "n_
            "exact_lo", "exact_hi", "value_spread", "best_feasible", "first_order", "second_order",
            "secant_bound", "t_exact_s", "t_first_s", "t_ascent_s", "t_second_s", "solver", "status", "error",
            "best_feasible_from", "ascent_check", "t_ascent_check_s"]
-#: The polish phase of the ascent stops once no start gains more than this share of the movement so far
-#: over 10 steps (legacy path: never).
+#: The polish phase of the ascent stops once no start gains more than ASCENT_STOP_TOL of the movement so
+#: far over ASCENT_PATIENCE steps (legacy path: never). With 10 steps a slow start was cut 3e-7 of the
+#: movement short on 1 of 39 GPT-2-sized units (bench/paper_cost.py, init std 0.08); 25 recovered it.
 ASCENT_STOP_TOL = 1e-9
+ASCENT_PATIENCE = 25
 
 
 def in_check_sample(meta: dict, fraction: float) -> bool:
@@ -73,7 +75,7 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 8, ascent_steps
     warm = []  # the fixed-query maximiser, a start for the varying-query ascent
     ascent_kw = dict(restarts=ascent_restarts, steps=ascent_steps, seed=seed, sense="max", device=device)
     if not legacy_ascent:
-        ascent_kw["stop_tol"] = ASCENT_STOP_TOL
+        ascent_kw.update(stop_tol=ASCENT_STOP_TOL, patience=ASCENT_PATIENCE)
     else:
         ascent_kw["fused"] = False
 
