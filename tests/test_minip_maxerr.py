@@ -53,6 +53,9 @@ def _runs():
     grid = {8: {1: (0.2, 3.0), 4: (0.08, 2.0), 8: (0.03, 1.0), 16: (0.004, 0.7), 32: (0.0, 0.3)},
             12: {1: (0.3, 3.0), 4: (0.15, 2.0), 8: (0.09, 1.5), 16: (0.02, 1.1), 32: (0.012, 0.9)}}
     for m, by_rank in grid.items():
+        for seed, dev in enumerate((0.2, m / 48)):
+            recs.append(dict(setting=f"m{m}-n3", bits=m, length=3, kind="dense", rank=None, seed=seed, error_iid=0.0,
+                             error_ood=0.0, max_abs_error_iid=dev, max_abs_error_ood=dev))
         for rank, (err, dev) in by_rank.items():
             for seed in (0, 1):
                 recs.append(dict(setting=f"m{m}-n3", bits=m, length=3, kind="kernel", rank=rank, seed=seed,
@@ -70,6 +73,7 @@ def test_criterion_transitions_and_table():
     t = threshold_table(df, [0.01, 0.05, 0.1])
     row = t[(t.bits == 12) & (t.split == "ood")].iloc[0]
     assert row["error < 0.01"] == ">32" and row[MAX_ERR_CRITERION] == ">32" and row["error < 0.05"] == "16"
+    assert row["dense_max_abs_err"] == 0.25
 
 
 def test_witness_maxerr_table():
@@ -97,5 +101,6 @@ def test_measured_values_in_the_papers_metric():
     assert v["ood_transition_ranks_at_1pct"] == [16, None] and v["ood_transition_ranks_at_5pct"] == [8, 16]
     assert v["ood_transition_ranks_at_10pct"] == [4, 8]
     assert v["ood_transition_ranks_max_abs_err_half"] == [32, None] and v["ood_transition_max_rank"] == 32
+    assert v["ood_dense_max_abs_err"] == [0.2, 0.25]
     p = paper_measurements(df, BOUND, 0.05)
     assert p["witness_solve_at"] == 10  # some seed has largest |y - t| < 1/2 from rank 10

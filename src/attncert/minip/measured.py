@@ -34,6 +34,7 @@ def maxerr_measurements(runs: pd.DataFrame, bound: dict, constructions: pd.DataF
     ood_transition_ranks_at_{p}pct         per size: smallest rank with median OOD error < p (None: not reached)
     ood_transition_ranks_max_abs_err_half  per size: smallest rank with median OOD largest |y - t| < 1/2
     ood_transition_max_rank                largest rank of the grid (None entries are above it)
+    ood_dense_max_abs_err                  per size: largest OOD |y - t| of dense softmax, worst seed
     """
     w = runs[(runs.setting == "witness") & (runs.kind == "kernel")]
     below = w[w["rank"] < bound["bound"]]
@@ -57,6 +58,8 @@ def maxerr_measurements(runs: pd.DataFrame, bound: dict, constructions: pd.DataF
         out[f"ood_transition_ranks_at_{_pct_key(p)}"] = as_list(criterion_label(p))
     out["ood_transition_ranks_max_abs_err_half"] = as_list(MAX_ERR_CRITERION)
     out["ood_transition_max_rank"] = int(c["max_rank"].max()) if len(c) else None
+    dense = runs[(runs.kind == "dense") & (runs.setting != "witness") & (runs.length == 3)]
+    out["ood_dense_max_abs_err"] = [float(dense.loc[dense.bits == b, "max_abs_error_ood"].max()) for b in out["ood_transition_sizes"]]
     return out
 
 
