@@ -14,12 +14,14 @@ except ValueError as _e:
 
 MINIP_RUNS = [r.path for r in _minip_runs(MINIP)]
 MINIP_THRESHOLD = MINIP["scaling"]["threshold"]
+MINIP_REPORT_THRESHOLDS = MINIP["scaling"]["report_thresholds"]
 MINIP_FIGURES = {
     "witness": "figures/minip/witness_phase_transition",
     "scaling": "figures/minip/scaling_error_vs_rank",
     "transition": "figures/minip/transition_rank_vs_size",
+    "thresholds": "figures/minip/transition_rank_by_criterion",
 }
-MINIP_TABLES = ["witness", "transition", "paper", "constructions"]
+MINIP_TABLES = ["witness", "witness_maxerr", "transition", "thresholds", "paper", "constructions"]
 MINIP_OUTPUTS = (
     [f"{f}.{ext}" for f in MINIP_FIGURES.values() for ext in ("pdf", "png")]
     + [f"figures/tables/minip_{t}.{ext}" for t in MINIP_TABLES for ext in ("csv", "md")]
@@ -97,6 +99,8 @@ rule minip_collect:
     output:
         csv="data/minip/sweep.csv",
         sidecar="data/minip/sweep.csv.json",
+    params:
+        seeds=MINIP["seeds"],
     threads: 1
     conda:
         "../../environment.yml"
@@ -181,6 +185,30 @@ rule minip_figure_transition:
         "../scripts/minip_figure.py"
 
 
+rule minip_figure_thresholds:
+    input:
+        sweep="data/minip/sweep.csv",
+    output:
+        pdf=report(MINIP_FIGURES["thresholds"] + ".pdf", caption="../report/minip_thresholds.rst", category="Paper B: Min-IP"),
+        png=MINIP_FIGURES["thresholds"] + ".png",
+    params:
+        what="thresholds",
+        threshold=MINIP_THRESHOLD,
+        thresholds=MINIP_REPORT_THRESHOLDS,
+    threads: 1
+    conda:
+        "../../environment.yml"
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    log:
+        log_path("minip", "figure_thresholds"),
+    benchmark:
+        bench_path("minip", "figure_thresholds")
+    script:
+        "../scripts/minip_figure.py"
+
+
 rule minip_table:
     input:
         unpack(lambda wc: _minip_table_inputs(wc.table)),
@@ -188,9 +216,10 @@ rule minip_table:
         csv="figures/tables/minip_{table}.csv",
         md="figures/tables/minip_{table}.md",
     wildcard_constraints:
-        table="witness|transition|paper|constructions",
+        table="witness|witness_maxerr|transition|thresholds|paper|constructions",
     params:
         threshold=MINIP_THRESHOLD,
+        thresholds=MINIP_REPORT_THRESHOLDS,
     threads: 1
     conda:
         "../../environment.yml"
@@ -211,10 +240,12 @@ MINIP_MEASURED = ["figures/tables/minip_measured.json"]
 rule minip_measured:
     input:
         unpack(lambda wc: _minip_table_inputs("witness")),
+        constructions="data/minip/constructions.csv",
     output:
         MINIP_MEASURED,
     params:
         threshold=MINIP_THRESHOLD,
+        thresholds=MINIP_REPORT_THRESHOLDS,
     threads: 1
     conda:
         "../../environment.yml"

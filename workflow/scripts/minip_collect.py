@@ -13,4 +13,4 @@ logging.info("%d runs collected", len(df))
 with atomic_path(sm.output.csv) as tmp:
     df.to_csv(tmp, index=False)
 write_sidecar(sm.output.csv, provenance(sm.config, stage="minip_collect", model_id="minip",
-                                        seeds={"runs": sm.config["minip"]["seeds"]}, runs=len(df)))
+                                        seeds={"runs": list(sm.params.seeds)}, runs=len(df)))
