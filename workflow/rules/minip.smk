@@ -3,6 +3,7 @@
 # (figures/minip/*). Everything is model-independent (no transformer weights are read).
 from attncert.minip.sweep import runs as _minip_runs, run_params as _minip_run_params, table_inputs as _minip_table_inputs
 from attncert.minip.codes import hadamard as _minip_hadamard
+from attncert.minip.figures import FIGURES as _MINIP_FIGURE_NAMES
 
 MINIP = config["minip"]
 try:
@@ -15,15 +16,10 @@ except ValueError as _e:
 MINIP_RUNS = [r.path for r in _minip_runs(MINIP)]
 MINIP_THRESHOLD = MINIP["scaling"]["threshold"]
 MINIP_REPORT_THRESHOLDS = MINIP["scaling"]["report_thresholds"]
-MINIP_FIGURES = {
-    "witness": "figures/minip/witness_phase_transition",
-    "scaling": "figures/minip/scaling_error_vs_rank",
-    "transition": "figures/minip/transition_rank_vs_size",
-    "thresholds": "figures/minip/transition_rank_by_criterion",
-}
+MINIP_FIGURES = [f"figures/minip/{name}" for name in _MINIP_FIGURE_NAMES]
 MINIP_TABLES = ["witness", "witness_maxerr", "transition", "thresholds", "paper", "constructions"]
 MINIP_OUTPUTS = (
-    [f"{f}.{ext}" for f in MINIP_FIGURES.values() for ext in ("pdf", "png")]
+    [f"{f}.{ext}" for f in MINIP_FIGURES for ext in ("pdf", "png")]
     + [f"figures/tables/minip_{t}.{ext}" for t in MINIP_TABLES for ext in ("csv", "md")]
 )
 
@@ -34,6 +30,7 @@ rule minip_witness_bound:
         sidecar="data/minip/witness_bound.json.json",
     params:
         witness=MINIP["witness"],
+        code=code("minip_witness_bound.py"),
     threads: 1
     conda:
         "../../environment.yml"
@@ -55,6 +52,7 @@ rule minip_constructions:
     params:
         constructions=MINIP["constructions"],
         witness=MINIP["witness"],
+        code=code("minip_constructions.py"),
     threads: 1
     conda:
         "../../environment.yml"
@@ -79,6 +77,7 @@ rule minip_train:
         seed=r"\d+",
     params:
         run=lambda wc: _minip_run_params(MINIP, wc.setting),
+        code=code("minip_train.py"),
     threads: 1
     conda:
         "../../environment.yml"
@@ -101,6 +100,7 @@ rule minip_collect:
         sidecar="data/minip/sweep.csv.json",
     params:
         seeds=MINIP["seeds"],
+        code=code("minip_collect.py"),
     threads: 1
     conda:
         "../../environment.yml"
@@ -115,86 +115,21 @@ rule minip_collect:
         "../scripts/minip_collect.py"
 
 
-rule minip_figure_witness:
+wildcard_constraints:
+    minip_figure="|".join(_MINIP_FIGURE_NAMES),
+
+
+rule minip_figure:
     input:
-        sweep="data/minip/sweep.csv",
-        bound="data/minip/witness_bound.json",
+        unpack(lambda wc: {"sweep": "data/minip/sweep.csv",
+                           **({"bound": "data/minip/witness_bound.json"} if "bound" in _MINIP_FIGURE_NAMES[wc.minip_figure] else {})}),
     output:
-        pdf=report(MINIP_FIGURES["witness"] + ".pdf", caption="../report/minip_witness.rst", category="Paper B: Min-IP"),
-        png=MINIP_FIGURES["witness"] + ".png",
+        pdf=report("figures/minip/{minip_figure}.pdf", caption="../report/minip_{minip_figure}.rst", category="Paper B: Min-IP"),
+        png="figures/minip/{minip_figure}.png",
     params:
-        what="witness",
-        threshold=MINIP_THRESHOLD,
-    threads: 1
-    conda:
-        "../../environment.yml"
-    resources:
-        mem_mb=1000,
-        runtime=5,
-    log:
-        log_path("minip", "figure_witness"),
-    benchmark:
-        bench_path("minip", "figure_witness")
-    script:
-        "../scripts/minip_figure.py"
-
-
-rule minip_figure_scaling:
-    input:
-        sweep="data/minip/sweep.csv",
-    output:
-        pdf=report(MINIP_FIGURES["scaling"] + ".pdf", caption="../report/minip_scaling.rst", category="Paper B: Min-IP"),
-        png=MINIP_FIGURES["scaling"] + ".png",
-    params:
-        what="scaling",
-        threshold=MINIP_THRESHOLD,
-    threads: 1
-    conda:
-        "../../environment.yml"
-    resources:
-        mem_mb=1000,
-        runtime=5,
-    log:
-        log_path("minip", "figure_scaling"),
-    benchmark:
-        bench_path("minip", "figure_scaling")
-    script:
-        "../scripts/minip_figure.py"
-
-
-rule minip_figure_transition:
-    input:
-        sweep="data/minip/sweep.csv",
-    output:
-        pdf=report(MINIP_FIGURES["transition"] + ".pdf", caption="../report/minip_transition.rst", category="Paper B: Min-IP"),
-        png=MINIP_FIGURES["transition"] + ".png",
-    params:
-        what="transition",
-        threshold=MINIP_THRESHOLD,
-    threads: 1
-    conda:
-        "../../environment.yml"
-    resources:
-        mem_mb=1000,
-        runtime=5,
-    log:
-        log_path("minip", "figure_transition"),
-    benchmark:
-        bench_path("minip", "figure_transition")
-    script:
-        "../scripts/minip_figure.py"
-
-
-rule minip_figure_thresholds:
-    input:
-        sweep="data/minip/sweep.csv",
-    output:
-        pdf=report(MINIP_FIGURES["thresholds"] + ".pdf", caption="../report/minip_thresholds.rst", category="Paper B: Min-IP"),
-        png=MINIP_FIGURES["thresholds"] + ".png",
-    params:
-        what="thresholds",
         threshold=MINIP_THRESHOLD,
         thresholds=MINIP_REPORT_THRESHOLDS,
+        code=code("minip_figure.py"),
     threads: 1
     conda:
         "../../environment.yml"
@@ -202,9 +137,9 @@ rule minip_figure_thresholds:
         mem_mb=1000,
         runtime=5,
     log:
-        log_path("minip", "figure_thresholds"),
+        log_path("minip", "figure_{minip_figure}"),
     benchmark:
-        bench_path("minip", "figure_thresholds")
+        bench_path("minip", "figure_{minip_figure}")
     script:
         "../scripts/minip_figure.py"
 
@@ -220,6 +155,7 @@ rule minip_table:
     params:
         threshold=MINIP_THRESHOLD,
         thresholds=MINIP_REPORT_THRESHOLDS,
+        code=code("minip_table.py"),
     threads: 1
     conda:
         "../../environment.yml"
@@ -246,6 +182,7 @@ rule minip_measured:
     params:
         threshold=MINIP_THRESHOLD,
         thresholds=MINIP_REPORT_THRESHOLDS,
+        code=code("minip_measured.py"),
     threads: 1
     conda:
         "../../environment.yml"

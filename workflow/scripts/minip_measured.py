@@ -23,5 +23,5 @@ grid = (f"Min-IP default sweep: witness suite ({bound['family_size']} inputs, {b
 values = {**paper_measurements(runs, bound, sm.params.threshold),
           **maxerr_measurements(runs, bound, constructions, list(sm.params.thresholds))}
 write_measured(sm.output[0], values, grid)
-write_sidecar(sm.output[0], provenance(sm.config, stage="minip_measured", model_id="minip",
-                                       inputs=[str(p) for p in sm.input], params=dict(sm.params.items())))
+write_sidecar(sm.output[0], provenance(sm.params, stage="minip_measured", model_id="minip",
+                                       inputs=[str(p) for p in sm.input]))

@@ -3,13 +3,14 @@ import json
 import logging
 
 import pandas as pd
-import yaml
 
 from attncert.minip import tables
+from attncert.pipeline.job_log import start_job_log
+from attncert.pipeline.paper_comparison import load_claims
 from attncert.pipeline.provenance import provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
-logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
+start_job_log(sm.log[0])
 which, threshold = sm.wildcards.table, sm.params.threshold
 out = dict(csv_path=sm.output.csv, md_path=sm.output.md)
 if which == "constructions":
@@ -39,12 +40,12 @@ else:
                            notes=[f"Random tokens in {{0,1}}^m, disjoint train/test token pools; transition = smallest rank with median error over seeds < {threshold:g}.",
                                   "'>R' = not reached up to the largest rank R of the grid. Dense: max error over seeds. Nonnegativity map: exp."], **out)
     elif which == "paper":
-        claims = yaml.safe_load(open(sm.input.claims))["paper_b"]["claims"]
+        claims = load_claims(sm.input.claims, "paper_b")
         tables.write_table(tables.paper_table(runs, bound, claims, threshold), title="Min-IP: the paper's numbers and ours",
                            notes=["Paper values from data/paper_claims.yaml (paper_b). Ours from the default config sweep."], **out)
     else:
         raise SystemExit(f"attncert: unknown Min-IP table {which!r}")
 for path in sm.output:
-    write_sidecar(path, provenance(sm.config, stage=f"minip_table:{which}", model_id="minip",
-                                   inputs=[str(p) for p in sm.input], params=dict(sm.params.items())))
+    write_sidecar(path, provenance(sm.params, stage=f"minip_table:{which}", model_id="minip",
+                                   inputs=[str(p) for p in sm.input]))
 logging.info("table %s written", which)
