@@ -397,3 +397,18 @@ def test_exact_hi_finite_when_weights_underflow():
         assert ex.lo <= ex.hi and ex.relative_width <= 1e-10 and ex.status == "ok"
         assert (ex.hi >= vals.max()) if sense == "max" else (ex.lo <= vals.min())
         assert ex.hi <= _trivial_top(P) and ex.lo >= -_trivial_top(P.negated())
+
+
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+def test_exact_witness_when_rounding_exceeds_the_ball(norm):
+    """r = 1e-7 around tokens of size ~1000: Z0 + delta rounds by ~1e-13 = 1e-6 r, more than the old
+    largest shrink (1e-9 r), and the old solver raised RuntimeError. The witness is shrunk further (or
+    falls back to the nominal point); the bracket stays certified and tight."""
+    b = random_head_problem(np.random.default_rng(0), d=4, d_head=3, n=5, radius=1e-7, norm=norm)
+    P = HeadProblem(b.W_Q, b.W_K, b.W_V, b.b_Q, b.b_K, b.b_V, 1000.0 * b.Z0, b.query_index, b.c, 1e-7, norm)
+    vals = values(P, sample_perturbations(P, np.random.default_rng(1), k=40))
+    for sense in ("max", "min"):
+        ex = exact_worst_case(P, sense)
+        assert P.in_ball(ex.witness) and P.value(ex.witness) == ex.witness_value
+        assert ex.lo <= ex.hi and ex.relative_width <= 1e-10
+        assert (ex.hi >= vals.max()) if sense == "max" else (ex.lo <= vals.min())

@@ -143,7 +143,8 @@ def rescale(m: np.ndarray, dc: np.ndarray) -> np.ndarray:
     """
     m, dc = np.broadcast_arrays(np.asarray(m, dtype=np.float64), np.asarray(dc, dtype=np.float64))
     if dc.size == 0 or (dc.min() >= EXP_UNDER and dc.max() <= EXP_MAX):  # fast path: no clipping needed
-        return m * np.exp(dc)
+        with np.errstate(over="ignore"):  # |m| e^dc beyond the double range: +-inf, still an upper bound
+            return m * np.exp(dc)
     out = np.zeros(m.shape)
     mid = dc >= EXP_UNDER
     mm, dd = m[mid], dc[mid]
@@ -364,8 +365,8 @@ def token_sum(tm: TokenMax) -> tuple[np.ndarray, float]:
 # the separable root
 # ----------------------------------------------------------------------------------------------
 def _feasible(problem: HeadProblem, delta: np.ndarray) -> np.ndarray:
-    """Z0 + delta, shrunk by a few ulps if rounding pushed it outside the ball."""
-    for shrink in (0.0, 4e-16, 1e-14, 1e-12, 1e-9):
+    """Z0 + delta, shrunk toward Z0 if rounding (~u |Z0| per coordinate) pushed it outside the ball."""
+    for shrink in (0.0, 4e-16, 1e-14, 1e-12, 1e-9, 1e-6):
         Z = problem.Z0 + delta * (1.0 - shrink)
         if problem.in_ball(Z):
             return Z
@@ -421,7 +422,10 @@ def exact_worst_case(problem: HeadProblem, sense: str = "max", max_iter: int = M
     evals = iters
 
     def witness_of(point):
-        Z = _feasible(problem, np.zeros_like(problem.Z0) if point is None else point.delta())
+        try:
+            Z = _feasible(problem, np.zeros_like(problem.Z0) if point is None else point.delta())
+        except RuntimeError:  # a ball below the rounding of Z0 + delta: the nominal point (lo stays sound)
+            Z = problem.Z0.copy()
         return Z, problem.value(Z)
 
     witness, lo = witness_of(best)
