@@ -8,6 +8,8 @@ Per unit (sense "max": the worst case is the largest value of g = c . head outpu
     first_order    greedy-LP certificate over admissible attention patterns (both modes)
     second_order   exponential-cone moment relaxation, from a dual-feasible point (both modes)
     secant_bound   value-weighted secant-slack bound on second_order's gap (fixed query)
+    exact_status   "ok" if the exact bracket is <= 1e-10 of the value spread, else the reason (the bracket
+                   is still certified); the last column, added after the others
 
 Every certificate is computed without the exact value. Each quantity is computed in its own
 try-block: a failure is written into `status`/`error` and the row is still written, never dropped.
@@ -28,7 +30,8 @@ from attncert.pipeline.unit_tables import soundness_check
 
 COLUMNS = ["layer", "head", "prompt", "query_pos", "radius", "norm", "mode", "n_tokens", "nominal",
            "exact_lo", "exact_hi", "value_spread", "best_feasible", "first_order", "second_order",
-           "secant_bound", "t_exact_s", "t_first_s", "t_ascent_s", "t_second_s", "solver", "status", "error"]
+           "secant_bound", "t_exact_s", "t_first_s", "t_ascent_s", "t_second_s", "solver", "status", "error",
+           "exact_status"]  # appended last (issue 13): "ok" or why the bracket is wider than 1e-10 of the spread
 
 
 def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 8, ascent_steps: int = 150, seed: int = 0,
@@ -36,7 +39,7 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 8, ascent_steps
     row = {k: math.nan for k in COLUMNS}
     row.update(problem.meta)
     row.update(n_tokens=problem.n, radius=problem.radius, norm=problem.norm, mode=problem.mode,
-               solver="", status="ok", error="")
+               solver="", status="ok", error="", exact_status="")
     failures = []
 
     def attempt(name, fn):
@@ -50,7 +53,8 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 8, ascent_steps
 
     def run_exact():
         res = exact_worst_case(problem, sense="max")
-        row.update(exact_lo=res.lo, exact_hi=res.hi, value_spread=res.value_spread, t_exact_s=res.seconds)
+        row.update(exact_lo=res.lo, exact_hi=res.hi, value_spread=res.value_spread, t_exact_s=res.seconds,
+                   exact_status=res.status)
 
     def run_first():
         t0 = time.perf_counter()
