@@ -32,6 +32,7 @@ def merge(baselines: pd.DataFrame, cert: pd.DataFrame) -> pd.DataFrame:
     """One row per unit and method, with the certificate's columns alongside."""
     c = add_gaps(cert)
     cols = KEYS + ["nominal", "reference", "movement", "second_order", "gap_second_order", "t_second_s", "first_order"]
+    cols += [k for k in ("second_order_tight", "gap_second_order_tight") if k in c]
     b = baselines.copy()
     for k in ("radius",):
         b[k] = b[k].astype(float).round(12)
