@@ -63,6 +63,11 @@ def fmt_tolerance(c: Claim) -> str:
     return {"abs": f"± {t:g}", "rel": f"± {100 * t:g}%", "factor": f"×/÷ {t:g}"}[kind]
 
 
+def md_table(df: pd.DataFrame) -> str:
+    """A Markdown table with every cell's `|` escaped (|y − t| would otherwise split a cell)."""
+    return df.astype(str).apply(lambda col: col.str.replace("|", "\\|", regex=False)).to_markdown(index=False)
+
+
 def load_measured(paths) -> dict:
     """Merge the stages' measured JSON files: {key: {"value", "grid", "source"}}; a duplicate key is an error."""
     out = {}
@@ -147,7 +152,7 @@ def to_markdown(table: pd.DataFrame, claims: Claims, measured: dict, model: str)
     for paper in ("A", "B"):
         part = table[table["paper"] == paper]
         out += [f"## Paper {paper} ({claims.models[paper]}) — {counts_line(part)}\n",
-                part.drop(columns=["paper", "uncapped", "sentence"]).to_markdown(index=False), ""]
+                md_table(part.drop(columns=["paper", "uncapped", "sentence"])), ""]
     out += ["## Grids that produced ours\n"] + [f"- **{s}**: {g}" for s, g in sorted(grids(measured).items())]
     for paper in ("A", "B"):
         out += [f"\n## Paper {paper}: statements no measurement checks\n"]
