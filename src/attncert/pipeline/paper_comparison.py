@@ -118,7 +118,8 @@ def comparison_table(claims: str | Path | Claims, measured: dict, model: str) ->
         v = setup_rows[c.id][2] if c.id in setup_rows else verdict(c, ours, _setup_reason(c, setup_rows))
         grids = ", ".join(f"{s} grid" for s in sources if s != "config")
         where = f"{model}; {grids}" if c.paper == "A" and grids else (grids or ("run config" if sources else "—"))
-        rows.append({"paper": c.paper, "id": c.id, "claim": c.unit, "paper value": fmt_paper(c), "ours": fmt(ours),
+        shown = ", ".join(fmt(x) for x in ours) if c.form == "ordered" else fmt(ours)
+        rows.append({"paper": c.paper, "id": c.id, "claim": c.unit, "paper value": fmt_paper(c), "ours": shown,
                      "our model/grid": where, "verdict": v.kind, "uncapped": v.uncapped, "note": v.note, "tolerance": fmt_tolerance(c),
                      "why": c.why, "sentence": c.sentence})
     return pd.DataFrame(rows, columns=COLUMNS)

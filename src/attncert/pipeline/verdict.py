@@ -192,7 +192,7 @@ def verdict(claim: Claim, ours, setup_differs: str | None = None) -> Verdict:
     if setup_differs and claim.form != "setup":
         reasons.append(setup_differs)
     if reasons and kind in (REPRODUCED, STRONGER):
-        return Verdict(QUALITATIVE, kind, f"{kind} in the claim's metric; at best qualitative: " + "; ".join(reasons))
+        return Verdict(QUALITATIVE, kind, f"{kind} before the cap; capped at qualitative: " + "; ".join(reasons))
     if reasons:
         return Verdict(kind, kind, "; ".join(reasons))
     return Verdict(kind, kind)
