@@ -180,7 +180,7 @@ def verdict(claim: Claim, ours, setup_differs: str | None = None) -> Verdict:
     """The verdict of `claim` given our measured value(s).
 
     `setup_differs`: None when the claim's set-up (its `depends_on` setup claims) is the paper's, else
-    a short reason ("model differs: ours all-MiniLM-L6-v2, paper GPT-2 small"). See the module
+    a short reason ("set-up paper_a_model: ours all-MiniLM-L6-v2, paper GPT-2 small"). See the module
     docstring for the rule.
     """
     kind = uncapped_verdict(claim, ours)
