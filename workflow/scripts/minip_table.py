@@ -6,7 +6,7 @@ import pandas as pd
 
 from attncert.minip import tables
 from attncert.pipeline.job_log import start_job_log
-from attncert.pipeline.paper_comparison import load_claims
+from attncert.pipeline.paper_comparison import claim_dicts
 from attncert.pipeline.provenance import provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
@@ -40,7 +40,7 @@ else:
                            notes=[f"Random tokens in {{0,1}}^m, disjoint train/test token pools; transition = smallest rank with median error over seeds < {threshold:g}.",
                                   "'>R' = not reached up to the largest rank R of the grid. Dense: max error over seeds. Nonnegativity map: exp."], **out)
     elif which == "paper":
-        claims = load_claims(sm.input.claims, "paper_b")
+        claims = claim_dicts(sm.input.claims, "paper_b")
         tables.write_table(tables.paper_table(runs, bound, claims, threshold), title="Min-IP: the paper's numbers and ours",
                            notes=["Paper values from data/paper_claims.yaml (paper_b). Ours from the default config sweep."], **out)
     else:
