@@ -231,59 +231,86 @@ def _max_violation(c):
     return float(np.max(c.violation()))
 
 
-def _lift(El, Ehat, A, s_shift, x, rho):
-    e = np.exp(A + s_shift)
+def _expm1_minus_x(x):
+    """e^x - 1 - x without cancellation."""
+    x = np.asarray(x, dtype=np.float64)
+    small = np.abs(x) < 1e-3
+    series = x * x / 2 + x ** 3 / 6 + x ** 4 / 24 + x ** 5 / 120
+    return np.where(small, series, np.expm1(x) - x)
+
+
+def _lift(A, h, eps, shift_score, xhat, scales_score, theta):
+    """Variable values of the lifted true point (tau, lam', U', V, nu) in the relaxation's units.
+
+    shift_score: (n,) total score shift of each token; xhat: (n, k) unit coordinates; h, eps: (n,) half-width
+    and data error (E_l = e^{A - h - eps}); the unit score coordinate is shift_score / h.
+    """
+    e = np.exp(A + shift_score)
     tau = 1.0 / e.sum()
-    a = tau * e
-    lam = (a - El * tau) / (El * (Ehat - 1.0))
-    return tau, lam, lam[:, None] * x / rho, (tau - lam)[:, None] * x / rho
+    x = (shift_score + h) + eps  # a / (E_l tau) = e^{x}
+    kl = tau * np.expm1(x)  # kappa lam
+    lam = kl / np.expm1(2 * h + 2 * eps)
+    t = shift_score / h + 1.0
+    nu = tau * (_expm1_minus_x(x) + x - h * t) / h ** 2
+    lamp = lam / theta
+    return tau, lamp, lamp[:, None] * xhat, (tau - lam)[:, None] * xhat, nu
+
+
+def _check_point(prob, V, box, values):
+    for var, val in values.items():
+        V[var].value = val
+        lo, hi = box[V[var]]
+        assert np.all(lo <= val) and np.all(val <= hi), var  # inside the certification box
+    for c in prob.constraints:
+        assert _max_violation(c) <= 1e-12, (type(c).__name__, c.shape)
 
 
 @pytest.mark.parametrize("norm", ["linf", "l2"])
 @pytest.mark.parametrize("upper_cone", [False, True])
-def test_lifted_true_points_are_feasible_fixed(norm, upper_cone):
+@pytest.mark.parametrize("radius", [0.05, 1e-5])  # 1e-5: tiny score width, deviation form
+def test_lifted_true_points_are_feasible_fixed(norm, upper_cone, radius):
     rng = np.random.default_rng(7)
-    p = random_head_problem(rng, d=6, d_head=4, n=5, radius=0.05, norm=norm)
+    p = random_head_problem(rng, d=6, d_head=4, n=5, radius=radius, norm=norm)
     D = so.relaxation_data(p)
-    prob, P, V = so._build(p.n, norm, fc.SLOTS if norm == "linf" else 0, upper_cone, rl.MONOTONE_POINTS)
-    El, Ehat, tau_lo, tau_hi = so._set_parameters(P, D)
-    if norm == "l2":
-        P["G"].value, P["cs"].value = rl.ellipse_matrix(D.u_s, D.u_w, D.radius, D.rho)
-    else:
+    assert D.deviation == (radius < 1e-3)
+    theta = np.array([1.0, 0.5, 2.0, 1.0, 1e-3])  # any positive column scale is an exact rewriting
+    prob, P, V = so._build(p.n, norm, fc.SLOTS if norm == "linf" else 0, upper_cone, rl.MONOTONE_POINTS,
+                           D.deviation)
+    El, Ehat, tau_lo, tau_hi = so._set_parameters(P, D, theta)
+    if norm == "linf":
         chain = fc.UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)
-        fc.fill_facets(P, [chain] * p.n, [np.arange(chain.d)] * p.n, fc.SLOTS, D.rho)
-    box = so._box(V, p.n, tau_lo, tau_hi, D)
+        fc.fill_facets(P, [chain] * p.n, [np.arange(chain.d)] * p.n, fc.SLOTS, D.scales, theta)
+    box = so._box(V, p.n, tau_lo, tau_hi, D, theta)
+    h = np.full(p.n, D.R_s)
     for _ in range(50):
         delta = _random_delta(p, rng)
         x = np.stack([delta @ D.u_s, delta @ D.u_w], axis=1)
-        tau, lam, U, Vv = _lift(El, Ehat, D.A, x[:, 0], x, D.rho)
-        for var, val in ((V["tau"], tau), (V["lam"], lam), (V["U"], U), (V["V"], Vv)):
-            var.value = val
-            lo, hi = box[var]
-            assert np.all(lo <= val) and np.all(val <= hi)  # inside the certification box
-        for c in prob.constraints:
-            assert _max_violation(c) <= 1e-12, (type(c).__name__, c.shape)
+        tau, lam, U, Vv, nu = _lift(D.A, h, D.eps_s, x[:, 0], x / D.scales, h, theta)
+        vals = {"tau": tau, "lam": lam, "U": U, "V": Vv}
+        if D.deviation:
+            vals["nu"] = nu
+        _check_point(prob, V, box, vals)
         Z = p.Z0 + delta
-        assert D.g0 + D.rho * prob.objective.value >= p.value(Z) - 1e-12  # objective >= g (eps_w >= 0)
+        assert D.g0 + D.rho_o * prob.objective.value >= p.value(Z) - 1e-12  # objective >= g (eps_w >= 0)
 
 
 @pytest.mark.parametrize("norm", ["linf", "l2"])
-def test_lifted_true_points_are_feasible_varying(norm):
+@pytest.mark.parametrize("radius", [0.05, 1e-5])
+def test_lifted_true_points_are_feasible_varying(norm, radius):
     import attncert.certify.second_order.varying as sv
 
     rng = np.random.default_rng(8)
-    p = random_head_problem(rng, d=6, d_head=4, n=5, radius=0.05, norm=norm, mode="varying")
-    D = sv.VaryingData(p)
-    prob, P, V = sv._build(p.n, D.d, norm, fc.SLOTS if norm == "linf" else 0, True, rl.MONOTONE_POINTS)
-    El, Ehat, (tau_lo, tau_hi) = sv._set_parameters(P, D)
-    if norm == "l2":
-        P["G"].value, P["cs"].value = rl.ellipse_matrix(D.u_s, D.u_w, D.radius, D.rho)
-        P["Gq"].value, P["csq"].value = rl.ellipse_matrix(D.u_q, D.u_w, D.radius, D.rho)
-    else:
+    p = random_head_problem(rng, d=6, d_head=4, n=5, radius=radius, norm=norm, mode="varying")
+    D = sv.VaryingData(p, first_order_certificate(p))
+    theta = np.array([1.0, 0.5, 2.0, 1.0, 1e-3])
+    prob, P, V = sv._build(p.n, D.d, norm, fc.SLOTS if norm == "linf" else 0, True, rl.MONOTONE_POINTS,
+                           D.deviation)
+    El, Ehat, (tau_lo, tau_hi) = sv._set_parameters(P, D, theta)
+    if norm == "linf":
         chains = [fc.UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)] * (p.n - 1)
         chains.append(fc.UpperChainFacets(D.u_q, D.u_w, D.radius, D.R_q))
-        fc.fill_facets(P, chains, [np.arange(c.d) for c in chains], fc.SLOTS, D.rho)
-    box = sv._box(V, D, tau_hi, tau_lo)
+        fc.fill_facets(P, chains, [np.arange(c.d) for c in chains], fc.SLOTS, D.scales[:, :2], theta)
+    box = sv._box(V, D, tau_hi, tau_lo, theta)
     M = p.W_Q @ p.W_K.T / np.sqrt(p.d_head)
     for _ in range(50):
         delta = _random_delta(p, rng)
@@ -293,11 +320,12 @@ def test_lifted_true_points_are_feasible_varying(norm):
         for j in range(p.n - 1):
             x[j] = [D.u_s @ dp[j], D.u_w @ dp[j], D.p[j] @ di, di @ M @ dp[j]]
         x[-1] = [D.u_q @ di, D.u_w @ di, 0.0, di @ M @ di]
-        tau, lam, U, Vv = _lift(El, Ehat, D.A, x[:, [0, 2, 3]].sum(1), x, D.rho)
-        for var, val in ((V["tau"], tau), (V["lam"], lam), (V["U"], U), (V["V"], Vv), (V["W"], tau * di / p.radius)):
-            var.value = val
-            lo, hi = box[var]
-            assert np.all(lo <= val) and np.all(val <= hi)
-        for c in prob.constraints:
-            assert _max_violation(c) <= 1e-12, (type(c).__name__, c.shape)
-        assert D.g0 + D.rho * prob.objective.value >= p.value(p.Z0 + delta) - 1e-12
+        shift = x[:, [0, 2, 3]].sum(1)
+        xhat = x / D.scales * D.active
+        tau, lam, U, Vv, nu = _lift(D.A, D.h, D.eps, shift, xhat, D.h, theta)
+        vals = {"tau": tau, "lam": lam, "U": U, "V": Vv, "W": tau * di / p.radius,
+                "SU": lam * shift / D.h, "SV": (tau - theta * lam) * shift / D.h}
+        if D.deviation:
+            vals["nu"] = nu
+        _check_point(prob, V, box, vals)
+        assert D.g0 + D.rho_o * prob.objective.value >= p.value(p.Z0 + delta) - 1e-12
