@@ -54,10 +54,12 @@ import scipy.sparse as sp
 from attncert.head.rounding import UNIT_ROUNDOFF, round_up
 
 DATA_REL_ERR = 1e-12
-POLISH_ABOVE = 1e-7  # polish the dual when (bound - primal) exceeds this x max(1, |primal|)
+POLISH_ABOVE = 1e-10  # polish the dual when (bound - primal) exceeds this x max(1, |primal|)
 POLISH_SECONDS = 1.0  # time limit of the polishing LP
 POLISH_MAX_VARS = 400  # polish only programs this small (the LP of a d = 768 varying query takes ~1 s)
-ACCEPT_GAP = 1e-9  # accept a converged solve whose bound is within this x max(1, |primal|) of its primal
+ACCEPT_GAP = 1e-8  # accept a converged solve whose bound is within this x max(1, |primal|) of its primal
+LOOSE_RETRIES = 1  # re-solves (next Clarabel rungs) after a converged solve with a looser dual ...
+LOOSE_FAIL = 1e-6  # ... unless the dual is looser than this: then every rung of the ladder is tried
 _CLARABEL_BASE = dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10, max_iter=300)
 # Attempts in order. Clarabel's exponential-cone line search occasionally stalls at step 0 on these
 # thin relaxations with the default max_step_fraction 0.99; 0.9 removed every such failure we saw,
@@ -242,11 +244,17 @@ def polish_dual(c: np.ndarray, A: sp.spmatrix, b: np.ndarray, dims, z: np.ndarra
             ub_rows.extend(range(a, bnd))
         else:
             cut_blocks.append((a, bnd))
-    # rows: A x <= b for nonnegative rows; cuts: (z_k^T A_k) x <= z_k^T b_k
-    cut_A = [sp.csr_matrix(z[a:e][None, :]) @ A[a:e] for a, e in cut_blocks]
-    cut_b = [float(z[a:e] @ b[a:e]) for a, e in cut_blocks]
+    # rows: A x <= b for nonnegative rows; cuts: (z_k^T A_k) x <= z_k^T b_k, all blocks at once
+    if cut_blocks:
+        rows = np.concatenate([np.arange(a, e) for a, e in cut_blocks])
+        blk = np.concatenate([np.full(e - a, k) for k, (a, e) in enumerate(cut_blocks)])
+        Zsel = sp.csr_matrix((z[rows], (blk, rows)), shape=(len(cut_blocks), m))
+        cut_A = [Zsel @ A]
+        cut_b = [Zsel @ b]
+    else:
+        cut_A, cut_b = [], []
     A_ub = sp.vstack([A[ub_rows]] + cut_A, format="csr") if (ub_rows or cut_A) else None
-    b_ub = np.concatenate([b[ub_rows], np.array(cut_b)]) if A_ub is not None else None
+    b_ub = np.concatenate([b[ub_rows]] + cut_b) if A_ub is not None else None
     A_eq = A[eq_rows] if eq_rows else None
     b_eq = b[eq_rows] if eq_rows else None
     try:
@@ -306,9 +314,10 @@ def solve_and_certify(problem: cp.Problem, box: dict, ladder=SOLVER_LADDER, stop
 
     Acceptance. A converged solve is accepted when its certified bound exceeds its own primal objective
     by at most `accept` x max(1, |primal|) (after polishing the dual). A converged solve with a looser dual
-    does not stop the ladder: the next attempt re-solves. When no attempt is accepted, the smallest bound
-    is still returned (every bound is sound) with the status suffix "_loose_dual"; `dual_gap` always records
-    bound - primal, so a loose dual is never accepted silently.
+    does not stop the ladder: the next interior-point rung re-solves (LOOSE_RETRIES times; the slow SCS rung
+    runs only when nothing converged or every converged dual is looser than LOOSE_FAIL). When no attempt is accepted, the smallest bound is still returned
+    (every bound is sound) with the status suffix "_loose_dual"; `dual_gap` always records bound - primal,
+    so a loose dual is never accepted silently.
     """
     if not isinstance(problem.objective, cp.Maximize):
         raise ValueError("solve_and_certify expects a maximization problem")
@@ -318,7 +327,10 @@ def solve_and_certify(problem: cp.Problem, box: dict, ladder=SOLVER_LADDER, stop
     result = CertifiedSolve(bound=math.inf, status="not_run", solver="none", converged=False, primal=math.nan)
     best_ok = None  # (bound, status, solver, primal, values) of the tightest converged attempt
     accepted = False
+    loose = 0  # converged attempts with a loose dual so far
     for solver, opts in ladder:
+        if best_ok is not None and loose >= 0 and (loose > LOOSE_RETRIES or solver != "CLARABEL"):
+            break  # converged but loose: only LOOSE_RETRIES interior-point re-solves, never the slow SCS
         t0 = time.perf_counter()
         try:
             data, chain, inverse_data = problem.get_problem_data(solver, solver_opts={})
@@ -367,6 +379,10 @@ def solve_and_certify(problem: cp.Problem, box: dict, ladder=SOLVER_LADDER, stop
             accepted = True
             if stop_on_success:
                 break
+        elif usable and bound - (-pobj) <= LOOSE_FAIL * max(1.0, abs(pobj)):
+            loose += 1  # mildly loose: at most LOOSE_RETRIES more interior-point attempts
+        elif usable:
+            loose = -(10 ** 9)  # grossly loose: run the whole ladder (the slow SCS rung included)
     if best_ok is not None:
         bound, status, solver, primal, vals, tight = best_ok
         result.converged = True
