@@ -58,8 +58,8 @@ POLISH_ABOVE = 1e-10  # polish the dual when (bound - primal) exceeds this x max
 POLISH_SECONDS = 1.0  # time limit of the polishing LP
 POLISH_MAX_VARS = 400  # polish only programs this small (the LP of a d = 768 varying query takes ~1 s)
 ACCEPT_GAP = 1e-8  # accept a converged solve whose bound is within this x max(1, |primal|) of its primal
-LOOSE_RETRIES = 1  # re-solves (next Clarabel rungs) after a converged solve with a looser dual ...
-LOOSE_FAIL = 1e-6  # ... unless the dual is looser than this: then every rung of the ladder is tried
+LOOSE_RETRIES = 2  # re-solves (next Clarabel rungs) after a converged solve with a looser dual ...
+LOOSE_FAIL = 1e-7  # ... unless the dual is looser than this: then every rung of the ladder is tried
 _CLARABEL_BASE = dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10, max_iter=300)
 # Attempts in order. Clarabel's exponential-cone line search occasionally stalls at step 0 on these
 # thin relaxations with the default max_step_fraction 0.99; 0.9 removed every such failure we saw,
