@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import cvxpy as cp
 import numpy as np
@@ -23,12 +23,12 @@ from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, solve_
 from attncert.certify.second_order.facets import (SLOTS, UpperChainFacets, cutting_plane_solve, initial_edges,
                                                   vertex_dinkelbach)
 from attncert.certify.second_order.relaxation import (DEVIATION_BELOW, MONOTONE_POINTS, SecondOrderResult,
-                                                      data_errors, ellipse_matrix, fallback_bound, nu_bound, objective,
+                                                      data_errors, ellipse_matrix, fallback_bound, negligible_tokens, nu_bound, objective,
                                                       polygon_constraints, representable, settle,
                                                       weight_constraints, weight_parameters)
 from attncert.head.fixed_query import fixed_query_reduction
 from attncert.head.problem import HeadProblem
-from attncert.head.rounding import gamma, outward_affine
+from attncert.head.rounding import UNIT_ROUNDOFF, gamma, outward_affine
 
 _CACHE: dict = {}
 
@@ -50,6 +50,7 @@ class FixedRelaxationData:
     rho_o: float  # objective unit
     radius: float
     norm: str
+    tail: float = 0.0  # sound bound on the effect of the dropped (negligible) tokens, added to the bound
 
     @property
     def scales(self) -> np.ndarray:
@@ -59,6 +60,17 @@ class FixedRelaxationData:
     def deviation(self) -> bool:
         return self.R_s < DEVIATION_BELOW
 
+    def drop_negligible(self) -> "FixedRelaxationData":
+        """The same data without the tokens that can never carry weight (`relaxation.negligible_tokens`)."""
+        h = np.full(self.A.size, self.R_s)
+        top = self.w0 + self.R_w + self.eps_w
+        keep, tail = negligible_tokens(self.A, h, self.eps_s, top + 4.0 * UNIT_ROUNDOFF * np.abs(top),
+                                       self.w0 - self.R_w - self.eps_w)
+        if np.all(keep):
+            return self
+        return replace(self, A=self.A[keep], w0=self.w0[keep], eps_s=self.eps_s[keep], eps_w=self.eps_w[keep],
+                       tail=tail)
+
 
 def relaxation_data(problem: HeadProblem, fo: float | None = None) -> FixedRelaxationData:
     s0, w0, u_s, u_w = fixed_query_reduction(problem).directions()
@@ -66,12 +78,12 @@ def relaxation_data(problem: HeadProblem, fo: float | None = None) -> FixedRelax
     up = 1.0 + gamma(problem.d + 4)
     R_s = problem.radius * problem.dual_norm(u_s) * up
     R_w = problem.radius * problem.dual_norm(u_w) * up
-    shift = float(np.max(s0 + eps_s))
     g_nom = problem.nominal_value()
     fo = first_order_certificate(problem) if fo is None else fo
     rho_w = R_w if R_w > 0 else 1.0
     rho_o = max(fo - g_nom, R_w, 1e-300) if math.isfinite(fo) else max(R_w, 1.0)
-    g0 = _origin(problem, g_nom, fo) if ORIGIN_AT_EXACT else g_nom
+    g0 = _origin(problem, g_nom, fo)
+    shift = float(np.max(s0 + eps_s))
     return FixedRelaxationData(s0 - shift, w0, g0, eps_s, eps_w, u_s, u_w, R_s, R_w, rho_w, rho_o, problem.radius,
                                problem.norm)
 
@@ -86,6 +98,8 @@ def _origin(problem: HeadProblem, g_nom: float, fo: float) -> float:
     a_j (w0_j - origin) small where the weights matter, so the residual of the normalization row (which
     the dual pays times the optimum in objective units) costs ~gap instead of ~(t* - g_nom).
     """
+    if not ORIGIN_AT_EXACT:
+        return g_nom
     from attncert.certify.exact_worst_case import exact_worst_case
 
     try:
@@ -137,8 +151,8 @@ def _box(V: dict, n: int, tau_lo: float, tau_hi: float, D: FixedRelaxationData, 
 
 
 def _to_g(bound: float, D: FixedRelaxationData) -> float:
-    """g0 + rho_o * bound, rounded outward."""
-    return outward_affine(D.g0, D.rho_o, bound)
+    """g0 + rho_o * bound (+ the dropped tokens' tail), rounded outward."""
+    return outward_affine(D.g0, D.rho_o, bound, D.tail)
 
 
 def _set_parameters(P: dict, D: FixedRelaxationData, theta: np.ndarray | None = None):
@@ -152,7 +166,7 @@ def _set_parameters(P: dict, D: FixedRelaxationData, theta: np.ndarray | None = 
 
 
 def _solve_linf(problem: HeadProblem, D: FixedRelaxationData, upper_cone: bool, mono: int, ladder):
-    n = problem.n
+    n = D.A.size
     chain = UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)
     chains = [chain] * n
     _, k = vertex_dinkelbach(D.A, D.w0, D.g0, np.tile(chain.chain.sigma, (n, 1)), np.tile(chain.chain.omega, (n, 1)))
@@ -172,10 +186,13 @@ def second_order_fixed(problem: HeadProblem, upper_cone: bool = False, monotone_
     t0 = time.perf_counter()
     fo = fallback_bound(problem)
     D = relaxation_data(problem, fo)
-    n = problem.n
     if not D.R_s > 1e-9 * max(1.0, D.R_w):  # scores (almost) do not move: nothing second order to gain
         return SecondOrderResult(fo, "static_scores", "first_order_static", time.perf_counter() - t0, False)
-    why = representable(D.A, np.full(n, D.R_s), D.eps_s)
+    why = representable(D.A, np.full(D.A.size, D.R_s), D.eps_s, width_only=True)
+    if not why:
+        D = D.drop_negligible()
+        why = representable(D.A, np.full(D.A.size, D.R_s), D.eps_s)
+    n = D.A.size
     if why:
         return settle(math.inf, "not_run", "none", fo, t0, "fixed", math.nan, 0, 0, [], why)
 

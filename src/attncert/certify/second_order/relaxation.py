@@ -86,7 +86,8 @@ from attncert.head.problem import HeadProblem
 from attncert.head.rounding import UNIT_ROUNDOFF, gamma
 
 MONOTONE_POINTS = 7  # interior score points of the monotonicity cuts per token
-FO_TIE = 1e-9  # a second-order bound this close above the first-order one is a tie, not a failure
+FO_TIE = 1e-9  # a second-order bound this close above the first-order one is a tie, not a failure ...
+TIE_DUAL = 1e-7  # ... or within twice its dual gap when that gap is below this (relative to 1 + |fo|)
 DEVIATION_BELOW = 1e-3  # half-widths h below this use the deviation form of the exponential lower bound
 EXP_CONE_WITH_DEVIATION = False  # keep the exponential cone beside the deviation form (degenerate: off)
 MAX_HALF_WIDTH = 18.0  # e^{2h} beyond ~4e15: the weight band exceeds double precision (see `representable`)
@@ -136,22 +137,62 @@ def softmax_bounds(E_lo: np.ndarray, E_hi: np.ndarray) -> tuple[float, float]:
     return (1.0 / float(E_hi.sum())) * (1.0 - 1e-12), (1.0 / float(E_lo.sum())) * (1.0 + 1e-12)
 
 
-def representable(A: np.ndarray, h: np.ndarray, eps: np.ndarray) -> str:
+def representable(A: np.ndarray, h: np.ndarray, eps: np.ndarray, width_only: bool = False) -> str:
     """'' if the weight band of every token fits the program, else the reason (a labelled fallback).
 
     The program writes each weight as E_l (tau + kappa lam) with E_l = e^{A - h - eps} and
-    kappa = e^{2h + 2eps} - 1: it needs E_l > 0 (no underflow: a token whose lower weight bound underflows
-    would be forced to weight 0, which is unsound when its upper bound is not negligible) and a finite,
-    solvable band e^{2h} (beyond ~e^{36} no double-precision interior-point solve resolves both ends).
+    kappa = e^{2h + 2eps} - 1: it needs a finite, solvable band e^{2h} (beyond ~e^{36} no double-precision
+    interior-point solve resolves both ends; e^{2h} overflows at h ~ 355) and E_l > 0 (a token whose lower
+    weight bound underflows would be forced to weight 0, which is unsound when its upper bound is not
+    negligible; negligible tokens are dropped first, `negligible_tokens`). width_only: check the band only.
     """
     if not (np.all(np.isfinite(A)) and np.all(np.isfinite(h)) and np.all(np.isfinite(eps))):
         return "non-finite score data"
     hm = float(np.max(h + eps))
     if hm > MAX_HALF_WIDTH:
         return f"score half-width {hm:.3g} > {MAX_HALF_WIDTH:g}: weight band e^(2h) beyond double precision"
-    if float(np.min(A - h - eps)) < -700.0:
+    if not width_only and float(np.min(A - h - eps)) < -700.0:
         return "a lower weight bound e^(A - h) underflows"
     return ""
+
+
+NEGLIGIBLE = 60.0  # tokens whose weight share is below e^-NEGLIGIBLE under every perturbation are dropped
+
+
+def negligible_tokens(A: np.ndarray, h: np.ndarray, eps: np.ndarray, W_hi: np.ndarray, W_lo: np.ndarray,
+                      keep_always: int | None = None) -> tuple[np.ndarray, float]:
+    """(keep mask, tail) for dropping tokens that can never carry weight, with a sound bound on their effect.
+
+    Token j's weight share is at most e^{A_j + h_j + eps_j} / Z_lo, Z_lo = sum over kept tokens k of
+    e^{A_k - h_k - eps_k} (the smallest denominator). Tokens with share below e^-NEGLIGIBLE are dropped
+    (`keep_always`, e.g. the varying query token, never is). For every perturbation, with g' the head
+    restricted to the kept tokens, g - g' = sum_drop e_j (w_j - g') / Z <= sum_drop (e_j / Z_kept)(w_j - g')_+
+    <= tail = sum_drop e^{A_j + h_j + eps_j} / Z_lo * (W_hi_j - min_kept W_lo_k)_+, so a bound on max g' plus
+    tail bounds max g. Besides shrinking the program this removes lower weight bounds that underflow.
+    """
+    n = A.size
+    upper = A + h + eps
+    lower = A - h - eps
+    keep = np.ones(n, dtype=bool)
+    for _ in range(3):  # dropping lowers Z_lo: re-check until stable
+        m = float(np.max(lower[keep]))
+        logZ = m + math.log(float(np.sum(np.exp(lower[keep] - m))))
+        new = upper - logZ > -NEGLIGIBLE
+        if keep_always is not None:
+            new[keep_always] = True
+        if not np.any(new):
+            new[int(np.argmax(upper))] = True
+        if np.array_equal(new & keep, keep):
+            break
+        keep = new & keep
+    if np.all(keep):
+        return keep, 0.0
+    m = float(np.max(lower[keep]))
+    logZ = m + math.log(float(np.sum(np.exp(lower[keep] - m))))
+    floor = float(np.min(W_lo[keep]))
+    share = np.exp(upper[~keep] - logZ)
+    tail = float(np.sum(share * np.maximum(W_hi[~keep] - floor, 0.0)))
+    return keep, 4.0 * tail * (1.0 + 1e-6) + 1e-300
 
 
 def weight_constraints(P: dict, n: int, tau, lam, Us, Vs, upper_cone: bool, mono: int, nu=None) -> list:
@@ -346,11 +387,19 @@ def settle(best: float, status: str, solver: str, fo: float, t0: float, mode: st
     """The certified bound if it is usable, else the first-order certificate `fo` (labelled fallback).
 
     The exact relaxation never exceeds the first-order certificate (its weights and values lie in the
-    first-order intervals); a bound above it is numerical looseness, and no solve at all is a failure:
-    both return `fo` with fallback=True and the reason in `status`.
+    first-order intervals). A certified bound above it by no more than the solve's own accuracy -- FO_TIE,
+    or twice the recorded dual gap when that is below TIE_DUAL (both relative to 1 + |fo|) -- is a tie: the
+    relaxation equals the first-order bound (e.g. one token carries all the weight, or n = 1), `fo` is
+    returned as the second-order value with "first-order bound equal" in the status. A bound further above is
+    numerical looseness, and no solve at all is a failure: both return `fo` with fallback=True and the reason
+    in `status`.
     """
-    if math.isfinite(best) and best <= fo + FO_TIE * (1.0 + abs(fo)):
-        if best > fo:  # equal up to rounding (e.g. both are exact): keep the smaller
+    scale = 1.0 + abs(fo) if math.isfinite(fo) else 1.0
+    tie = FO_TIE * scale
+    if math.isfinite(dual_gap) and 0.0 < dual_gap <= TIE_DUAL * scale:
+        tie = max(tie, 2.0 * dual_gap)
+    if math.isfinite(best) and best <= fo + tie:
+        if best > fo:  # equal up to the accuracy of the solve: keep the smaller
             best, status = fo, f"{status}; first-order bound equal"
         return SecondOrderResult(best, status, solver, time.perf_counter() - t0, False, mode=mode, primal=primal,
                                  rounds=rounds, n_facets=n_facets, log=log, dual_gap=dual_gap)

@@ -57,7 +57,7 @@ from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, solve_
 from attncert.certify.second_order.facets import (SLOTS, UpperChainFacets, cutting_plane_solve, initial_edges,
                                                   vertex_dinkelbach)
 from attncert.certify.second_order.relaxation import (DEVIATION_BELOW, MONOTONE_POINTS, SecondOrderResult,
-                                                      data_errors, ellipse_matrix, fallback_bound, nu_bound,
+                                                      data_errors, ellipse_matrix, fallback_bound, negligible_tokens, nu_bound,
                                                       objective, polygon_constraints, representable, settle,
                                                       weight_constraints, weight_parameters)
 from attncert.head.fixed_query import fixed_query_reduction
@@ -65,6 +65,7 @@ from attncert.head.problem import HeadProblem
 from attncert.head.rounding import UNIT_ROUNDOFF, gamma, outward_affine
 
 _CACHE: dict = {}
+_LOW = -650.0  # lowest representable log lower weight of the (never dropped) query token
 
 
 def bilinear_norm(W_Q: np.ndarray, W_K: np.ndarray, norm: str) -> float:
@@ -133,6 +134,37 @@ class VaryingData:
                              (u_w * (r / self.rho_w))[None, :]])
         self.radius, self.norm, self.n, self.d = r, problem.norm, n, d
         self.deviation = bool(np.min(self.h) < DEVIATION_BELOW)
+        self.tail = 0.0  # sound bound on the effect of dropped (negligible) tokens
+
+    def drop_negligible(self) -> "VaryingData":
+        """Drop the key tokens that can never carry weight (`relaxation.negligible_tokens`; never the query)."""
+        top = self.w0 + self.R_w + self.eps_w
+        keep, tail = negligible_tokens(self.A, self.h, self.eps, top + 4.0 * UNIT_ROUNDOFF * np.abs(top),
+                                       self.w0 - self.R_w - self.eps_w, keep_always=self.n - 1)
+        q = self.n - 1
+        low = self.A[q] - self.h[q] - self.eps[q]
+        if np.all(keep) and low >= _LOW:
+            return self
+        if low < _LOW:
+            # the query token cannot be dropped (its perturbation moves every score): raise its nominal score
+            # so that its lower weight bound is representable. For any perturbation, with g' the head without
+            # it, |g - g'| <= e_q |w_q - g'| / Z' and the raised head's likewise with c e_q (c >= 1), so the bound
+            # of the raised head plus 2 c e_q^max / Z_lo (W_max - W_min) bounds max g.
+            A_new = _LOW + self.h[q] + self.eps[q]
+            lower = self.A[keep] - self.h[keep] - self.eps[keep]
+            m = float(np.max(lower))
+            logZ = m + math.log(float(np.sum(np.exp(lower - m))))
+            spread = float(np.max(top) - np.min(self.w0 - self.R_w - self.eps_w))
+            tail += 8.0 * math.exp(A_new + self.h[q] + self.eps[q] - logZ) * spread + 1e-300
+            self.A = self.A.copy()
+            self.A[q] = A_new
+        for name in ("order", "w0", "eps_w", "p", "H", "h", "active", "scales", "eps", "A"):
+            setattr(self, name, getattr(self, name)[keep])
+        self.Vt = np.vstack([self.Vt[: self.n - 1][keep[:-1]], self.Vt[self.n - 1:]])
+        self.n = int(keep.sum())
+        self.deviation = bool(np.min(self.h) < DEVIATION_BELOW)
+        self.tail = tail
+        return self
 
 
 def _build(n: int, d: int, norm: str, K: int, upper_cone: bool, mono: int, deviation: bool):
@@ -222,8 +254,8 @@ def _box(V: dict, D: VaryingData, tau_hi: float, tau_lo: float, theta: np.ndarra
 
 
 def _to_g(bound: float, D: VaryingData) -> float:
-    """g0 + rho_o * bound, rounded outward."""
-    return outward_affine(D.g0, D.rho_o, bound)
+    """g0 + rho_o * bound (+ the dropped tokens' tail), rounded outward."""
+    return outward_affine(D.g0, D.rho_o, bound, D.tail)
 
 
 def second_order_varying(problem: HeadProblem, upper_cone: bool = False, monotone_points: int = MONOTONE_POINTS,
@@ -234,9 +266,12 @@ def second_order_varying(problem: HeadProblem, upper_cone: bool = False, monoton
     t0 = time.perf_counter()
     fo = fallback_bound(problem)
     D = VaryingData(problem, fo)
-    n = D.n
     best, status, solver, primal, rounds, n_facets, log, gap = math.inf, "not_run", "none", math.nan, 0, 0, [], math.nan
-    why = "degenerate score intervals" if not np.all(D.h > 1e-9) else representable(D.A, D.h, D.eps)
+    why = "degenerate score intervals" if not np.all(D.h > 1e-9) else representable(D.A, D.h, D.eps, width_only=True)
+    if not why:
+        D = D.drop_negligible()
+        why = representable(D.A, D.h, D.eps)
+    n = D.n
     if not why:
         theta = np.ones(n)
         if problem.norm == "l2":
