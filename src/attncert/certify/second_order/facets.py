@@ -167,7 +167,8 @@ def cutting_plane_solve(prob: cp.Problem, P: dict, V: dict, box: dict, chains: l
     best_gap = math.nan
     for rounds in range(1, MAX_ROUNDS + 1):
         fill_facets(P, chains, edges, K, scales, theta)
-        rung = ladder if not converged else [a for a in ladder if a[0] == "CLARABEL"] or ladder
+        # later rounds: the rung that converged first, once (the best bound of every round is kept anyway)
+        rung = ladder if not converged else [first_ok]
         cert = solve_and_certify(prob, box, ladder=rung)
         log += [(sv, st, to_g(bd), sec) for (sv, st, bd, sec) in cert.log]
         val = to_g(cert.bound)
@@ -176,6 +177,11 @@ def cutting_plane_solve(prob: cp.Problem, P: dict, V: dict, box: dict, chains: l
             best_gap = val - to_g(cert.primal) if math.isfinite(cert.primal) else math.nan
         if not cert.converged:
             break
+        if not converged:
+            first_ok = next((a for a in ladder if a[0] == cert.solver), ladder[0])
+            for a, entry in zip(ladder, cert.log):  # the attempt whose solve was kept
+                if entry[0] == cert.solver and entry[2] == cert.bound:
+                    first_ok = a
         converged = True
         primal = to_g(cert.primal)
         vals = {k: cert.values[v.id] for k, v in V.items()}
