@@ -1,77 +1,71 @@
 """The level-1 exponential-cone moment relaxation of one head: its variables, constraints and objective.
 
 Shared by the fixed query (`fixed`) and the varying query (`varying`); the zonotope facets and the
-cutting-plane loop are in `facets`, the weak-duality certification in `dual_certificate`.
+cutting-plane loop are in `facets`, the weak-duality certification in `dual_certificate`. Derivation and
+the secant-slack analysis: docs/certificate.md.
 
 Setting (`HeadProblem`, mode "fixed"). Token j has score s_j = A_j + sigma_j + e_j and value
 w_j = w0_j + omega_j + f_j, where A_j = s0_j - shift, x_j = (sigma_j, omega_j) = (u_s.delta_j, u_w.delta_j)
 lies in P = the 2-D image of the radius-r ball, and |e_j| <= eps_j, f_j <= epsw_j bound the floating-point
-error of the computed data (`data_errors`). R_s = max |sigma| over P.
+error of the computed data (`data_errors`). h_j = R_s = max |sigma| over P (the varying query has its own
+per-token half-width h_j of the total score shift).
+
+Units. Every coordinate is measured in units of its own range: the score shift by h_j (the "unit score"
+shat = sigma / h_j in [-1, 1]), the value shift by rho_w = R_w, and the objective (g - g0) by rho_o. One
+common factor for both coordinates (the former rho = R_s + R_w) made the facet normals nearly parallel to an
+axis when R_s << R_w, so that a 1e-10 feasibility error moved the value coordinate by ~1e-6 R_w: the whole
+second-order gap.
 
 Lifting. With tau = 1 / sum_k e^{s_k} and a_j = tau e^{s_j} (so sum_j a_j = 1, g = sum_j a_j w_j), every
-weight lies between E_lj tau and E_uj tau, E_lj = e^{A_j - R_s - eps_j}, E_uj = E_lj Ehat_j,
-Ehat_j = e^{2 R_s + 2 eps_j}, kappa_j = Ehat_j - 1. Write a_j = E_lj (tau + kappa_j lam_j) with
-lam_j in [0, tau] and split the tau- and a-scaled moments of x_j along the two weight bounds:
+weight lies between E_lj tau and E_uj tau, E_lj = e^{A_j - h_j - eps_j}, E_uj = E_lj Ehat_j,
+Ehat_j = e^{2 h_j + 2 eps_j}, kappa_j = Ehat_j - 1. Write a_j = E_lj (tau + kappa_j lam_j) with
+lam_j in [0, tau] and split the tau- and a-scaled moments of the unit coordinates xhat_j along the two
+weight bounds:
 
-    U_j = lam_j x_j  in lam_j P,          V_j = (tau - lam_j) x_j  in (tau - lam_j) P,
-    S_j = tau x_j = U_j + V_j,            M_j = a_j x_j = E_lj (V_j + Ehat_j U_j).
+    U_j = lam_j xhat_j  in lam_j Phat,    V_j = (tau - lam_j) xhat_j  in (tau - lam_j) Phat,
+    S_j = tau xhat_j = U_j + V_j,         M_j = a_j xhat_j = E_lj (V_j + Ehat_j U_j).
 
-U_j in lam_j P and V_j in (tau - lam_j) P are exactly the localizing couplings of the calibration note,
-M - E_l S in (a - E_l tau) P and E_u S - M in (E_u tau - a) P (divided by E_u - E_l): products of the
-weight bounds with the facets of P. They imply S in tau P and M in a P. This parametrization keeps every
-variable O(tau) instead of O(r tau), which is what makes the interior-point solve well conditioned.
+U_j in lam_j Phat and V_j in (tau - lam_j) Phat are exactly the localizing couplings of the calibration
+note (products of the weight bounds with the facets of P). Every variable is O(tau). A positive column
+scale theta_j (lam = theta lam', U = theta U') is folded into the parameters (theta = 1 in use).
 
-Relaxation (level-1 moments, K_exp = cl{(x, y, z): y e^{x/y} <= z}), ahat_j = tau + kappa_j lam_j,
-Stot_j = S_j,sigma (the tau-scaled score moment):
+Relaxation (level-1 moments, K_exp = cl{(x, y, z): y e^{x/y} <= z}), ahat_j = tau + kappa_j lam_j, Ss_j / Us_j
+/ Vs_j = unit score coordinate of S_j / U_j / V_j:
 
-    maximize    sum_j E_lj ( ahat_j wt_j + V_j,omega + Ehat_j U_j,omega ),       wt_j = w0_j + epsw_j - g0
-    subject to  sum_j E_lj ahat_j = 1                                     (normalization sum a = 1)
-                (Stot_j + R_s tau, tau, ahat_j) in K_exp                  (a >= tau e^{s}: exact lower bound)
-                kappa_j lam_j <= (e^{2 eps_j} - 1) tau + e^{2 eps_j} c_s (Stot_j + R_s tau)
-                                                 (secant of exp over [-R_s, R_s], c_s = (e^{2 R_s} - 1)/(2 R_s))
-                0 <= lam_j <= tau,  U_j in lam_j P,  V_j in (tau - lam_j) P      (localizing couplings)
-                E_tau[(e - E_c)(s - c)] >= -margin  for c in MONOTONE_POINTS interior points of [-R_s, R_s]
-                                                 (monotonicity cuts, linear in the moments, see below)
-                [tight variant only] (-(R_s + 2 eps_j) ahat_j - Mhat_j,sigma, ahat_j, tau) in K_exp
-                                                 (tau >= a e^{-s}: the exact upper bound in a-scaled moments)
+    maximize    sum_j E_lj ( ahat_j wt_j + rho_w (V_j,omega + Ehat_j U_j,omega) ) / rho_o,   wt_j = w0_j + epsw_j - g0
+    subject to  sum_j E_lj ahat_j = 1                                               (C0: sum a = 1)
+                (h_j (Ss_j + tau), tau, ahat_j) in K_exp                            (C1: a >= tau e^{s})
+                lam_j <= (e^{2 eps} - 1) / kappa_j tau + e^{2 eps} (Ss_j + tau) / 2   (C2: secant, / kappa)
+                0 <= lam_j <= tau,  U_j in lam_j Phat,  V_j in (tau - lam_j) Phat    (C3: couplings)
+                E_tau[(e - E_c)(s - c)] >= -margin  at MONOTONE_POINTS interior unit scores c   (C4, / kappa)
+                [tight variant] (-(h + 2 eps) ahat_j - h (Vs_j + Ehat_j Us_j), ahat_j, tau) in K_exp  (C5)
+
+Deviation form (h_j < DEVIATION_BELOW). At a tiny half-width the curvature of the exponential (~h^2) is
+below what an interior-point solve resolves in (C1) (~1e-10 / h^2 relative). There (C1) is replaced by
+the deviation variable nu_j = (kappa_j lam_j - h_j y_j) / h_j^2, y_j = Ss_j + tau, with the rotated cone
+2 nu_j tau >= y_j^2 (e^x >= 1 + x + x^2/2 for x = h (shat + 1) >= 0): a valid, well-scaled constraint
+that misses only the cubic term (relative O(h) of the curvature).
 
 Monotonicity cuts. exp is increasing, so (e - E_c)(s - c) >= 0 pointwise for every score point c with
-E_c = e^{A + c}; its tau-scaled expectation M_s - E_c S_s - c a + c E_c tau >= 0 is linear in the level-1
-moments (M_s = a-scaled score moment). c = -R_s, R_s give back McCormick products implied by the
-couplings; interior points are new. They forbid "crossed" two-level points (the E_u-weighted mass at a
-lower score than the E_l-weighted mass), which without them let the relaxation lower a weight below the
-exponential at the score where its value is read; on a 2-token head that exceeded the secant-slack bound
-by 1.76x (tests/test_secant_slack_bound.py). The data error of the score costs a margin
-tau E_c (e^{eps} - 1) 2 R_s.
+E_c = e^{A + c}; its tau-scaled expectation is linear in the level-1 moments. At c = the a-weighted mean
+score it gives "a-mean score >= tau-mean score", hence a <= tau sec(a-mean): the weight is at most the
+secant at the score where its value is read (docs/certificate.md, section 7). The data error of the
+score costs a margin tau E_c (e^{eps} - 1) 2 h.
 
-Variants. The default ("paper" relaxation) is the exponential lower bound, the secant, the couplings and
-the monotonicity cuts: its gap is second order (slope ~2.0 in r) and within the secant-slack bound. The
-tight variant (upper_cone=True) adds the exact upper exponential bound in a-scaled moments: 10-40x
-smaller gaps, but its gap vanishes faster than r^2 at small radii (it is exact on mixtures of feasible
-points), so its log-log slope is ~2.8 there instead of 2. Both are sound.
+Variants. The default ("paper" relaxation) is (C0)-(C4): gap second order and within the secant-slack
+bound on every unit measured. The tight variant (upper_cone=True) adds (C5): 10-40x smaller gaps.
 
-Every lifted true perturbation is feasible (each line is an identity or a valid inequality for it; checked
-numerically in tests/test_second_order_certificate.py), so the optimum is >= max g. The certificate is
-g0 + the weak-duality bound of `dual_certificate` over a box containing every lifted true point
-(tau in [1/sum E_u, 1/sum E_l], lam in [0, tau_hi], U, V in tau_hi * bbox(P)); the solver's primal
-objective is never used as the answer. If the solver fails, or if numerical looseness puts the bound above
-the first-order certificate (the exact relaxation never is: its weights and values lie in the first-order
-intervals), the first-order certificate is returned with fallback=True.
+Every row of the program has one Parameter (or a constant) per variable, so the canonical conic data are
+the parameter values themselves (computed with expm1 and without cancellation) and the data-rounding
+assumption of `dual_certificate` (relative 1e-12 per entry) holds entrywise. Every lifted true
+perturbation is feasible (checked numerically in tests/certify/second_order), so the optimum is >= max g.
+The certificate is g0 + rho_o x the weak-duality bound of `dual_certificate` over a box containing every
+lifted true point; the solver's primal objective is never used as the answer.
 
-Program size does not depend on the model width d: each token has 5 variables.
-* l2: P = {x : ||G x|| <= 1} (G from a regularized Cholesky factor of [u_s; u_w][u_s; u_w]^T, so the
-  ellipse may only grow): two 3-dimensional second-order cones per token.
-* linf: P is a zonotope with up to 2d facets. Only omega enters the objective, with positive weights, and
-  omega appears in no other constraint, so only the *upper* boundary of P (d edges) and the two
-  sigma-bounds matter; the lower facets are dropped. Each token gets SLOTS half-plane slots filled with
-  a subset of the exact upper facets -- any subset is an outer polygon of P, hence a sound relaxation --
-  chosen by cutting planes: edges at GRID_POINTS sigma values and at LOCAL_POINTS values around the token's
-  estimated optimum (vertex Dinkelbach), then, after each solve, the edges under every point U_j / lam_j,
-  V_j / (tau - lam_j) lying above the exact boundary (at most MAX_ROUNDS solves). Every round's bound is
-  sound; the smallest is returned.
-The cvxpy problem is built once per (n, norm, slots, variant) with Parameters and reused (DPP).
-
-Coordinates are scaled by rho = R_s + R_w (x' = x / rho) so that the objective is O(1).
+Representability (`representable`, `negligible_tokens`). Tokens whose weight share is below e^-60 under
+every perturbation are dropped and their effect bounded (`negligible_tokens`); a weight band e^{2h} above
+e^{2 MAX_HALF_WIDTH}, or a lower weight bound that underflows, is a labelled fallback (the first-order
+certificate capped by max_j W_j, `fallback_bound`) -- never an exception, never a weight forced to 0.
 """
 from __future__ import annotations
 

@@ -42,7 +42,10 @@ Relaxation. Exactly the fixed-query program of `fixed` (built from `relaxation`)
 
 Every lifted true perturbation is feasible, so the optimum bounds max g; the returned number is
 g0 + the weak-duality bound of `dual_certificate` (never the solver's primal), with facets of P and P_i
-chosen by the same cutting planes as the fixed query. Coordinates are scaled by rho.
+chosen by the same cutting planes as the fixed query. Every coordinate is in units of its own range
+(sigma by R_s or R_q, omega by R_w, eta_j by H_j, beta by bb; a coordinate whose range is 0 is fixed at 0),
+with the unit score (R sigma_hat + H eta_hat + bb beta_hat) / h_j carried by two auxiliary variables SU, SV
+(the unit score of U and V) so that every row keeps one parameter per variable.
 """
 from __future__ import annotations
 
