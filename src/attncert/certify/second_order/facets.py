@@ -167,9 +167,9 @@ def cutting_plane_solve(prob: cp.Problem, P: dict, V: dict, box: dict, chains: l
     best_gap = math.nan
     for rounds in range(1, MAX_ROUNDS + 1):
         fill_facets(P, chains, edges, K, scales, theta)
-        # later rounds: the rung that converged first, once (the best bound of every round is kept anyway)
-        rung = ladder if not converged else [first_ok]
-        cert = solve_and_certify(prob, box, ladder=rung)
+        # later rounds: the interior-point rungs, the one that converged first in front (no slow SCS)
+        rung = ladder if not converged else [first_ok] + [a for a in ladder if a[0] == "CLARABEL" and a is not first_ok]
+        cert = solve_and_certify(prob, box, ladder=rung, loose_retries=None if not converged else 0)
         log += [(sv, st, to_g(bd), sec) for (sv, st, bd, sec) in cert.log]
         val = to_g(cert.bound)
         if val < best and (cert.converged or converged):  # a failed later round may still improve it
@@ -178,9 +178,9 @@ def cutting_plane_solve(prob: cp.Problem, P: dict, V: dict, box: dict, chains: l
         if not cert.converged:
             break
         if not converged:
-            first_ok = next((a for a in ladder if a[0] == cert.solver), ladder[0])
+            first_ok = next((a for a in ladder if a[0] == "CLARABEL"), ladder[0])
             for a, entry in zip(ladder, cert.log):  # the attempt whose solve was kept
-                if entry[0] == cert.solver and entry[2] == cert.bound:
+                if entry[0] == cert.solver == "CLARABEL" and entry[2] == cert.bound:
                     first_ok = a
         converged = True
         primal = to_g(cert.primal)
