@@ -96,7 +96,7 @@ def main() -> None:
                     res = second_order_certificate(p, upper_cone=args.tight)
                 except Exception as exc:  # noqa: BLE001 - counted, must never happen
                     cnt["exception"] += 1
-                    reasons[f"{mode}: EXCEPTION {type(exc).__name__}: {str(exc)[:60]}"] += 1
+                    reasons[f"{mode} r{'<=' if r <= 0.1 else '>'}0.1: EXCEPTION {type(exc).__name__}: {str(exc)[:60]}"] += 1
                     continue
                 times[mode].append(time.perf_counter() - t0)
                 cnt["units"] += 1
@@ -104,7 +104,7 @@ def main() -> None:
                     cnt["nonfinite"] += 1
                 if res.fallback:
                     cnt["fallback"] += 1
-                    reasons[f"{mode}: {_reason(res.status)}"] += 1
+                    reasons[f"{mode} r{'<=' if r <= 0.1 else '>'}0.1: {_reason(res.status)}"] += 1
                 try:
                     ref = reference(p)
                 except Exception:  # noqa: BLE001 - the reference itself may fail at huge widths
@@ -126,7 +126,7 @@ def main() -> None:
         bad = sum(c["fallback"] + c["exception"] for c in small)
         print(f"{mode}: fallback (or exception) at r <= 0.1: {bad}/{tot} = {bad / max(tot, 1):.1%}")
     print("\nreasons:")
-    for k, v in reasons.most_common():
+    for k, v in sorted(reasons.items()):
         print(f"  {v:5d}  {k}")
     for mode, t in times.items():
         print(f"median seconds per unit ({mode}): {np.median(t):.3f} (max {np.max(t):.2f})")

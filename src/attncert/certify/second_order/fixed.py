@@ -72,7 +72,8 @@ class FixedRelaxationData:
                        tail=tail)
 
 
-def relaxation_data(problem: HeadProblem, fo: float | None = None) -> FixedRelaxationData:
+def relaxation_data(problem: HeadProblem, fo: float | None = None, origin: bool = True) -> FixedRelaxationData:
+    """The reduction in the relaxation's units; origin=False keeps the nominal value as objective origin."""
     s0, w0, u_s, u_w = fixed_query_reduction(problem).directions()
     eps_s, eps_w = data_errors(problem)
     up = 1.0 + gamma(problem.d + 4)
@@ -82,7 +83,7 @@ def relaxation_data(problem: HeadProblem, fo: float | None = None) -> FixedRelax
     fo = first_order_certificate(problem) if fo is None else fo
     rho_w = R_w if R_w > 0 else 1.0
     rho_o = max(fo - g_nom, R_w, 1e-300) if math.isfinite(fo) else max(R_w, 1.0)
-    g0 = _origin(problem, g_nom, fo)
+    g0 = _origin(problem, g_nom, fo) if origin else g_nom
     shift = float(np.max(s0 + eps_s))
     return FixedRelaxationData(s0 - shift, w0, g0, eps_s, eps_w, u_s, u_w, R_s, R_w, rho_w, rho_o, problem.radius,
                                problem.norm)
@@ -185,12 +186,12 @@ def second_order_fixed(problem: HeadProblem, upper_cone: bool = False, monotone_
         raise ValueError("second_order_fixed expects mode='fixed'")
     t0 = time.perf_counter()
     fo = fallback_bound(problem)
-    D = relaxation_data(problem, fo)
+    D = relaxation_data(problem, fo, origin=False)
     if not D.R_s > 1e-9 * max(1.0, D.R_w):  # scores (almost) do not move: nothing second order to gain
         return SecondOrderResult(fo, "static_scores", "first_order_static", time.perf_counter() - t0, False)
     why = representable(D.A, np.full(D.A.size, D.R_s), D.eps_s, width_only=True)
     if not why:
-        D = D.drop_negligible()
+        D = replace(D, g0=_origin(problem, D.g0, fo)).drop_negligible()
         why = representable(D.A, np.full(D.A.size, D.R_s), D.eps_s)
     n = D.A.size
     if why:
