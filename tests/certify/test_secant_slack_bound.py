@@ -114,6 +114,7 @@ def test_monotone_cuts_restore_the_bound_on_a_two_token_head():
 # the theorem in every regime (issue 13, part 1)
 # ---------------------------------------------------------------------------------------------
 TOL_SPREAD = 1e-9  # stated numerical tolerance of gap <= B, in units of the value spread (bench/bench_secant_ratio.py)
+DEFAULT_EXCESS = 1.05  # the default variant exceeded B by up to 2.2% (docs/certificate.md, section 7.3)
 
 
 def _barely_moving_scores_head(seed, norm="linf"):
@@ -145,11 +146,10 @@ def test_gap_within_secant_bound_when_scores_barely_move(seed, upper_cone):
     assert res.value - ex.hi <= B + TOL_SPREAD * ex.value_spread
 
 
-def _regime_head(seed, log_rs, log_ratio, n, norm, d=4, dh=2):
+def _regime_head(seed, log_rs, log_ratio, n, norm, d=4, dh=2, r=0.1):
     """A random fixed-query head rescaled to score range R_s = 10^log_rs and R_s / R_w = 10^log_ratio."""
     from attncert.head.problem import HeadProblem
 
-    r = 0.1
     p = random_head_problem(np.random.default_rng(seed), d=d, d_head=dh, n=n, radius=r, norm=norm)
     u_s = p.W_K @ p.nominal_query() / np.sqrt(dh)
     u_w = p.W_V @ p.c
@@ -171,4 +171,23 @@ def test_certificate_gap_within_secant_bound_across_regimes(seed, log_rs, log_ra
     if res.fallback:
         return
     B = secant_slack_bound(p, ex.hi).bound
-    assert res.value - ex.hi <= B + TOL_SPREAD * ex.value_spread
+    # the default relaxation is not covered by B in general (1.022 B on one unit of 5,000 measured,
+    # test_default_relaxation_exceeds_the_bound_on_a_far_below_threshold_token)
+    assert res.value - ex.hi <= B * (1.0 if upper_cone else DEFAULT_EXCESS) + TOL_SPREAD * ex.value_spread
+
+
+def test_default_relaxation_exceeds_the_bound_on_a_far_below_threshold_token():
+    """A counterexample to gap <= B for the default relaxation (unit 2305 of bench/bench_secant_ratio.py):
+    R_s = 0.015, R_w = 0.0072, n = 15, linf. Its gap is 1.022 B with a dual 1e-6 B above the primal (not
+    numerical): token 0 sits 45 R_w below the threshold and the relaxation lowers its weight below the
+    exponential at the score where its value is read (docs/certificate.md, section 7.3, item 1), which B
+    does not cover. The tight variant stays within B here."""
+    p = _regime_head(1674834284, -1.8244222820158211, 0.3156573374826941, 15, "linf", d=6, dh=1,
+                     r=0.016135181124099802)
+    ex = exact_worst_case(p)
+    B = secant_slack_bound(p, ex.hi).bound
+    res = second_order_certificate(p)
+    assert not res.fallback and res.dual_gap < 1e-3 * B
+    assert 1.01 * B < res.value - ex.hi < 1.05 * B
+    tight = second_order_certificate(p, upper_cone=True)
+    assert tight.value - ex.hi <= B

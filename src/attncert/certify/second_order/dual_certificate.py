@@ -319,9 +319,9 @@ def solve_and_certify(problem: cp.Problem, box: dict, ladder=SOLVER_LADDER, stop
     by at most `accept` x max(1, |primal|) (after polishing the dual). A converged solve with a looser dual
     does not stop the ladder: the next interior-point rung re-solves (LOOSE_RETRIES times, and only when the
     slack exceeds RETRY_REL x |primal|, a visible part of the excursion above the objective's origin; the
-    slow SCS rung runs only when nothing converged). When no attempt is accepted, the smallest bound is still returned
-    (every bound is sound) with the status suffix "_loose_dual"; `dual_gap` always records bound - primal,
-    so a loose dual is never accepted silently.
+    slow SCS rung runs only when nothing converged). When no attempt is accepted, the smallest bound is
+    still returned (every bound is sound) with the status suffix "_loose_dual"; `dual_gap` always records
+    bound - primal, so a loose dual is never accepted silently.
     """
     if not isinstance(problem.objective, cp.Maximize):
         raise ValueError("solve_and_certify expects a maximization problem")

@@ -164,7 +164,7 @@ def cutting_plane_solve(prob: cp.Problem, P: dict, V: dict, box: dict, chains: l
     """
     n = len(chains)
     log, best, best_status, best_solver, primal, converged, rounds = [], math.inf, "not_run", "none", math.nan, False, 0
-    best_gap = math.nan
+    best_gap, first_ok = math.nan, ladder[0]
     for rounds in range(1, MAX_ROUNDS + 1):
         fill_facets(P, chains, edges, K, scales, theta)
         # later rounds: the interior-point rungs, the one that converged first in front (no slow SCS)

@@ -23,8 +23,8 @@ from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, solve_
 from attncert.certify.second_order.facets import (SLOTS, UpperChainFacets, cutting_plane_solve, initial_edges,
                                                   vertex_dinkelbach)
 from attncert.certify.second_order.relaxation import (DEVIATION_BELOW, MONOTONE_POINTS, SecondOrderResult,
-                                                      data_errors, ellipse_matrix, fallback_bound, negligible_tokens, nu_bound, objective,
-                                                      polygon_constraints, representable, settle,
+                                                      data_errors, ellipse_matrix, fallback_bound, negligible_tokens,
+                                                      nu_bound, objective, polygon_constraints, representable, settle,
                                                       weight_constraints, weight_parameters)
 from attncert.head.fixed_query import fixed_query_reduction
 from attncert.head.problem import HeadProblem

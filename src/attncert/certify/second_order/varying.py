@@ -55,13 +55,12 @@ import time
 import cvxpy as cp
 import numpy as np
 
-from attncert.certify.first_order_certificate import first_order_certificate
 from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, solve_and_certify
 from attncert.certify.second_order.facets import (SLOTS, UpperChainFacets, cutting_plane_solve, initial_edges,
                                                   vertex_dinkelbach)
 from attncert.certify.second_order.relaxation import (DEVIATION_BELOW, MONOTONE_POINTS, SecondOrderResult,
-                                                      data_errors, ellipse_matrix, fallback_bound, negligible_tokens, nu_bound,
-                                                      objective, polygon_constraints, representable, settle,
+                                                      data_errors, ellipse_matrix, fallback_bound, negligible_tokens,
+                                                      nu_bound, objective, polygon_constraints, representable, settle,
                                                       weight_constraints, weight_parameters)
 from attncert.head.fixed_query import fixed_query_reduction
 from attncert.head.problem import HeadProblem
@@ -186,7 +185,9 @@ def _build(n: int, d: int, norm: str, K: int, upper_cone: bool, mono: int, devia
     tau_n = tau * np.ones(n)
     for name in ("ks", "ke", "kb", "ie", "ib", "ieth", "ibth"):
         P[name] = cp.Parameter(n, nonneg=True, name=name)
-    score = lambda Y: cp.multiply(P["ks"], Y[:, 0]) + cp.multiply(P["ke"], Y[:, 2]) + cp.multiply(P["kb"], Y[:, 3])  # noqa: E731
+    def score(Y):  # unit score coordinate (sigma, eta, beta each in its own unit)
+        return cp.multiply(P["ks"], Y[:, 0]) + cp.multiply(P["ke"], Y[:, 2]) + cp.multiply(P["kb"], Y[:, 3])
+
     cons = [SU == score(U), SV == score(V)]
     cons += weight_constraints(P, n, tau, lam, SU, SV, upper_cone, mono, nu)
     for c, act, acth in ((2, P["ie"], P["ieth"]), (3, P["ib"], P["ibth"])):  # intervals (two rows each)
