@@ -79,8 +79,8 @@ def test_bound_is_quadratic_in_radius_and_monotone_in_t():
 
 
 def _gap_tolerance(res, spread):
-    """Numerical slack of a certificate: its distance to the solver's own primal value, plus 1e-7."""
-    return 1e-7 * (1.0 + spread) + 2.0 * max(0.0, res.value - res.primal)
+    """The stated numerical tolerance of the check (the certified bound is an interior-point dual's)."""
+    return 1e-9 * spread
 
 
 @settings(max_examples=30, **SETTINGS)
@@ -204,3 +204,86 @@ def test_bound_not_masked_by_an_unused_wide_key():
     l, u, _, W = score_value_intervals(p)
     gap = _raise_model_gap_log(p, np.random.default_rng(0), l, u, ex.hi, k=200)
     assert gap <= res.bound
+
+
+# ---------------------------------------------------------------------------------------------
+# the theorem in every regime (issue 13, part 1)
+# ---------------------------------------------------------------------------------------------
+TOL_SPREAD = 1e-9  # stated numerical tolerance of gap <= B, in units of the value spread (bench/bench_secant_ratio.py)
+DEFAULT_EXCESS = 1.05  # the default variant exceeded B by up to 2.2% (docs/certificate.md, section 7.3)
+
+
+def _barely_moving_scores_head(seed, norm="linf"):
+    """Fixed query, r = 1, two tokens, d = 2, d_h = 1, W_K entries ~3e-4, W_V entries ~2: R_s << R_w."""
+    from attncert.head.problem import HeadProblem
+
+    rng = np.random.default_rng(seed)
+    WQ = rng.standard_normal((2, 1))
+    WK = rng.standard_normal((2, 1)) * 3e-4
+    WV = rng.standard_normal((2, 1)) * 2.0
+    b = [rng.standard_normal(1) * 0.3 for _ in range(3)]
+    Z0 = rng.standard_normal((2, 2))
+    c = rng.standard_normal(1)
+    c /= np.linalg.norm(c)
+    return HeadProblem(WQ, WK, WV, b[0], b[1], b[2], Z0, 1, c, 1.0, norm, "fixed")
+
+
+@pytest.mark.parametrize("seed", [3, 9, 37])
+@pytest.mark.parametrize("upper_cone", [False, True])
+def test_gap_within_secant_bound_when_scores_barely_move(seed, upper_cone):
+    """R_s ~ 5e-4 << R_w ~ 4: the gap was 538-5408 x B (one scale R_s + R_w for both coordinates, duals
+    accepted 1e-4 above the primal); each coordinate in its own units keeps it within B."""
+    p = _barely_moving_scores_head(seed)
+    ex = exact_worst_case(p)
+    B = secant_slack_bound(p, ex.hi).bound
+    res = second_order_certificate(p, upper_cone=upper_cone)
+    assert not res.fallback
+    assert res.value >= ex.hi - 1e-9 * ex.value_spread
+    assert res.value - ex.hi <= B + TOL_SPREAD * ex.value_spread
+
+
+def _regime_head(seed, log_rs, log_ratio, n, norm, d=4, dh=2, r=0.1):
+    """A random fixed-query head rescaled to score range R_s = 10^log_rs and R_s / R_w = 10^log_ratio."""
+    from attncert.head.problem import HeadProblem
+
+    p = random_head_problem(np.random.default_rng(seed), d=d, d_head=dh, n=n, radius=r, norm=norm)
+    u_s = p.W_K @ p.nominal_query() / np.sqrt(dh)
+    u_w = p.W_V @ p.c
+    fk = 10 ** log_rs / (r * p.dual_norm(u_s))
+    fv = 10 ** (log_rs - log_ratio) / (r * p.dual_norm(u_w))
+    return HeadProblem(p.W_Q, p.W_K * fk, p.W_V * fv, p.b_Q, p.b_K * fk, p.b_V * fv, p.Z0, p.query_index, p.c, r,
+                       norm, "fixed")
+
+
+@settings(max_examples=24, **SETTINGS)
+@given(st.integers(0, 10_000), st.floats(-4, 0.5), st.floats(-4, 4), st.integers(2, 16),
+       st.sampled_from(["linf", "l2"]), st.booleans())
+def test_certificate_gap_within_secant_bound_across_regimes(seed, log_rs, log_ratio, n, norm, upper_cone):
+    """gap <= B + 1e-9 x value spread for R_s / R_w from 1e-4 to 1e4, n from 2 to 16, both norms."""
+    p = _regime_head(seed, log_rs, log_ratio, n, norm)
+    ex = exact_worst_case(p)
+    res = second_order_certificate(p, upper_cone=upper_cone)
+    assert res.value >= ex.hi - 1e-9 * ex.value_spread  # sound
+    if res.fallback:
+        return
+    B = secant_slack_bound(p, ex.hi).bound
+    # the default relaxation is not covered by B in general (1.022 B on one unit of 5,000 measured,
+    # test_default_relaxation_exceeds_the_bound_on_a_far_below_threshold_token)
+    assert res.value - ex.hi <= B * (1.0 if upper_cone else DEFAULT_EXCESS) + TOL_SPREAD * ex.value_spread
+
+
+def test_default_relaxation_exceeds_the_bound_on_a_far_below_threshold_token():
+    """A counterexample to gap <= B for the default relaxation (unit 2305 of bench/bench_secant_ratio.py):
+    R_s = 0.015, R_w = 0.0072, n = 15, linf. Its gap is 1.022 B with a dual 1e-6 B above the primal (not
+    numerical): token 0 sits 45 R_w below the threshold and the relaxation lowers its weight below the
+    exponential at the score where its value is read (docs/certificate.md, section 7.3, item 1), which B
+    does not cover. The tight variant stays within B here."""
+    p = _regime_head(1674834284, -1.8244222820158211, 0.3156573374826941, 15, "linf", d=6, dh=1,
+                     r=0.016135181124099802)
+    ex = exact_worst_case(p)
+    B = secant_slack_bound(p, ex.hi).bound
+    res = second_order_certificate(p)
+    assert not res.fallback and res.dual_gap < 1e-3 * B
+    assert 1.01 * B < res.value - ex.hi < 1.05 * B
+    tight = second_order_certificate(p, upper_cone=True)
+    assert tight.value - ex.hi <= B
