@@ -1,4 +1,6 @@
-"""Snakemake entry point: IBP / CROWN / alpha-CROWN upper bounds for every baseline unit of a layer."""
+"""Snakemake entry point: IBP / CROWN / alpha-CROWN upper bounds for every baseline unit of a layer.
+
+One row per unit and method; a row without a bound keeps its one-line reason in `status`."""
 import itertools
 import logging
 import sys
@@ -8,10 +10,11 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from attncert.baselines.comparison import KEYS, attained_value
+from attncert.baselines.comparison import KEYS
+from attncert.baselines.linear_bound_baselines import baseline_upper_bounds
 from attncert.certify.units import Unit, head_problem
 from attncert.pipeline.extraction import load_layer
-from attncert.baselines.linear_bound_baselines import baseline_upper_bounds, method_label
+from attncert.pipeline.unit_tables import attained_value, below_attained
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
 
@@ -37,10 +40,12 @@ for h, pr, qp, norm, mode in tqdm(groups, desc=f"baselines layer {layer}", file=
             key = (u.layer, u.head, u.prompt, u.query_pos, u.norm, u.mode, round(u.radius, 12))
             ref = attained.get(key, np.nan)
             status = res.status
-            if status == "ok" and np.isfinite(ref) and res.upper < ref - 1e-9 * max(1.0, abs(ref)):
+            if status == "ok" and below_attained(res.upper, ref):
                 status = f"UNSOUND: upper {res.upper!r} < attained {ref!r}"
                 logging.error("%s %s %s", u, method, status)
                 print(f"attncert: SOUNDNESS VIOLATION {u} {method}: {status}", file=sys.stderr)
+            if status != "ok" and not status.startswith("UNSOUND"):
+                logging.warning("%s %s: no bound (%s)", u, method, status)
             rows.append({**u.key(), "method": method, "upper": res.upper, "attained": ref,
                          "seconds": res.seconds, "status": status, "label": res.label})
 df = pd.DataFrame(rows)

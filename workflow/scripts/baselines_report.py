@@ -25,14 +25,25 @@ if sm.params.what == "table":
     table = bc.comparison_table(m, model)
     slopes = bc.slope_table(m, model)
     head = bc.headline(m, model)
+    first_order = bc.crown_vs_first_order(m)
+    lost = bc.lost_units(base)
     unsound = base[base["status"].str.startswith("UNSOUND")]
+    n_units = len(base.drop_duplicates(bc.KEYS))
     title = f"Baselines vs the second-order certificate — {label}"
-    md = [f"# {title}\n", f"Methods: {labels}\n",
+    method_lines = "\n".join(f"- `{k}`: {v}" for k, v in base.groupby("method")["label"].first().items())
+    md = [f"# {title}\n", f"Methods (docs/baselines.md gives each one's auto_LiRPA counterpart):\n\n{method_lines}\n",
+          f"The paper's CROWN is compared with `{bc.PAPER_CROWN_METHOD}`, its α-CROWN with `{bc.PAPER_ALPHA_METHOD}`.\n",
           "Ratio = baseline gap / certificate gap on the same unit (paper: GPT-2 small, query position 4).\n",
           table.to_markdown(index=False, floatfmt=".3g"), "\n\n## Per-unit log-log slopes (medians)\n",
           slopes.to_markdown(index=False, floatfmt=".3g"), "\n\n## Overall\n", head.to_markdown(index=False, floatfmt=".3g"),
-          f"\n\nSoundness: {len(unsound)} baseline bounds below an attained value (of {len(base)}).\n"]
-    write_measured(sm.output.measured, bc.paper_measurements(table, slopes, head), label)
+          "\n\n## CROWN vs the first-order certificate at the smallest radius\n",
+          first_order.to_markdown(index=False, floatfmt=".3g"),
+          f"\n\nSoundness: {len(unsound)} baseline bounds below an attained value (of {len(base)}).\n",
+          f"\nUnits lost: {len(lost)} (unit, method) rows without a bound, of {len(base)} "
+          f"({n_units} units × {base['method'].nunique()} methods).\n"]
+    if len(lost):
+        md.append(lost.to_markdown(index=False))
+    write_measured(sm.output.measured, bc.paper_measurements(table, slopes, head, first_order, lost), label)
     table.to_csv(sm.output.csv, index=False)
     slopes.to_csv(sm.output.slopes, index=False)
     head.to_csv(sm.output.headline, index=False)
@@ -58,7 +69,7 @@ else:
         ax.set_title(f"{mode} query", fontsize=10)
         ax.legend(fontsize=8)
     axes[0][0].set_ylabel("median relative gap (bound − reference) / movement")
-    fig.suptitle(f"IBP / CROWN / α-CROWN vs the second-order certificate — {label}", fontsize=9)
+    fig.suptitle(f"IBP / CROWN / α-CROWN variants vs the second-order certificate — {label}", fontsize=9)
     fig.savefig(sm.output.pdf, bbox_inches="tight")
     fig.savefig(sm.output.png, bbox_inches="tight", dpi=150)
 for out in sm.output:
