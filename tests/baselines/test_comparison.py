@@ -13,7 +13,8 @@ from attncert.baselines.linear_bound_baselines import METHODS
 RADII = (0.001, 0.01)
 # gap of each method as a multiple of the certificate's gap (fixed / varying)
 FACTOR = {"ibp": (50.0, 80.0), "crown": (4.0, 8.0), "crown_mid": (6.0, 10.0), "alpha_crown": (3.0, 2.0),
-          "alpha_crown_last_layer": (3.5, 7.0), "crown_lirpa_softmax": (3.0, 5.0)}
+          "alpha_crown_last_layer": (3.5, 7.0), "crown_lirpa_softmax": (3.0, 5.0),
+          "alpha_crown_last_layer_lirpa_softmax": (2.5, 4.0)}
 
 
 def _tables():
@@ -43,8 +44,9 @@ def test_measured_keys_and_lost_units():
     out = bc.paper_measurements(table, slopes, head, first_order, lost)
     assert out["crown_over_cert_fixed"] == pytest.approx([4.0, 4.0])
     assert out["crown_over_cert_varying_r0.001"] == pytest.approx(8.0)
-    assert out["alpha_crown_variant"] == "alpha_crown_last_layer"
-    assert out["alpha_crown_over_cert_varying_r0.01"] == pytest.approx(7.0)
+    assert out["alpha_crown_variant"] == "alpha_crown_last_layer_lirpa_softmax"
+    assert out["alpha_crown_over_cert_varying_r0.01"] == pytest.approx(4.0)
+    assert out["alpha_crown_last_layer_over_cert_varying_r0.01"] == pytest.approx(7.0)
     assert out["alpha_crown_full_over_cert_varying_r0.01"] == pytest.approx(2.0)
     assert out["crown_mid_over_cert_varying_r0.01"] == pytest.approx(10.0)
     assert out["crown_lirpa_softmax_over_cert_fixed"] == pytest.approx([3.0, 3.0])

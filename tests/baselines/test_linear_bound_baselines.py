@@ -207,6 +207,7 @@ def test_bounds_are_sound_and_alpha_never_above_crown(mode, norm):
         # guaranteed by construction (both alpha variants start at CROWN's relaxation and keep the min)
         assert res["alpha_crown"].upper <= res["crown"].upper + 1e-12
         assert res["alpha_crown_last_layer"].upper <= res["crown"].upper + 1e-12
+        assert res["alpha_crown_last_layer_lirpa_softmax"].upper <= res["crown_lirpa_softmax"].upper + 1e-12
 
 
 @pytest.mark.parametrize("norm", ["linf", "l2"])
@@ -307,6 +308,8 @@ def test_labels_name_method_and_input_set():
     assert "alpha-CROWN (full" in labels["alpha_crown"]
     assert "alpha-CROWN (last layer only" in labels["alpha_crown_last_layer"]
     assert "auto_LiRPA softmax graph" in labels["crown_lirpa_softmax"]
+    assert "last layer only" in labels["alpha_crown_last_layer_lirpa_softmax"]
+    assert "auto_LiRPA softmax graph" in labels["alpha_crown_last_layer_lirpa_softmax"]
     assert len(set(labels.values())) == len(labels)
     assert all("per-token l2" in v for v in labels.values())
 

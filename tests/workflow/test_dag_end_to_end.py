@@ -16,6 +16,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from attncert.baselines.comparison import PAPER_ALPHA_METHOD
+from attncert.baselines.linear_bound_baselines import METHODS
 from conftest import REPO
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
@@ -30,8 +32,7 @@ def _workdir(tmp_path: Path, model_dir: Path, **overrides) -> tuple[Path, Path]:
     cfg.update(n_prompts=2, max_tokens=6, layers=[0, 1], heads=[1])
     cfg["certify"].update(query_positions=[3], radii=[0.001, 0.003, 0.01], ascent_restarts=3, ascent_steps=40)
     cfg["baselines"].update(query_positions=[3], radii=[0.001, 0.01],
-                            methods=["ibp", "crown", "crown_mid", "alpha_crown", "alpha_crown_last_layer",
-                                     "crown_lirpa_softmax"])
+                            methods=list(METHODS))
     cfg.update(overrides)
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -74,11 +75,10 @@ def test_tiny_gpt2_certify_and_baselines(tmp_path, tiny_gpt2_dir):
     assert (fixed["exact_hi"] >= fixed["best_feasible"] - 1e-9).all()
     assert (cert["first_order"] >= cert["best_feasible"] - 1e-9).all()
     base = pd.read_csv(wd / "data/baselines/tiny-gpt2/layer0.csv")
-    assert set(base["method"]) == {"ibp", "crown", "crown_mid", "alpha_crown", "alpha_crown_last_layer",
-                                   "crown_lirpa_softmax"}
+    assert set(base["method"]) == set(METHODS)
     assert (base["status"] == "ok").all(), base.loc[base["status"] != "ok", "status"].tolist()  # no lost units
     measured = json.loads((wd / "figures/tables/tiny-gpt2/baselines_measured.json").read_text())["values"]
-    assert measured["baseline_units_lost"] == 0 and measured["alpha_crown_variant"] == "alpha_crown_last_layer"
+    assert measured["baseline_units_lost"] == 0 and measured["alpha_crown_variant"] == PAPER_ALPHA_METHOD
     assert set(measured["crown_tighter_than_first_order_smallest_r"]) == {"fixed", "varying"}
     assert (wd / "figures/certify/tiny-gpt2/relative_gap_vs_radius.png").stat().st_size > 10_000
     assert (wd / "data/extract/tiny-gpt2/layer0.npz.json").is_file()

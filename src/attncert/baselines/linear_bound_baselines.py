@@ -6,7 +6,7 @@ Public API:
     baseline_upper_bounds(problems, method) -> list[BaselineResult]     (batched; same results)
 
 method in METHODS = {"ibp", "crown", "crown_mid", "alpha_crown", "alpha_crown_last_layer",
-"crown_lirpa_softmax"}. `upper` is a sound upper bound on max g over the perturbation
+"crown_lirpa_softmax", "alpha_crown_last_layer_lirpa_softmax"}. `upper` is a sound upper bound on max g over the perturbation
 set of `problem` (for min g call it on `problem.negated()`). The head is the `bound_propagation`
 network of `head_network.py` on x = delta in R^{n d}, float64.
 
@@ -41,7 +41,8 @@ Methods (docs/baselines.md gives each one's auto_LiRPA counterpart):
   best iterate returned). Its reduction below CROWN is of the size the paper reports for its alpha-CROWN.
 * "crown_lirpa_softmax": CROWN with the auto_LiRPA rule on auto_LiRPA's softmax graph
   exp(s_k - s_m) / sum_k exp(s_k - s_m) (m = the nominal argmax, the Div relaxed as a reciprocal and a
-  product), to measure what our softmax construction changes.
+  product), to measure what our softmax construction changes; "alpha_crown_last_layer_lirpa_softmax":
+  last-layer alpha-CROWN on that graph.
 
 Soundness in floating point: all arithmetic is float64; the returned bound is raised by
 ROUNDING_MARGIN (1 + |bound|): an estimated outward margin (rounding here is ~1e-16 relative to the
@@ -68,7 +69,8 @@ from attncert.head.problem import HeadProblem
 from attncert.baselines.l2_input_set import PerTokenL2Ball
 
 #: The baselines (all on the default grid; see docs/baselines.md for each one's auto_LiRPA counterpart).
-METHODS = ("ibp", "crown", "crown_mid", "alpha_crown", "alpha_crown_last_layer", "crown_lirpa_softmax")
+METHODS = ("ibp", "crown", "crown_mid", "alpha_crown", "alpha_crown_last_layer", "crown_lirpa_softmax",
+           "alpha_crown_last_layer_lirpa_softmax")
 #: Methods available but not on the default grid (none at present).
 EXTRA_METHODS: tuple[str, ...] = ()
 #: Relative outward rounding added to every returned bound.
@@ -94,6 +96,7 @@ METHOD_SPECS = {
     "alpha_crown": MethodSpec("alpha_crown", "auto_lirpa"),
     "alpha_crown_last_layer": MethodSpec("alpha_crown_last_layer", "auto_lirpa"),
     "crown_lirpa_softmax": MethodSpec("crown", "auto_lirpa", "auto_lirpa"),
+    "alpha_crown_last_layer_lirpa_softmax": MethodSpec("alpha_crown_last_layer", "auto_lirpa", "auto_lirpa"),
 }
 
 _SOFTMAX = "softmax 1/sum_k exp(s_k - s_j)"
@@ -107,6 +110,9 @@ _LABELS = {
     "alpha_crown_last_layer": "alpha-CROWN (last layer only: CROWN intermediate bounds, per-objective slopes, best of {it} "
                               f"Adam steps, started at the {_LIRPA.split(':')[0]}; {_SOFTMAX})",
     "crown_lirpa_softmax": f"CROWN ({_LIRPA}; auto_LiRPA softmax graph exp(s_k - s_m)/sum, m = nominal argmax)",
+    "alpha_crown_last_layer_lirpa_softmax": "alpha-CROWN (last layer only: CROWN intermediate bounds, per-objective slopes, "
+                                            "best of {it} Adam steps, started at the auto_LiRPA relaxations; auto_LiRPA "
+                                            "softmax graph exp(s_k - s_m)/sum, m = nominal argmax)",
 }
 
 
