@@ -77,3 +77,27 @@ def test_ascent_finite_when_rounding_leaves_a_tiny_ball(norm):
     asc = best_feasible_ascent(P, restarts=4, steps=30, seed=0, num_threads=1)
     assert np.isfinite(asc.value) and P.in_ball(asc.Z) and asc.value == P.value(asc.Z)
     assert asc.value >= P.nominal_value()
+
+
+@pytest.mark.parametrize("mode", ["fixed", "varying"])
+def test_fused_head_equals_the_full_projections(mode):
+    """g through the few directions it reads equals g through W_Q, W_K, W_V (the former code path)."""
+    import torch
+
+    from attncert.certify.best_feasible_ascent import _TorchHead
+
+    P = random_head_problem(np.random.default_rng(9), d=7, d_head=3, n=5, radius=0.2, mode=mode, scale=2.0)
+    D = torch.as_tensor(feasible_perturbations(P, np.random.default_rng(1), 20))
+    cpu = torch.device("cpu")
+    fused, full = _TorchHead(P, cpu, fused=True)(D), _TorchHead(P, cpu, fused=False)(D)
+    direct = np.array([P.value(P.Z0 + d) for d in D.numpy()])
+    assert np.allclose(fused.numpy(), direct, rtol=1e-12, atol=1e-12)
+    assert np.allclose(full.numpy(), direct, rtol=1e-12, atol=1e-12)
+
+
+def test_early_stop_keeps_the_warm_start():
+    P = random_head_problem(np.random.default_rng(4), d=5, d_head=3, n=4, radius=0.3)
+    ex = exact_worst_case(P)
+    warm = (ex.witness - P.Z0)[None]
+    res = best_feasible_ascent(P, restarts=2, steps=200, starts=warm, stop_tol=1e-9, num_threads=1)
+    assert ex.lo - 1e-12 * ex.value_spread <= res.value <= ex.hi

@@ -1,9 +1,11 @@
 """One certification row: every column filled, the bounds ordered, and a soundness violation never silent."""
+import dataclasses
 import math
 
 import numpy as np
 
-from attncert.certify.run import COLUMNS, certify_unit
+from attncert.certify.exact_worst_case import exact_worst_case
+from attncert.certify.run import COLUMNS, certify_unit, in_check_sample
 from attncert.head.fixed_query import fixed_query_reduction
 from attncert.head.problem import random_head_problem
 from attncert.pipeline.unit_tables import soundness_check
@@ -47,3 +49,77 @@ def test_row_finite_when_scores_move_by_hundreds():
     assert row["exact_hi"] - row["exact_lo"] <= 1e-10 * row["value_spread"]
     assert row["status"] == "ok", row["error"]
     assert "exact_status" in COLUMNS and set(COLUMNS) <= set(row) and row["exact_status"] == "ok"
+
+
+OLD_COLUMNS = ["layer", "head", "prompt", "query_pos", "radius", "norm", "mode", "n_tokens", "nominal",
+               "exact_lo", "exact_hi", "value_spread", "best_feasible", "first_order", "second_order",
+               "secant_bound", "t_exact_s", "t_first_s", "t_ascent_s", "t_second_s", "solver", "status", "error"]
+
+
+def test_columns_only_grow_at_the_end():
+    assert COLUMNS[:len(OLD_COLUMNS)] == OLD_COLUMNS
+    assert COLUMNS[len(OLD_COLUMNS):] == ["exact_status", "second_order_tight", "t_second_tight_s",
+                                          "best_feasible_from", "ascent_check", "t_ascent_check_s"]
+
+
+def _unit(mode, seed=4, **meta):
+    p = random_head_problem(np.random.default_rng(seed), d=5, d_head=3, n=4, radius=0.05, mode=mode)
+    key = dict(layer=0, head=1, prompt=0, query_pos=3, radius=0.05, norm="linf", mode=mode)
+    key.update(meta)
+    return dataclasses.replace(p, meta=key)
+
+
+def test_fixed_query_best_feasible_is_the_exact_witness_and_no_ascent_runs():
+    p = _unit("fixed")
+    row = certify_unit(p, ascent_restarts=4, ascent_steps=30, ascent_check_fraction=0.0)
+    ex = exact_worst_case(p)
+    assert row["status"] == "ok" and row["best_feasible_from"] == "exact_witness"
+    assert row["best_feasible"] == row["exact_lo"] == ex.witness_value == p.value(ex.witness)
+    assert math.isnan(row["t_ascent_s"]) and math.isnan(row["ascent_check"])
+
+
+def test_ascent_cross_check_on_the_sampled_units():
+    p = _unit("fixed")
+    row = certify_unit(p, ascent_restarts=4, ascent_steps=30, ascent_check_fraction=1.0)
+    assert row["status"] == "ok" and math.isfinite(row["t_ascent_check_s"])
+    assert row["nominal"] - 1e-12 <= row["ascent_check"] <= row["exact_hi"]
+    assert row["best_feasible"] == row["exact_lo"]  # the check does not replace the witness
+
+
+def test_an_ascent_check_above_the_exact_bracket_is_unsound(monkeypatch):
+    from attncert.certify import run
+
+    real = run.best_feasible_ascent
+
+    def inflated(problem, **kw):
+        res = real(problem, **kw)
+        return dataclasses.replace(res, value=res.value + 1.0)
+
+    monkeypatch.setattr(run, "best_feasible_ascent", inflated)
+    row = certify_unit(_unit("fixed"), ascent_restarts=2, ascent_steps=10, ascent_check_fraction=1.0)
+    assert row["status"] == "UNSOUND" and "exact_hi" in row["error"]
+
+
+def test_check_sample_is_deterministic_by_unit_and_has_the_requested_share():
+    metas = [dict(layer=L, head=h, prompt=p, query_pos=4, radius=r, norm="linf", mode="fixed")
+             for L in range(4) for h in range(12) for p in range(5) for r in (0.001, 0.002, 0.005, 0.01, 0.02)]
+    picked = [in_check_sample(m, 0.1) for m in metas]
+    assert picked == [in_check_sample(m, 0.1) for m in metas]
+    assert 0.07 < np.mean(picked) < 0.13
+    assert all(in_check_sample(m, 1.0) for m in metas[:5]) and not any(in_check_sample(m, 0.0) for m in metas[:5])
+    assert in_check_sample(metas[7], 0.1) == in_check_sample({**metas[7], "mode": "varying"}, 0.1)
+
+
+def test_varying_query_ascent_is_warm_started_from_the_fixed_query_maximiser():
+    p = _unit("varying", seed=7)
+    row = certify_unit(p, ascent_restarts=2, ascent_steps=5)
+    assert row["status"] == "ok" and row["best_feasible_from"] == "ascent_warm"
+    warm = exact_worst_case(dataclasses.replace(p, mode="fixed")).witness
+    assert row["best_feasible"] >= p.value(warm) - 1e-12  # never below its warm start (in varying mode)
+    assert math.isnan(row["exact_lo"]) and math.isnan(row["t_exact_s"])
+
+
+def test_legacy_path_runs_the_cold_ascent_everywhere():
+    for mode in ("fixed", "varying"):
+        row = certify_unit(_unit(mode), ascent_restarts=4, ascent_steps=30, legacy_ascent=True)
+        assert row["status"] == "ok" and row["best_feasible_from"] == "ascent" and math.isfinite(row["t_ascent_s"])

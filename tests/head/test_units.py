@@ -63,3 +63,12 @@ def test_load_unit_rebuilds_the_problem_from_disk(tmp_path):
     assert p.value(p.Z0) == q.value(q.Z0) and np.array_equal(p.c, q.c)
     with pytest.raises(FileNotFoundError, match="fix: run `snakemake"):
         load_unit("m", layer=2, head=0, prompt=0, query_pos=2, radius=0.05, root=tmp_path)
+
+
+def test_varying_sub_grid_keeps_only_those_varying_units():
+    full = grid([0, 1], [0], [1, 4], [0.001, 0.002, 0.02], ["linf"], ["fixed", "varying"], layer=2)
+    sub = grid([0, 1], [0], [1, 4], [0.001, 0.002, 0.02], ["linf"], ["fixed", "varying"], layer=2,
+               varying={"query_positions": [4], "radii": [0.001, 0.002]})
+    assert len(full) == 24 and [u for u in full if u.mode == "fixed"] == [u for u in sub if u.mode == "fixed"]
+    v = [u for u in sub if u.mode == "varying"]
+    assert len(v) == 4 and {u.query_pos for u in v} == {4} and {u.radius for u in v} == {0.001, 0.002}

@@ -31,6 +31,9 @@ rule certify_layer:
         seed=config["certify"]["seed"],
         second_order=config["certify"].get("second_order", True),
         tight=config["certify"].get("tight", True),
+        ascent_check_fraction=config["certify"]["ascent_check_fraction"],
+        varying=config["certify"].get("varying", {}),
+        device=config["device"],
         spec_seed=config["spec_seed"],
         code=code("certify_layer.py"),
     threads: 1

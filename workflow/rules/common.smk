@@ -8,16 +8,19 @@ sys.path.insert(0, os.path.join(workflow.basedir, "src"))
 # oversubscribed BLAS makes the many small solves of the certificates 10-20x slower.
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
-if config.get("model", {}).get("source") == "embedded":
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from attncert.pipeline.code_hash import code_hash
 from attncert.pipeline.config import ConfigError, validate_config, selected
 from attncert.pipeline.model_source import ModelSourceError, check_reachable, model_dimensions
 
-# `--config model_source=DIR` is a shortcut for pointing at a local copy of the weights.
+# `--config model_source=DIR` is a shortcut for pointing at a local copy of the weights;
+# `--config model_source=random-gpt2` switches to the SYNTHETIC GPT-2-shaped model (name random-gpt2).
 if "model_source" in config:
     config["model"]["source"] = str(config.pop("model_source"))
+    if config["model"]["source"] == "random-gpt2":
+        config["model"].update(name="random-gpt2", family="gpt2")
+if config.get("model", {}).get("source") in ("embedded", "random-gpt2"):  # both read only local files
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 try:
     validate_config(config, base_dir=workflow.basedir)

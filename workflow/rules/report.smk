@@ -14,7 +14,7 @@ rule paper_vs_reproduced:
         csv="figures/tables/paper_vs_reproduced.csv",
         snapshot="figures/tables/paper_vs_reproduced.json",
     params:
-        model=MODEL,
+        model=MODEL_CFG,
         code=code("paper_vs_reproduced.py"),
     threads: 1
     conda:

@@ -4,11 +4,12 @@ from attncert.baselines.figures import figure_gap_vs_radius
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.provenance import provenance, write_sidecar
 from attncert.pipeline.report_files import grid_label, load_tables
+from attncert.pipeline.model_source import model_label
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
 base = load_tables(sm.input.baselines)
-label = grid_label(base.drop(columns=["method"]).drop_duplicates(), sm.params.model["name"])
+label = grid_label(base.drop(columns=["method"]).drop_duplicates(), model_label(sm.params.model))
 figure_gap_vs_radius(merge(base, load_tables(sm.input.cert)), label, sm.output.pdf)
 for out in sm.output:
     write_sidecar(out, provenance(sm.params, stage="baselines_figure", grid=label))

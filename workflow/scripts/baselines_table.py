@@ -4,10 +4,11 @@ from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.paper_comparison import write_measured
 from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
 from attncert.pipeline.report_files import load_tables
+from attncert.pipeline.model_source import model_label
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
-rep = stage_report(load_tables(sm.input.baselines), load_tables(sm.input.cert), sm.params.model["name"])
+rep = stage_report(load_tables(sm.input.baselines), load_tables(sm.input.cert), model_label(sm.params.model))
 write_measured(sm.output.measured, rep["measured"], rep["label"])
 for key, out in (("table", sm.output.csv), ("slopes", sm.output.slopes), ("headline", sm.output.headline)):
     with atomic_path(out) as tmp:

@@ -11,6 +11,7 @@ from attncert.block.residual import analyze_transition, transition_table
 from attncert.pipeline.extraction import load_layer
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
+from attncert.pipeline.model_source import model_label
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
@@ -31,7 +32,7 @@ rows, timings = analyze_transition(
     ascent_restarts=b["ascent_restarts"], ascent_steps=b["ascent_steps"], seed=b["seed"],
     reference=nxt["Z"][prompt, position], progress=lambda name: (phases.update(1), logging.info("phase %s done", name)))
 phases.close()
-df = transition_table(rows, timings, tr, heads, p.model["name"], prompt)
+df = transition_table(rows, timings, tr, heads, model_label(p.model), prompt)
 with atomic_path(sm.output.csv) as tmp:
     df.to_csv(tmp, index=False, float_format="%.17g")
 write_sidecar(sm.output.csv, provenance(

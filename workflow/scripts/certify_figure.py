@@ -3,9 +3,10 @@ from attncert.certify import figures
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.provenance import provenance, write_sidecar
 from attncert.pipeline.report_files import load_tables
+from attncert.pipeline.model_source import model_label
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
-figures.draw(sm.wildcards.certify_figure, load_tables(sm.input.tables), sm.params.model["name"], sm.output.pdf)
+figures.draw(sm.wildcards.certify_figure, load_tables(sm.input.tables), model_label(sm.params.model), sm.output.pdf)
 for out in sm.output:
     write_sidecar(out, provenance(sm.params, stage=f"certify_figure:{sm.wildcards.certify_figure}", inputs=list(sm.input.tables)))

@@ -9,6 +9,7 @@ from tqdm import tqdm
 from attncert.certify.run import COLUMNS, certify_unit
 from attncert.head.units import grid, head_problem, specification_vectors, write_specification
 from attncert.pipeline.extraction import load_layer
+from attncert.pipeline.device import DeviceError, resolve_device
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
 
@@ -16,16 +17,21 @@ sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
 p = sm.params
 torch.set_num_threads(sm.threads)
+try:
+    resolve_device(p.device)
+except DeviceError as e:
+    sys.exit(f"attncert: {e}")
 layer = int(sm.wildcards.layer)
 arrays = load_layer(sm.input.npz)
 qps = list(p.query_positions)
 spec = specification_vectors(arrays, layer, qps, p.spec_seed)
 write_specification(sm.output.spec, spec, qps, layer, p.spec_seed)
-units = grid(p.heads, p.prompts, qps, p.radii, p.norms, p.modes, layer)
+units = grid(p.heads, p.prompts, qps, p.radii, p.norms, p.modes, layer, varying=p.varying)
 rows = []
 for unit in tqdm(units, desc=f"certify layer {layer}", file=sys.stderr, mininterval=5):
     row = certify_unit(head_problem(arrays, spec, qps, unit), ascent_restarts=p.ascent_restarts,
-                       ascent_steps=p.ascent_steps, seed=p.seed, second_order=p.second_order, tight=p.tight)
+                       ascent_steps=p.ascent_steps, seed=p.seed, second_order=p.second_order, tight=p.tight,
+                       ascent_check_fraction=p.ascent_check_fraction, device=p.device)
     if row["status"] != "ok":
         level = logging.ERROR if row["status"] in ("UNSOUND", "error") else logging.WARNING
         logging.log(level, "%s %s: %s", row["status"], unit, row["error"])

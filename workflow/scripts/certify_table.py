@@ -6,10 +6,11 @@ from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.paper_comparison import write_measured
 from attncert.pipeline.provenance import provenance, write_sidecar
 from attncert.pipeline.report_files import load_tables
+from attncert.pipeline.model_source import model_label
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
-label, measured, n_violations = write_stage_tables(load_tables(sm.input.tables), sm.params.model["name"], sm.output)
+label, measured, n_violations = write_stage_tables(load_tables(sm.input.tables), model_label(sm.params.model), sm.output)
 write_measured(sm.output.measured, measured, label)
 if n_violations:
     print(f"attncert: {n_violations} SOUNDNESS VIOLATIONS, see {sm.output.violations}", file=sys.stderr)

@@ -5,12 +5,13 @@ The verdict rule is attncert.pipeline.verdict; the JSON ({"model", "measured", "
 """
 from attncert.pipeline.claims import load_claims
 from attncert.pipeline.job_log import start_job_log
+from attncert.pipeline.model_source import model_label
 from attncert.pipeline.paper_comparison import comparison_table, load_measured, to_markdown
 from attncert.pipeline.provenance import provenance, write_json, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
-model = sm.params.model
+model = model_label(sm.params.model)
 claims = load_claims(sm.input.claims)
 measured = load_measured(sm.input.measured)
 table = comparison_table(claims, measured, model)

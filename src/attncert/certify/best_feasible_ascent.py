@@ -22,6 +22,15 @@ Every iterate of every start is scored; the best one is recomputed with `problem
 a feasibility check (`problem.in_ball`; the point is shrunk toward Z0 by up to a relative 1e-6 if
 rounding of Z0 + Delta left a tiny ball, and the nominal value is the floor, so the result is finite).
 
+Cost. g reads each token through few directions: the value w_j = z_j . (W_V c) + b_V . c always, and
+for a fixed query the score s_j = z_j . (W_K q0) / sqrt(d_h) + const, so one product Z [u_s | u_w]
+(d x 2) replaces the (d x d_h) projections (fixed query), and Z [W_K | u_w] (d x (d_h + 1)) plus the
+query's own z_i W_Q replace three of them (varying query). `fused=False` keeps the former three full
+projections (the code path before this change, kept for the cost benchmark). `stop_tol` ends the
+polish phase once no start has gained more than stop_tol x (the best value's distance from the
+nominal value) over `patience` consecutive steps. `device` is resolved by
+`attncert.pipeline.device.resolve_device` (default cpu).
+
 The minimum is the maximum of -g (sense="min").
 """
 from __future__ import annotations
@@ -33,6 +42,7 @@ import numpy as np
 import torch
 
 from attncert.head.problem import HeadProblem
+from attncert.pipeline.device import resolve_device
 
 
 @dataclass
@@ -45,26 +55,43 @@ class AscentResult:
 
 
 class _TorchHead:
-    """g for a batch of perturbations Delta (B, n, d), float64."""
+    """g for a batch of perturbations Delta (B, n, d), float64, on `device`."""
 
-    def __init__(self, problem: HeadProblem):
-        t = lambda x: torch.as_tensor(x, dtype=torch.float64)  # noqa: E731
-        self.p = problem
-        self.WQ, self.WK, self.WV = t(problem.W_Q), t(problem.W_K), t(problem.W_V)
-        self.bQ, self.bK, self.bV = t(problem.b_Q), t(problem.b_K), t(problem.b_V)
-        self.Z0, self.c = t(problem.Z0), t(problem.c)
-        self.q0 = t(problem.nominal_query())
+    def __init__(self, problem: HeadProblem, device: torch.device, fused: bool = True):
+        t = lambda x: torch.as_tensor(np.asarray(x, dtype=np.float64), dtype=torch.float64, device=device)  # noqa: E731
+        self.p, self.fused, self.device = problem, fused, device
         self.sq = float(np.sqrt(problem.d_head))
+        self.Z0 = t(problem.Z0)
+        q0 = problem.nominal_query()
+        if not fused:
+            self.WQ, self.WK, self.WV = t(problem.W_Q), t(problem.W_K), t(problem.W_V)
+            self.bQ, self.bK, self.bV = t(problem.b_Q), t(problem.b_K), t(problem.b_V)
+            self.c, self.q0 = t(problem.c), t(q0)
+            return
+        u_w, w_b = problem.W_V @ problem.c, float(problem.b_V @ problem.c)
+        if problem.mode == "fixed":  # s_j = z_j . u_s + s_b, w_j = z_j . u_w + w_b
+            U = np.stack([problem.W_K @ q0 / self.sq, u_w], axis=1)
+            self.bias = t([float(problem.b_K @ q0) / self.sq, w_b])
+        else:  # k_j = z_j W_K + b_K, w_j = z_j . u_w + w_b, q = z_i W_Q + b_Q
+            U = np.concatenate([problem.W_K, u_w[:, None]], axis=1)
+            self.bias = t(np.append(problem.b_K, w_b))
+            self.WQ, self.bQ = t(problem.W_Q), t(problem.b_Q)
+        self.U = t(U)
 
     def __call__(self, delta: torch.Tensor) -> torch.Tensor:
         Z = self.Z0 + delta
+        if not self.fused:
+            q = self.q0.expand(Z.shape[0], -1) if self.p.mode == "fixed" else Z[:, self.p.query_index] @ self.WQ + self.bQ
+            s = torch.einsum("bnh,bh->bn", Z @ self.WK + self.bK, q) / self.sq
+            w = (Z @ self.WV + self.bV) @ self.c
+            return (torch.softmax(s, dim=1) * w).sum(1)
+        P = Z @ self.U + self.bias
         if self.p.mode == "fixed":
-            q = self.q0.expand(Z.shape[0], -1)
+            s = P[..., 0]
         else:
             q = Z[:, self.p.query_index] @ self.WQ + self.bQ
-        s = torch.einsum("bnh,bh->bn", Z @ self.WK + self.bK, q) / self.sq
-        w = (Z @ self.WV + self.bV) @ self.c
-        return (torch.softmax(s, dim=1) * w).sum(1)
+            s = torch.einsum("bnh,bh->bn", P[..., :-1], q) / self.sq
+        return (torch.softmax(s, dim=1) * P[..., -1]).sum(1)
 
 
 def _project(delta: torch.Tensor, r: float, norm: str) -> torch.Tensor:
@@ -94,60 +121,67 @@ def _random_starts(rng: np.random.Generator, k: int, n: int, d: int, r: float, n
 def best_feasible_ascent(problem: HeadProblem, restarts: int = 16, steps: int = 200, seed: int = 0,
                          step_size: float = 0.25, final_step_ratio: float = 1e-3, polish_fraction: float = 0.4,
                          screen: int = 256, sense: str = "max", starts: np.ndarray | None = None,
-                         num_threads: int | None = None) -> AscentResult:
+                         num_threads: int | None = None, device: str | torch.device | None = None,
+                         fused: bool = True, stop_tol: float = 0.0, patience: int = 10) -> AscentResult:
     """Multi-start projected gradient ascent; returns the best feasible value and its tokens.
 
     restarts: number of generated starts (>= 2: nominal and gradient start, then random ones);
     steps: iterations per start; the last `polish_fraction` of them are the monotone polish phase;
     screen: random points evaluated once, the best of which become the random starts;
-    starts: optional extra perturbations (k, n, d) to start from;
-    num_threads: torch intra-op threads for this call (restored afterwards); None leaves torch's setting.
+    starts: optional extra perturbations (k, n, d) to start from (e.g. a known maximiser: warm start);
+    num_threads: torch intra-op threads for this call (restored afterwards); None leaves torch's setting;
+    device: 'cpu' (default), 'cuda', 'cuda:N' (attncert.pipeline.device.resolve_device);
+    fused: evaluate g through the few directions it reads (see the module docstring); False = the
+    former three full projections; stop_tol, patience: early end of the polish phase (0 = never).
     """
+    kw = dict(restarts=restarts, steps=steps, seed=seed, step_size=step_size, final_step_ratio=final_step_ratio,
+              polish_fraction=polish_fraction, screen=screen, starts=starts, device=device, fused=fused,
+              stop_tol=stop_tol, patience=patience)
     if num_threads is not None:
         prev = torch.get_num_threads()
         torch.set_num_threads(num_threads)
         try:
-            return best_feasible_ascent(problem, restarts, steps, seed, step_size, final_step_ratio,
-                                        polish_fraction, screen, sense, starts, None)
+            return best_feasible_ascent(problem, sense=sense, **kw)
         finally:
             torch.set_num_threads(prev)
     if sense == "min":
-        res = best_feasible_ascent(problem.negated(), restarts, steps, seed, step_size, final_step_ratio,
-                                   polish_fraction, screen, "max", starts, num_threads)
+        res = best_feasible_ascent(problem.negated(), sense="max", **kw)
         return AscentResult(-res.value, res.Z, "min", -res.start_values, res.seconds)
     if sense != "max":
         raise ValueError(f"sense must be 'max' or 'min'; got {sense!r}")
     t0 = time.perf_counter()
+    dev = resolve_device(device)
     rng = np.random.default_rng(seed)
     n, d, r, norm = problem.n, problem.d, problem.radius, problem.norm
-    head = _TorchHead(problem)
+    head = _TorchHead(problem, dev, fused)
+    T = lambda x: torch.as_tensor(np.asarray(x, dtype=np.float64), dtype=torch.float64, device=dev)  # noqa: E731
 
-    def grad_at(delta: np.ndarray) -> np.ndarray:
-        x = torch.as_tensor(delta, dtype=torch.float64).requires_grad_(True)
+    def grad_at(delta: np.ndarray) -> torch.Tensor:
+        x = T(delta).requires_grad_(True)
         head(x).sum().backward()
-        return x.grad.numpy()
+        return x.grad
 
     n_rand = max(restarts - 2, 0)
     n_grad_rand = n_rand // 4
     n_screen = n_rand - n_grad_rand
-    pieces = [np.zeros((1, n, d))]
+    pieces = [torch.zeros((1, n, d), dtype=torch.float64, device=dev)]
     if restarts >= 2:
-        pieces.append(r * _direction(torch.as_tensor(grad_at(np.zeros((1, n, d)))), norm).numpy())
+        pieces.append(r * _direction(grad_at(np.zeros((1, n, d))), norm))
     if n_grad_rand:
         X = _random_starts(rng, n_grad_rand, n, d, r, norm, vertex=False)
-        pieces.append(r * _direction(torch.as_tensor(grad_at(X)), norm).numpy())
+        pieces.append(r * _direction(grad_at(X), norm))
     if n_screen:  # the best of `screen` random vertices / interior points (one batched evaluation)
         k = max(screen, n_screen)
-        cand = np.concatenate([_random_starts(rng, k - k // 2, n, d, r, norm, vertex=True),
-                               _random_starts(rng, k // 2, n, d, r, norm, vertex=False)])
+        cand = T(np.concatenate([_random_starts(rng, k - k // 2, n, d, r, norm, vertex=True),
+                                 _random_starts(rng, k // 2, n, d, r, norm, vertex=False)]))
         with torch.no_grad():
-            v = head(torch.as_tensor(cand)).numpy()
-        pieces.append(cand[np.argsort(-v, kind="stable")[:n_screen]])
+            v = head(cand)
+        pieces.append(cand[torch.argsort(-v, stable=True)[:n_screen]])
     if starts is not None:
-        pieces.append(np.asarray(starts, dtype=np.float64).reshape(-1, n, d))
-    delta = _project(torch.as_tensor(np.concatenate(pieces)), r, norm)
+        pieces.append(T(starts).reshape(-1, n, d))
+    delta = _project(torch.cat(pieces), r, norm)
 
-    best_val = torch.full((delta.shape[0],), -torch.inf, dtype=torch.float64)
+    best_val = torch.full((delta.shape[0],), -torch.inf, dtype=torch.float64, device=dev)
     best_delta = delta.clone()
 
     def record(val: torch.Tensor, point: torch.Tensor):
@@ -167,7 +201,7 @@ def best_feasible_ascent(problem: HeadProblem, restarts: int = 16, steps: int = 
         delta = _project(delta + eta * r * _direction(grad, norm), r, norm)
     # phase 2: monotone projected gradient ascent from each start's best point, adaptive step
     delta = best_delta.clone()
-    lr = None
+    lr, nominal, history = None, problem.nominal_value(), []
     for k in range(steps - n1):
         x = delta.clone().requires_grad_(True)
         val = head(x)
@@ -182,14 +216,21 @@ def best_feasible_ascent(problem: HeadProblem, restarts: int = 16, steps: int = 
         delta = torch.where(ok[:, None, None], cand, delta)
         lr = torch.where(ok, lr * 1.5, lr * 0.5)
         record(torch.where(ok, vc, val), delta)
+        if stop_tol > 0:
+            history.append(best_val.clone())
+            if len(history) > patience:
+                gain = float((history[-1] - history[-1 - patience]).max())
+                if gain <= stop_tol * max(float(best_val.max()) - nominal, 1e-300):
+                    break
     with torch.no_grad():
         record(head(delta), delta)
 
     # recompute the best few candidates directly, keep the best feasible one (the nominal point is
     # always feasible: the result is finite even when rounding keeps every candidate outside a tiny ball)
     value, Z_best = problem.value(problem.Z0), problem.Z0.copy()
-    for b in torch.argsort(best_val, descending=True)[:4].tolist():
-        D = best_delta[b].numpy()
+    best_np, order = best_delta.cpu().numpy(), torch.argsort(best_val, descending=True)[:4].tolist()
+    for b in order:
+        D = best_np[b]
         # Z0 + D rounds by ~u |Z0| per coordinate: relative to r that needs a shrink of ~u |Z0| / r
         for shrink in (0.0, 4e-16, 1e-14, 1e-12, 1e-9, 1e-6):
             Z = problem.Z0 + D * (1.0 - shrink)
@@ -198,4 +239,4 @@ def best_feasible_ascent(problem: HeadProblem, restarts: int = 16, steps: int = 
                 if v > value:
                     value, Z_best = v, Z
                 break
-    return AscentResult(float(value), Z_best, "max", best_val.numpy().copy(), time.perf_counter() - t0)
+    return AscentResult(float(value), Z_best, "max", best_val.cpu().numpy().copy(), time.perf_counter() - t0)

@@ -105,6 +105,12 @@ def load_unit(model: str, layer: int, head: int, prompt: int, query_pos: int, ra
     return head_problem(arrays, spec, qps, Unit(layer, head, prompt, query_pos, float(radius), norm, mode))
 
 
-def grid(heads, prompts, query_positions, radii, norms, modes, layer: int) -> list[Unit]:
+def grid(heads, prompts, query_positions, radii, norms, modes, layer: int, varying: dict | None = None) -> list[Unit]:
+    """Every unit of the product grid; `varying` (optional keys query_positions, radii) keeps only the
+    varying-query units on that sub-grid (config `certify.varying`)."""
+    varying = varying or {}
+    v_qps = [int(q) for q in varying.get("query_positions", query_positions)]
+    v_radii = [float(r) for r in varying.get("radii", radii)]
     return [Unit(layer, h, p, qp, float(r), nm, md)
-            for h, p, qp, nm, md, r in itertools.product(heads, prompts, query_positions, norms, modes, radii)]
+            for h, p, qp, nm, md, r in itertools.product(heads, prompts, query_positions, norms, modes, radii)
+            if md != "varying" or (int(qp) in v_qps and any(abs(float(r) - v) <= 1e-12 * v for v in v_radii))]

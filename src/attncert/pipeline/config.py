@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from attncert.pipeline.model_source import ModelSourceError, model_dimensions
+from attncert.pipeline.model_source import RANDOM_GPT2, ModelSourceError, model_dimensions
 
 SCHEMA_PATH = Path(__file__).resolve().parents[3] / "workflow" / "config" / "schema.yaml"
 
@@ -98,6 +98,7 @@ def validate_config(config: dict, base_dir: str | Path = ".", check_model: bool 
         if bad:
             raise ConfigError(f"config key '{section}.prompts': prompt {bad[0]} >= n_prompts {config['n_prompts']}; fix: use prompt indices below n_prompts")
     cert, base = config["certify"], config["baselines"]
+    _check_model_and_varying(config)
     for key in ("radii", "query_positions", "norms", "modes", "prompts"):
         c_vals = cert.get(key, list(range(config["n_prompts"]))) if key == "prompts" else cert[key]
         b_vals = base.get(key, list(range(config["n_prompts"]))) if key == "prompts" else base[key]
@@ -122,6 +123,27 @@ def validate_config(config: dict, base_dir: str | Path = ".", check_model: bool 
                     if bad:
                         raise ConfigError(f"config key '{key}': index {bad[0]} out of range, the model has {limit}; fix: use indices 0..{limit - 1} or 'all'")
     return config
+
+
+def _check_model_and_varying(config: dict) -> None:
+    """random-gpt2 is labelled synthetic; certify.varying restricts the certification grid and holds
+    every varying-query baseline unit."""
+    model = config["model"]
+    if model["source"] == RANDOM_GPT2:
+        if model["family"] != "gpt2":
+            raise ConfigError(f"config key 'model.family': {model['family']!r} but source 'random-gpt2' is GPT-2-shaped; fix: set model.family: gpt2")
+        if not any(w in model["name"].lower() for w in ("random", "synthetic")):
+            raise ConfigError(f"config key 'model.name': {model['name']!r} would present the synthetic random-gpt2 as a real model; fix: use a name containing 'random' or 'synthetic', e.g. random-gpt2")
+    cert, base = config["certify"], config["baselines"]
+    varying = cert.get("varying") or {}
+    for key in ("query_positions", "radii"):
+        extra = [v for v in varying.get(key, []) if v not in cert[key]]
+        if extra:
+            raise ConfigError(f"config key 'certify.varying.{key}': {extra[0]!r} is not in certify.{key}; fix: certify.varying restricts the certification grid, use a subset of certify.{key}")
+        if "varying" in base["modes"] and key in varying:
+            missing = [v for v in base[key] if v not in varying[key]]
+            if missing:
+                raise ConfigError(f"config key 'baselines.{key}': {missing[0]!r} is not in certify.varying.{key}; fix: the varying-query baseline units must be certified too, add it to certify.varying.{key}")
 
 
 def selected(config: dict, key: str, count: int) -> list[int]:

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attncert.pipeline.model_source import ModelSourceError, resolve, unreachable_message
+from attncert.pipeline.model_source import ModelSourceError, is_synthetic, resolve, unreachable_message
 
 
 @dataclass
@@ -46,12 +46,30 @@ class LoadedModel:
     family: str
     resolved: str
     revision: str | None
+    synthetic: bool = False
+
+
+def _load_random_gpt2(model_cfg: dict) -> LoadedModel:
+    """SYNTHETIC GPT-2-shaped model (attncert.pipeline.random_gpt2): random weights, not GPT-2."""
+    from attncert.pipeline.random_gpt2 import build_random_gpt2, describe, random_gpt2_tokenizer
+
+    if model_cfg["family"] != "gpt2":
+        raise ModelSourceError(f"model.source 'random-gpt2' is a GPT-2-shaped model but model.family is {model_cfg['family']!r}; fix: set model.family: gpt2")
+    seed, init_std = int(model_cfg.get("seed", 0)), float(model_cfg.get("init_std", 0.02))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    model = build_random_gpt2(seed, init_std=init_std)
+    tokenizer = random_gpt2_tokenizer(model.config.vocab_size)
+    model.to(torch.float64)
+    return LoadedModel(model, tokenizer, "gpt2", describe(seed, init_std), None, synthetic=True)
 
 
 def load_model(model_cfg: dict) -> LoadedModel:
-    """Load the configured model with transformers (`from_pretrained` on a hub id or a directory)."""
+    """Load the configured model with transformers (`from_pretrained` on a hub id or a directory), or
+    build the synthetic `random-gpt2`."""
     from transformers import AutoModel, AutoTokenizer
 
+    if is_synthetic(model_cfg):
+        return _load_random_gpt2(model_cfg)
     target = resolve(model_cfg)
     local = Path(target).exists()
     if local:

@@ -6,6 +6,9 @@
 - `source: <hub id>` (e.g. `gpt2`) -> `from_pretrained(<hub id>)`: needs network access to the hub or
   a copy in the local Hugging Face cache. When neither is available the run stops before any work
   with `ModelSourceError`, whose message names the fixes.
+- `source: random-gpt2` -> SYNTHETIC: the GPT-2 small architecture with a seeded random init
+  (`model.seed`, default 0) and the embedded model's tokenizer (`attncert.pipeline.random_gpt2`), for
+  measuring cost at GPT-2's dimensions anywhere. Not GPT-2: `model_label` marks it in every output.
 """
 from __future__ import annotations
 
@@ -14,9 +17,11 @@ import os
 from pathlib import Path
 
 EMBEDDED = "embedded"
+RANDOM_GPT2 = "random-gpt2"
+SYNTHETIC_SUFFIX = " (synthetic, not GPT-2)"
 
 # Dimensions of well-known hub ids, used for parse-time range checks when the hub is unreachable.
-KNOWN_DIMENSIONS = {"gpt2": (12, 12), "openai-community/gpt2": (12, 12)}
+KNOWN_DIMENSIONS = {"gpt2": (12, 12), "openai-community/gpt2": (12, 12), RANDOM_GPT2: (12, 12)}
 
 
 class ModelSourceError(RuntimeError):
@@ -34,6 +39,16 @@ def embedded_model_dir() -> Path:
     return path
 
 
+def is_synthetic(model_cfg: dict) -> bool:
+    return model_cfg.get("source") == RANDOM_GPT2
+
+
+def model_label(model_cfg: dict) -> str:
+    """The model's name as every table, figure and sidecar shows it (synthetic models say so)."""
+    name = str(model_cfg["name"])
+    return name + SYNTHETIC_SUFFIX if is_synthetic(model_cfg) else name
+
+
 def unreachable_message(source: str, why: str) -> str:
     return (f"model.source {source!r} cannot be loaded ({why}); fix: run the embedded default "
             f"(drop --configfile, i.e. workflow/config/default.yaml with model.source: embedded), or "
@@ -46,6 +61,8 @@ def resolve(model_cfg: dict) -> str:
     source = model_cfg["source"]
     if source == EMBEDDED:
         return str(embedded_model_dir())
+    if source == RANDOM_GPT2:
+        return RANDOM_GPT2
     path = Path(source).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():
@@ -58,8 +75,11 @@ def resolve(model_cfg: dict) -> str:
 
 def load_hf_config(model_cfg: dict):
     """The transformers config of the model; raises ModelSourceError if it cannot be reached."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig, GPT2Config
 
+    if is_synthetic(model_cfg):
+        embedded_model_dir()  # its tokenizer is used
+        return GPT2Config()
     target = resolve(model_cfg)
     try:
         return AutoConfig.from_pretrained(target, local_files_only=_offline(target))
@@ -79,6 +99,8 @@ def check_reachable(model_cfg: dict) -> None:
 def model_dimensions(model_cfg: dict) -> tuple[int, int] | None:
     """(n_layers, n_heads) without loading weights, or None if unknown (hub unreachable, id unknown)."""
     target = resolve(model_cfg)
+    if is_synthetic(model_cfg):
+        return KNOWN_DIMENSIONS[RANDOM_GPT2]
     cfg_file = Path(target) / "config.json"
     if cfg_file.is_file():
         cfg = json.loads(cfg_file.read_text())

