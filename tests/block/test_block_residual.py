@@ -217,3 +217,16 @@ def test_transition_from_extraction_equals_model(family, tiny_gpt2_dir, tiny_ber
             assert a.eps == b.eps
         else:
             assert a == b, f.name
+
+
+def test_three_effective_rank_definitions():
+    """Participation ratio, exp(spectral entropy) and stable rank: all k on k equal eigenvalues (of either
+    sign); on an uneven spectrum stable rank <= participation ratio <= rank and entropy rank <= rank."""
+    from attncert.block.box_qp import entropy_rank, stable_rank
+
+    flat = torch.diag(torch.tensor([2.0, -2.0, 2.0, 0.0, 0.0], dtype=DT)).unsqueeze(0)
+    for f in (effective_rank, entropy_rank, stable_rank):
+        assert torch.allclose(f(flat), torch.tensor([3.0], dtype=DT))
+    uneven = torch.diag(torch.tensor([4.0, 2.0, 1.0, 0.0], dtype=DT)).unsqueeze(0)
+    pr, er, sr = effective_rank(uneven), entropy_rank(uneven), stable_rank(uneven)
+    assert sr < pr < 3 and 1 < er < 3 and torch.isclose(sr, torch.tensor([21.0 / 16.0], dtype=DT))

@@ -64,6 +64,21 @@ def test_seeded_and_extra_starts():
     assert c.value >= ex.lo - 1e-12 * ex.value_spread
 
 
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+def test_ascent_finite_when_rounding_leaves_a_tiny_ball(norm):
+    """r = 1e-4 around tokens of size ~100: Z0 + Delta rounds by ~1e-14, more than the old largest shrink
+    (1e-12 r) could absorb, and the ascent returned -inf. It must return a feasible point, >= nominal."""
+    rng = np.random.default_rng(0)
+    base = random_head_problem(rng, d=4, d_head=3, n=5, radius=1e-4, norm=norm)
+    from attncert.head.problem import HeadProblem
+
+    P = HeadProblem(base.W_Q, base.W_K, base.W_V, base.b_Q, base.b_K, base.b_V, 100.0 * base.Z0,
+                    base.query_index, base.c, 1e-4, norm)
+    asc = best_feasible_ascent(P, restarts=4, steps=30, seed=0, num_threads=1)
+    assert np.isfinite(asc.value) and P.in_ball(asc.Z) and asc.value == P.value(asc.Z)
+    assert asc.value >= P.nominal_value()
+
+
 @pytest.mark.parametrize("mode", ["fixed", "varying"])
 def test_fused_head_equals_the_full_projections(mode):
     """g through the few directions it reads equals g through W_Q, W_K, W_V (the former code path)."""

@@ -289,3 +289,126 @@ def test_fixed_query_reduction_matches_float64():
     for got, want, err in zip(data.directions(), ref, (data.err_s0, data.err_w0, data.err_us, data.err_uw)):
         assert np.all(np.abs(got - want) <= 1e-12 * (1 + np.abs(want)))
         assert np.all(err > 0) and np.all(err < 1e-13 * (1 + np.abs(want)))
+
+
+# ------------------------------------------------------------------------------------------------
+# extreme radii and score widths (issue 13, part 2): finite, sound and tight at any R_s
+def _extreme_problem(seed, norm, log_scale, log_r, n_hi=16, d_hi=6):
+    rng = np.random.default_rng(seed)
+    return random_head_problem(rng, d=int(rng.integers(1, d_hi + 1)), d_head=int(rng.integers(1, 5)),
+                               n=int(rng.integers(1, n_hi + 1)), radius=10.0 ** log_r, norm=norm,
+                               scale=10.0 ** log_scale)
+
+
+def _trivial_top(P):
+    """max_j (w0_j + R_w): no value of g exceeds it (plus a relative 1e-12 for rounding)."""
+    _, w0, _, u_w = fixed_query_reduction(P).directions()
+    top = float((w0 + P.radius * P.dual_norm(u_w)).max())
+    return top + 1e-12 * (1.0 + abs(top))
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(seed=st.integers(0, 2**31), norm=st.sampled_from(["linf", "l2"]),
+       log_scale=st.floats(-1.0, 1.0), log_r=st.floats(-4.0, float(np.log10(3.0))))
+def test_exact_finite_sound_tight_at_any_radius(seed, norm, log_scale, log_r):
+    """Weight scales 0.1-10, radii 1e-4..3 (R_s up to thousands): the bracket is finite, contains every
+    sampled value, never exceeds the trivial bound max_j (w0_j + R_w), and is <= 1e-10 of the value
+    spread unless `status` says why not."""
+    _check_extreme(_extreme_problem(seed, norm, log_scale, log_r), seed)
+
+
+@settings(max_examples=16, **SETTINGS)
+@given(seed=st.integers(0, 2**31), norm=st.sampled_from(["linf", "l2"]),
+       log_scale=st.floats(0.5, 1.0), log_r=st.floats(-0.5, float(np.log10(3.0))))
+def test_exact_finite_sound_tight_when_scores_move_hundreds(seed, norm, log_scale, log_r):
+    """The same at weight scales 3-10 and radii 0.3-3: R_s of tens to thousands, weights spanning far more
+    than the double range (n <= 8 to keep the ellipse branch and bound fast)."""
+    _check_extreme(_extreme_problem(seed, norm, log_scale, log_r, n_hi=8), seed)
+
+
+def _check_extreme(P, seed):
+    vals = values(P, sample_perturbations(P, np.random.default_rng(seed + 1), k=40))
+    top, bottom = _trivial_top(P), -_trivial_top(P.negated())
+    for sense in ("max", "min"):
+        ex = exact_worst_case(P, sense)
+        assert np.isfinite(ex.lo) and np.isfinite(ex.hi) and ex.lo <= ex.hi
+        if sense == "max":
+            assert ex.hi >= vals.max() and ex.hi <= top
+        else:
+            assert ex.lo <= vals.min() and ex.lo >= bottom
+        status = getattr(ex, "status", "ok")
+        assert ex.relative_width <= 1e-10 or status.split(":")[0] in ("precision", "trivial_cap", "iterations")
+        assert status != "ok" or ex.relative_width <= 1e-10
+
+
+def _grid_max_log_space(P, G, iters=200):
+    """max g when every token takes a point of Z0_j + G: bisection on t of the sign of
+    F(t) = sum_j max_k e^{s_jk} (w_jk - t), every term in log form (the token substitution solver works
+    with one exp shift and loses tokens once scores span more than ~745)."""
+    q = P.nominal_query()
+    S = np.stack([(P.Z0[j] + G) @ P.W_K @ q / np.sqrt(P.d_head) + P.b_K @ q / np.sqrt(P.d_head) for j in range(P.n)])
+    W = np.stack([((P.Z0[j] + G) @ P.W_V + P.b_V) @ P.c for j in range(P.n)])
+
+    def F_positive(t):
+        pos, neg = [], []
+        for s, w in zip(S, W):
+            if np.any(w > t):
+                pos.append(np.max(np.where(w > t, s + np.log(np.maximum(w - t, 1e-300)), -np.inf)))
+            elif np.any(w == t):
+                continue
+            else:
+                neg.append(np.min(s + np.log(t - w)))
+        lp = np.logaddexp.reduce(pos) if pos else -np.inf
+        ln = np.logaddexp.reduce(neg) if neg else -np.inf
+        return lp > ln
+
+    lo, hi = P.nominal_value(), float(W.max())
+    for _ in range(iters):
+        m = 0.5 * (lo + hi)
+        lo, hi = (m, hi) if F_positive(m) else (lo, m)
+    return lo
+
+
+def test_exact_tight_across_a_kink_of_F():
+    """R_s ~ 260 (linf, d = 2): just above t = lo the dominant token's maximizer jumps to another vertex and
+    its weight drops by e^-hundreds, so F(lo) > 0 is ~1e-15 while the root is far away. Plain Dinkelbach
+    stops at lo (a Newton step gains < tol) and the old bracket was 0.06 of the spread wide, its hi above
+    max_j (w0_j + R_w); bisection on the certified bracket must find the optimum (checked against a dense
+    boundary grid)."""
+    P = _extreme_problem(74, "linf", 0.8, 0.4)
+    s0, w0, u_s, u_w = fixed_query_reduction(P).directions()
+    assert P.d == 2 and P.radius * np.abs(u_s).sum() > 250
+    ex = exact_worst_case(P)
+    grid = _grid_max_log_space(P, _ball_grid("linf", P.radius, m=4000))
+    assert ex.relative_width <= 1e-10 and ex.status == "ok"
+    assert ex.lo <= ex.hi and grid <= ex.hi and grid >= ex.lo - 1e-6 * ex.value_spread
+
+
+def test_exact_hi_finite_when_weights_underflow():
+    """R_s ~ 345 (l2): the maximizer's weights are all below e^-690 of the largest score. The old F_up
+    added an absolute 1e-290 and its hi reached 1.7e10 (max_j (w0_j + R_w) is 12.8); in log space the
+    bracket stays <= 1e-10 of the spread."""
+    P = _extreme_problem(54, "l2", 0.8, 0.4)
+    s0, w0, u_s, u_w = fixed_query_reduction(P).directions()
+    assert P.radius * np.linalg.norm(u_s) > 340
+    vals = values(P, sample_perturbations(P, np.random.default_rng(0), k=60))
+    for sense in ("max", "min"):
+        ex = exact_worst_case(P, sense)
+        assert ex.lo <= ex.hi and ex.relative_width <= 1e-10 and ex.status == "ok"
+        assert (ex.hi >= vals.max()) if sense == "max" else (ex.lo <= vals.min())
+        assert ex.hi <= _trivial_top(P) and ex.lo >= -_trivial_top(P.negated())
+
+
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+def test_exact_witness_when_rounding_exceeds_the_ball(norm):
+    """r = 1e-7 around tokens of size ~1000: Z0 + delta rounds by ~1e-13 = 1e-6 r, more than the old
+    largest shrink (1e-9 r), and the old solver raised RuntimeError. The witness is shrunk further (or
+    falls back to the nominal point); the bracket stays certified and tight."""
+    b = random_head_problem(np.random.default_rng(0), d=4, d_head=3, n=5, radius=1e-7, norm=norm)
+    P = HeadProblem(b.W_Q, b.W_K, b.W_V, b.b_Q, b.b_K, b.b_V, 1000.0 * b.Z0, b.query_index, b.c, 1e-7, norm)
+    vals = values(P, sample_perturbations(P, np.random.default_rng(1), k=40))
+    for sense in ("max", "min"):
+        ex = exact_worst_case(P, sense)
+        assert P.in_ball(ex.witness) and P.value(ex.witness) == ex.witness_value
+        assert ex.lo <= ex.hi and ex.relative_width <= 1e-10
+        assert (ex.hi >= vals.max()) if sense == "max" else (ex.lo <= vals.min())

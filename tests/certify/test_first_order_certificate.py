@@ -101,3 +101,40 @@ def test_gap_is_first_order_in_radius():
             gaps.append(first_order_certificate(Pr) - exact_worst_case(Pr).hi)
         assert all(g > 0 for g in gaps)
         assert 1.6 < gaps[0] / gaps[1] < 2.4 and 1.6 < gaps[1] / gaps[2] < 2.4
+
+
+# ------------------------------------------------------------------------------------------------
+# extreme radii and score widths (issue 13, part 2)
+def test_attention_lp_max_when_every_lower_exponential_underflows():
+    """Score intervals ~1600 wide: every e^{l_j - max u} underflows. The old prefix sums gave 0/0 at the
+    all-lower threshold and np.argmax picked that NaN; each threshold now has its own shift."""
+    l = np.array([-800.0, -900.0, -760.0])
+    u = np.array([800.0, 700.0, 790.0])
+    W = np.array([1.0, 0.0, -2.0])
+    val, k, X = attention_lp_max(l, u, W)
+    assert np.isfinite(val) and np.isfinite(X)
+    best = -np.inf  # vertex enumeration with a per-vertex log-sum-exp shift
+    for pick in itertools.product([0, 1], repeat=3):
+        s = np.where(np.array(pick) == 1, u, l)
+        a = np.exp(s - s.max())
+        best = max(best, a @ W / a.sum())
+    assert abs(val - best) <= 1e-12 and k == 1
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(seed=st.integers(0, 2**31), norm=st.sampled_from(["linf", "l2"]),
+       mode=st.sampled_from(["fixed", "varying"]), log_scale=st.floats(-1.0, 1.0),
+       log_r=st.floats(-4.0, float(np.log10(3.0))))
+def test_first_order_finite_and_sound_at_any_radius(seed, norm, mode, log_scale, log_r):
+    """Weight scales 0.1-10, radii 1e-4..3, n up to 16, both modes: finite, >= every sampled value (min: <=),
+    and never above the trivial bound max_j W_j (below min_j W_lo_j for the minimum)."""
+    rng = np.random.default_rng(seed)
+    P = random_head_problem(rng, d=int(rng.integers(1, 7)), d_head=int(rng.integers(1, 5)),
+                            n=int(rng.integers(1, 17)), radius=10.0 ** log_r, norm=norm, mode=mode,
+                            scale=10.0 ** log_scale)
+    vals = np.array([P.value(P.Z0 + D) for D in _samples(P, np.random.default_rng(seed + 3), 40)])
+    fo, fom = first_order_certificate(P), first_order_certificate_min(P)
+    assert np.isfinite(fo) and np.isfinite(fom)
+    assert fo >= vals.max() and fom <= vals.min()
+    _, _, W_lo, W_hi = score_value_intervals(P)
+    assert fo <= W_hi.max() and fom >= W_lo.min()

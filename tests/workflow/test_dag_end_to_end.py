@@ -3,6 +3,7 @@
 Also: the default DAG lists every stage in a dry run, `snakemake --lint` is clean, and an
 interrupted run, rerun, completes without redoing finished jobs or leaving partial outputs.
 """
+import json
 import os
 import re
 import shutil
@@ -16,6 +17,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from attncert.baselines.comparison import PAPER_ALPHA_METHOD
+from attncert.baselines.linear_bound_baselines import METHODS
 from conftest import REPO
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
@@ -29,7 +32,8 @@ def _workdir(tmp_path: Path, model_dir: Path, **overrides) -> tuple[Path, Path]:
     cfg["model"] = {"name": "tiny-gpt2", "family": "gpt2", "source": str(model_dir)}
     cfg.update(n_prompts=2, max_tokens=6, layers=[0, 1], heads=[1])
     cfg["certify"].update(query_positions=[3], radii=[0.001, 0.003, 0.01], ascent_restarts=3, ascent_steps=40)
-    cfg["baselines"].update(query_positions=[3], radii=[0.001, 0.01], methods=["ibp", "crown"])
+    cfg["baselines"].update(query_positions=[3], radii=[0.001, 0.01],
+                            methods=list(METHODS))
     cfg.update(overrides)
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -72,7 +76,11 @@ def test_tiny_gpt2_certify_and_baselines(tmp_path, tiny_gpt2_dir):
     assert (fixed["exact_hi"] >= fixed["best_feasible"] - 1e-9).all()
     assert (cert["first_order"] >= cert["best_feasible"] - 1e-9).all()
     base = pd.read_csv(wd / "data/baselines/tiny-gpt2/layer0.csv")
-    assert set(base["method"]) == {"ibp", "crown"} and not base["status"].str.startswith("UNSOUND").any()
+    assert set(base["method"]) == set(METHODS)
+    assert (base["status"] == "ok").all(), base.loc[base["status"] != "ok", "status"].tolist()  # no lost units
+    measured = json.loads((wd / "figures/tables/tiny-gpt2/baselines_measured.json").read_text())["values"]
+    assert measured["baseline_units_lost"] == 0 and measured["alpha_crown_variant"] == PAPER_ALPHA_METHOD
+    assert set(measured["crown_tighter_than_first_order_smallest_r"]) == {"fixed", "varying"}
     assert (wd / "figures/certify/tiny-gpt2/relative_gap_vs_radius.png").stat().st_size > 10_000
     assert (wd / "data/extract/tiny-gpt2/layer0.npz.json").is_file()
     # rerunning does nothing: every output is complete and up to date

@@ -30,6 +30,7 @@ rule certify_layer:
         ascent_steps=config["certify"]["ascent_steps"],
         seed=config["certify"]["seed"],
         second_order=config["certify"].get("second_order", True),
+        tight=config["certify"].get("tight", True),
         ascent_check_fraction=config["certify"]["ascent_check_fraction"],
         varying=config["certify"].get("varying", {}),
         device=config["device"],

@@ -3,6 +3,7 @@
 # (figures/minip/*). Everything is model-independent (no transformer weights are read).
 from attncert.minip.sweep import runs as _minip_runs, run_params as _minip_run_params, table_inputs as _minip_table_inputs
 from attncert.minip.codes import hadamard as _minip_hadamard
+from attncert.minip.figures import FIGURES as _MINIP_FIGURE_NAMES
 
 MINIP = config["minip"]
 try:
@@ -14,14 +15,11 @@ except ValueError as _e:
 
 MINIP_RUNS = [r.path for r in _minip_runs(MINIP)]
 MINIP_THRESHOLD = MINIP["scaling"]["threshold"]
-MINIP_FIGURES = {
-    "witness": "figures/minip/witness_phase_transition",
-    "scaling": "figures/minip/scaling_error_vs_rank",
-    "transition": "figures/minip/transition_rank_vs_size",
-}
-MINIP_TABLES = ["witness", "transition", "paper", "constructions"]
+MINIP_REPORT_THRESHOLDS = MINIP["scaling"]["report_thresholds"]
+MINIP_FIGURES = [f"figures/minip/{name}" for name in _MINIP_FIGURE_NAMES]
+MINIP_TABLES = ["witness", "witness_maxerr", "transition", "thresholds", "paper", "constructions"]
 MINIP_OUTPUTS = (
-    [f"{f}.{ext}" for f in MINIP_FIGURES.values() for ext in ("pdf", "png")]
+    [f"{f}.{ext}" for f in MINIP_FIGURES for ext in ("pdf", "png")]
     + [f"figures/tables/minip_{t}.{ext}" for t in MINIP_TABLES for ext in ("csv", "md")]
 )
 
@@ -32,6 +30,7 @@ rule minip_witness_bound:
         sidecar="data/minip/witness_bound.json.json",
     params:
         witness=MINIP["witness"],
+        code=code("minip_witness_bound.py"),
     threads: 1
     conda:
         "../../environment.yml"
@@ -53,6 +52,7 @@ rule minip_constructions:
     params:
         constructions=MINIP["constructions"],
         witness=MINIP["witness"],
+        code=code("minip_constructions.py"),
     threads: 1
     conda:
         "../../environment.yml"
@@ -77,6 +77,7 @@ rule minip_train:
         seed=r"\d+",
     params:
         run=lambda wc: _minip_run_params(MINIP, wc.setting),
+        code=code("minip_train.py"),
     threads: 1
     conda:
         "../../environment.yml"
@@ -97,6 +98,9 @@ rule minip_collect:
     output:
         csv="data/minip/sweep.csv",
         sidecar="data/minip/sweep.csv.json",
+    params:
+        seeds=MINIP["seeds"],
+        code=code("minip_collect.py"),
     threads: 1
     conda:
         "../../environment.yml"
@@ -111,16 +115,21 @@ rule minip_collect:
         "../scripts/minip_collect.py"
 
 
-rule minip_figure_witness:
+wildcard_constraints:
+    minip_figure="|".join(_MINIP_FIGURE_NAMES),
+
+
+rule minip_figure:
     input:
-        sweep="data/minip/sweep.csv",
-        bound="data/minip/witness_bound.json",
+        unpack(lambda wc: {"sweep": "data/minip/sweep.csv",
+                           **({"bound": "data/minip/witness_bound.json"} if "bound" in _MINIP_FIGURE_NAMES[wc.minip_figure] else {})}),
     output:
-        pdf=report(MINIP_FIGURES["witness"] + ".pdf", caption="../report/minip_witness.rst", category="Paper B: Min-IP"),
-        png=MINIP_FIGURES["witness"] + ".png",
+        pdf=report("figures/minip/{minip_figure}.pdf", caption="../report/minip_{minip_figure}.rst", category="Paper B: Min-IP"),
+        png="figures/minip/{minip_figure}.png",
     params:
-        what="witness",
         threshold=MINIP_THRESHOLD,
+        thresholds=MINIP_REPORT_THRESHOLDS,
+        code=code("minip_figure.py"),
     threads: 1
     conda:
         "../../environment.yml"
@@ -128,55 +137,9 @@ rule minip_figure_witness:
         mem_mb=1000,
         runtime=5,
     log:
-        log_path("minip", "figure_witness"),
+        log_path("minip", "figure_{minip_figure}"),
     benchmark:
-        bench_path("minip", "figure_witness")
-    script:
-        "../scripts/minip_figure.py"
-
-
-rule minip_figure_scaling:
-    input:
-        sweep="data/minip/sweep.csv",
-    output:
-        pdf=report(MINIP_FIGURES["scaling"] + ".pdf", caption="../report/minip_scaling.rst", category="Paper B: Min-IP"),
-        png=MINIP_FIGURES["scaling"] + ".png",
-    params:
-        what="scaling",
-        threshold=MINIP_THRESHOLD,
-    threads: 1
-    conda:
-        "../../environment.yml"
-    resources:
-        mem_mb=1000,
-        runtime=5,
-    log:
-        log_path("minip", "figure_scaling"),
-    benchmark:
-        bench_path("minip", "figure_scaling")
-    script:
-        "../scripts/minip_figure.py"
-
-
-rule minip_figure_transition:
-    input:
-        sweep="data/minip/sweep.csv",
-    output:
-        pdf=report(MINIP_FIGURES["transition"] + ".pdf", caption="../report/minip_transition.rst", category="Paper B: Min-IP"),
-        png=MINIP_FIGURES["transition"] + ".png",
-    params:
-        what="transition",
-        threshold=MINIP_THRESHOLD,
-    threads: 1
-    conda:
-        "../../environment.yml"
-    resources:
-        mem_mb=1000,
-        runtime=5,
-    log:
-        log_path("minip", "figure_transition"),
-    benchmark:
-        bench_path("minip", "figure_transition")
+        bench_path("minip", "figure_{minip_figure}")
     script:
         "../scripts/minip_figure.py"
 
@@ -188,9 +151,11 @@ rule minip_table:
         csv="figures/tables/minip_{table}.csv",
         md="figures/tables/minip_{table}.md",
     wildcard_constraints:
-        table="witness|transition|paper|constructions",
+        table="witness|witness_maxerr|transition|thresholds|paper|constructions",
     params:
         threshold=MINIP_THRESHOLD,
+        thresholds=MINIP_REPORT_THRESHOLDS,
+        code=code("minip_table.py"),
     threads: 1
     conda:
         "../../environment.yml"
@@ -211,10 +176,13 @@ MINIP_MEASURED = ["figures/tables/minip_measured.json"]
 rule minip_measured:
     input:
         unpack(lambda wc: _minip_table_inputs("witness")),
+        constructions="data/minip/constructions.csv",
     output:
         MINIP_MEASURED,
     params:
         threshold=MINIP_THRESHOLD,
+        thresholds=MINIP_REPORT_THRESHOLDS,
+        code=code("minip_measured.py"),
     threads: 1
     conda:
         "../../environment.yml"

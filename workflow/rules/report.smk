@@ -1,4 +1,5 @@
-# Final stage: every claimed number of both papers beside ours (figures/tables/paper_vs_reproduced.md).
+# Final stage: every claim of both papers beside ours with its verdict (figures/tables/paper_vs_reproduced.md);
+# the .json is the snapshot `python -m attncert.pipeline.readme_results` turns into the README's results.
 
 PAPER_VS_REPRODUCED = "figures/tables/paper_vs_reproduced.md"
 REPORT_OUTPUTS = [PAPER_VS_REPRODUCED]
@@ -11,6 +12,7 @@ rule paper_vs_reproduced:
     output:
         md=PAPER_VS_REPRODUCED,
         csv="figures/tables/paper_vs_reproduced.csv",
+        snapshot="figures/tables/paper_vs_reproduced.json",
     params:
         model=MODEL_CFG,
         code=code("paper_vs_reproduced.py"),

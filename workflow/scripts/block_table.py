@@ -3,7 +3,7 @@ import pandas as pd
 
 from attncert.block import report
 from attncert.pipeline.job_log import start_job_log
-from attncert.pipeline.paper_comparison import load_claims, write_measured
+from attncert.pipeline.paper_comparison import claim_dicts, write_measured
 from attncert.pipeline.provenance import provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
@@ -15,7 +15,7 @@ r_ref, _ = report.at_reference(df, block)
 report.write_table(report.summary_table(df), sm.output.summary, sm.output.summary_md, f"Block residual per radius — {label}",
                    ["Spearman ρ: CROWN looseness vs predicted looseness over the units at that radius (scipy.stats.spearmanr).",
                     "second_order_dev = ascent max / best-found second-order maximum − 1; crown_ge_ascent counts sound rows."])
-report.write_table(report.paper_table(df, block, load_claims(sm.input.claims, "paper_a")), sm.output.paper,
+report.write_table(report.paper_table(df, block, claim_dicts(sm.input.claims, "paper_a")), sm.output.paper,
                    sm.output.paper_md, f"Paper A block residual experiment (GPT-2 small) vs ours — {label}",
                    ["Paper values from data/paper_claims.yaml (paper_a, block_*). Ours: this run; embedded-model "
                     "results are not GPT-2 results.", f"Rank correlations at r = {r_ref:g}."])

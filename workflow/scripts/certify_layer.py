@@ -30,7 +30,7 @@ units = grid(p.heads, p.prompts, qps, p.radii, p.norms, p.modes, layer, varying=
 rows = []
 for unit in tqdm(units, desc=f"certify layer {layer}", file=sys.stderr, mininterval=5):
     row = certify_unit(head_problem(arrays, spec, qps, unit), ascent_restarts=p.ascent_restarts,
-                       ascent_steps=p.ascent_steps, seed=p.seed, second_order=p.second_order,
+                       ascent_steps=p.ascent_steps, seed=p.seed, second_order=p.second_order, tight=p.tight,
                        ascent_check_fraction=p.ascent_check_fraction, device=p.device)
     if row["status"] != "ok":
         level = logging.ERROR if row["status"] in ("UNSOUND", "error") else logging.WARNING

@@ -3,14 +3,15 @@ import json
 import logging
 
 from attncert.minip.sweep import collect
+from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
-logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
+start_job_log(sm.log[0])
 records = [json.loads(open(p).read()) for p in sm.input.runs]
 df = collect(records)
 logging.info("%d runs collected", len(df))
 with atomic_path(sm.output.csv) as tmp:
     df.to_csv(tmp, index=False)
-write_sidecar(sm.output.csv, provenance(sm.config, stage="minip_collect", model_id="minip",
-                                        seeds={"runs": sm.config["minip"]["seeds"]}, runs=len(df)))
+write_sidecar(sm.output.csv, provenance(sm.params, stage="minip_collect", model_id="minip",
+                                        seeds={"runs": list(sm.params.seeds)}, runs=len(df)))

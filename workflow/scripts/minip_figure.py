@@ -1,22 +1,20 @@
-"""Snakemake entry point: one Min-IP figure (PDF + PNG); params.what names it."""
+"""Snakemake entry point: one Min-IP figure (PDF + PNG) named by the wildcard (attncert.minip.figures)."""
 import json
 import logging
 
 import pandas as pd
 
-from attncert.minip import plots
-from attncert.minip.tables import transition_table
+from attncert.minip.figures import draw
+from attncert.pipeline.job_log import start_job_log
+from attncert.pipeline.provenance import provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
-logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
-runs = pd.read_csv(sm.input.sweep)
-threshold = sm.params.threshold
-if sm.params.what == "witness":
-    plots.witness_figure(runs, json.loads(open(sm.input.bound).read()), sm.output.pdf, sm.output.png)
-elif sm.params.what == "scaling":
-    plots.scaling_figure(runs, threshold, sm.output.pdf, sm.output.png)
-elif sm.params.what == "transition":
-    plots.transition_figure(transition_table(runs, threshold), threshold, sm.output.pdf, sm.output.png)
-else:
-    raise SystemExit(f"attncert: unknown Min-IP figure {sm.params.what!r}")
-logging.info("figure %s written", sm.params.what)
+start_job_log(sm.log[0])
+name = sm.wildcards.minip_figure
+bound = json.loads(open(sm.input.bound).read()) if "bound" in sm.input.keys() else None
+draw(name, pd.read_csv(sm.input.sweep), bound, sm.params.threshold, list(sm.params.thresholds), sm.output.pdf,
+     sm.output.png)
+for out in sm.output:
+    write_sidecar(out, provenance(sm.params, stage=f"minip_figure:{name}", model_id="minip",
+                                  inputs=[str(p) for p in sm.input]))
+logging.info("figure %s written", name)

@@ -4,10 +4,11 @@ import logging
 from attncert.minip.sweep import parse_model, parse_setting
 from attncert.minip.training import TrainConfig, run_scaling, run_witness
 from attncert.minip.witness import witness_family
+from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.provenance import provenance, write_json, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
-logging.basicConfig(filename=sm.log[0], level=logging.INFO, format="%(asctime)s %(message)s")
+start_job_log(sm.log[0])
 run = sm.params.run  # attncert.minip.sweep.run_params: what this run depends on
 setting, model, seed = sm.wildcards.setting, sm.wildcards.model, int(sm.wildcards.seed)
 kind, rank = parse_model(model)
@@ -24,6 +25,6 @@ else:
 record["setting"] = setting
 logging.info("record %s", record)
 write_json(sm.output.json, record)
-write_sidecar(sm.output.json, provenance(sm.config, stage="minip_train", model_id="minip",
+write_sidecar(sm.output.json, provenance(sm.params, stage="minip_train", model_id="minip",
                                          seeds={"run": seed, **({"pool": run["scaling"]["pool_seed"]} if "scaling" in run else {})},
                                          setting=setting, model=model, run_params=run))

@@ -8,6 +8,16 @@ Per unit (same head, tokens, specification c, radius, norm, mode) and method M w
 
 Soundness: every U_M must be >= every value actually attained (the exact witness `exact_lo`, the best
 ascent value); a violation is recorded in the baselines table's `status` as "UNSOUND".
+
+Lost units: a (unit, method) row whose status is neither "ok" nor "UNSOUND" (no bound: "nan: ...",
+"error: ..."); `lost_units` lists them with their one-line reason.
+
+Which baseline stands for the paper's (docs/baselines.md, "Which variant stands for the paper's"):
+CROWN claims use `crown` (auto_LiRPA's relaxations on our softmax graph; `crown_lirpa_softmax`, the same
+on auto_LiRPA's own softmax graph, has its own keys). alpha-CROWN claims use last-layer alpha-CROWN on
+auto_LiRPA's softmax graph: auto_LiRPA builds softmax that way, and the paper's alpha-CROWN is only
+~15-20% below its CROWN (6.7x vs 7.8x, 17.5x vs 22x), which the last-layer variants show and the full
+one (every intermediate bound optimized) does not. The other alpha variants have their own keys.
 """
 from __future__ import annotations
 
@@ -17,21 +27,27 @@ import pandas as pd
 from attncert.pipeline.unit_tables import UNIT_KEYS, add_gaps, per_unit_slopes
 
 KEYS = UNIT_KEYS + ["radius"]
+#: The CROWN the paper's CROWN claims are compared with (auto_LiRPA's relaxations).
+PAPER_CROWN_METHOD = "crown"
+#: The alpha-CROWN the paper's alpha-CROWN claims are compared with (see the module docstring).
+PAPER_ALPHA_METHOD = "alpha_crown_last_layer_lirpa_softmax"
 PAPER = {  # Paper A, GPT-2 small, query position 4 (see data/paper_claims.yaml)
     ("fixed", "crown"): "3.8–4.7× at every radius",
     ("varying", "crown"): "7.8× (r=0.001) → 22× (r=0.01)",
-    ("varying", "alpha_crown"): "6.7× (r=0.001) → 17.5× (r=0.01)",
+    ("varying", PAPER_ALPHA_METHOD): "α-CROWN: 6.7× (r=0.001) → 17.5× (r=0.01)",
     ("fixed", "ibp"): "relative gap 5.7–19",
     ("varying", "ibp"): "relative gap 5.7–19",
 }
 PAPER_SLOPES = {("fixed", "crown"): 2.11, ("varying", "crown"): 2.39}
-PAPER_SECONDS = {"ibp": "", "crown": "0.01–0.02", "alpha_crown": "0.2–0.7", "second_order": "10 (fixed) / 22 (varying)"}
+PAPER_SECONDS = {"ibp": "", "crown": "0.01–0.02", PAPER_ALPHA_METHOD: "0.2–0.7 (α-CROWN)",
+                 "second_order": "10 (fixed) / 22 (varying)"}
 
 
 def merge(baselines: pd.DataFrame, cert: pd.DataFrame) -> pd.DataFrame:
     """One row per unit and method, with the certificate's columns alongside."""
     c = add_gaps(cert)
     cols = KEYS + ["nominal", "reference", "movement", "second_order", "gap_second_order", "t_second_s", "first_order"]
+    cols += [k for k in ("second_order_tight", "gap_second_order_tight") if k in c]
     b = baselines.copy()
     for k in ("radius",):
         b[k] = b[k].astype(float).round(12)
@@ -89,8 +105,38 @@ def headline(m: pd.DataFrame, model: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def paper_measurements(table: pd.DataFrame, slopes: pd.DataFrame, head: pd.DataFrame) -> dict:
-    """Our values for the claim ids of data/paper_claims.yaml (baselines stage)."""
+def lost_units(baselines: pd.DataFrame) -> pd.DataFrame:
+    """(unit, method) rows without a bound (status not "ok" and not a soundness violation), with the reason."""
+    status = baselines["status"].astype(str)
+    lost = baselines[~status.eq("ok") & ~status.str.startswith("UNSOUND")]
+    return lost[KEYS + ["method", "status"]].rename(columns={"status": "reason"}).reset_index(drop=True)
+
+
+def crown_vs_first_order(m: pd.DataFrame, method: str = PAPER_CROWN_METHOD) -> pd.DataFrame:
+    """Per mode, at the smallest radius of the grid: share of units where `method`'s upper bound is
+    below the first-order certificate (the paper: "at the smallest radius CROWN beats the first-order
+    certificate"). Units without either bound are left out (counted in `units`)."""
+    rows = []
+    sub = m[m["method"] == method]
+    for mode, g in sub.groupby("mode"):
+        r0 = g["radius"].min()
+        g = g[np.isclose(g["radius"], r0)]
+        both = g[(g["status"] == "ok") & g["upper"].notna() & g["first_order"].notna()]
+        rows.append({"mode": mode, "radius": r0, "method": method, "units": len(g), "compared": len(both),
+                     "share_below_first_order": float((both["upper"] < both["first_order"]).mean()) if len(both) else np.nan,
+                     "median_ratio_gap_to_first_order_gap": float(
+                         ((both["upper"] - both["reference"]) / (both["first_order"] - both["reference"])).median())
+                     if len(both) else np.nan})
+    return pd.DataFrame(rows)
+
+
+def paper_measurements(table: pd.DataFrame, slopes: pd.DataFrame, head: pd.DataFrame,
+                       first_order: pd.DataFrame | None = None, lost: pd.DataFrame | None = None) -> dict:
+    """Our values for the claim ids of data/paper_claims.yaml (baselines stage).
+
+    CROWN claims use PAPER_CROWN_METHOD ("crown": auto_LiRPA's relaxations), alpha-CROWN claims
+    PAPER_ALPHA_METHOD ("alpha_crown_last_layer_lirpa_softmax"); the other variants are given under their own keys.
+    Definitions of every key: docs/baselines.md, section "Measured keys"."""
     def rows(mode=None, method=None, radius=None):
         t = table
         if mode:
@@ -111,18 +157,45 @@ def paper_measurements(table: pd.DataFrame, slopes: pd.DataFrame, head: pd.DataF
 
     sl = slopes.set_index(["mode", "method"])["median_slope"]
     hd = head.set_index("method")
-    return {
+    crown, alpha, full = PAPER_CROWN_METHOD, PAPER_ALPHA_METHOD, "alpha_crown"
+
+    def share(column, method=crown):
+        return float(hd.loc[method, column]) if method in hd.index else None
+
+    out = {
         "ibp_rel_gap": span(rows(method="ibp")["median_rel_gap"]),
-        "crown_slope_fixed": float(sl.get(("fixed", "crown"), np.nan)),
-        "crown_slope_varying": float(sl.get(("varying", "crown"), np.nan)),
-        "crown_over_cert_fixed": span(rows("fixed", "crown")["ratio_median"]),
-        "crown_over_cert_varying_r0.001": one(rows("varying", "crown", 0.001)["ratio_median"]),
-        "crown_over_cert_varying_r0.01": one(rows("varying", "crown", 0.01)["ratio_median"]),
-        "cert_tighter_share": float(hd.loc["crown", "share_certificate_tighter"]) if "crown" in hd.index else None,
-        "cert_2x_tighter_share": float(hd.loc["crown", "share_certificate_2x_tighter"]) if "crown" in hd.index else None,
-        "crown_seconds": span(rows(method="crown")["median_seconds"]),
-        "alpha_crown_seconds": span(rows(method="alpha_crown")["median_seconds"]),
+        "crown_slope_fixed": float(sl.get(("fixed", crown), np.nan)),
+        "crown_slope_varying": float(sl.get(("varying", crown), np.nan)),
+        "crown_over_cert_fixed": span(rows("fixed", crown)["ratio_median"]),
+        "crown_over_cert_varying_r0.001": one(rows("varying", crown, 0.001)["ratio_median"]),
+        "crown_over_cert_varying_r0.01": one(rows("varying", crown, 0.01)["ratio_median"]),
+        "cert_tighter_share": share("share_certificate_tighter"),
+        "cert_2x_tighter_share": share("share_certificate_2x_tighter"),
+        "crown_seconds": span(rows(method=crown)["median_seconds"]),
+        "alpha_crown_seconds": span(rows(method=alpha)["median_seconds"]),
+        "alpha_crown_over_cert_varying_r0.001": one(rows("varying", alpha, 0.001)["ratio_median"]),
+        "alpha_crown_over_cert_varying_r0.01": one(rows("varying", alpha, 0.01)["ratio_median"]),
+        "alpha_crown_variant": alpha,
+        # the other variants, for the reader (not the paper's methods)
+        "alpha_crown_full_over_cert_varying_r0.001": one(rows("varying", full, 0.001)["ratio_median"]),
+        "alpha_crown_full_over_cert_varying_r0.01": one(rows("varying", full, 0.01)["ratio_median"]),
+        "alpha_crown_full_seconds": span(rows(method=full)["median_seconds"]),
+        "crown_mid_over_cert_fixed": span(rows("fixed", "crown_mid")["ratio_median"]),
+        "crown_mid_over_cert_varying_r0.001": one(rows("varying", "crown_mid", 0.001)["ratio_median"]),
+        "crown_mid_over_cert_varying_r0.01": one(rows("varying", "crown_mid", 0.01)["ratio_median"]),
+        "crown_lirpa_softmax_over_cert_fixed": span(rows("fixed", "crown_lirpa_softmax")["ratio_median"]),
+        "crown_lirpa_softmax_over_cert_varying_r0.001": one(rows("varying", "crown_lirpa_softmax", 0.001)["ratio_median"]),
+        "crown_lirpa_softmax_over_cert_varying_r0.01": one(rows("varying", "crown_lirpa_softmax", 0.01)["ratio_median"]),
+        "alpha_crown_last_layer_over_cert_varying_r0.001": one(rows("varying", "alpha_crown_last_layer", 0.001)["ratio_median"]),
+        "alpha_crown_last_layer_over_cert_varying_r0.01": one(rows("varying", "alpha_crown_last_layer", 0.01)["ratio_median"]),
     }
+    if first_order is not None and len(first_order):
+        fo = first_order[first_order["method"] == crown].set_index("mode")["share_below_first_order"]
+        out["crown_tighter_than_first_order_smallest_r"] = {mode: (None if not np.isfinite(v) else float(v))
+                                                             for mode, v in fo.items()}
+    if lost is not None:
+        out["baseline_units_lost"] = int(len(lost))
+    return out
 
 
 def stage_report(base: pd.DataFrame, cert: pd.DataFrame, model: str) -> dict:
@@ -134,12 +207,23 @@ def stage_report(base: pd.DataFrame, cert: pd.DataFrame, model: str) -> dict:
     label = grid_label(base.drop(columns=["method"]).drop_duplicates(), model)
     labels = "; ".join(f"{k}: {v}" for k, v in base.groupby("method")["label"].first().items())
     table, slopes, head = comparison_table(m, model), slope_table(m, model), headline(m, model)
+    first_order, lost = crown_vs_first_order(m), lost_units(base)
     unsound = base[base["status"].str.startswith("UNSOUND")]
-    md = "\n".join([f"# Baselines vs the second-order certificate — {label}\n", f"Methods: {labels}\n",
-                    "Ratio = baseline gap / certificate gap on the same unit (paper: GPT-2 small, query position 4).\n",
-                    table.to_markdown(index=False, floatfmt=".3g"), "\n\n## Per-unit log-log slopes (medians)\n",
-                    slopes.to_markdown(index=False, floatfmt=".3g"), "\n\n## Overall\n",
-                    head.to_markdown(index=False, floatfmt=".3g"),
-                    f"\n\nSoundness: {len(unsound)} baseline bounds below an attained value (of {len(base)}).\n"])
-    return {"table": table, "slopes": slopes, "headline": head, "md": md, "label": label, "labels": labels,
-            "measured": paper_measurements(table, slopes, head), "merged": m}
+    n_units = len(base.drop_duplicates(KEYS))
+    method_lines = "\n".join(f"- `{k}`: {v}" for k, v in base.groupby("method")["label"].first().items())
+    md = [f"# Baselines vs the second-order certificate — {label}\n",
+          f"Methods (docs/baselines.md gives each one's auto_LiRPA counterpart):\n\n{method_lines}\n",
+          f"The paper's CROWN is compared with `{PAPER_CROWN_METHOD}`, its α-CROWN with `{PAPER_ALPHA_METHOD}`.\n",
+          "Ratio = baseline gap / certificate gap on the same unit (paper: GPT-2 small, query position 4).\n",
+          table.to_markdown(index=False, floatfmt=".3g"), "\n\n## Per-unit log-log slopes (medians)\n",
+          slopes.to_markdown(index=False, floatfmt=".3g"), "\n\n## Overall\n", head.to_markdown(index=False, floatfmt=".3g"),
+          "\n\n## CROWN vs the first-order certificate at the smallest radius\n",
+          first_order.to_markdown(index=False, floatfmt=".3g"),
+          f"\n\nSoundness: {len(unsound)} baseline bounds below an attained value (of {len(base)}).\n",
+          f"\nUnits lost: {len(lost)} (unit, method) rows without a bound, of {len(base)} "
+          f"({n_units} units × {base['method'].nunique()} methods).\n"]
+    if len(lost):
+        md.append(lost.to_markdown(index=False))
+    return {"table": table, "slopes": slopes, "headline": head, "md": "\n".join(md), "label": label,
+            "labels": labels, "measured": paper_measurements(table, slopes, head, first_order, lost), "merged": m}
+

@@ -66,7 +66,7 @@ from attncert.baselines.op_bilinear import BilinearProduct
 from attncert.baselines.op_convex import PositiveReciprocal
 from attncert.baselines.op_linear import InputLinear
 from attncert.baselines.registry import head_factory
-from attncert.baselines.relaxation_parameters import DTYPE
+from attncert.baselines.relaxation_parameters import DTYPE, set_relaxation_rule
 from attncert.head.fixed_query import fixed_query_reduction
 from attncert.head.problem import HeadProblem
 
@@ -77,8 +77,17 @@ def _t(a) -> torch.Tensor:
     return torch.as_tensor(np.asarray(a, dtype=np.float64), dtype=DTYPE)
 
 
-def _score_difference_matrix(n: int) -> np.ndarray:
-    """(n^2, n) matrix M with (M s)_{jk} = s_k - s_j, row index j * n + k."""
+def _score_difference_matrix(n: int, reference: int | None = None) -> np.ndarray:
+    """Score differences as a matrix on s.
+
+    reference None: (n^2, n) matrix M with (M s)_{jk} = s_k - s_j, row index j * n + k (our softmax);
+    reference m:    (n, n) matrix M with (M s)_k = s_k - s_m (auto_LiRPA's exp(x - max) with the max
+                    index fixed at m).
+    """
+    if reference is not None:
+        M = np.eye(n)
+        M[:, reference] -= 1.0
+        return M
     M = np.zeros((n * n, n))
     for j in range(n):
         for k in range(n):
@@ -88,17 +97,17 @@ def _score_difference_matrix(n: int) -> np.ndarray:
     return M
 
 
-def _scores_fixed(p: HeadProblem) -> nn.Module:
+def _scores_fixed(p: HeadProblem, reference: int | None = None) -> nn.Module:
     n, d = p.n, p.d
     s0, _, u_s, _ = fixed_query_reduction(p).directions()
     S = np.zeros((n, n * d))  # s_j = s0_j + u_s . delta_j
     for j in range(n):
         S[j, j * d:(j + 1) * d] = u_s
-    M = _score_difference_matrix(n)
+    M = _score_difference_matrix(n, reference)
     return InputLinear(_t(M @ S), _t(M @ s0), token_dim=d)
 
 
-def _scores_varying(p: HeadProblem) -> nn.Sequential:
+def _scores_varying(p: HeadProblem, reference: int | None = None) -> nn.Sequential:
     n, d, dh, i = p.n, p.d, p.d_head, p.query_index
     q0 = p.Z0[i] @ p.W_Q + p.b_Q
     K0 = p.Z0 @ p.W_K + p.b_K  # (n, dh)
@@ -113,7 +122,7 @@ def _scores_varying(p: HeadProblem) -> nn.Sequential:
         b[rows_k] = K0[k]
     # s_k = sum_h p_{k,h} / sqrt(dh); t = M s
     Ssum = np.kron(np.eye(n), np.ones((1, dh))) / np.sqrt(dh)  # (n, n dh)
-    M = _score_difference_matrix(n)
+    M = _score_difference_matrix(n, reference)
     return nn.Sequential(InputLinear(_t(W), _t(b), token_dim=d), BilinearProduct(exact_input=True), FixedLinear(_t(M @ Ssum)))
 
 
@@ -132,19 +141,51 @@ def _value_reads(p: HeadProblem, C: np.ndarray) -> InputLinear:
     return InputLinear(_t(W), _t(b), token_dim=d)
 
 
-def head_network(problem: HeadProblem, specifications: np.ndarray | None = None) -> nn.Sequential:
+#: Softmax constructions (`head_network(..., softmax=...)`).
+SOFTMAX_GRAPHS = ("reciprocal", "auto_lirpa")
+
+
+def _attention_reciprocal(p: HeadProblem) -> nn.Sequential:
+    """a_j = 1 / sum_k exp(s_k - s_j): n^2 exps, n reciprocals, no product (our construction)."""
+    n = p.n
+    scores = _scores_fixed(p) if p.mode == "fixed" else _scores_varying(p)
+    row_sum = np.kron(np.eye(n), np.ones((1, n)))  # D_j = sum_k E_{jk}, E_{jj} = exp(0) = 1
+    return nn.Sequential(scores, Exp(), FixedLinear(_t(row_sum)), PositiveReciprocal(floor=1.0))
+
+
+def _attention_auto_lirpa(p: HeadProblem) -> nn.Sequential:
+    """auto_LiRPA's softmax graph: E_k = exp(s_k - s_m) with m the nominal argmax (its ReduceMax with a
+    fixed max index), S = sum_k E_k (E_m = 1), a_j = E_j * (1/S) (its Div: a reciprocal and a product)."""
+    n = p.n
+    m = int(np.argmax(_nominal_scores(p)))
+    scores = _scores_fixed(p, m) if p.mode == "fixed" else _scores_varying(p, m)
+    identity = FixedLinear(_t(np.eye(n)))
+    inverse_sum = nn.Sequential(FixedLinear(_t(np.ones((1, n)))), PositiveReciprocal(floor=1.0),
+                                FixedLinear(_t(np.ones((n, 1)))))
+    return nn.Sequential(scores, Exp(), Parallel(identity, inverse_sum), BilinearProduct(exact_input=False))
+
+
+def _nominal_scores(p: HeadProblem) -> np.ndarray:
+    q = p.nominal_query()
+    return (p.Z0 @ p.W_K + p.b_K) @ q / np.sqrt(p.d_head)
+
+
+def head_network(problem: HeadProblem, specifications: np.ndarray | None = None,
+                 softmax: str = "reciprocal") -> nn.Sequential:
     """The network x = delta (n d) -> (g_1, ..., g_m) for the specification rows (default: problem.c).
 
     Only the tokens, weights, query index and mode of `problem` are used (not its radius or norm).
+    softmax: "reciprocal" (ours, a_j = 1/sum_k exp(s_k - s_j)) or "auto_lirpa" (exp(s - s_m)/sum).
     """
     C = np.atleast_2d(problem.c if specifications is None else np.asarray(specifications, dtype=np.float64))
     if C.shape[1] != problem.d_head:
         raise ValueError(f"specifications must be (m, {problem.d_head}); got {C.shape}")
+    if softmax not in SOFTMAX_GRAPHS:
+        raise ValueError(f"softmax must be one of {SOFTMAX_GRAPHS}; got {softmax!r}")
     n, m = problem.n, C.shape[0]
-    scores = _scores_fixed(problem) if problem.mode == "fixed" else _scores_varying(problem)
-    row_sum = np.kron(np.eye(n), np.ones((1, n)))  # D_j = sum_k E_{jk}
+    weights = _attention_reciprocal(problem) if softmax == "reciprocal" else _attention_auto_lirpa(problem)
     tile = np.tile(np.eye(n), (m, 1))  # (m n, n)
-    attention = nn.Sequential(scores, Exp(), FixedLinear(_t(row_sum)), PositiveReciprocal(), FixedLinear(_t(tile)))
+    attention = nn.Sequential(*weights, FixedLinear(_t(tile)))
     readout = np.kron(np.eye(m), np.ones((1, n)))  # g_o = sum_j y_{o,j}
     return nn.Sequential(
         Parallel(attention, _value_reads(problem, C)),
@@ -153,7 +194,11 @@ def head_network(problem: HeadProblem, specifications: np.ndarray | None = None)
     )
 
 
-def bound_head_network(problem: HeadProblem, specifications: np.ndarray | None = None):
-    """(network, bound network) built with `head_factory()`."""
-    net = head_network(problem, specifications)
-    return net, head_factory().build(net)
+def bound_head_network(problem: HeadProblem, specifications: np.ndarray | None = None,
+                       relaxation: str = "auto_lirpa", softmax: str = "reciprocal"):
+    """(network, bound network) built with `head_factory()`, CROWN relaxations of rule `relaxation`
+    ("auto_lirpa" or "mid", see `relaxation_parameters.RELAXATION_RULES`)."""
+    net = head_network(problem, specifications, softmax)
+    bnet = head_factory().build(net)
+    set_relaxation_rule(bnet, relaxation)
+    return net, bnet

@@ -51,6 +51,8 @@ def bound_layer(arrays: dict, spec: np.ndarray, qps: list[int], layer: int, grid
                     status = f"UNSOUND: upper {res.upper!r} < attained {ref!r}"
                     logging.error("%s %s %s", u, method, status)
                     print(f"attncert: SOUNDNESS VIOLATION {u} {method}: {status}", file=sys.stderr)
+                if status != "ok" and not status.startswith("UNSOUND"):
+                    logging.warning("%s %s: no bound (%s)", u, method, status)
                 rows.append({**u.key(), "method": method, "upper": res.upper, "attained": ref,
                              "seconds": res.seconds, "status": status, "label": res.label})
     return pd.DataFrame(rows)

@@ -5,20 +5,24 @@ Public API:
     baseline_upper_bound(problem, method) -> BaselineResult(upper, seconds, status, label)
     baseline_upper_bounds(problems, method) -> list[BaselineResult]     (batched; same results)
 
-method in {"ibp", "crown", "alpha_crown"} (plus "alpha_crown_last_layer", below). `upper` is a
-sound upper bound on max g over the
-perturbation set of `problem` (for min g call it on `problem.negated()`). The head is the
-`bound_propagation` network of `bound_propagation_head.py` on x = delta in R^{n d}, float64.
+method in METHODS = {"ibp", "crown", "crown_mid", "alpha_crown", "alpha_crown_last_layer",
+"crown_lirpa_softmax", "alpha_crown_last_layer_lirpa_softmax"}. `upper` is a sound upper bound on max g over the perturbation
+set of `problem` (for min g call it on `problem.negated()`). The head is the `bound_propagation`
+network of `head_network.py` on x = delta in R^{n d}, float64.
 
 Input sets: norm "linf" -> the library's `HyperRectangle` [-r, r]^{n d}; norm "l2" -> our
 `PerTokenL2Ball` (the library's `LpNormSet` is unsound, see `l2_input_set.py`).
 
-Methods:
+Methods (docs/baselines.md gives each one's auto_LiRPA counterpart):
 
-* IBP: interval propagation (the first layer's interval is the exact range over the input set).
-* CROWN: the library's `crown` (back-substitution; every intermediate bound needed by a relaxation is
-  itself a CROWN bound, intersected with IBP), relaxations with the default parameters theta = kappa
-  = 1/2 (`bound_propagation_head.py`).
+* IBP: interval propagation (the first layer's interval is the exact range over the input set; every
+  linear layer's interval is W+ l + W- u, without centre-radius cancellation).
+* CROWN ("crown"): the library's `crown` (back-substitution; every intermediate bound needed by a
+  relaxation is itself a CROWN bound, intersected with IBP) with auto_LiRPA's relaxation choices
+  (rule "auto_lirpa": one McCormick plane per side, exp's tangent at min(mid, l + 0.99), 1/x's tangent
+  at the midpoint, secants above).
+* CROWN, mid plane ("crown_mid"): the same with bound_propagation's defaults (rule "mid": the two
+  McCormick planes averaged, kappa = 1/2; tangents at the midpoint).
 * alpha-CROWN (full): the same staged computation, but every bound is optimized over the relaxation
   parameters of all earlier nonlinearities, with separate parameters per bound being computed (each
   intermediate neuron's lower and upper bound, and each output): for the stage computing the bounds
@@ -30,18 +34,24 @@ Methods:
   independent, so this minimizes each bound separately. The stage keeps, per neuron, the best bound
   over all evaluated iterates (every iterate is a valid bound), intersects it with the IBP interval,
   and fixes the relaxation of L on it before moving on; the output stage minimizes the upper bound.
-  The first iterate of every stage uses the CROWN parameters, and the reported bound is the minimum
-  of the best output iterate and the plain CROWN bound, so alpha-CROWN <= CROWN always.
+  The first iterate of every stage uses the CROWN ("auto_lirpa") parameters, and the reported bound
+  is the minimum of the best output iterate and the plain CROWN bound, so alpha-CROWN <= CROWN always.
 * alpha-CROWN, last layer only ("alpha_crown_last_layer"): CROWN's intermediate bounds, only the
   output's backward pass optimized (the part the library's own alpha loop optimizes; here with the
-  best iterate returned). For comparison with published alpha-CROWN numbers; not a default baseline.
+  best iterate returned). Its reduction below CROWN is of the size the paper reports for its alpha-CROWN.
+* "crown_lirpa_softmax": CROWN with the auto_LiRPA rule on auto_LiRPA's softmax graph
+  exp(s_k - s_m) / sum_k exp(s_k - s_m) (m = the nominal argmax, the Div relaxed as a reciprocal and a
+  product), to measure what our softmax construction changes; "alpha_crown_last_layer_lirpa_softmax":
+  last-layer alpha-CROWN on that graph.
 
 Soundness in floating point: all arithmetic is float64; the returned bound is raised by
 ROUNDING_MARGIN (1 + |bound|): an estimated outward margin (rounding here is ~1e-16 relative to the
-magnitudes involved), not a rigorous interval-arithmetic proof; far below any gap reported. Status: "ok", "nan" (the bound is NaN or infinite, e.g. exp overflow at a huge
-radius), "error: <exception>" (e.g. a softmax denominator interval reaching 0); upper is NaN then.
+magnitudes involved), not a rigorous interval-arithmetic proof; far below any gap reported.
+Status: "ok"; "nan: ..." (the bound is NaN or infinite, e.g. exp overflow at a huge radius);
+"error: <exception>"; upper is NaN unless ok. All radii of a head are bounded in one call; if it
+raises or leaves a bound non-finite, every radius is retried alone, so a failure stays with its radius.
 `seconds` is the wall time of the call that produced the result divided by the number of results it
-produced (one unless batched).
+produced (one unless batched), plus the retry's share when retried.
 """
 from __future__ import annotations
 
@@ -58,10 +68,11 @@ from attncert.baselines.relaxation_parameters import DTYPE, alpha_parameters, cl
 from attncert.head.problem import HeadProblem
 from attncert.baselines.l2_input_set import PerTokenL2Ball
 
-METHODS = ("ibp", "crown", "alpha_crown")
-#: Extra method: alpha-CROWN restricted to the last backward pass (what the library's own alpha variant
-#: optimizes), for comparison with published alpha-CROWN numbers.
-EXTRA_METHODS = ("alpha_crown_last_layer",)
+#: The baselines (all on the default grid; see docs/baselines.md for each one's auto_LiRPA counterpart).
+METHODS = ("ibp", "crown", "crown_mid", "alpha_crown", "alpha_crown_last_layer", "crown_lirpa_softmax",
+           "alpha_crown_last_layer_lirpa_softmax")
+#: Methods available but not on the default grid (none at present).
+EXTRA_METHODS: tuple[str, ...] = ()
 #: Relative outward rounding added to every returned bound.
 ROUNDING_MARGIN = 1e-9
 #: Projected-Adam settings of alpha-CROWN (per stage).
@@ -69,11 +80,39 @@ ALPHA_ITERATIONS = 30
 ALPHA_LR = 0.1
 ALPHA_BETAS = (0.9, 0.99)
 
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """How a method bounds: the algorithm, the CROWN relaxation rule, the softmax graph."""
+    algorithm: str  # "ibp" | "crown" | "alpha_crown" | "alpha_crown_last_layer"
+    relaxation: str = "auto_lirpa"  # relaxation_parameters.RELAXATION_RULES
+    softmax: str = "reciprocal"  # head_network.SOFTMAX_GRAPHS
+
+
+METHOD_SPECS = {
+    "ibp": MethodSpec("ibp"),
+    "crown": MethodSpec("crown", "auto_lirpa"),
+    "crown_mid": MethodSpec("crown", "mid"),
+    "alpha_crown": MethodSpec("alpha_crown", "auto_lirpa"),
+    "alpha_crown_last_layer": MethodSpec("alpha_crown_last_layer", "auto_lirpa"),
+    "crown_lirpa_softmax": MethodSpec("crown", "auto_lirpa", "auto_lirpa"),
+    "alpha_crown_last_layer_lirpa_softmax": MethodSpec("alpha_crown_last_layer", "auto_lirpa", "auto_lirpa"),
+}
+
+_SOFTMAX = "softmax 1/sum_k exp(s_k - s_j)"
+_LIRPA = "auto_LiRPA relaxations: one McCormick plane per side, exp tangent at min(mid, l+0.99)"
 _LABELS = {
     "ibp": "IBP",
-    "crown": "CROWN",
-    "alpha_crown": "alpha-CROWN (full: optimized intermediate bounds, per-objective slopes, best of {it} Adam steps/stage)",
-    "alpha_crown_last_layer": "alpha-CROWN (last layer only: CROWN intermediate bounds, per-objective slopes, best of {it} Adam steps)",
+    "crown": f"CROWN ({_LIRPA}; {_SOFTMAX})",
+    "crown_mid": f"CROWN (mid plane: McCormick planes averaged, tangents at the midpoint, bound_propagation defaults; {_SOFTMAX})",
+    "alpha_crown": "alpha-CROWN (full: optimized intermediate bounds, per-objective slopes, best of {it} Adam steps/stage, "
+                   f"started at the {_LIRPA.split(':')[0]}; {_SOFTMAX})",
+    "alpha_crown_last_layer": "alpha-CROWN (last layer only: CROWN intermediate bounds, per-objective slopes, best of {it} "
+                              f"Adam steps, started at the {_LIRPA.split(':')[0]}; {_SOFTMAX})",
+    "crown_lirpa_softmax": f"CROWN ({_LIRPA}; auto_LiRPA softmax graph exp(s_k - s_m)/sum, m = nominal argmax)",
+    "alpha_crown_last_layer_lirpa_softmax": "alpha-CROWN (last layer only: CROWN intermediate bounds, per-objective slopes, "
+                                            "best of {it} Adam steps, started at the auto_LiRPA relaxations; auto_LiRPA "
+                                            "softmax graph exp(s_k - s_m)/sum, m = nominal argmax)",
 }
 
 
@@ -206,11 +245,35 @@ def _round_up(u: float) -> float:
     return float(u + ROUNDING_MARGIN * (1.0 + abs(u)))
 
 
+def _bound_group(first: HeadProblem, spec_rows, radii, method: str, alpha_iterations: int, alpha_lr: float) -> np.ndarray:
+    """Upper bounds (len(radii), m) of one head (the specifications as objectives, the radii as batch)."""
+    spec = METHOD_SPECS[method]
+    _, bnet = bound_head_network(first, np.stack(spec_rows), relaxation=spec.relaxation, softmax=spec.softmax)
+    region = input_set(first.norm, np.array(radii), first.n, first.d)
+    if spec.algorithm == "ibp":
+        upper = ibp_upper(bnet, region)
+    elif spec.algorithm == "crown":
+        upper = crown_upper(bnet, region)
+    else:
+        upper = alpha_crown_upper(bnet, region, len(spec_rows), alpha_iterations, alpha_lr,
+                                  optimize_intermediate=(spec.algorithm == "alpha_crown"))
+    return upper.detach().cpu().numpy()
+
+
+def _error_status(e: Exception) -> str:
+    return f"error: {type(e).__name__}: {e}"
+
+
 def baseline_upper_bounds(problems: list[HeadProblem], method: str, *, alpha_iterations: int = ALPHA_ITERATIONS,
                           alpha_lr: float = ALPHA_LR) -> list[BaselineResult]:
     """Upper bounds for several units; units that differ only in c and radius share one network call
-    (specifications become objectives, radii the batch dimension)."""
-    if method not in METHODS + EXTRA_METHODS:
+    (specifications become objectives, radii the batch dimension).
+
+    If that call fails (an exception) or leaves any bound non-finite, every radius is bounded again on
+    its own, so one radius can never erase the others (an exception in a batched call used to lose the
+    whole head; for alpha-CROWN a non-finite radius also stalls the shared optimization loss).
+    """
+    if method not in METHOD_SPECS:
         raise ValueError(f"method must be one of {METHODS + EXTRA_METHODS}; got {method!r}")
     groups: dict = {}
     for idx, p in enumerate(problems):
@@ -228,34 +291,38 @@ def baseline_upper_bounds(problems: list[HeadProblem], method: str, *, alpha_ite
                 specs.append(key)
                 spec_rows.append(problems[i].c)
         t0 = time.perf_counter()
+        errors = [None] * len(radii)
         try:
-            _, bnet = bound_head_network(first, np.stack(spec_rows))
-            region = input_set(first.norm, np.array(radii), first.n, first.d)
-            if method == "ibp":
-                upper = ibp_upper(bnet, region)
-            elif method == "crown":
-                upper = crown_upper(bnet, region)
-            else:
-                upper = alpha_crown_upper(bnet, region, len(spec_rows), alpha_iterations, alpha_lr,
-                                          optimize_intermediate=(method == "alpha_crown"))
-            upper = upper.detach().cpu().numpy()
-            error = None
-        except Exception as e:  # noqa: BLE001 - reported as a status, never silently
-            upper, error = None, f"error: {type(e).__name__}: {e}"
-        seconds = (time.perf_counter() - t0) / len(indices)
+            upper = _bound_group(first, spec_rows, radii, method, alpha_iterations, alpha_lr)
+        except Exception as e:  # noqa: BLE001 - retried per radius below, then reported as a status
+            upper, errors = None, [_error_status(e)] * len(radii)
+        shared = (time.perf_counter() - t0) / len(indices)
+        extra = [0.0] * len(radii)  # retry seconds per unit at that radius
+        if len(radii) > 1 and (upper is None or not np.all(np.isfinite(upper))):
+            upper = np.full((len(radii), len(spec_rows)), np.nan) if upper is None else upper.copy()
+            for k, r in enumerate(radii):
+                t1 = time.perf_counter()
+                try:
+                    upper[k] = _bound_group(first, spec_rows, [r], method, alpha_iterations, alpha_lr)[0]
+                    errors[k] = None
+                except Exception as e:  # noqa: BLE001
+                    upper[k], errors[k] = np.nan, _error_status(e)
+                extra[k] = (time.perf_counter() - t1) / len(spec_rows)
         for i in indices:
             p = problems[i]
-            if error is not None:
-                results[i] = BaselineResult(float("nan"), seconds, error, label)
+            k = radii.index(p.radius)
+            seconds = shared + extra[k]
+            if errors[k] is not None:
+                results[i] = BaselineResult(float("nan"), seconds, errors[k], label)
                 continue
-            u = float(upper[radii.index(p.radius), specs.index(p.c.tobytes())])
+            u = float(upper[k, specs.index(p.c.tobytes())])
             if np.isfinite(u):
                 results[i] = BaselineResult(_round_up(u), seconds, "ok", label)
             else:
-                results[i] = BaselineResult(float("nan"), seconds, "nan", label)
+                results[i] = BaselineResult(float("nan"), seconds, "nan: the bound is not finite (overflow)", label)
     return results
 
 
 def baseline_upper_bound(problem: HeadProblem, method: str, **kwargs) -> BaselineResult:
-    """A sound upper bound on max g over the perturbation set by IBP, CROWN or alpha-CROWN."""
+    """A sound upper bound on max g over the perturbation set by one of METHODS + EXTRA_METHODS."""
     return baseline_upper_bounds([problem], method, **kwargs)[0]

@@ -3,6 +3,12 @@
 On [lx, ux] x [ly, uy]: lower = kappa (ly x + lx y - lx ly) + (1 - kappa)(uy x + ux y - ux uy),
 upper = kappa (uy x + lx y - lx uy) + (1 - kappa)(ly x + ux y - ux ly), kappa in [0, 1] (convex
 combinations of the two McCormick planes; each plane is valid on the box), per objective.
+
+CROWN's kappa depends on the bound network's relaxation rule (`set_relaxation_rule`): 1/2 under
+"mid" (bound_propagation's default), 1 under "auto_lirpa" (auto_LiRPA's `BoundMul`: lower plane
+ly x + lx y - lx ly, upper plane uy x + lx y - lx uy, x the first operand). The upper plane is not
+symmetric in (x, y): the head puts the attention weight first and the value read second, the operand
+order of auto_LiRPA's `BoundMatMul` for attention @ V (and q first, k second for q k^T).
 """
 from __future__ import annotations
 
@@ -11,6 +17,9 @@ from bound_propagation import VectorMul
 from bound_propagation.bivariate import BoundVectorMul
 
 from attncert.baselines.relaxation_parameters import DEFAULT_PARAMETER, PerObjectiveParameters, each_side
+
+#: CROWN's kappa per relaxation rule.
+RULE_KAPPA = {"mid": DEFAULT_PARAMETER, "auto_lirpa": 1.0}
 
 class BilinearProduct(VectorMul):
     """y = x[:h] * x[h:] (elementwise product of the two halves).
@@ -52,12 +61,14 @@ class BoundAlphaBilinear(PerObjectiveParameters, BoundVectorMul):
     def crown_backward(self, linear_bounds, optimize):
         assert self.bounded
 
+        kappa = RULE_KAPPA[self.relaxation_rule]
+
         def one_pass(W, acc_bias, pass_name):
             if self.alpha_key is None:
-                kl = ku = DEFAULT_PARAMETER
+                kl = ku = kappa
             else:
-                kl = self.parameter(pass_name, "kappa_lower", W.shape, W)
-                ku = self.parameter(pass_name, "kappa_upper", W.shape, W)
+                kl = self.parameter(pass_name, "kappa_lower", W.shape, W, init=kappa)
+                ku = self.parameter(pass_name, "kappa_upper", W.shape, W, init=kappa)
             lo, up = self.planes(kl, ku)
             use_upper = (W >= 0) if pass_name == "upper" else (W < 0)
             ax = torch.where(use_upper, up[0], lo[0])

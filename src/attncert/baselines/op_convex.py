@@ -6,7 +6,16 @@ On an input interval [l, u] (sound for every theta in [0, 1]):
 * 1/x, l > 0 (convex, decreasing): upper = secant 1/l - (x - l)/(l u); lower = tangent 2/d - x/d^2.
 * width u - l <= ZERO_WIDTH: the constant bounds f(l), f(u) (resp. f(u), f(l) for 1/x).
 
+CROWN's theta depends on the bound network's relaxation rule (`set_relaxation_rule`): 1/2 under
+"mid" (bound_propagation's default); under "auto_lirpa" exp's tangent point is min((l + u)/2, l + 0.99)
+(auto_LiRPA's `BoundExp`), i.e. theta = min(1/2, 0.99/(u - l)), and 1/x's stays at the midpoint
+(auto_LiRPA's `BoundReciprocal`).
+
 The library's `BoundReciprocal` returns reversed bounds for a zero-width interval; this one is sound.
+`PositiveReciprocal(floor=f)` declares a structural lower bound x >= f > 0 of its input (the softmax
+denominator sum_k exp(s_k - s_j) contains exp(0) = 1, so f = 1): every input interval is raised to
+[max(l, f), u] before the domain check and the relaxation, so a lower bound lost to rounding or to a
+loose relaxation (a tangent of exp far below 0) can no longer make 1/x undefined.
 """
 from __future__ import annotations
 
@@ -15,10 +24,18 @@ from bound_propagation import Reciprocal
 from bound_propagation.activation import BoundActivation, assert_bound_order
 from bound_propagation.bounds import IntervalBounds
 
-from attncert.baselines.relaxation_parameters import DEFAULT_PARAMETER, ZERO_WIDTH, PerObjectiveParameters, each_side
+from attncert.baselines.relaxation_parameters import (AUTO_LIRPA_EXP_TANGENT_CAP, DEFAULT_PARAMETER, ZERO_WIDTH,
+                                                      PerObjectiveParameters, each_side)
+
 
 class PositiveReciprocal(Reciprocal):
-    """y = 1 / x for x > 0."""
+    """y = 1 / x for x > 0; `floor` (optional) is a structural lower bound x >= floor > 0 of the input."""
+
+    def __init__(self, floor: float | None = None):
+        super().__init__()
+        if floor is not None and not floor > 0:
+            raise ValueError("floor must be positive")
+        self.floor = floor
 
 
 # --------------------------------------------------------------------------------------------------
@@ -48,6 +65,10 @@ class _BoundConvexActivation(PerObjectiveParameters, BoundActivation):
         """(lower constant, upper constant) of f on a point-like interval."""
         raise NotImplementedError
 
+    def default_theta(self, lower, upper):
+        """CROWN's tangent position theta in [0, 1] under the network's relaxation rule."""
+        return torch.full_like(lower, DEFAULT_PARAMETER)
+
     @assert_bound_order
     def alpha_beta(self, preactivation):
         lower, upper = preactivation.lower.detach(), preactivation.upper.detach()
@@ -56,7 +77,8 @@ class _BoundConvexActivation(PerObjectiveParameters, BoundActivation):
         self.point = (upper - lower) <= ZERO_WIDTH
         # CROWN defaults, stored as the library stores them (alpha = slope, beta = intercept)
         self.alpha_upper, self.beta_upper = self.secant()
-        slope, intercept = self.tangent(torch.full_like(lower.unsqueeze(-2), DEFAULT_PARAMETER))
+        self.theta0 = self.default_theta(lower, upper).unsqueeze(-2)  # (..., 1, neurons)
+        slope, intercept = self.tangent(self.theta0)
         self.alpha_lower, self.beta_lower = slope.squeeze(-2), intercept.squeeze(-2)
 
     def secant(self):
@@ -80,7 +102,7 @@ class _BoundConvexActivation(PerObjectiveParameters, BoundActivation):
     def clear_relaxation(self):
         super().clear_relaxation()
         self.clear_parameters()
-        self.lower_input = self.upper_input = self.point = None
+        self.lower_input = self.upper_input = self.point = self.theta0 = None
 
     def crown_backward(self, linear_bounds, optimize):
         assert self.bounded
@@ -91,7 +113,7 @@ class _BoundConvexActivation(PerObjectiveParameters, BoundActivation):
             if self.alpha_key is None:
                 tan_slope, tan_int = self.alpha_lower.unsqueeze(-2), self.beta_lower.unsqueeze(-2)
             else:
-                theta = self.parameter(pass_name, "theta", W.shape, W)
+                theta = self.parameter(pass_name, "theta", W.shape, W, init=self.theta0)
                 tan_slope, tan_int = self.tangent(theta)
             use_secant = (W >= 0) if pass_name == "upper" else (W < 0)
             lam = torch.where(use_secant, sec_slope.unsqueeze(-2), tan_slope)
@@ -121,6 +143,14 @@ class BoundAlphaExp(_BoundConvexActivation):
     def constant_bounds(self, lower, upper):
         return torch.exp(lower), torch.exp(upper)
 
+    def default_theta(self, lower, upper):
+        half = torch.full_like(lower, DEFAULT_PARAMETER)
+        if self.relaxation_rule != "auto_lirpa":
+            return half
+        width = upper - lower  # tangent point min(l + w/2, l + 0.99)
+        capped = AUTO_LIRPA_EXP_TANGENT_CAP / torch.where(width > 0, width, torch.ones_like(width))
+        return torch.where(width > 0, torch.minimum(half, capped), half)
+
 
 class BoundAlphaPositiveReciprocal(_BoundConvexActivation):
     def f(self, x):
@@ -136,7 +166,19 @@ class BoundAlphaPositiveReciprocal(_BoundConvexActivation):
         if torch.any(lower <= 0):
             raise ValueError("PositiveReciprocal: input interval reaches 0 (softmax denominator bound not positive)")
 
+    def _floored(self, bounds: IntervalBounds) -> IntervalBounds:
+        """[max(l, floor), u]: the structural lower bound of the input (no-op without a floor)."""
+        floor = self.module.floor
+        if floor is None:
+            return bounds
+        lower = torch.clamp(bounds.lower, min=floor)
+        return IntervalBounds(bounds.region, lower, torch.maximum(bounds.upper, lower))
+
+    def alpha_beta(self, preactivation):
+        return super().alpha_beta(self._floored(preactivation))
+
     def ibp_forward(self, bounds, save_relaxation=False, save_input_bounds=False):
+        bounds = self._floored(bounds)
         self.check_domain(bounds.lower, bounds.upper)
         if save_relaxation:
             self.alpha_beta(preactivation=bounds)

@@ -50,8 +50,34 @@ def _linear_backward(weight, bias, bounds):
     return A.matmul(weight), acc
 
 
+def interval_linear(weight, bias, lower, upper):
+    """Interval of y = W x + b over the box [lower, upper]: W+ l + W- u and W+ u + W- l (+ b).
+
+    The library computes W c -/+ |W| r from the centre c and radius r of the box; when the entries
+    span many orders of magnitude (exp outputs from 1e-20 to 1e20) the centre and the radius are both
+    ~u/2 and their difference loses every digit of the small entries: a sum of positive terms, one of
+    them exactly 1, came out <= 0. The split form adds terms of one sign only.
+    Infinite input bounds (exp overflow) meet zero weights as 0 * inf := 0 (that input does not enter
+    the output), so an infinite bound stays infinite instead of becoming NaN.
+    """
+    Wp, Wn = weight.clamp(min=0), weight.clamp(max=0)
+    if bool(torch.isfinite(lower).all()) and bool(torch.isfinite(upper).all()):
+        lo = lower.matmul(Wp.transpose(-1, -2)) + upper.matmul(Wn.transpose(-1, -2))
+        up = upper.matmul(Wp.transpose(-1, -2)) + lower.matmul(Wn.transpose(-1, -2))
+    else:
+        def term(x, w):  # sum_i w_ji x_i with 0 * inf = 0, elementwise (small layers only get here)
+            prod = x.unsqueeze(-2) * w
+            return torch.where(w == 0, torch.zeros_like(prod), prod).sum(-1)
+
+        lo, up = term(lower, Wp) + term(upper, Wn), term(upper, Wp) + term(lower, Wn)
+    if bias is not None:
+        lo, up = lo + bias, up + bias
+    return lo, up
+
+
 class BoundPlainLinear(BoundLinear):
-    """The library's BoundLinear with the back-substitution in eager torch.
+    """The library's BoundLinear with the back-substitution in eager torch and the interval computed
+    without centre-radius cancellation (`interval_linear`).
 
     The library's version calls a TorchScript function; under autograd (alpha-CROWN) TorchScript's
     profiling executor makes every call ~100x slower on these small matrices. Same arithmetic.
@@ -60,6 +86,13 @@ class BoundPlainLinear(BoundLinear):
     def crown_backward(self, linear_bounds, optimize):
         W, b = self.module.weight, self.module.bias
         return each_side(linear_bounds, lambda bounds, upper: _linear_backward(W, b, bounds))
+
+    @assert_bound_order
+    def ibp_forward(self, bounds, save_relaxation=False, save_input_bounds=False):
+        if self.module.weight.dim() != 2:
+            return super().ibp_forward(bounds, save_relaxation=save_relaxation, save_input_bounds=save_input_bounds)
+        lower, upper = interval_linear(self.module.weight, self.module.bias, bounds.lower, bounds.upper)
+        return IntervalBounds(bounds.region, lower, upper)
 
 
 class BoundInputLinear(BoundPlainLinear):

@@ -16,8 +16,19 @@ from bound_propagation.bounds import LinearBounds
 DTYPE = torch.float64
 #: An input interval narrower than this is treated as a point (constant relaxation, still sound).
 ZERO_WIDTH = 1e-12
-#: Default relaxation parameter (theta for tangent points, kappa for McCormick planes): CROWN's choice.
+#: Default relaxation parameter (theta for tangent points, kappa for McCormick planes) of the "mid"
+#: rule: bound_propagation's defaults (tangents at the midpoint, the two McCormick planes averaged).
 DEFAULT_PARAMETER = 0.5
+#: The CROWN relaxation rules a bound network can use (`set_relaxation_rule`):
+#:   "mid"        bound_propagation 0.4.7's defaults: tangent points at the interval midpoint
+#:                (theta = 1/2), McCormick planes averaged (kappa = 1/2);
+#:   "auto_lirpa" auto_LiRPA's choices: one McCormick plane per side (kappa = 1: lower plane through
+#:                (lx, ly), upper plane through (lx, uy), as `BoundMul` / `MulHelper` with its default
+#:                interpolation parameter 1), exp's tangent at min(midpoint, l + 0.99) (`BoundExp`),
+#:                1/x's tangent at the midpoint (`BoundReciprocal`); secants unchanged.
+RELAXATION_RULES = ("mid", "auto_lirpa")
+#: auto_LiRPA's cap on exp's lower tangent point: d = min((l + u)/2, l + 0.99).
+AUTO_LIRPA_EXP_TANGENT_CAP = 0.99
 
 
 def each_side(linear_bounds: LinearBounds, step) -> LinearBounds:
@@ -40,13 +51,17 @@ class PerObjectiveParameters:
 
     def _init_parameters(self):
         self.alpha_key = None
+        self.relaxation_rule = "mid"
         self._parameters_by_key = {}
 
-    def parameter(self, pass_name: str, name: str, shape, like: torch.Tensor):
+    def parameter(self, pass_name: str, name: str, shape, like: torch.Tensor, init=DEFAULT_PARAMETER):
+        """The parameter tensor of `shape` for the current key; created at `init` (a number or a tensor
+        broadcastable to `shape`: the rule's CROWN default, so optimization starts at CROWN)."""
         key = (self.alpha_key, pass_name, name)
         p = self._parameters_by_key.get(key)
         if p is None or tuple(p.shape) != tuple(shape):
-            p = torch.full(tuple(shape), DEFAULT_PARAMETER, dtype=like.dtype, device=like.device, requires_grad=True)
+            start = torch.as_tensor(init, dtype=like.dtype, device=like.device).detach().expand(tuple(shape))
+            p = start.clone().requires_grad_(True)
             self._parameters_by_key[key] = p
         return p
 
@@ -55,6 +70,16 @@ class PerObjectiveParameters:
 
     def clear_parameters(self):
         self._parameters_by_key = {}
+
+
+def set_relaxation_rule(root: nn.Module, rule: str) -> None:
+    """Select the CROWN relaxation rule ("mid" or "auto_lirpa", see RELAXATION_RULES) of every
+    parameterized relaxation in a bound network; alpha-CROWN starts from the same choice."""
+    if rule not in RELAXATION_RULES:
+        raise ValueError(f"relaxation rule must be one of {RELAXATION_RULES}; got {rule!r}")
+    for m in root.modules():
+        if isinstance(m, PerObjectiveParameters):
+            m.relaxation_rule = rule
 
 
 def set_alpha_key(root: nn.Module, key) -> None:

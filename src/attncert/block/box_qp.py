@@ -5,7 +5,9 @@ upper bound, and spectral summaries of the curvature (see `residual` for where t
                     search at the box faces): a best-found value of max 1/2 u^T H u (NP-hard in general)
     box_qp_upper    1/2 u^T H u <= 1/2 sum_k max(D_kk + lambda_max(H - D), 0) for every diagonal D,
                     minimized over D by projected subgradient steps
-    effective_rank  (sum |mu_k|)^2 / sum mu_k^2 over the eigenvalues mu of H (participation ratio)
+    effective_rank  (sum |mu_k|)^2 / sum mu_k^2 over the eigenvalues mu of H (participation ratio);
+                    beside it entropy_rank (exp of the spectral entropy) and stable_rank
+                    (||H||_F^2 / ||H||_2^2): three definitions of "effective rank" give different numbers
 """
 from __future__ import annotations
 
@@ -117,6 +119,19 @@ def effective_rank(H: torch.Tensor) -> torch.Tensor:
     """(sum |mu|)^2 / sum mu^2 over the eigenvalues of each H (P, d, d)."""
     mu = torch.linalg.eigvalsh(H)
     return mu.abs().sum(-1) ** 2 / (mu * mu).sum(-1).clamp_min(1e-300)
+
+
+def entropy_rank(H: torch.Tensor) -> torch.Tensor:
+    """exp of the spectral entropy: exp(-sum p_k log p_k) with p_k = |mu_k| / sum |mu| (Roy & Vetterli)."""
+    a = torch.linalg.eigvalsh(H).abs()
+    p = a / a.sum(-1, keepdim=True).clamp_min(1e-300)
+    return torch.exp(-(torch.where(p > 0, p * torch.log(p.clamp_min(1e-300)), torch.zeros_like(p))).sum(-1))
+
+
+def stable_rank(H: torch.Tensor) -> torch.Tensor:
+    """||H||_F^2 / ||H||_2^2 = sum mu^2 / max mu^2 (never above the rank)."""
+    mu = torch.linalg.eigvalsh(H)
+    return (mu * mu).sum(-1) / (mu * mu).amax(-1).clamp_min(1e-300)
 
 
 def spectral_ratio(H: torch.Tensor) -> torch.Tensor:

@@ -53,7 +53,8 @@ from attncert.block.map import DTYPE, BlockTransition, Tape, forward, specificat
 
 
 from attncert.block.crown import crown_upper
-from attncert.block.box_qp import QuadraticForms, box_qp_max, box_qp_upper, effective_rank, spectral_ratio
+from attncert.block.box_qp import (QuadraticForms, box_qp_max, box_qp_upper, effective_rank, entropy_rank,
+                                   spectral_ratio, stable_rank)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -343,6 +344,7 @@ def analyze_transition(tr: BlockTransition, C: np.ndarray, radii, *, qp_starts: 
     S_soft = S - by_cat["exp"] - by_cat["reciprocal"] + merged
     eff = effective_rank(cv.hessian)
     spec_ratio = spectral_ratio(cv.hessian)
+    ent_rank, stab_rank = entropy_rank(cv.hessian), stable_rank(cv.hessian)
     t0 = tick("per_op", t0)
     # ascent on f: starts +-u*, +-(second local maximum), random vertices
     u2 = _distinct_second(vals, us, u_star)
@@ -376,6 +378,7 @@ def analyze_transition(tr: BlockTransition, C: np.ndarray, radii, *, qp_starts: 
                 "softmax_one_op": float(merged[h]) * r2, "crown_leading_order": float(lead[h]) * r2,
                 **{f"per_op_{c}": float(by_cat[c][h]) * r2 for c in CATEGORIES},
                 "effective_rank": float(eff[h]), "spectral_ratio": float(spec_ratio[h]),
+                "entropy_rank": float(ent_rank[h]), "stable_rank": float(stab_rank[h]),
                 "hessian_decomposition_error": float(dec_error[h]), "f0_error": f0_error,
                 "gradient_norm_l1": float(cv.gradient[h].abs().sum()),
                 "status": status,

@@ -19,7 +19,8 @@ start) and along the gradient at random interior points, the best of `screen` ra
 box (points of the sphere for l2) and uniform random points of the ball (one batched evaluation), plus
 any caller-supplied `starts`.
 Every iterate of every start is scored; the best one is recomputed with `problem.value` (numpy) after
-a feasibility check (`problem.in_ball`).
+a feasibility check (`problem.in_ball`; the point is shrunk toward Z0 by up to a relative 1e-6 if
+rounding of Z0 + Delta left a tiny ball, and the nominal value is the floor, so the result is finite).
 
 Cost. g reads each token through few directions: the value w_j = z_j . (W_V c) + b_V . c always, and
 for a fixed query the score s_j = z_j . (W_K q0) / sqrt(d_h) + const, so one product Z [u_s | u_w]
@@ -224,12 +225,14 @@ def best_feasible_ascent(problem: HeadProblem, restarts: int = 16, steps: int = 
     with torch.no_grad():
         record(head(delta), delta)
 
-    # recompute the best few candidates directly, keep the best feasible one
-    value, Z_best = -np.inf, problem.Z0.copy()
+    # recompute the best few candidates directly, keep the best feasible one (the nominal point is
+    # always feasible: the result is finite even when rounding keeps every candidate outside a tiny ball)
+    value, Z_best = problem.value(problem.Z0), problem.Z0.copy()
     best_np, order = best_delta.cpu().numpy(), torch.argsort(best_val, descending=True)[:4].tolist()
     for b in order:
         D = best_np[b]
-        for shrink in (0.0, 4e-16, 1e-14, 1e-12):
+        # Z0 + D rounds by ~u |Z0| per coordinate: relative to r that needs a shrink of ~u |Z0| / r
+        for shrink in (0.0, 4e-16, 1e-14, 1e-12, 1e-9, 1e-6):
             Z = problem.Z0 + D * (1.0 - shrink)
             if problem.in_ball(Z):
                 v = problem.value(Z)

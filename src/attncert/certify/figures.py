@@ -16,8 +16,9 @@ import seaborn as sns  # noqa: E402
 from attncert.pipeline.report_files import grid_label, save_figure  # noqa: E402
 from attncert.pipeline.unit_tables import add_gaps, per_unit_slopes, share_within  # noqa: E402
 
-CERTS = {"first_order": "first-order (greedy LP)", "second_order": "second-order (exp-cone moments)"}
-COLORS = {"first_order": "#d95f02", "second_order": "#1b9e77"}
+CERTS = {"first_order": "first-order (greedy LP)", "second_order": "second-order (exp-cone moments)",
+         "second_order_tight": "second-order tight (+ upper exp cone; beyond the paper)"}
+COLORS = {"first_order": "#d95f02", "second_order": "#1b9e77", "second_order_tight": "#7570b3"}
 
 
 def figure_relative_gap(df: pd.DataFrame, model: str, out_pdf, slope_max_radius: float = 0.005):

@@ -32,7 +32,10 @@ Intervals (row vectors; q0 = z_i W_Q + b_Q, k0_j = z_j W_K + b_K, ||.||_* the du
 Outward rounding. Every endpoint is widened by a bound on its floating-point error (gamma_K times
 the same expression in absolute values, bounded through norms: `_rounding_envelopes`), and the
 returned value adds 2 gamma_{n+6} (1 + X) max_j |W_j|, X = the largest |exponent| used, which bounds
-the error of evaluating the best threshold's ratio.
+the error of evaluating the best threshold's ratio (each threshold is evaluated with its own
+log-sum-exp shift, so its largest weight is 1: no 0/0 once every e^{l_j} underflows, at any score
+width), plus 1e-300 (1 + n max|W|) for weights that underflowed. The result is capped by the trivial
+bound max_j W_j (U is a convex combination of the W_j), so it is finite at any radius.
 
 Cost: O(n d d_h) (fixed query: O(d d_h)); the varying query adds the bilinear bound, O(d d_h^2),
 which depends only on the head and can be passed in precomputed (`beta`).
@@ -74,23 +77,27 @@ def _rounding_envelopes(problem: HeadProblem) -> tuple[np.ndarray, np.ndarray, n
     return eps_s_fixed, eps_s_varying, eps_w
 
 
-def attention_lp_max(l: np.ndarray, u: np.ndarray, W: np.ndarray) -> tuple[float, int, float]:
+def attention_lp_max(l: np.ndarray, u: np.ndarray, W: np.ndarray, chunk: int = 512) -> tuple[float, int, float]:
     """max over s in [l, u] of sum e^{s} W / sum e^{s}; returns (value, k, X).
 
     k = number of (largest-W) tokens at their upper score; X = largest |exponent| evaluated.
+    Every threshold k is evaluated with its own log-sum-exp shift S_k = max(max_{i<k} u_i, max_{i>=k} l_i),
+    so its largest weight is exactly 1: no 0/0 when every e^{l_j} underflows and no overflow, whatever
+    the score widths (O(n^2) work, in row chunks).
     """
     order = np.argsort(-W, kind="stable")
     l, u, W = l[order], u[order], W[order]
-    shift = float(max(u.max(), l.max()))
-    eu, el = np.exp(u - shift), np.exp(l - shift)
-    zero = np.zeros(1)
-    PU = np.concatenate((zero, np.cumsum(eu)))  # sum of the first k at u
-    PUW = np.concatenate((zero, np.cumsum(eu * W)))
-    SL = np.concatenate((np.cumsum((el)[::-1])[::-1], zero))  # sum of the rest at l
-    SLW = np.concatenate((np.cumsum((el * W)[::-1])[::-1], zero))
-    vals = (PUW + SLW) / (PU + SL)
+    n = W.size
+    cols = np.arange(n)
+    vals, X = np.empty(n + 1), 0.0
+    for k0 in range(0, n + 1, chunk):
+        ks = np.arange(k0, min(n + 1, k0 + chunk))
+        E = np.where(cols[None, :] < ks[:, None], u[None, :], l[None, :])  # exponents at threshold k
+        S = E.max(axis=1, keepdims=True)
+        e = np.exp(E - S)
+        vals[ks] = (e @ W) / e.sum(axis=1)
+        X = max(X, float((S - E).max()))
     k = int(np.argmax(vals))
-    X = float(max(np.abs(u - shift).max(), np.abs(l - shift).max()))
     return float(vals[k]), k, X
 
 
@@ -153,8 +160,10 @@ def first_order_certificate(problem: HeadProblem, sense: str = "max", beta: floa
         raise ValueError(f"sense must be 'max' or 'min'; got {sense!r}")
     l, u, _, W = score_value_intervals(problem, beta)
     val, _, X = attention_lp_max(l, u, W)
-    margin = 2.0 * gamma(problem.n + 6) * (1.0 + X) * float(np.abs(W).max())
-    return val + margin + 1e-300
+    Wmax = float(np.abs(W).max())
+    margin = 2.0 * gamma(problem.n + 6) * (1.0 + X) * Wmax
+    # capped by the trivial bound g <= max_j W_j (the LP value is a convex combination of the W_j)
+    return min(val + margin + 1e-300 * (1.0 + problem.n * Wmax), float(W.max()))
 
 
 def first_order_certificate_min(problem: HeadProblem) -> float:

@@ -29,6 +29,9 @@ def summary_table(df: pd.DataFrame, model: str, slope_max_radius: float = 0.005)
                if mode == "fixed" else np.nan,
                "median_t_exact_s": sub["t_exact_s"].median(), "median_t_first_s": sub["t_first_s"].median(),
                "median_t_second_s": sub["t_second_s"].median(),
+               **({"median_rel_gap_tight": sub["rel_gap_second_order_tight"].median(),
+                   "median_t_second_tight_s": sub["t_second_tight_s"].median()}
+                  if "rel_gap_second_order_tight" in sub else {}),
                "status_not_ok": int((sub["status"] != "ok").sum())}
         rows.append(row)
     table = pd.DataFrame(rows)
@@ -37,7 +40,9 @@ def summary_table(df: pd.DataFrame, model: str, slope_max_radius: float = 0.005)
         slopes.append({"model": model, "mode": mode, "fit_radii": f"r ≤ {slope_max_radius}",
                        "slope_first": per_unit_slopes(sub, "gap_first_order", slope_max_radius).median(),
                        "slope_second": per_unit_slopes(sub, "gap_second_order", slope_max_radius).median(),
-                       "slope_movement": per_unit_slopes(sub, "movement", slope_max_radius).median()})
+                       "slope_movement": per_unit_slopes(sub, "movement", slope_max_radius).median(),
+                       **({"slope_tight": per_unit_slopes(sub, "gap_second_order_tight", slope_max_radius).median()}
+                          if "gap_second_order_tight" in sub else {})})
     return table, pd.DataFrame(slopes)
 
 
@@ -106,6 +111,22 @@ def paper_measurements(df: pd.DataFrame, table: pd.DataFrame, slopes: pd.DataFra
         "within_1pct_r0.001": at("fixed", 0.001, "share_within_1pct"),
         "cert_seconds_fixed": float(g.loc[g["mode"] == "fixed", "t_second_s"].median()),
         "cert_seconds_varying": float(g.loc[g["mode"] == "varying", "t_second_s"].median()),
+        **tight_measurements(g, table, srow, at),
+    }
+
+
+def tight_measurements(g: pd.DataFrame, table: pd.DataFrame, srow: pd.DataFrame, at) -> dict:
+    """The tight certificate (beyond the paper): medians at r = 0.002 / 0.02, slope, time, max gap / B."""
+    if "rel_gap_second_order_tight" not in g:
+        return {}
+    fixed = g[g["mode"] == "fixed"]
+    return {
+        "second_order_tight_rel_gap_r0.002": at("fixed", 0.002, "median_rel_gap_tight"),
+        "second_order_tight_rel_gap_r0.02": at("fixed", 0.02, "median_rel_gap_tight"),
+        "second_order_tight_slope": float(srow.loc["fixed", "slope_tight"]) if "fixed" in srow.index else None,
+        "second_order_tight_gap_over_secant_max": float((fixed["gap_second_order_tight"] / fixed["secant_bound"]).max()),
+        "cert_tight_seconds_fixed": float(fixed["t_second_tight_s"].median()),
+        "cert_tight_seconds_varying": float(g.loc[g["mode"] == "varying", "t_second_tight_s"].median()),
     }
 
 

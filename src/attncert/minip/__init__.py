@@ -10,9 +10,13 @@ Modules, one concept each:
     codes          Paley Hadamard matrices and the constant-weight codes built from them
     witness        the structured length-3 witness family
     lower_bound    gap domination -> amplification -> rank lower bound, computed for a family
-    constructions  exact constructions (rank 1 for N <= 2, dense softmax and 2^m features for N = 3)
+    constructions  exact constructions (rank 1 for N <= 2, dense softmax and 2^m features for N = 3,
+                   rank S + 1 and rank S on the witness family)
+    positional     position-dependent kernel heads; why the bound then needs both key orders
     models         torch modules: kernel attention of rank r and dense softmax attention
+    realize        raw-bit parameters placing constructions inside the trained torch class
     training       one training run and its evaluation
     sweep          the grid of runs named by the config, aggregation, transition ranks
     tables, plots  the tables and figures of the stage
+    measured       the values compared with the paper (share wrong and largest |y - t|)
 """

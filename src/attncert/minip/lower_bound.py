@@ -26,6 +26,13 @@ k_0, g_0 belong to the query token itself. Write W_u = k_0 + 2 k_u.
        R_st R_ts >= r^2 form a graph whose cliques need distinct features: r is impossible when that
        graph has a clique larger than r.
    The proven bound is the larger of (a) and (b); both are computed in exact rational arithmetic.
+
+Position-dependent maps (docs/minip.md, 4.6). If phi_Q, phi_K, v, A, b may depend on the position,
+the same bound holds with W_u = k_0 + k_1(u) + k_2(u) (u's weights at positions 1 and 2) and the kernel
+M_st = <phi_Q^0(q_s), phi_K^1(a_t) + phi_K^2(a_t)>, *provided* both key orders (x, z, z') and (x, z', z)
+are in the family: then N(z,z') + N(z',z) = N(z,z) + N(z',z') for the numerators and denominators of
+the predictions, and Lemma 1 follows by adding the two mixed inequalities. `position_dependent=True`
+certifies a domination edge only when both orders are present.
 """
 from __future__ import annotations
 
@@ -40,22 +47,29 @@ def _key(u: np.ndarray) -> bytes:
     return np.asarray(u, dtype=np.int8).tobytes()
 
 
-def chain_ratios(query: np.ndarray, pairs: list[tuple[np.ndarray, np.ndarray]], source: np.ndarray) -> dict[bytes, int]:
+def chain_ratios(query: np.ndarray, pairs: list[tuple[np.ndarray, np.ndarray]], source: np.ndarray,
+                 position_dependent: bool = False) -> dict[bytes, int]:
     """Best certified ratio R(query; source -> z) for every key z reachable from `source`.
 
     `pairs` are the candidate pairs (z, z') of the sequences (query, z, z') present in the family. A
     domination edge z -> z' (factor b - a - 1, a = <x,z> < b = <x,z'>) needs the three sequences
-    (x,z,z), (x,z',z'), (x,z,z'). Returns {key bytes: integer product of factors} (source -> 1).
+    (x,z,z), (x,z',z'), (x,z,z') -- in either key order, or in both orders when `position_dependent`.
+    Returns {key bytes: integer product of factors} (source -> 1).
     """
     x = np.asarray(query, dtype=np.int64)
     level: dict[bytes, int] = {}
-    present: set[frozenset] = set()
+    ordered: set[tuple[bytes, bytes]] = set()
     for z, zz in pairs:
         kz, kzz = _key(z), _key(zz)
         level[kz] = int(x @ np.asarray(z, dtype=np.int64))
         level[kzz] = int(x @ np.asarray(zz, dtype=np.int64))
-        present.add(frozenset((kz, kzz)))
-    doubles = [k for k in level if frozenset((k,)) in present]
+        ordered.add((kz, kzz))
+
+    def covered(k, k2):
+        both = (k, k2) in ordered and (k2, k) in ordered
+        return both if position_dependent else ((k, k2) in ordered or (k2, k) in ordered)
+
+    doubles = [k for k in level if (k, k) in ordered]
     src = _key(source)
     best: dict[bytes, int] = {src: 1} if src in doubles else {}
     for k in sorted(doubles, key=level.get):  # DAG: edges go to strictly higher levels
@@ -63,20 +77,21 @@ def chain_ratios(query: np.ndarray, pairs: list[tuple[np.ndarray, np.ndarray]], 
             continue
         for k2 in doubles:
             gap = level[k2] - level[k]
-            if gap >= 2 and frozenset((k, k2)) in present:
+            if gap >= 2 and covered(k, k2):
                 cand = best[k] * (gap - 1)
                 if cand > best.get(k2, 0):
                     best[k2] = cand
     return best
 
 
-def ratio_matrix(queries: np.ndarray, good: np.ndarray, sequences: np.ndarray) -> np.ndarray:
+def ratio_matrix(queries: np.ndarray, good: np.ndarray, sequences: np.ndarray,
+                 position_dependent: bool = False) -> np.ndarray:
     """R_st = R(q_s; a_s -> a_t) over the sequences whose position 0 is q_s (0 where no chain; diag 1)."""
     S = len(queries)
     R = np.zeros((S, S), dtype=object)
     for s in range(S):
         mine = [(seq[1], seq[2]) for seq in sequences if np.array_equal(seq[0], queries[s])]
-        best = chain_ratios(queries[s], mine, good[s])
+        best = chain_ratios(queries[s], mine, good[s], position_dependent)
         for t in range(S):
             R[s, t] = 1 if s == t else best.get(_key(good[t]), 0)
     return R
@@ -135,9 +150,17 @@ def rank_lower_bound(R: np.ndarray) -> RankBound:
     return RankBound(S, min(off), frob_value, frobenius, dominant)
 
 
-def witness_bound(family) -> RankBound:
-    """The bound for a `witness.WitnessFamily`."""
-    return rank_lower_bound(ratio_matrix(family.queries, family.good, family.sequences))
+def witness_bound(family, position_dependent: bool = False) -> RankBound:
+    """The bound for a `witness.WitnessFamily` (for position-dependent maps: needs both key orders)."""
+    return rank_lower_bound(ratio_matrix(family.queries, family.good, family.sequences, position_dependent))
+
+
+def position_dependent_bound(family) -> int | None:
+    """The bound valid also for position-dependent feature maps, or None if the family does not give one."""
+    try:
+        return witness_bound(family, position_dependent=True).bound
+    except ValueError:  # some pair of queries has no chain covered in both key orders
+        return None
 
 
 def bound_record(family) -> dict:
@@ -146,4 +169,5 @@ def bound_record(family) -> dict:
     return {"bits": family.bits, "n_queries": family.n_queries, "family_size": family.size, "gap": family.gap,
             "min_ratio": b.min_ratio, "frobenius_value": str(b.frobenius_value),
             "frobenius_value_float": float(b.frobenius_value), "frobenius": b.frobenius,
-            "dominant": b.dominant, "bound": b.bound}
+            "dominant": b.dominant, "bound": b.bound,
+            "bound_position_dependent": position_dependent_bound(family)}

@@ -1,10 +1,13 @@
 """Figures of the Min-IP stage (matplotlib; each saved as PDF and PNG).
 
-  witness_figure     error and fraction of queries failed vs rank on the witness suite, every seed
-                     shown, the proven bound as a vertical line, dense attention as reference
+  witness_figure     error, largest deviation max |y - t| (all positions and query position) and
+                     fraction of queries failed vs rank on the witness suite, every seed shown, the
+                     proven bound as a vertical line, dense attention as reference
   scaling_figure     error vs rank per problem size m (columns) and length N (rows), OOD and iid,
                      seeds shown, dense attention as a horizontal reference
   transition_figure  the smallest rank reaching the error threshold vs problem size
+  threshold_figure   the same transition rank under each criterion (error < 1%, 5%, 10%, and
+                     max |y - t| < 1/2), OOD and iid: how much the threshold decides
 """
 from __future__ import annotations
 
@@ -40,19 +43,25 @@ def _rank_ticks(ax, ranks, lo=None, hi=None) -> None:
     ax.set_xlim((lo or ticks[0]) / 1.4, (hi or ticks[-1]) * 1.4)
 
 
+def _seed_points(ax, k: pd.DataFrame, col: str, seeds, color="C0") -> None:
+    for i, s in enumerate(seeds):
+        g = k[k.seed == s]
+        ax.scatter(g["rank"] * _jitter(i, len(seeds)), g[col], marker=SEED_MARKERS[i % 10], s=22,
+                   facecolors="none", edgecolors=color, alpha=0.8, label=f"seed {s}")
+
+
 def witness_figure(runs: pd.DataFrame, bound: dict, pdf_path, png_path) -> None:
     w = runs[runs.setting == "witness"]
     k, d = w[w.kind == "kernel"], w[w.kind == "dense"]
     seeds = sorted(k.seed.unique())
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharex=True)
-    for ax, col, label in ((axes[0], "error", "error (fraction of positions wrong)"),
-                           (axes[1], "fraction_queries_failed", "fraction of queries failed")):
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.4), sharex=True)
+    panels = ((axes[0], "error", "error (fraction of positions wrong)"),
+              (axes[1], "max_abs_error", "largest |y - t| over the suite"),
+              (axes[2], "fraction_queries_failed", "fraction of queries failed"))
+    for ax, col, label in panels:
         med = k.groupby("rank")[col].median()
-        ax.plot(med.index, med.values, "-", color="C0", lw=1.5, label="kernel attention, median over seeds")
-        for i, s in enumerate(seeds):
-            g = k[k.seed == s]
-            ax.scatter(g["rank"] * _jitter(i, len(seeds)), g[col], marker=SEED_MARKERS[i % 10], s=22,
-                       facecolors="none", edgecolors="C0", alpha=0.8, label=f"seed {s}")
+        ax.plot(med.index, med.values, "-", color="C0", lw=1.5, label="kernel, median over seeds")
+        _seed_points(ax, k, col, seeds)
         if len(d):
             ax.axhline(d[col].max(), color="C2", ls="--", lw=1.2, label=f"dense softmax (max over {len(d)} seeds)")
         ax.axvline(bound["bound"], color="C3", ls=":", lw=1.5, label=f"proven bound r >= {bound['bound']}")
@@ -61,12 +70,18 @@ def witness_figure(runs: pd.DataFrame, bound: dict, pdf_path, png_path) -> None:
         ax.set_xlabel("feature rank r")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-    _rank_ticks(axes[0], k["rank"])
-    _rank_ticks(axes[1], k["rank"])
-    axes[1].set_ylim(-0.03, 1.03)
+        _rank_ticks(ax, k["rank"])
+    ax = axes[1]
+    med_q = k.groupby("rank")["max_abs_error_query_position"].median()
+    ax.plot(med_q.index, med_q.values, "-.", color="C1", lw=1.3, label="kernel, query position only (median)")
+    ax.axhline(0.5, color="black", ls="-", lw=0.8, label="1/2: solved iff below (theorem's criterion)")
+    ax.set_yscale("log")
+    ax.legend(fontsize=7, loc="lower left")
+    axes[2].set_ylim(-0.03, 1.03)
     axes[0].legend(fontsize=7, loc="upper right")
     fig.suptitle(f"Min-IP witness suite: {bound['family_size']} length-3 inputs over {{0,1}}^{bound['bits']}, "
-                 f"{bound['n_queries']} queries (nonnegative kernel attention, exp features)", fontsize=10)
+                 f"{bound['n_queries']} queries (nonnegative kernel attention, exp features, full-batch training)",
+                 fontsize=10)
     fig.tight_layout()
     _save(fig, pdf_path, png_path)
 
@@ -127,5 +142,34 @@ def transition_figure(trans: pd.DataFrame, threshold: float, pdf_path, png_path)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     ax.set_title("Min-IP transition rank vs problem size\n(kernel attention, exp features, disjoint token pools)", fontsize=10)
+    fig.tight_layout()
+    _save(fig, pdf_path, png_path)
+
+
+def threshold_figure(crit: pd.DataFrame, criteria: list[str], pdf_path, png_path) -> None:
+    """`crit` from `sweep.criterion_transitions`; one line per criterion, OOD and iid panels, largest N."""
+    n = int(crit["length"].max())
+    c = crit[crit.length == n]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, split in zip(axes, ("ood", "iid")):
+        g = c[c.split == split].sort_values("bits")
+        for j, label in enumerate(criteria):
+            dx = 0.15 * (j - (len(criteria) - 1) / 2)  # small offsets: criteria often coincide
+            vals = [np.nan if v is None or pd.isna(v) else float(v) for v in g[label]]
+            over = [2.0 * mx if v is None or pd.isna(v) else np.nan for v, mx in zip(g[label], g["max_rank"])]
+            line, = ax.plot(g["bits"] + dx, vals, "-o", color=f"C{j}", label=label)
+            if not np.all(np.isnan(over)):
+                ax.plot(g["bits"] + dx, over, "^", color=line.get_color(), mfc="none", ms=9,
+                        label=f"{label}: not reached (drawn at 2x largest rank)")
+        ax.set_yscale("log", base=2)
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xticks(sorted(c.bits.unique()))
+        ax.set_xlabel("problem size m (bits per token)")
+        ax.set_title(f"{split.upper()} test sequences", fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("transition rank (median over seeds)")
+    axes[1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    fig.suptitle(f"Min-IP on random tokens, N = {n}: smallest feature rank meeting each criterion vs problem size\n"
+                 "(kernel attention, exp features, disjoint train/test token pools)", fontsize=10)
     fig.tight_layout()
     _save(fig, pdf_path, png_path)

@@ -13,6 +13,14 @@ nearest integer does not give t_i (a half-integer counts as wrong). The error of
 sequences is the fraction of positions that are wrong. Targets are integers in {0, ..., m}, so a
 prediction is right iff it lies in the open interval (t_i - 1/2, t_i + 1/2): this is the "error < 1/2"
 notion of solving the task used by the lower bound (docs/minip.md).
+
+Largest deviation. The paper's own metric is the largest deviation over a set of positions P,
+
+    E_max = max_{(X, i) in P} |y_i(X) - t_i(X)|,
+
+and a model solves P in the theorem's sense iff E_max < 1/2 -- the same event as "error = 0" above
+(every position right), but E_max also says *how far* a failing model is from the targets (a share of
+wrong positions of 3% can hide a deviation of 4). A NaN prediction makes E_max infinite.
 """
 from __future__ import annotations
 
@@ -50,3 +58,11 @@ def error_rate(pred: np.ndarray, target: np.ndarray) -> float:
     """Fraction of positions wrong."""
     w = wrong(pred, target)
     return float(w.mean()) if w.size else 0.0
+
+
+def max_abs_error(pred: np.ndarray, target: np.ndarray) -> float:
+    """E_max = max |pred - target| over all entries (inf if any prediction is NaN; 0 for no entries)."""
+    dev = np.abs(np.asarray(pred, dtype=np.float64) - np.asarray(target, dtype=np.float64))
+    if dev.size == 0:
+        return 0.0
+    return float("inf") if np.isnan(dev).any() else float(dev.max())

@@ -20,6 +20,12 @@ domination through the intermediate overlaps (amplification).
 
 The designated query is position 0; the targets of all three positions are part of the task, and
 the error of a model on the suite counts every position.
+
+Key order. Each mixed sequence appears in one key order only (good key first). For the trained heads,
+whose maps read the token alone, the other order (q_s, z', z) is a permutation of the same positions
+and adds nothing. `both_orders=True` adds it anyway: with it the family's rank bound also covers
+heads whose feature maps depend on the position (docs/minip.md, section 4.6); without it that bound
+fails (a rank-2 position-dependent head solves the one-order family, `positional`).
 """
 from __future__ import annotations
 
@@ -67,7 +73,7 @@ def _ladder(query: np.ndarray, good: np.ndarray, step: int, gap: int) -> list[np
     return out
 
 
-def witness_family(bits: int, n_queries: int, ladder_step: int = 0) -> WitnessFamily:
+def witness_family(bits: int, n_queries: int, ladder_step: int = 0, both_orders: bool = False) -> WitnessFamily:
     """The witness family over {0,1}^bits with `n_queries` code words (see the module docstring)."""
     code = constant_weight_code(bits, n_queries)
     queries = (1 - code).astype(np.int8)
@@ -78,6 +84,9 @@ def witness_family(bits: int, n_queries: int, ladder_step: int = 0) -> WitnessFa
     def add(s, z, zz):
         seqs.append(np.stack([queries[s], z, zz]))
         owner.append(s)
+        if both_orders and not np.array_equal(z, zz):
+            seqs.append(np.stack([queries[s], zz, z]))
+            owner.append(s)
 
     for s in range(n_queries):
         a_s = code[s]

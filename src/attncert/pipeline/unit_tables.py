@@ -38,7 +38,7 @@ def attained_value(df: pd.DataFrame) -> pd.Series:
     return df[["exact_lo", "best_feasible"]].max(axis=1, skipna=True)
 
 
-def add_gaps(df: pd.DataFrame, certificates=("first_order", "second_order")) -> pd.DataFrame:
+def add_gaps(df: pd.DataFrame, certificates=("first_order", "second_order", "second_order_tight")) -> pd.DataFrame:
     """Add movement, gap_<cert> and rel_gap_<cert> columns (a copy)."""
     out = df.copy()
     out["reference"] = reference_value(out)
@@ -50,7 +50,8 @@ def add_gaps(df: pd.DataFrame, certificates=("first_order", "second_order")) -> 
     return out
 
 
-def soundness_violations(df: pd.DataFrame, certificates=("first_order", "second_order")) -> pd.DataFrame:
+def soundness_violations(df: pd.DataFrame,
+                         certificates=("first_order", "second_order", "second_order_tight")) -> pd.DataFrame:
     """Rows where a certificate (or the exact bracket) lies below a value that is actually attained.
 
     Attained values: the best feasible value found by ascent, and `exact_lo` (the value of an

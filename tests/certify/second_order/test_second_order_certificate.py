@@ -231,59 +231,86 @@ def _max_violation(c):
     return float(np.max(c.violation()))
 
 
-def _lift(El, Ehat, A, s_shift, x, rho):
-    e = np.exp(A + s_shift)
+def _expm1_minus_x(x):
+    """e^x - 1 - x without cancellation."""
+    x = np.asarray(x, dtype=np.float64)
+    small = np.abs(x) < 1e-3
+    series = x * x / 2 + x ** 3 / 6 + x ** 4 / 24 + x ** 5 / 120
+    return np.where(small, series, np.expm1(x) - x)
+
+
+def _lift(A, h, eps, shift_score, xhat, scales_score, theta):
+    """Variable values of the lifted true point (tau, lam', U', V, nu) in the relaxation's units.
+
+    shift_score: (n,) total score shift of each token; xhat: (n, k) unit coordinates; h, eps: (n,) half-width
+    and data error (E_l = e^{A - h - eps}); the unit score coordinate is shift_score / h.
+    """
+    e = np.exp(A + shift_score)
     tau = 1.0 / e.sum()
-    a = tau * e
-    lam = (a - El * tau) / (El * (Ehat - 1.0))
-    return tau, lam, lam[:, None] * x / rho, (tau - lam)[:, None] * x / rho
+    x = (shift_score + h) + eps  # a / (E_l tau) = e^{x}
+    kl = tau * np.expm1(x)  # kappa lam
+    lam = kl / np.expm1(2 * h + 2 * eps)
+    t = shift_score / h + 1.0
+    nu = tau * (_expm1_minus_x(x) + x - h * t) / h ** 2
+    lamp = lam / theta
+    return tau, lamp, lamp[:, None] * xhat, (tau - lam)[:, None] * xhat, nu
+
+
+def _check_point(prob, V, box, values):
+    for var, val in values.items():
+        V[var].value = val
+        lo, hi = box[V[var]]
+        assert np.all(lo <= val) and np.all(val <= hi), var  # inside the certification box
+    for c in prob.constraints:
+        assert _max_violation(c) <= 1e-12, (type(c).__name__, c.shape)
 
 
 @pytest.mark.parametrize("norm", ["linf", "l2"])
 @pytest.mark.parametrize("upper_cone", [False, True])
-def test_lifted_true_points_are_feasible_fixed(norm, upper_cone):
+@pytest.mark.parametrize("radius", [0.05, 1e-5])  # 1e-5: tiny score width, deviation form
+def test_lifted_true_points_are_feasible_fixed(norm, upper_cone, radius):
     rng = np.random.default_rng(7)
-    p = random_head_problem(rng, d=6, d_head=4, n=5, radius=0.05, norm=norm)
+    p = random_head_problem(rng, d=6, d_head=4, n=5, radius=radius, norm=norm)
     D = so.relaxation_data(p)
-    prob, P, V = so._build(p.n, norm, fc.SLOTS if norm == "linf" else 0, upper_cone, rl.MONOTONE_POINTS)
-    El, Ehat, tau_lo, tau_hi = so._set_parameters(P, D)
-    if norm == "l2":
-        P["G"].value, P["cs"].value = rl.ellipse_matrix(D.u_s, D.u_w, D.radius, D.rho)
-    else:
+    assert D.deviation == (radius < 1e-3)
+    theta = np.array([1.0, 0.5, 2.0, 1.0, 1e-3])  # any positive column scale is an exact rewriting
+    prob, P, V = so._build(p.n, norm, fc.SLOTS if norm == "linf" else 0, upper_cone, rl.MONOTONE_POINTS,
+                           D.deviation)
+    El, Ehat, tau_lo, tau_hi = so._set_parameters(P, D, theta)
+    if norm == "linf":
         chain = fc.UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)
-        fc.fill_facets(P, [chain] * p.n, [np.arange(chain.d)] * p.n, fc.SLOTS, D.rho)
-    box = so._box(V, p.n, tau_lo, tau_hi, D)
+        fc.fill_facets(P, [chain] * p.n, [np.arange(chain.d)] * p.n, fc.SLOTS, D.scales, theta)
+    box = so._box(V, p.n, tau_lo, tau_hi, D, theta)
+    h = np.full(p.n, D.R_s)
     for _ in range(50):
         delta = _random_delta(p, rng)
         x = np.stack([delta @ D.u_s, delta @ D.u_w], axis=1)
-        tau, lam, U, Vv = _lift(El, Ehat, D.A, x[:, 0], x, D.rho)
-        for var, val in ((V["tau"], tau), (V["lam"], lam), (V["U"], U), (V["V"], Vv)):
-            var.value = val
-            lo, hi = box[var]
-            assert np.all(lo <= val) and np.all(val <= hi)  # inside the certification box
-        for c in prob.constraints:
-            assert _max_violation(c) <= 1e-12, (type(c).__name__, c.shape)
+        tau, lam, U, Vv, nu = _lift(D.A, h, D.eps_s, x[:, 0], x / D.scales, h, theta)
+        vals = {"tau": tau, "lam": lam, "U": U, "V": Vv}
+        if D.deviation:
+            vals["nu"] = nu
+        _check_point(prob, V, box, vals)
         Z = p.Z0 + delta
-        assert D.g0 + D.rho * prob.objective.value >= p.value(Z) - 1e-12  # objective >= g (eps_w >= 0)
+        assert D.g0 + D.rho_o * prob.objective.value >= p.value(Z) - 1e-12  # objective >= g (eps_w >= 0)
 
 
 @pytest.mark.parametrize("norm", ["linf", "l2"])
-def test_lifted_true_points_are_feasible_varying(norm):
+@pytest.mark.parametrize("radius", [0.05, 1e-5])
+def test_lifted_true_points_are_feasible_varying(norm, radius):
     import attncert.certify.second_order.varying as sv
 
     rng = np.random.default_rng(8)
-    p = random_head_problem(rng, d=6, d_head=4, n=5, radius=0.05, norm=norm, mode="varying")
-    D = sv.VaryingData(p)
-    prob, P, V = sv._build(p.n, D.d, norm, fc.SLOTS if norm == "linf" else 0, True, rl.MONOTONE_POINTS)
-    El, Ehat, (tau_lo, tau_hi) = sv._set_parameters(P, D)
-    if norm == "l2":
-        P["G"].value, P["cs"].value = rl.ellipse_matrix(D.u_s, D.u_w, D.radius, D.rho)
-        P["Gq"].value, P["csq"].value = rl.ellipse_matrix(D.u_q, D.u_w, D.radius, D.rho)
-    else:
+    p = random_head_problem(rng, d=6, d_head=4, n=5, radius=radius, norm=norm, mode="varying")
+    D = sv.VaryingData(p, first_order_certificate(p))
+    theta = np.array([1.0, 0.5, 2.0, 1.0, 1e-3])
+    prob, P, V = sv._build(p.n, D.d, norm, fc.SLOTS if norm == "linf" else 0, True, rl.MONOTONE_POINTS,
+                           D.deviation)
+    El, Ehat, (tau_lo, tau_hi) = sv._set_parameters(P, D, theta)
+    if norm == "linf":
         chains = [fc.UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)] * (p.n - 1)
         chains.append(fc.UpperChainFacets(D.u_q, D.u_w, D.radius, D.R_q))
-        fc.fill_facets(P, chains, [np.arange(c.d) for c in chains], fc.SLOTS, D.rho)
-    box = sv._box(V, D, tau_hi, tau_lo)
+        fc.fill_facets(P, chains, [np.arange(c.d) for c in chains], fc.SLOTS, D.scales[:, :2], theta)
+    box = sv._box(V, D, tau_hi, tau_lo, theta)
     M = p.W_Q @ p.W_K.T / np.sqrt(p.d_head)
     for _ in range(50):
         delta = _random_delta(p, rng)
@@ -293,11 +320,119 @@ def test_lifted_true_points_are_feasible_varying(norm):
         for j in range(p.n - 1):
             x[j] = [D.u_s @ dp[j], D.u_w @ dp[j], D.p[j] @ di, di @ M @ dp[j]]
         x[-1] = [D.u_q @ di, D.u_w @ di, 0.0, di @ M @ di]
-        tau, lam, U, Vv = _lift(El, Ehat, D.A, x[:, [0, 2, 3]].sum(1), x, D.rho)
-        for var, val in ((V["tau"], tau), (V["lam"], lam), (V["U"], U), (V["V"], Vv), (V["W"], tau * di / p.radius)):
-            var.value = val
-            lo, hi = box[var]
-            assert np.all(lo <= val) and np.all(val <= hi)
-        for c in prob.constraints:
-            assert _max_violation(c) <= 1e-12, (type(c).__name__, c.shape)
-        assert D.g0 + D.rho * prob.objective.value >= p.value(p.Z0 + delta) - 1e-12
+        shift = x[:, [0, 2, 3]].sum(1)
+        xhat = x / D.scales * D.active
+        tau, lam, U, Vv, nu = _lift(D.A, D.h, D.eps, shift, xhat, D.h, theta)
+        vals = {"tau": tau, "lam": lam, "U": U, "V": Vv, "W": tau * di / p.radius,
+                "SU": lam * shift / D.h, "SV": (tau - theta * lam) * shift / D.h}
+        if D.deviation:
+            vals["nu"] = nu
+        _check_point(prob, V, box, vals)
+        assert D.g0 + D.rho_o * prob.objective.value >= p.value(p.Z0 + delta) - 1e-12
+
+
+# ---------------------------------------------------------------------------------------------
+# a finite, sound, labelled answer at every score width (issue 13, part 2)
+# ---------------------------------------------------------------------------------------------
+def _scaled_head(seed, scale, radius, mode="fixed", norm="linf", n=4, d=5):
+    return random_head_problem(np.random.default_rng(seed), d=d, d_head=2, n=n, radius=radius, norm=norm, mode=mode,
+                               scale=scale)
+
+
+def _feasible_value(p):
+    if p.mode == "fixed":
+        return exact_worst_case(p).lo
+    return max(p.nominal_value(), _sampled_max(p, k=32))
+
+
+@pytest.mark.parametrize("mode", ["fixed", "varying"])
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+def test_huge_score_width_falls_back_with_a_label(mode, norm):
+    """exp(2 R_s) overflows (R_s > 355): the parameters were not real and cvxpy raised
+    'ValueError: Parameter value must be real'; now a finite sound value with the reason in `status`."""
+    p = _scaled_head(0, 10.0, 3.0, mode, norm)
+    res = second_order_certificate(p)
+    assert math.isfinite(res.value)
+    assert res.fallback and res.status.startswith("fallback") and "half-width" in res.status
+    assert res.value >= _feasible_value(p)
+    res_min = second_order_certificate(p, sense="min")
+    assert math.isfinite(res_min.value) and res_min.value <= -_feasible_value(p.negated())
+
+
+def test_no_relaxation_with_an_underflowing_lower_weight(monkeypatch):
+    """R_s ~ 300 with a token 500 below the top: its E_l = e^{A - R_s} underflowed to 0, so the relaxation
+    forced its weight to 0, although at the maximum that token carries almost all the weight. The program
+    must never be built with a lower weight bound of 0 (it labels the unit instead)."""
+    from attncert.head.problem import HeadProblem
+
+    built = []
+    orig = so.solve_and_certify
+
+    def spy(prob, box, **kw):
+        P = {prm.name(): prm for prm in prob.parameters()}
+        built.append(np.asarray(P["c_V"].value, dtype=float).copy())
+        return orig(prob, box, **kw)
+
+    monkeypatch.setattr(so, "solve_and_certify", spy)
+    # fixed query, l2, d = 2: u_s = (300, 0) (R_s = 300 at r = 1), s0 = (0, -500); values favour token 1
+    W_Q = np.zeros((2, 1))
+    b_Q = np.array([1.0])
+    W_K = np.array([[300.0], [0.0]])
+    Z0 = np.array([[0.0, 0.0], [-500.0 / 300.0, 0.0]])
+    W_V = np.array([[0.0], [1.0]])
+    b_V = np.array([0.0])
+    Z0[1, 1] = 1.0  # token 1 reads value 1 (+ its perturbation), token 0 value 0
+    p = HeadProblem(W_Q, W_K, W_V, b_Q, np.zeros(1), b_V, Z0, 0, np.array([1.0]), 1.0, "l2", "fixed")
+    res = second_order_certificate(p)
+    ex = exact_worst_case(p)
+    assert math.isfinite(res.value) and res.value >= ex.lo
+    assert ex.lo > 0.9  # token 1 (E_l underflows) carries almost all the weight at the maximum
+    for c_V in built:
+        assert np.all(c_V > 0), "relaxation built with a lower weight bound that underflowed to 0"
+    assert res.fallback and "half-width" in res.status
+
+
+def test_fallback_value_is_finite_when_the_first_order_bound_is_not(monkeypatch):
+    """The first-order certificate can be NaN at extreme widths (0/0); a fallback returned it as the value.
+    The fallback is now capped by the trivial bound max_j W_j, so the answer stays finite and sound."""
+    import attncert.certify.first_order_certificate as foc
+
+    p = random_head_problem(np.random.default_rng(3), d=5, n=4, radius=0.05)
+    monkeypatch.setattr(foc, "first_order_certificate", lambda *a, **k: math.nan)
+    monkeypatch.setattr(so, "first_order_certificate", lambda *a, **k: math.nan, raising=False)
+    res = second_order_certificate(p, ladder=(("NO_SUCH_SOLVER", {}),))
+    assert res.fallback and math.isfinite(res.value)
+    assert res.value >= exact_worst_case(p).lo
+    u_w = p.W_V @ p.c
+    W_top = float(np.max(p.Z0 @ u_w + p.b_V @ p.c) + p.radius * np.abs(u_w).sum())  # max_j (w0_j + R_w)
+    assert W_top <= res.value <= W_top + 1e-12 * (1.0 + abs(W_top))
+
+
+def test_negligible_tokens_are_dropped_with_a_sound_tail():
+    """A token 1000 below the others (its lower weight underflows) is dropped, its effect bounded; no fallback."""
+    p = _scaled_head(2, 1.0, 0.05, n=5)
+    Z0 = p.Z0.copy()
+    red_us = p.W_K @ p.nominal_query() / np.sqrt(p.d_head)
+    Z0[0] -= 1000.0 * red_us / (red_us @ red_us)  # s0_0 -= 1000 (token 0 is not the query, index n - 1)
+    from attncert.head.problem import HeadProblem
+
+    q = HeadProblem(p.W_Q, p.W_K, p.W_V, p.b_Q, p.b_K, p.b_V, Z0, p.query_index, p.c, p.radius, p.norm, "fixed")
+    D = so.relaxation_data(q).drop_negligible()
+    assert D.A.size == q.n - 1 and D.tail >= 0.0
+    res = second_order_certificate(q)
+    ex = exact_worst_case(q)
+    assert not res.fallback
+    assert ex.hi - 1e-9 * ex.value_spread <= res.value <= first_order_certificate(q) + 1e-12
+
+
+def test_loose_dual_is_recorded_and_labelled():
+    """A converged solve whose dual is far above its primal was accepted silently (up to 1e-4); now it is
+    re-solved, and whatever is returned carries its dual - primal gap (and a label when it stays loose)."""
+    p = random_head_problem(np.random.default_rng(4), d=6, n=5, radius=0.05, norm="l2")
+    loose = (("CLARABEL", dict(tol_gap_abs=1e-3, tol_gap_rel=1e-3, tol_feas=1e-3, max_iter=50)),)
+    res = second_order_certificate(p, ladder=loose)
+    assert math.isfinite(res.dual_gap)
+    if res.dual_gap > dc.ACCEPT_GAP * 10:
+        assert "loose_dual" in res.status
+    ok = second_order_certificate(p)
+    assert ok.dual_gap <= dc.ACCEPT_GAP * (1.0 + abs(ok.value)) * 10 and "loose" not in ok.status

@@ -23,7 +23,7 @@ SLOTS = 48  # facet slots per token (linf)
 GRID_POINTS = 9  # global sigma grid of initial facets
 LOCAL_POINTS = 25  # fine grid around each token's estimated optimum ...
 WINDOW = 0.3  # ... of half-width WINDOW * R_s
-VIOLATION_TOL = 1e-9  # points higher than this (units of rho) above the boundary get a cut
+VIOLATION_TOL = 1e-9  # points higher than this (units of the value scale) above the boundary get a cut
 CUT_STOP = 1e-5  # stop when the mass-weighted violation is below CUT_STOP x the (scaled) objective
 
 
@@ -97,65 +97,97 @@ def initial_edges(chains: list, k: np.ndarray) -> list:
     return out
 
 
-def fill_facets(P: dict, chains: list, edges: list, K: int, rho: float):
-    """Write the selected half-planes of every token into its K slots (padding rows: 0 <= b lam)."""
+def unit_rows(H: np.ndarray, b: np.ndarray, scale_s: float, scale_w: float) -> tuple[np.ndarray, np.ndarray]:
+    """Half-planes H x <= b of P rewritten in unit coordinates xhat = (sigma / scale_s, omega / scale_w).
+
+    Row k becomes (H_k diag(scale)) xhat <= b_k, normalized to unit length. The computed row errs by a few
+    ulps per entry; since |xhat| <= 1 per coordinate on P, adding 8u (|Hs| + |Hw|) to the right-hand side
+    (and rounding it up) keeps every point of P inside the computed half-plane.
+    """
+    Hu = H * np.array([scale_s, scale_w])[None, :]
+    nrm = np.hypot(Hu[:, 0], Hu[:, 1])
+    nrm = np.where(nrm > 0, nrm, 1.0)
+    Hu = Hu / nrm[:, None]
+    bu = b / nrm * (1.0 + 4.0 * UNIT_ROUNDOFF) + 8.0 * UNIT_ROUNDOFF * np.abs(Hu).sum(axis=1) + 1e-300
+    return Hu, bu
+
+
+def fill_facets(P: dict, chains: list, edges: list, K: int, scales: np.ndarray, theta: np.ndarray | None = None):
+    """Write the selected half-planes of every token into its K slots (padding rows: 0 <= b lam).
+
+    scales: (n, 2) unit of the score and value coordinate of each token; theta: column scale of lam.
+    """
     n = len(chains)
     Hs, Hw, bb = np.zeros(n * K), np.zeros(n * K), np.ones(n * K)
     for j, ch in enumerate(chains):
-        H, b = ch.halfplanes(edges[j])
+        H, b = unit_rows(*ch.halfplanes(edges[j]), scales[j, 0], scales[j, 1])
         m = min(H.shape[0], K)
         Hs[j * K:j * K + m], Hw[j * K:j * K + m] = H[:m, 0], H[:m, 1]
-        bb[j * K:j * K + m] = b[:m] / rho * (1.0 + 4.0 * UNIT_ROUNDOFF)
+        bb[j * K:j * K + m] = b[:m]
     P["Hs"].value, P["Hw"].value, P["b"].value = Hs, Hw, bb
+    th = np.ones(n) if theta is None else np.asarray(theta, dtype=np.float64)
+    P["bth"].value = bb * np.repeat(th, K)
 
 
-def cuts(tau: float, lam: np.ndarray, U: np.ndarray, V: np.ndarray, chains: list, rho: float,
-         El: np.ndarray, Ehat: np.ndarray):
-    """Per token: the edges under its points U/lam and V/(tau-lam) lying above the exact boundary.
+def cuts(masses: tuple, U: np.ndarray, V: np.ndarray, chains: list, scales: np.ndarray, weights: tuple):
+    """Per token: the edges under its points U/lam' and V/(tau-lam) lying above the exact boundary.
 
-    U, V: (n, >= 2) scaled moments (first two coordinates: sigma, omega). Also returns the mass-weighted
-    total height of those points above the boundary (objective units): what more cuts can still remove.
+    masses = (lam', tau - lam) per token (lam' the column-scaled upper mass, U = the matching scaled
+    moment, so U/lam' is the position); U, V: (n, >= 2) unit moments (first two coordinates: sigma, omega);
+    weights = objective coefficients of U_omega and V_omega. Also returns the mass-weighted total height of
+    those points above the boundary in objective units: what more cuts can still remove.
     """
-    n = lam.size
+    n = len(chains)
     new = [np.zeros(0, dtype=np.int64) for _ in range(n)]
     total = 0.0
-    for Y, mass, weight in ((U, lam, El * Ehat), (V, tau - lam, El)):
+    scale_ref = np.max(np.abs(np.concatenate([np.asarray(masses[0]), np.asarray(masses[1])])))
+    for Y, mass, weight in ((U, masses[0], weights[0]), (V, masses[1], weights[1])):
         for j in range(n):
-            if not mass[j] > 1e-12 * tau:
+            if not mass[j] > 1e-12 * scale_ref:
                 continue
             ch = chains[j]
-            x = np.asarray(Y[j, :2]) / mass[j] * rho
+            x = np.asarray(Y[j, :2]) / mass[j] * scales[j]
             sig = float(np.clip(x[0], -ch.R_s, ch.R_s))
             h = x[1] - float(ch.omega_max(np.array([sig]))[0])
-            if h > VIOLATION_TOL * rho:
+            if h > VIOLATION_TOL * scales[j, 1]:
                 new[j] = np.union1d(new[j], ch.edge_at(np.array([sig])))
-                total += weight[j] * mass[j] * h / rho
+                total += weight[j] * mass[j] * h / scales[j, 1]
     return new, total
 
 
 def cutting_plane_solve(prob: cp.Problem, P: dict, V: dict, box: dict, chains: list, edges: list, K: int,
-                        rho: float, El: np.ndarray, Ehat: np.ndarray, to_g, ladder):
+                        scales: np.ndarray, theta: np.ndarray, to_g, ladder):
     """Solve, certify, add cuts, repeat (linf). Every round's certified bound is sound; keep the best.
 
-    Returns (best value in g units, its status, its solver, last primal in g units, rounds, facets, log).
+    Returns (best value in g units, its status, its solver, last primal in g units, rounds, facets, log,
+    dual gap of the best bound in g units).
     """
     n = len(chains)
     log, best, best_status, best_solver, primal, converged, rounds = [], math.inf, "not_run", "none", math.nan, False, 0
+    best_gap, first_ok = math.nan, ladder[0]
     for rounds in range(1, MAX_ROUNDS + 1):
-        fill_facets(P, chains, edges, K, rho)
-        rung = ladder if not converged else [a for a in ladder if a[0] == "CLARABEL"] or ladder
-        cert = solve_and_certify(prob, box, ladder=rung)
+        fill_facets(P, chains, edges, K, scales, theta)
+        # later rounds: the interior-point rungs, the one that converged first in front (no slow SCS)
+        rung = ladder if not converged else [first_ok] + [a for a in ladder if a[0] == "CLARABEL" and a is not first_ok]
+        cert = solve_and_certify(prob, box, ladder=rung, loose_retries=None if not converged else 0)
         log += [(sv, st, to_g(bd), sec) for (sv, st, bd, sec) in cert.log]
         val = to_g(cert.bound)
         if val < best and (cert.converged or converged):  # a failed later round may still improve it
             best, best_status, best_solver = val, cert.status, cert.solver
+            best_gap = val - to_g(cert.primal) if math.isfinite(cert.primal) else math.nan
         if not cert.converged:
             break
+        if not converged:
+            first_ok = next((a for a in ladder if a[0] == "CLARABEL"), ladder[0])
+            for a, entry in zip(ladder, cert.log):  # the attempt whose solve was kept
+                if entry[0] == cert.solver == "CLARABEL" and entry[2] == cert.bound:
+                    first_ok = a
         converged = True
         primal = to_g(cert.primal)
         vals = {k: cert.values[v.id] for k, v in V.items()}
-        new, excess = cuts(float(vals["tau"]), np.asarray(vals["lam"]), np.asarray(vals["U"]),
-                           np.asarray(vals["V"]), chains, rho, El, Ehat)
+        tau, lam = float(vals["tau"]), np.asarray(vals["lam"])
+        new, excess = cuts((lam, tau - theta * lam), np.asarray(vals["U"]), np.asarray(vals["V"]), chains, scales,
+                           (np.asarray(P["c_U"].value), np.asarray(P["c_V"].value)))
         if excess <= CUT_STOP * max(cert.primal, 1e-300):
             break
         grew = False
@@ -168,4 +200,4 @@ def cutting_plane_solve(prob: cp.Problem, P: dict, V: dict, box: dict, chains: l
         if not grew:
             break
     n_facets = int(max(e.size for e in edges)) + 2
-    return best, best_status, best_solver, primal, rounds, n_facets, log
+    return best, best_status, best_solver, primal, rounds, n_facets, log, best_gap

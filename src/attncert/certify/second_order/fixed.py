@@ -1,17 +1,19 @@
 """Second-order certificate, fixed query: the relaxation of `relaxation` over the 2-D image of the ball.
 
-Each token has 5 variables (tau shared; lam_j, U_j, V_j in R^2), whatever the model width d.
+Each token has 5 variables (tau shared; lam_j, U_j, V_j in R^2), whatever the model width d, plus one
+deviation variable nu_j when the score half-width is tiny (`relaxation.DEVIATION_BELOW`).
 * l2: P = {x : ||G x|| <= 1} (G from a regularized Cholesky factor of [u_s; u_w][u_s; u_w]^T, so the
   ellipse may only grow): two 3-dimensional second-order cones per token.
 * linf: P is a zonotope; its upper facets are chosen by cutting planes (`facets`).
-The cvxpy problem is built once per (n, norm, slots, variant) with Parameters and reused (DPP).
-Coordinates are scaled by rho = R_s + R_w (x' = x / rho) so that the objective is O(1).
+The cvxpy problem is built once per (n, norm, slots, variant, deviation form) with Parameters and reused
+(DPP). Coordinates are in units: sigma / R_s and omega / R_w (each coordinate by its own range, so the facet
+normals and every variable are O(tau)); the objective is (g - g0) / rho_o with rho_o = first-order bound - g0.
 """
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import cvxpy as cp
 import numpy as np
@@ -20,19 +22,21 @@ from attncert.certify.first_order_certificate import first_order_certificate
 from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, solve_and_certify
 from attncert.certify.second_order.facets import (SLOTS, UpperChainFacets, cutting_plane_solve, initial_edges,
                                                   vertex_dinkelbach)
-from attncert.certify.second_order.relaxation import (MONOTONE_POINTS, SecondOrderResult, data_errors, ellipse_matrix,
-                                                      objective, polygon_constraints, settle, weight_constraints,
-                                                      weight_parameters)
+from attncert.certify.second_order.relaxation import (DEVIATION_BELOW, MONOTONE_POINTS, SecondOrderResult,
+                                                      data_errors, ellipse_matrix, fallback_bound, negligible_tokens,
+                                                      nu_bound, objective, polygon_constraints, representable, settle,
+                                                      weight_constraints, weight_parameters)
 from attncert.head.fixed_query import fixed_query_reduction
 from attncert.head.problem import HeadProblem
-from attncert.head.rounding import gamma, outward_affine
+from attncert.head.projected_ball import projected_ball
+from attncert.head.rounding import UNIT_ROUNDOFF, gamma, outward_affine
 
 _CACHE: dict = {}
 
 
 @dataclass
 class FixedRelaxationData:
-    """The fixed-query reduction in the relaxation's units (scores shifted, coordinates scaled by rho)."""
+    """The fixed-query reduction in the relaxation's units (scores shifted, coordinates in units of their range)."""
 
     A: np.ndarray  # shifted nominal scores s0 - shift
     w0: np.ndarray
@@ -41,75 +45,144 @@ class FixedRelaxationData:
     eps_w: np.ndarray
     u_s: np.ndarray
     u_w: np.ndarray
-    R_s: float  # >= max |sigma| over P (rounded up)
-    R_w: float
-    rho: float
+    R_s: float  # >= max |sigma| over P (rounded up): the score unit and half-width h
+    R_w: float  # >= max |omega| over P (rounded up)
+    rho_w: float  # value unit (R_w, or 1 when values do not move)
+    rho_o: float  # objective unit
     radius: float
     norm: str
+    tail: float = 0.0  # sound bound on the effect of the dropped (negligible) tokens, added to the bound
+
+    @property
+    def scales(self) -> np.ndarray:
+        return np.tile([self.R_s, self.rho_w], (self.A.size, 1))
+
+    @property
+    def deviation(self) -> bool:
+        return self.R_s < DEVIATION_BELOW
+
+    def drop_negligible(self) -> "FixedRelaxationData":
+        """The same data without the tokens that can never carry weight (`relaxation.negligible_tokens`)."""
+        h = np.full(self.A.size, self.R_s)
+        top = self.w0 + self.R_w + self.eps_w
+        keep, tail = negligible_tokens(self.A, h, self.eps_s, top + 4.0 * UNIT_ROUNDOFF * np.abs(top),
+                                       self.w0 - self.R_w - self.eps_w)
+        if np.all(keep):
+            return self
+        return replace(self, A=self.A[keep], w0=self.w0[keep], eps_s=self.eps_s[keep], eps_w=self.eps_w[keep],
+                       tail=tail)
 
 
-def relaxation_data(problem: HeadProblem) -> FixedRelaxationData:
+def relaxation_data(problem: HeadProblem, fo: float | None = None, origin: bool = True) -> FixedRelaxationData:
+    """The reduction in the relaxation's units; origin=False keeps the nominal value as objective origin."""
     s0, w0, u_s, u_w = fixed_query_reduction(problem).directions()
     eps_s, eps_w = data_errors(problem)
     up = 1.0 + gamma(problem.d + 4)
     R_s = problem.radius * problem.dual_norm(u_s) * up
     R_w = problem.radius * problem.dual_norm(u_w) * up
+    g_nom = problem.nominal_value()
+    fo = first_order_certificate(problem) if fo is None else fo
+    rho_w = R_w if R_w > 0 else 1.0
+    rho_o = max(fo - g_nom, R_w, 1e-300) if math.isfinite(fo) else max(R_w, 1.0)
+    g0 = _origin(problem, g_nom, fo) if origin else g_nom
     shift = float(np.max(s0 + eps_s))
-    return FixedRelaxationData(s0 - shift, w0, problem.nominal_value(), eps_s, eps_w, u_s, u_w, R_s, R_w,
-                          R_s + R_w, problem.radius, problem.norm)
+    return FixedRelaxationData(s0 - shift, w0, g0, eps_s, eps_w, u_s, u_w, R_s, R_w, rho_w, rho_o, problem.radius,
+                               problem.norm)
 
 
-def _build(n: int, norm: str, K: int, upper_cone: bool, mono: int):
-    key = ("fixed", n, norm, K, upper_cone, mono)
+ORIGIN_POINTS = 65  # points of the ellipse arc (l2) for the origin's Dinkelbach estimate
+
+
+def _origin(problem: HeadProblem, g_nom: float, fo: float) -> float:
+    """Objective origin: an estimate of the worst case found without the exact solver, else the nominal value.
+
+    Dinkelbach's iteration over points of the upper boundary of P only (linf: the zonotope's vertices;
+    l2: ORIGIN_POINTS points of the ellipse arc), a heuristic that costs microseconds. Any origin gives the
+    same relaxation and the same certified bound up to rounding; one near the optimum makes the
+    objective's terms a_j (w0_j - origin) small where the weights matter, so the residual of the
+    normalization row (which the dual pays times the optimum in objective units) costs ~gap instead of
+    ~(t* - g_nom). The certificate never uses the exact worst case (it must work where none exists).
+    """
+    s0, w0, u_s, u_w = fixed_query_reduction(problem).directions()
+    image = projected_ball(u_s, u_w, problem.radius, problem.norm)
+    if problem.norm == "linf":
+        sig, om = image.sigma, image.omega
+    else:
+        t = np.linspace(0.0, math.pi, ORIGIN_POINTS)
+        sig, om = image.a * np.cos(t), image.p * np.cos(t) + image.q * np.sin(t)
+    n = problem.n
+    with np.errstate(all="ignore"):
+        est, _ = vertex_dinkelbach(s0 - float(s0.max()), w0, g_nom, np.tile(sig, (n, 1)), np.tile(om, (n, 1)))
+    return est if math.isfinite(est) and g_nom <= est <= fo else g_nom
+
+
+def _build(n: int, norm: str, K: int, upper_cone: bool, mono: int, deviation: bool):
+    key = ("fixed", n, norm, K, upper_cone, mono, deviation)
     if key in _CACHE:
         return _CACHE[key]
     tau = cp.Variable(name="tau")
     lam = cp.Variable(n, name="lam")
     U = cp.Variable((n, 2), name="U")
     V = cp.Variable((n, 2), name="V")
+    nu = cp.Variable(n, name="nu") if deviation else None
     P: dict = {}
     tau_n = tau * np.ones(n)
-    cons = weight_constraints(P, n, tau, lam, U[:, 0], V[:, 0], upper_cone, mono)
+    cons = weight_constraints(P, n, tau, lam, U[:, 0], V[:, 0], upper_cone, mono, nu)
     if norm == "l2":
         P["G"] = cp.Parameter((2, 2), name="G")
         P["cs"] = cp.Parameter(nonneg=True, name="cs")
+        P["th_cs"] = cp.Parameter(n, nonneg=True, name="th_cs")  # theta_j cs: (tau - lam) = tau - theta lam'
         cons += [cp.SOC(P["cs"] * lam, P["G"] @ U.T, axis=0),
-                 cp.SOC(P["cs"] * (tau_n - lam), P["G"] @ V.T, axis=0)]
+                 cp.SOC(P["cs"] * tau_n - cp.multiply(P["th_cs"], lam), P["G"] @ V.T, axis=0)]
     else:
         cons += polygon_constraints(P, n, K, U, V, lam, tau_n)
-    entry = (cp.Problem(objective(P, tau, lam, U[:, 1], V[:, 1]), cons), P, dict(tau=tau, lam=lam, U=U, V=V))
+    variables = dict(tau=tau, lam=lam, U=U, V=V)
+    if nu is not None:
+        variables["nu"] = nu
+    entry = (cp.Problem(objective(P, tau, lam, U[:, 1], V[:, 1]), cons), P, variables)
     _CACHE[key] = entry
     return entry
 
 
-def _box(V: dict, n: int, tau_lo: float, tau_hi: float, D: FixedRelaxationData) -> dict:
+def _box(V: dict, n: int, tau_lo: float, tau_hi: float, D: FixedRelaxationData, theta: np.ndarray) -> dict:
+    """A box containing every lifted true point (the certification box of `dual_certificate`)."""
     inflate = 1.0 + 1e-9
-    sb = tau_hi * D.R_s / D.rho * inflate
-    wb = tau_hi * D.R_w / D.rho * inflate
-    uv = (np.tile([-sb, -wb], (n, 1)), np.tile([sb, wb], (n, 1)))
-    return {V["tau"]: (tau_lo, tau_hi), V["lam"]: (np.zeros(n), np.full(n, tau_hi)), V["U"]: uv, V["V"]: uv}
+    wb = D.R_w / D.rho_w * inflate
+    up = tau_hi / theta * inflate  # lam' = lam / theta <= tau / theta
+    uv = np.stack([np.full(n, inflate), np.full(n, wb)], axis=1)
+    box = {V["tau"]: (tau_lo, tau_hi), V["lam"]: (np.zeros(n), up), V["U"]: (-uv * up[:, None], uv * up[:, None]),
+           V["V"]: (-uv * tau_hi, uv * tau_hi)}
+    if "nu" in V:
+        box[V["nu"]] = (np.zeros(n), nu_bound(np.full(n, D.R_s), D.eps_s, tau_hi))
+    return box
 
 
 def _to_g(bound: float, D: FixedRelaxationData) -> float:
-    """g0 + rho * bound, rounded outward (plus a tiny term for exp underflow of far-away tokens)."""
-    return outward_affine(D.g0, D.rho, bound, 1e-290 * D.A.size * (1.0 + float(np.abs(D.w0).max())))
+    """g0 + rho_o * bound (+ the dropped tokens' tail), rounded outward."""
+    return outward_affine(D.g0, D.rho_o, bound, D.tail)
 
 
-def _set_parameters(P: dict, D: FixedRelaxationData):
+def _set_parameters(P: dict, D: FixedRelaxationData, theta: np.ndarray | None = None):
     n = D.A.size
-    return weight_parameters(P, D.A, np.full(n, D.R_s), D.eps_s, D.w0, D.eps_w, D.g0, D.rho)
+    theta = np.ones(n) if theta is None else theta
+    out = weight_parameters(P, D.A, np.full(n, D.R_s), D.eps_s, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w, theta)
+    if "th_cs" in P:
+        P["G"].value, P["cs"].value = ellipse_matrix(D.u_s, D.u_w, D.radius, D.R_s, D.rho_w)
+        P["th_cs"].value = P["cs"].value * theta
+    return out
 
 
 def _solve_linf(problem: HeadProblem, D: FixedRelaxationData, upper_cone: bool, mono: int, ladder):
-    n = problem.n
+    n = D.A.size
     chain = UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)
     chains = [chain] * n
     _, k = vertex_dinkelbach(D.A, D.w0, D.g0, np.tile(chain.chain.sigma, (n, 1)), np.tile(chain.chain.omega, (n, 1)))
     edges = initial_edges(chains, k)
-    prob, P, V = _build(n, "linf", SLOTS, upper_cone, mono)
-    El, Ehat, tau_lo, tau_hi = _set_parameters(P, D)
-    box = _box(V, n, tau_lo, tau_hi, D)
-    return cutting_plane_solve(prob, P, V, box, chains, edges, SLOTS, D.rho, El, Ehat, lambda b: _to_g(b, D), ladder)
+    theta = np.ones(n)
+    prob, P, V = _build(n, "linf", SLOTS, upper_cone, mono, D.deviation)
+    El, Ehat, tau_lo, tau_hi = _set_parameters(P, D, theta)
+    box = _box(V, n, tau_lo, tau_hi, D, theta)
+    return cutting_plane_solve(prob, P, V, box, chains, edges, SLOTS, D.scales, theta, lambda b: _to_g(b, D), ladder)
 
 
 def second_order_fixed(problem: HeadProblem, upper_cone: bool = False, monotone_points: int = MONOTONE_POINTS,
@@ -118,25 +191,32 @@ def second_order_fixed(problem: HeadProblem, upper_cone: bool = False, monotone_
     if problem.mode != "fixed":
         raise ValueError("second_order_fixed expects mode='fixed'")
     t0 = time.perf_counter()
-    D = relaxation_data(problem)
-    n = problem.n
+    fo = fallback_bound(problem)
+    D = relaxation_data(problem, fo, origin=False)
     if not D.R_s > 1e-9 * max(1.0, D.R_w):  # scores (almost) do not move: nothing second order to gain
-        v = first_order_certificate(problem)
-        return SecondOrderResult(v, "static_scores", "first_order_static", time.perf_counter() - t0, False)
+        return SecondOrderResult(fo, "static_scores", "first_order_static", time.perf_counter() - t0, False)
+    why = representable(D.A, np.full(D.A.size, D.R_s), D.eps_s, width_only=True)
+    if not why:
+        D = replace(D, g0=_origin(problem, D.g0, fo)).drop_negligible()
+        why = representable(D.A, np.full(D.A.size, D.R_s), D.eps_s)
+    n = D.A.size
+    if why:
+        return settle(math.inf, "not_run", "none", fo, t0, "fixed", math.nan, 0, 0, [], why)
 
-    log, best, best_status, best_solver, primal = [], math.inf, "not_run", "none", math.nan
+    log, best, best_status, best_solver, primal, gap = [], math.inf, "not_run", "none", math.nan, math.nan
     rounds, n_facets = 0, 0
     if problem.norm == "l2":
-        prob, P, V = _build(n, "l2", 0, upper_cone, monotone_points)
-        El, Ehat, tau_lo, tau_hi = _set_parameters(P, D)
-        P["G"].value, P["cs"].value = ellipse_matrix(D.u_s, D.u_w, D.radius, D.rho)
-        cert = solve_and_certify(prob, _box(V, n, tau_lo, tau_hi, D), ladder=ladder)
+        theta = np.ones(n)
+        prob, P, V = _build(n, "l2", 0, upper_cone, monotone_points, D.deviation)
+        El, Ehat, tau_lo, tau_hi = _set_parameters(P, D, theta)
+        cert = solve_and_certify(prob, _box(V, n, tau_lo, tau_hi, D, theta), ladder=ladder)
         rounds = 1
         log += [(s, st, _to_g(b, D), sec) for (s, st, b, sec) in cert.log]
         if cert.converged:
-            best, best_status, best_solver, primal = _to_g(cert.bound, D), cert.status, cert.solver, _to_g(cert.primal, D)
+            best, best_status, best_solver = _to_g(cert.bound, D), cert.status, cert.solver
+            primal = _to_g(cert.primal, D)
+            gap = best - primal
     else:
-        best, best_status, best_solver, primal, rounds, n_facets, log = _solve_linf(problem, D, upper_cone,
-                                                                                    monotone_points, ladder)
-    fo = first_order_certificate(problem)
-    return settle(best, best_status, best_solver, fo, t0, "fixed", primal, rounds, n_facets, log, "not_run")
+        best, best_status, best_solver, primal, rounds, n_facets, log, gap = _solve_linf(
+            problem, D, upper_cone, monotone_points, ladder)
+    return settle(best, best_status, best_solver, fo, t0, "fixed", primal, rounds, n_facets, log, "not_run", gap)

@@ -1,77 +1,71 @@
 """The level-1 exponential-cone moment relaxation of one head: its variables, constraints and objective.
 
 Shared by the fixed query (`fixed`) and the varying query (`varying`); the zonotope facets and the
-cutting-plane loop are in `facets`, the weak-duality certification in `dual_certificate`.
+cutting-plane loop are in `facets`, the weak-duality certification in `dual_certificate`. Derivation and
+the secant-slack analysis: docs/certificate.md.
 
 Setting (`HeadProblem`, mode "fixed"). Token j has score s_j = A_j + sigma_j + e_j and value
 w_j = w0_j + omega_j + f_j, where A_j = s0_j - shift, x_j = (sigma_j, omega_j) = (u_s.delta_j, u_w.delta_j)
 lies in P = the 2-D image of the radius-r ball, and |e_j| <= eps_j, f_j <= epsw_j bound the floating-point
-error of the computed data (`data_errors`). R_s = max |sigma| over P.
+error of the computed data (`data_errors`). h_j = R_s = max |sigma| over P (the varying query has its own
+per-token half-width h_j of the total score shift).
+
+Units. Every coordinate is measured in units of its own range: the score shift by h_j (the "unit score"
+shat = sigma / h_j in [-1, 1]), the value shift by rho_w = R_w, and the objective (g - g0) by rho_o. One
+common factor for both coordinates (the former rho = R_s + R_w) made the facet normals nearly parallel to an
+axis when R_s << R_w, so that a 1e-10 feasibility error moved the value coordinate by ~1e-6 R_w: the whole
+second-order gap.
 
 Lifting. With tau = 1 / sum_k e^{s_k} and a_j = tau e^{s_j} (so sum_j a_j = 1, g = sum_j a_j w_j), every
-weight lies between E_lj tau and E_uj tau, E_lj = e^{A_j - R_s - eps_j}, E_uj = E_lj Ehat_j,
-Ehat_j = e^{2 R_s + 2 eps_j}, kappa_j = Ehat_j - 1. Write a_j = E_lj (tau + kappa_j lam_j) with
-lam_j in [0, tau] and split the tau- and a-scaled moments of x_j along the two weight bounds:
+weight lies between E_lj tau and E_uj tau, E_lj = e^{A_j - h_j - eps_j}, E_uj = E_lj Ehat_j,
+Ehat_j = e^{2 h_j + 2 eps_j}, kappa_j = Ehat_j - 1. Write a_j = E_lj (tau + kappa_j lam_j) with
+lam_j in [0, tau] and split the tau- and a-scaled moments of the unit coordinates xhat_j along the two
+weight bounds:
 
-    U_j = lam_j x_j  in lam_j P,          V_j = (tau - lam_j) x_j  in (tau - lam_j) P,
-    S_j = tau x_j = U_j + V_j,            M_j = a_j x_j = E_lj (V_j + Ehat_j U_j).
+    U_j = lam_j xhat_j  in lam_j Phat,    V_j = (tau - lam_j) xhat_j  in (tau - lam_j) Phat,
+    S_j = tau xhat_j = U_j + V_j,         M_j = a_j xhat_j = E_lj (V_j + Ehat_j U_j).
 
-U_j in lam_j P and V_j in (tau - lam_j) P are exactly the localizing couplings of the calibration note,
-M - E_l S in (a - E_l tau) P and E_u S - M in (E_u tau - a) P (divided by E_u - E_l): products of the
-weight bounds with the facets of P. They imply S in tau P and M in a P. This parametrization keeps every
-variable O(tau) instead of O(r tau), which is what makes the interior-point solve well conditioned.
+U_j in lam_j Phat and V_j in (tau - lam_j) Phat are exactly the localizing couplings of the calibration
+note (products of the weight bounds with the facets of P). Every variable is O(tau). A positive column
+scale theta_j (lam = theta lam', U = theta U') is folded into the parameters (theta = 1 in use).
 
-Relaxation (level-1 moments, K_exp = cl{(x, y, z): y e^{x/y} <= z}), ahat_j = tau + kappa_j lam_j,
-Stot_j = S_j,sigma (the tau-scaled score moment):
+Relaxation (level-1 moments, K_exp = cl{(x, y, z): y e^{x/y} <= z}), ahat_j = tau + kappa_j lam_j, Ss_j / Us_j
+/ Vs_j = unit score coordinate of S_j / U_j / V_j:
 
-    maximize    sum_j E_lj ( ahat_j wt_j + V_j,omega + Ehat_j U_j,omega ),       wt_j = w0_j + epsw_j - g0
-    subject to  sum_j E_lj ahat_j = 1                                     (normalization sum a = 1)
-                (Stot_j + R_s tau, tau, ahat_j) in K_exp                  (a >= tau e^{s}: exact lower bound)
-                kappa_j lam_j <= (e^{2 eps_j} - 1) tau + e^{2 eps_j} c_s (Stot_j + R_s tau)
-                                                 (secant of exp over [-R_s, R_s], c_s = (e^{2 R_s} - 1)/(2 R_s))
-                0 <= lam_j <= tau,  U_j in lam_j P,  V_j in (tau - lam_j) P      (localizing couplings)
-                E_tau[(e - E_c)(s - c)] >= -margin  for c in MONOTONE_POINTS interior points of [-R_s, R_s]
-                                                 (monotonicity cuts, linear in the moments, see below)
-                [tight variant only] (-(R_s + 2 eps_j) ahat_j - Mhat_j,sigma, ahat_j, tau) in K_exp
-                                                 (tau >= a e^{-s}: the exact upper bound in a-scaled moments)
+    maximize    sum_j E_lj ( ahat_j wt_j + rho_w (V_j,omega + Ehat_j U_j,omega) ) / rho_o,   wt_j = w0_j + epsw_j - g0
+    subject to  sum_j E_lj ahat_j = 1                                               (C0: sum a = 1)
+                (h_j (Ss_j + tau), tau, ahat_j) in K_exp                            (C1: a >= tau e^{s})
+                lam_j <= (e^{2 eps} - 1) / kappa_j tau + e^{2 eps} (Ss_j + tau) / 2   (C2: secant, / kappa)
+                0 <= lam_j <= tau,  U_j in lam_j Phat,  V_j in (tau - lam_j) Phat    (C3: couplings)
+                E_tau[(e - E_c)(s - c)] >= -margin  at MONOTONE_POINTS interior unit scores c   (C4, / kappa)
+                [tight variant] (-(h + 2 eps) ahat_j - h (Vs_j + Ehat_j Us_j), ahat_j, tau) in K_exp  (C5)
+
+Deviation form (h_j < DEVIATION_BELOW). At a tiny half-width the curvature of the exponential (~h^2) is
+below what an interior-point solve resolves in (C1) (~1e-10 / h^2 relative). There (C1) is replaced by
+the deviation variable nu_j = (kappa_j lam_j - h_j y_j) / h_j^2, y_j = Ss_j + tau, with the rotated cone
+2 nu_j tau >= y_j^2 (e^x >= 1 + x + x^2/2 for x = h (shat + 1) >= 0): a valid, well-scaled constraint
+that misses only the cubic term (relative O(h) of the curvature).
 
 Monotonicity cuts. exp is increasing, so (e - E_c)(s - c) >= 0 pointwise for every score point c with
-E_c = e^{A + c}; its tau-scaled expectation M_s - E_c S_s - c a + c E_c tau >= 0 is linear in the level-1
-moments (M_s = a-scaled score moment). c = -R_s, R_s give back McCormick products implied by the
-couplings; interior points are new. They forbid "crossed" two-level points (the E_u-weighted mass at a
-lower score than the E_l-weighted mass), which without them let the relaxation lower a weight below the
-exponential at the score where its value is read; on a 2-token head that exceeded the secant-slack bound
-by 1.76x (tests/test_secant_slack_bound.py). The data error of the score costs a margin
-tau E_c (e^{eps} - 1) 2 R_s.
+E_c = e^{A + c}; its tau-scaled expectation is linear in the level-1 moments. At c = the a-weighted mean
+score it gives "a-mean score >= tau-mean score", hence a <= tau sec(a-mean): the weight is at most the
+secant at the score where its value is read (docs/certificate.md, section 7). The data error of the
+score costs a margin tau E_c (e^{eps} - 1) 2 h.
 
-Variants. The default ("paper" relaxation) is the exponential lower bound, the secant, the couplings and
-the monotonicity cuts: its gap is second order (slope ~2.0 in r) and within the secant-slack bound. The
-tight variant (upper_cone=True) adds the exact upper exponential bound in a-scaled moments: 10-40x
-smaller gaps, but its gap vanishes faster than r^2 at small radii (it is exact on mixtures of feasible
-points), so its log-log slope is ~2.8 there instead of 2. Both are sound.
+Variants. The default ("paper" relaxation) is (C0)-(C4): gap second order and within the secant-slack
+bound on every unit measured. The tight variant (upper_cone=True) adds (C5): 10-40x smaller gaps.
 
-Every lifted true perturbation is feasible (each line is an identity or a valid inequality for it; checked
-numerically in tests/test_second_order_certificate.py), so the optimum is >= max g. The certificate is
-g0 + the weak-duality bound of `dual_certificate` over a box containing every lifted true point
-(tau in [1/sum E_u, 1/sum E_l], lam in [0, tau_hi], U, V in tau_hi * bbox(P)); the solver's primal
-objective is never used as the answer. If the solver fails, or if numerical looseness puts the bound above
-the first-order certificate (the exact relaxation never is: its weights and values lie in the first-order
-intervals), the first-order certificate is returned with fallback=True.
+Every row of the program has one Parameter (or a constant) per variable, so the canonical conic data are
+the parameter values themselves (computed with expm1 and without cancellation) and the data-rounding
+assumption of `dual_certificate` (relative 1e-12 per entry) holds entrywise. Every lifted true
+perturbation is feasible (checked numerically in tests/certify/second_order), so the optimum is >= max g.
+The certificate is g0 + rho_o x the weak-duality bound of `dual_certificate` over a box containing every
+lifted true point; the solver's primal objective is never used as the answer.
 
-Program size does not depend on the model width d: each token has 5 variables.
-* l2: P = {x : ||G x|| <= 1} (G from a regularized Cholesky factor of [u_s; u_w][u_s; u_w]^T, so the
-  ellipse may only grow): two 3-dimensional second-order cones per token.
-* linf: P is a zonotope with up to 2d facets. Only omega enters the objective, with positive weights, and
-  omega appears in no other constraint, so only the *upper* boundary of P (d edges) and the two
-  sigma-bounds matter; the lower facets are dropped. Each token gets SLOTS half-plane slots filled with
-  a subset of the exact upper facets -- any subset is an outer polygon of P, hence a sound relaxation --
-  chosen by cutting planes: edges at GRID_POINTS sigma values and at LOCAL_POINTS values around the token's
-  estimated optimum (vertex Dinkelbach), then, after each solve, the edges under every point U_j / lam_j,
-  V_j / (tau - lam_j) lying above the exact boundary (at most MAX_ROUNDS solves). Every round's bound is
-  sound; the smallest is returned.
-The cvxpy problem is built once per (n, norm, slots, variant) with Parameters and reused (DPP).
-
-Coordinates are scaled by rho = R_s + R_w (x' = x / rho) so that the objective is O(1).
+Representability (`representable`, `negligible_tokens`). Tokens whose weight share is below e^-60 under
+every perturbation are dropped and their effect bounded (`negligible_tokens`); a weight band e^{2h} above
+e^{2 MAX_HALF_WIDTH}, or a lower weight bound that underflows, is a labelled fallback (the first-order
+certificate capped by max_j W_j, `fallback_bound`) -- never an exception, never a weight forced to 0.
 """
 from __future__ import annotations
 
@@ -86,7 +80,12 @@ from attncert.head.problem import HeadProblem
 from attncert.head.rounding import UNIT_ROUNDOFF, gamma
 
 MONOTONE_POINTS = 7  # interior score points of the monotonicity cuts per token
-FO_TIE = 1e-9  # a second-order bound this close above the first-order one is a tie, not a failure
+FO_TIE = 1e-9  # a second-order bound this close above the first-order one is a tie, not a failure ...
+TIE_DUAL = 1e-7  # ... or within twice its dual gap when that gap is below this (relative to 1 + |fo|)
+DEVIATION_BELOW = 1e-3  # half-widths h below this use the deviation form of the exponential lower bound
+EXP_CONE_WITH_DEVIATION = False  # keep the exponential cone beside the deviation form (degenerate: off)
+MAX_HALF_WIDTH = 18.0  # e^{2h} beyond ~4e15: the weight band exceeds double precision (see `representable`)
+_U = UNIT_ROUNDOFF
 
 
 @dataclass
@@ -104,6 +103,7 @@ class SecondOrderResult:
     rounds: int = 0  # cutting-plane rounds (linf) / solves
     n_facets: int = 0  # facets of P used in the last round (linf)
     log: list = field(default_factory=list)  # (solver, status, bound in g units, seconds) per solve
+    dual_gap: float = math.nan  # certified bound - solver primal of the certifying solve (g units, >= ~0)
 
 
 def data_errors(problem: HeadProblem) -> tuple[np.ndarray, np.ndarray]:
@@ -131,125 +131,273 @@ def softmax_bounds(E_lo: np.ndarray, E_hi: np.ndarray) -> tuple[float, float]:
     return (1.0 / float(E_hi.sum())) * (1.0 - 1e-12), (1.0 / float(E_lo.sum())) * (1.0 + 1e-12)
 
 
-def weight_constraints(P: dict, n: int, tau, lam, Utot, Vtot, upper_cone: bool, mono: int) -> list:
+def representable(A: np.ndarray, h: np.ndarray, eps: np.ndarray, width_only: bool = False) -> str:
+    """'' if the weight band of every token fits the program, else the reason (a labelled fallback).
+
+    The program writes each weight as E_l (tau + kappa lam) with E_l = e^{A - h - eps} and
+    kappa = e^{2h + 2eps} - 1: it needs a finite, solvable band e^{2h} (beyond ~e^{36} no double-precision
+    interior-point solve resolves both ends; e^{2h} overflows at h ~ 355) and E_l > 0 (a token whose lower
+    weight bound underflows would be forced to weight 0, which is unsound when its upper bound is not
+    negligible; negligible tokens are dropped first, `negligible_tokens`). width_only: check the band only.
+    """
+    if not (np.all(np.isfinite(A)) and np.all(np.isfinite(h)) and np.all(np.isfinite(eps))):
+        return "non-finite score data"
+    hm = float(np.max(h + eps))
+    if hm > MAX_HALF_WIDTH:
+        return f"score half-width {hm:.3g} > {MAX_HALF_WIDTH:g}: weight band e^(2h) beyond double precision"
+    if not width_only and float(np.min(A - h - eps)) < -700.0:
+        return "a lower weight bound e^(A - h) underflows"
+    return ""
+
+
+NEGLIGIBLE = 60.0  # tokens whose weight share is below e^-NEGLIGIBLE under every perturbation are dropped
+
+
+def negligible_tokens(A: np.ndarray, h: np.ndarray, eps: np.ndarray, W_hi: np.ndarray, W_lo: np.ndarray,
+                      keep_always: int | None = None) -> tuple[np.ndarray, float]:
+    """(keep mask, tail) for dropping tokens that can never carry weight, with a sound bound on their effect.
+
+    Token j's weight share is at most e^{A_j + h_j + eps_j} / Z_lo, Z_lo = sum over kept tokens k of
+    e^{A_k - h_k - eps_k} (the smallest denominator). Tokens with share below e^-NEGLIGIBLE are dropped
+    (`keep_always`, e.g. the varying query token, never is). For every perturbation, with g' the head
+    restricted to the kept tokens, g - g' = sum_drop e_j (w_j - g') / Z <= sum_drop (e_j / Z_kept)(w_j - g')_+
+    <= tail = sum_drop e^{A_j + h_j + eps_j} / Z_lo * (W_hi_j - min_kept W_lo_k)_+, so a bound on max g' plus
+    tail bounds max g. Besides shrinking the program this removes lower weight bounds that underflow.
+    """
+    n = A.size
+    upper = A + h + eps
+    lower = A - h - eps
+    keep = np.ones(n, dtype=bool)
+    for _ in range(3):  # dropping lowers Z_lo: re-check until stable
+        m = float(np.max(lower[keep]))
+        logZ = m + math.log(float(np.sum(np.exp(lower[keep] - m))))
+        new = upper - logZ > -NEGLIGIBLE
+        if keep_always is not None:
+            new[keep_always] = True
+        if not np.any(new):
+            new[int(np.argmax(upper))] = True
+        if np.array_equal(new & keep, keep):
+            break
+        keep = new & keep
+    if np.all(keep):
+        return keep, 0.0
+    m = float(np.max(lower[keep]))
+    logZ = m + math.log(float(np.sum(np.exp(lower[keep] - m))))
+    floor = float(np.min(W_lo[keep]))
+    share = np.exp(upper[~keep] - logZ)
+    tail = float(np.sum(share * np.maximum(W_hi[~keep] - floor, 0.0)))
+    return keep, 4.0 * tail * (1.0 + 1e-6) + 1e-300
+
+
+def weight_constraints(P: dict, n: int, tau, lam, Us, Vs, upper_cone: bool, mono: int, nu=None) -> list:
     """Constraints tying each weight to its score (shared by the fixed and the varying query).
 
-    Utot, Vtot: (n,) expressions, the scaled score coordinate of U_j and V_j. Creates its Parameters in P;
-    `weight_parameters` fills them.
+    lam, Us: the column-scaled upper-level variables lam' = lam / theta and the unit score coordinate of
+    U' = U / theta (theta_j > 0 per token, folded into the parameters); Vs: the unit score coordinate of V
+    (score shift / h_j per unit of mass). nu: (n,) variable of the deviation form (or None). Creates its
+    Parameters in P; `weight_parameters` fills them. Every row has one Parameter (or constant) per
+    variable, so the canonical data are the parameter values themselves (no cancellation inside cvxpy).
     """
-    for name, nonneg in (("c_lam", False), ("c_V", True), ("c_U", True), ("n_lam", True), ("kappa", True),
-                         ("h", True), ("up_tau", True), ("up_lam", True), ("rhoEhat", True), ("sec_tau", True),
-                         ("sec_S", True)):
+    for name, nonneg in (("c_lam", False), ("c_V", True), ("c_U", True), ("n_lam", True), ("kt", True),
+                         ("th", True), ("hV", True), ("hU", True), ("up_tau", True), ("up_lam", True),
+                         ("up_V", True), ("up_U", True), ("sec_tau", True), ("sec_U", True), ("sec_V", True)):
         P[name] = cp.Parameter(n, nonneg=nonneg, name=name)
     P["c_tau"] = cp.Parameter(name="c_tau")
     P["n_tau"] = cp.Parameter(nonneg=True, name="n_tau")
-    P["rho"] = cp.Parameter(nonneg=True, name="rho")
     tau_n = tau * np.ones(n)
-    kl = cp.multiply(P["kappa"], lam)
-    ahat = tau_n + kl
-    Stot = Utot + Vtot
+    ahat = tau_n + cp.multiply(P["kt"], lam)  # a / E_l = tau + kappa lam
+    th_lam = cp.multiply(P["th"], lam)  # lam = theta lam'
     cons = [
         P["n_tau"] * tau + P["n_lam"] @ lam == 1,
-        cp.constraints.ExpCone(P["rho"] * Stot + cp.multiply(P["h"], tau_n), tau_n, ahat),
-        kl <= cp.multiply(P["sec_tau"], tau_n) + cp.multiply(P["sec_S"], Stot),
+        # (C2) secant, divided by kappa: lam <= sec_tau tau + sec_S S
+        th_lam <= cp.multiply(P["sec_tau"], tau_n) + cp.multiply(P["sec_U"], Us) + cp.multiply(P["sec_V"], Vs),
         lam >= 0,
-        lam <= tau_n,
+        th_lam <= tau_n,
     ]
-    if upper_cone:
+    if nu is None or EXP_CONE_WITH_DEVIATION:
+        # (C1) a >= tau e^{s}: (h (S + tau), tau, ahat) in K_exp, S the unit score moment
+        cons.append(cp.constraints.ExpCone(cp.multiply(P["hU"], Us) + cp.multiply(P["hV"], Vs)
+                                           + cp.multiply(P["hV"], tau_n), tau_n, ahat))
+    if upper_cone:  # (C5) tau >= a e^{-s}: (-(h + 2 eps) ahat - h Mhat, ahat, tau) in K_exp
         cons.append(cp.constraints.ExpCone(-cp.multiply(P["up_tau"], tau_n) - cp.multiply(P["up_lam"], lam)
-                                           - P["rho"] * Vtot - cp.multiply(P["rhoEhat"], Utot), ahat, tau_n))
-    if mono:
+                                           - cp.multiply(P["up_V"], Vs) - cp.multiply(P["up_U"], Us), ahat, tau_n))
+    if mono:  # (C4) monotonicity cuts, divided by kappa
         for name in ("mV", "mU", "mlam", "mtau"):
             P[name] = cp.Parameter((n, mono), name=name)
         for c in range(mono):
-            cons.append(cp.multiply(P["mV"][:, c], Vtot) + cp.multiply(P["mU"][:, c], Utot)
+            cons.append(cp.multiply(P["mV"][:, c], Vs) + cp.multiply(P["mU"][:, c], Us)
                         + cp.multiply(P["mlam"][:, c], lam) + cp.multiply(P["mtau"][:, c], tau_n) >= 0)
+    if nu is not None:  # deviation form: kappa lam = h y + h^2 nu (y = S + tau) and nu >= y^2 / (2 tau)
+        P["dv_lam"] = cp.Parameter(n, nonneg=True, name="dv_lam")
+        P["dv_nu"] = cp.Parameter(n, nonneg=True, name="dv_nu")
+        y = cp.multiply(P["th"], Us) + Vs + tau_n
+        cons += [cp.multiply(P["dv_lam"], lam) - y - cp.multiply(P["dv_nu"], nu) == 0,
+                 cp.SOC(nu + tau_n, cp.vstack([nu - tau_n, math.sqrt(2.0) * y]), axis=0)]
     return cons
 
 
+def _up(x, k: float = 8.0):
+    """x moved up by k ulps of its magnitude (for coefficients whose increase loosens a row)."""
+    return x + k * _U * np.abs(x) + 1e-300
+
+
 def weight_parameters(P: dict, A: np.ndarray, h: np.ndarray, eps: np.ndarray, w0: np.ndarray, eps_w: np.ndarray,
-                      g0: float, rho: float):
+                      g0: float, rho_o: float, rho_w: float, theta: np.ndarray | None = None):
     """Fill the parameters of `weight_constraints` and the objective; returns (El, Ehat, tau_lo, tau_hi).
 
-    Token j's scaled score shift lies in [-h_j, h_j] (h_j > 0) and its computed score errs by <= eps_j.
+    Token j's score shift lies in [-h_j, h_j] (h_j > 0, the unit score is shift / h_j) and its computed score
+    errs by <= eps_j; values are read in units of rho_w (omega_hat = omega / rho_w); the objective is
+    (g - g0) / rho_o; theta_j > 0 scales the upper-level variables (lam = theta lam', U = theta U').
     """
+    n = A.size
+    th = np.ones(n) if theta is None else np.asarray(theta, dtype=np.float64)
     El = np.exp(A - h - eps)
     two = 2.0 * h + 2.0 * eps
     Ehat, kappa = np.exp(two), np.expm1(two)
-    wt = (w0 + eps_w - g0) / rho
-    wt = wt + 4.0 * UNIT_ROUNDOFF * (np.abs(w0) + eps_w + abs(g0)) / rho + 4.0 * UNIT_ROUNDOFF * np.abs(wt)
-    c_s = np.expm1(2.0 * h) / (2.0 * h)
-    e2 = np.exp(2.0 * eps)
-    P["c_tau"].value = float(El @ wt)
-    P["c_lam"].value = El * kappa * wt
-    P["c_V"].value = El
-    P["c_U"].value = El * Ehat
+    wt = (w0 + eps_w - g0) / rho_o
+    wt = wt + 4.0 * _U * (np.abs(w0) + eps_w + abs(g0)) / rho_o + 4.0 * _U * np.abs(wt)
+    e2m = np.expm1(2.0 * eps)
+    P["c_tau"].value = float(El @ wt) + 4.0 * _U * float(El @ np.abs(wt)) * n
+    P["c_lam"].value = El * kappa * wt * th
+    P["c_V"].value = El * (rho_w / rho_o)
+    P["c_U"].value = El * Ehat * (rho_w / rho_o) * th
     P["n_tau"].value = float(El.sum())
-    P["n_lam"].value = El * kappa
-    P["kappa"].value = kappa
-    P["rho"].value = rho
-    P["h"].value = h
+    P["n_lam"].value = El * kappa * th
+    P["kt"].value = kappa * th
+    P["th"].value = th
+    P["hV"].value = h
+    P["hU"].value = h * th
     P["up_tau"].value = h + 2.0 * eps
-    P["up_lam"].value = (h + 2.0 * eps) * kappa
-    P["rhoEhat"].value = rho * Ehat
-    P["sec_tau"].value = np.expm1(2.0 * eps) + e2 * c_s * h
-    P["sec_S"].value = e2 * c_s * rho
+    P["up_lam"].value = (h + 2.0 * eps) * kappa * th
+    P["up_V"].value = h
+    P["up_U"].value = h * Ehat * th
+    # secant of exp over [-h, h] in the unit score: kappa lam <= e2m tau + e^{2eps} (kappa / 2) (S + tau)
+    half = (1.0 + e2m) / 2.0
+    P["sec_U"].value = half * th
+    P["sec_V"].value = half
+    P["sec_tau"].value = _up(e2m / kappa + half)
     if "mV" in P:
         m = P["mV"].shape[1]
         frac = np.arange(1, m + 1) / (m + 1)
-        sc = h[:, None] * (2.0 * frac[None, :] - 1.0)  # interior score points sigma_c in (-h, h)
-        gam = np.exp(sc + h[:, None] + eps[:, None])  # E_c / E_l
-        P["mV"].value = rho * (1.0 - gam)
-        P["mU"].value = rho * (Ehat[:, None] - gam)
-        P["mlam"].value = -sc * kappa[:, None]
-        P["mtau"].value = sc * gam - sc + gam * np.expm1(eps)[:, None] * 2.0 * h[:, None]
+        c = 2.0 * frac[None, :] - 1.0  # interior unit score points c in (-1, 1)
+        hc, ec = h[:, None], eps[:, None]
+        gm1 = np.expm1(hc * (c + 1.0) + ec)  # gamma - 1, gamma = E_c / E_l
+        gam = gm1 + 1.0
+        umg = gam * np.expm1(hc * (1.0 - c) + ec)  # Ehat - gamma
+        kc = kappa[:, None]
+        P["mV"].value = -gm1 / kc
+        P["mU"].value = umg / kc * th[:, None]
+        P["mlam"].value = -c * th[:, None]
+        P["mtau"].value = _up((c * gm1 + 2.0 * gam * np.expm1(ec)) / kc) + 8.0 * _U * np.abs(c * gm1 / kc)
+    if "dv_lam" in P:
+        P["dv_lam"].value = kappa / h * th
+        P["dv_nu"].value = h
     tau_lo, tau_hi = softmax_bounds(El, El * Ehat)
     return El, Ehat, tau_lo, tau_hi
 
 
+def nu_bound(h: np.ndarray, eps: np.ndarray, tau_hi: float) -> np.ndarray:
+    """Upper bound of the deviation variable nu = (kappa lam - h y) / h^2 over the lifted true points.
+
+    nu = tau (e^{h t + delta} - 1 - h t) / h^2 with t in [0, 2], delta in [0, 2 eps] (data error), and
+    e^{x} - 1 - x <= x^2 e^{x} / 2, e^{delta} - 1 <= 2.1 eps: nu <= tau e^{2h + 2eps} (2 + 2.1 eps / h^2).
+    """
+    return tau_hi * np.exp(2.0 * h + 2.0 * eps) * (2.0 + 2.1 * eps / (h * h)) * (1.0 + 1e-9)
+
+
 def polygon_constraints(P: dict, n: int, K: int, U2, V2, lam, tau_n) -> list:
-    """(U_j) in lam_j P_j and (V_j) in (tau - lam_j) P_j through K half-plane slots per token (linf)."""
+    """(U'_j) in lam'_j P_j and (V_j) in (tau - theta_j lam'_j) P_j through K half-plane slots per token (linf).
+
+    Parameters Hs, Hw, b (`facets.fill_facets`) and bth = b theta (per slot).
+    """
     import scipy.sparse as sp
 
     sel = sp.csr_matrix((np.ones(n * K), (np.arange(n * K), np.repeat(np.arange(n), K))), shape=(n * K, n))
-    P["Hs"] = cp.Parameter(n * K, name="Hs")
-    P["Hw"] = cp.Parameter(n * K, name="Hw")
-    P["b"] = cp.Parameter(n * K, name="b")
-    return [cp.multiply(P["Hs"], sel @ Y[:, 0]) + cp.multiply(P["Hw"], sel @ Y[:, 1]) <= cp.multiply(P["b"], sel @ m)
-            for Y, m in ((U2, lam), (V2, tau_n - lam))]
+    for name in ("Hs", "Hw", "b", "bth"):
+        P[name] = cp.Parameter(n * K, name=name)
+    row = lambda Y: cp.multiply(P["Hs"], sel @ Y[:, 0]) + cp.multiply(P["Hw"], sel @ Y[:, 1])  # noqa: E731
+    return [row(U2) <= cp.multiply(P["b"], sel @ lam),
+            row(V2) <= cp.multiply(P["b"], sel @ tau_n) - cp.multiply(P["bth"], sel @ lam)]
+
+
+def trivial_bound(problem: HeadProblem) -> float:
+    """max_j (largest value token j can read): g is a convex combination of the values, so g <= this."""
+    from attncert.head.fixed_query import fixed_query_reduction
+
+    red = fixed_query_reduction(problem)
+    _, eps_w = data_errors(problem)
+    R_w = problem.radius * problem.dual_norm(red.u_w) * (1.0 + gamma(problem.d + 4))
+    top = red.w0 + R_w + eps_w
+    val = float(np.max(top + 4.0 * _U * np.abs(top)))
+    return math.nextafter(val, math.inf) if math.isfinite(val) else math.inf
 
 
 def objective(P: dict, tau, lam, U_omega, V_omega):
     return cp.Maximize(P["c_tau"] * tau + P["c_lam"] @ lam + P["c_V"] @ V_omega + P["c_U"] @ U_omega)
 
 
-def ellipse_matrix(u_s: np.ndarray, u_w: np.ndarray, radius: float, rho: float) -> tuple[np.ndarray, float]:
-    """(G, cs) with ||G x'|| <= cs for every x' in P / rho (P = image of the l2 ball)."""
-    A2 = np.stack([u_s, u_w])
+def ellipse_matrix(u_s: np.ndarray, u_w: np.ndarray, radius: float, scale_s: float,
+                   scale_w: float) -> tuple[np.ndarray, float]:
+    """(G, cs) with ||G xhat|| <= cs for every xhat = (sigma / scale_s, omega / scale_w), (sigma, omega) in P.
+
+    P is the image of the l2 ball of radius r under [u_s; u_w], so xhat ranges over A B_1 with the unit
+    generators A = r [u_s / scale_s; u_w / scale_w] (rows of norm <= 1): {xhat : ||L^{-1} xhat|| <= 1} for
+    any L L^T >= A A^T. The Gram matrix of the *unit* generators is regularized by
+    tr (1e-12 + 16 gamma_{d+8}) I, which covers its rounding, the rounding of A and of the Cholesky factor
+    (Gershgorin: entrywise errors <= gamma_{d+2} |a_i|.|a_j| <= gamma_{d+2}); working in unit generators keeps
+    that regularization relative to each coordinate's own range (relative to the trace of the raw Gram, it
+    would widen a thin value range R_w << R_s by ~1e-12 (R_s / R_w)^2). cs covers the rounding of G xhat.
+    """
+    A2 = np.stack([u_s * (radius / scale_s), u_w * (radius / scale_w)])
     Q = A2 @ A2.T
     tr = float(np.trace(Q))
     d = u_s.shape[0]
-    reg = tr * (1e-12 + 16.0 * gamma(d + 8)) + 1e-300  # covers Gram and Cholesky rounding: L L^T >= Q
+    reg = tr * (1e-12 + 16.0 * gamma(d + 8)) + 1e-300
     L = np.linalg.cholesky(Q + reg * np.eye(2))
-    G = (rho / radius) * np.linalg.inv(L)
-    cs = 1.0 + 8.0 * UNIT_ROUNDOFF * math.sqrt(2.0) * float(np.linalg.norm(G)) * (1.0 + 1e-10)
+    G = np.linalg.inv(L)
+    cs = 1.0 + 16.0 * _U * math.sqrt(2.0) * float(np.linalg.norm(G)) * (1.0 + 1e-10)
     return G, cs
 
 
+def fallback_bound(problem: HeadProblem) -> float:
+    """The bound returned on fallback: the first-order certificate, capped by the trivial bound max_j W_j.
+
+    Both are sound upper bounds of max g; the smaller one is returned (and a finite one when the
+    first-order certificate is not finite at extreme score widths).
+    """
+    from attncert.certify.first_order_certificate import first_order_certificate
+
+    try:
+        fo = float(first_order_certificate(problem))
+    except (ValueError, FloatingPointError, OverflowError, ZeroDivisionError):
+        fo = math.nan
+    tb = trivial_bound(problem)
+    finite = [v for v in (fo, tb) if math.isfinite(v)]
+    return min(finite) if finite else math.inf
+
+
 def settle(best: float, status: str, solver: str, fo: float, t0: float, mode: str, primal: float, rounds: int,
-           n_facets: int, log: list, no_solve_reason: str) -> SecondOrderResult:
+           n_facets: int, log: list, no_solve_reason: str, dual_gap: float = math.nan) -> SecondOrderResult:
     """The certified bound if it is usable, else the first-order certificate `fo` (labelled fallback).
 
     The exact relaxation never exceeds the first-order certificate (its weights and values lie in the
-    first-order intervals); a bound above it is numerical looseness, and no solve at all is a failure:
-    both return `fo` with fallback=True and the reason in `status`.
+    first-order intervals). A certified bound above it by no more than the solve's own accuracy -- FO_TIE,
+    or twice the recorded dual gap when that is below TIE_DUAL (both relative to 1 + |fo|) -- is a tie: the
+    relaxation equals the first-order bound (e.g. one token carries all the weight, or n = 1), `fo` is
+    returned as the second-order value with "first-order bound equal" in the status. A bound further above is
+    numerical looseness, and no solve at all is a failure: both return `fo` with fallback=True and the reason
+    in `status`.
     """
-    if math.isfinite(best) and best <= fo + FO_TIE * (1.0 + abs(fo)):
-        if best > fo:  # equal up to rounding (e.g. both are exact): keep the smaller
+    scale = 1.0 + abs(fo) if math.isfinite(fo) else 1.0
+    tie = FO_TIE * scale
+    if math.isfinite(dual_gap) and 0.0 < dual_gap <= TIE_DUAL * scale:
+        tie = max(tie, 2.0 * dual_gap)
+    if math.isfinite(best) and best <= fo + tie:
+        if best > fo:  # equal up to the accuracy of the solve: keep the smaller
             best, status = fo, f"{status}; first-order bound equal"
         return SecondOrderResult(best, status, solver, time.perf_counter() - t0, False, mode=mode, primal=primal,
-                                 rounds=rounds, n_facets=n_facets, log=log)
+                                 rounds=rounds, n_facets=n_facets, log=log, dual_gap=dual_gap)
     reason = "second-order bound above first-order" if math.isfinite(best) else (
         log[-1][1] if log else no_solve_reason)
     return SecondOrderResult(fo, f"fallback: {reason}", "first_order", time.perf_counter() - t0, True, mode=mode,
-                             primal=primal, rounds=rounds, n_facets=n_facets, log=log)
+                             primal=primal, rounds=rounds, n_facets=n_facets, log=log, dual_gap=dual_gap)

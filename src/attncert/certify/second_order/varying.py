@@ -42,7 +42,10 @@ Relaxation. Exactly the fixed-query program of `fixed` (built from `relaxation`)
 
 Every lifted true perturbation is feasible, so the optimum bounds max g; the returned number is
 g0 + the weak-duality bound of `dual_certificate` (never the solver's primal), with facets of P and P_i
-chosen by the same cutting planes as the fixed query. Coordinates are scaled by rho.
+chosen by the same cutting planes as the fixed query. Every coordinate is in units of its own range
+(sigma by R_s or R_q, omega by R_w, eta_j by H_j, beta by bb; a coordinate whose range is 0 is fixed at 0),
+with the unit score (R sigma_hat + H eta_hat + bb beta_hat) / h_j carried by two auxiliary variables SU, SV
+(the unit score of U and V) so that every row keeps one parameter per variable.
 """
 from __future__ import annotations
 
@@ -52,18 +55,19 @@ import time
 import cvxpy as cp
 import numpy as np
 
-from attncert.certify.first_order_certificate import first_order_certificate
 from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, solve_and_certify
 from attncert.certify.second_order.facets import (SLOTS, UpperChainFacets, cutting_plane_solve, initial_edges,
                                                   vertex_dinkelbach)
-from attncert.certify.second_order.relaxation import (MONOTONE_POINTS, SecondOrderResult, data_errors, ellipse_matrix,
-                                                      objective, polygon_constraints, settle, weight_constraints,
-                                                      weight_parameters)
+from attncert.certify.second_order.relaxation import (DEVIATION_BELOW, MONOTONE_POINTS, SecondOrderResult,
+                                                      data_errors, ellipse_matrix, fallback_bound, negligible_tokens,
+                                                      nu_bound, objective, polygon_constraints, representable, settle,
+                                                      weight_constraints, weight_parameters)
 from attncert.head.fixed_query import fixed_query_reduction
 from attncert.head.problem import HeadProblem
 from attncert.head.rounding import UNIT_ROUNDOFF, gamma, outward_affine
 
 _CACHE: dict = {}
+_LOW = -650.0  # lowest representable log lower weight of the (never dropped) query token
 
 
 def bilinear_norm(W_Q: np.ndarray, W_K: np.ndarray, norm: str) -> float:
@@ -82,9 +86,14 @@ def bilinear_norm(W_Q: np.ndarray, W_K: np.ndarray, norm: str) -> float:
 
 
 class VaryingData:
-    """Reduced data of a varying-query unit, tokens permuted so that the query token is last."""
+    """Reduced data of a varying-query unit, tokens permuted so that the query token is last.
 
-    def __init__(self, problem: HeadProblem):
+    Coordinates of token j: (sigma, omega, eta, beta), each in units of its own range `scales[j]`
+    (a coordinate whose range is 0 is identically 0: unit 1, `active` 0). The score shift
+    sigma + eta + beta lies in [-h_j, h_j]; the unit score is (R sigma_hat + H eta_hat + bb beta_hat) / h_j.
+    """
+
+    def __init__(self, problem: HeadProblem, fo: float):
         n, d, dh, r = problem.n, problem.d, problem.d_head, problem.radius
         i = problem.query_index
         self.order = np.array([j for j in range(n) if j != i] + [i])
@@ -107,8 +116,11 @@ class VaryingData:
         self.H = np.array([r * dual(self.p[j]) * up for j in range(n)])
         self.H[-1] = 0.0  # the query token's eta is part of sigma_i^+
         self.bb = r * r * bilinear_norm(problem.W_Q, problem.W_K, problem.norm) / sq * up
-        half = np.where(np.arange(n) < n - 1, self.R_s + self.H, self.R_q) + self.bb
-        self.l = -half  # total score shift of token j lies in [l_j, -l_j]
+        R = np.where(np.arange(n) < n - 1, self.R_s, self.R_q)
+        self.h = (R + self.H + self.bb) * (1.0 + 4.0 * UNIT_ROUNDOFF)  # total score shift in [-h_j, h_j]
+        rng = np.stack([R, np.full(n, self.R_w), self.H, np.full(n, self.bb)], axis=1)
+        self.active = (rng > 0).astype(np.float64)
+        self.scales = np.where(rng > 0, rng, 1.0)
         # rounding envelope of every score term (absolute values), as for the first-order intervals
         zi = np.abs(problem.Z0[i])
         q_env = (zi + r) @ np.abs(problem.W_Q) + np.abs(problem.b_Q)
@@ -116,76 +128,138 @@ class VaryingData:
         self.eps = (8.0 * gamma(3 * d + 3 * dh + 50) * (k_env @ q_env) / sq)[o]
         shift = float(np.max(s0[o] + self.eps))
         self.A = s0[o] - shift
-        self.rho = float(self.R_w + np.max(half))
-        # query-side map, rows: p_j (j != i), u_s + p_i, u_w
-        self.Vt = np.vstack([self.p[:-1], self.u_q[None, :], u_w[None, :]])
+        self.rho_w = self.scales[0, 1]
+        self.rho_o = max(fo - self.g0, self.R_w, 1e-300) if math.isfinite(fo) else max(self.R_w, 1.0)
+        # query-side map in unit coordinates, rows: eta_j (j != i), sigma_i^+, omega_i
+        self.Vt = np.vstack([self.p[:-1] * (r / self.scales[:-1, 2:3]) * self.active[:-1, 2:3],
+                             (self.u_q * (r / self.scales[-1, 0]))[None, :],
+                             (u_w * (r / self.rho_w))[None, :]])
         self.radius, self.norm, self.n, self.d = r, problem.norm, n, d
+        self.deviation = bool(np.min(self.h) < DEVIATION_BELOW)
+        self.tail = 0.0  # sound bound on the effect of dropped (negligible) tokens
+
+    def drop_negligible(self) -> "VaryingData":
+        """Drop the key tokens that can never carry weight (`relaxation.negligible_tokens`; never the query)."""
+        top = self.w0 + self.R_w + self.eps_w
+        keep, tail = negligible_tokens(self.A, self.h, self.eps, top + 4.0 * UNIT_ROUNDOFF * np.abs(top),
+                                       self.w0 - self.R_w - self.eps_w, keep_always=self.n - 1)
+        q = self.n - 1
+        low = self.A[q] - self.h[q] - self.eps[q]
+        if np.all(keep) and low >= _LOW:
+            return self
+        if low < _LOW:
+            # the query token cannot be dropped (its perturbation moves every score): raise its nominal score
+            # so that its lower weight bound is representable. For any perturbation, with g' the head without
+            # it, |g - g'| <= e_q |w_q - g'| / Z' and the raised head's likewise with c e_q (c >= 1), so the bound
+            # of the raised head plus 2 c e_q^max / Z_lo (W_max - W_min) bounds max g.
+            A_new = _LOW + self.h[q] + self.eps[q]
+            lower = self.A[keep] - self.h[keep] - self.eps[keep]
+            m = float(np.max(lower))
+            logZ = m + math.log(float(np.sum(np.exp(lower - m))))
+            spread = float(np.max(top) - np.min(self.w0 - self.R_w - self.eps_w))
+            tail += 8.0 * math.exp(A_new + self.h[q] + self.eps[q] - logZ) * spread + 1e-300
+            self.A = self.A.copy()
+            self.A[q] = A_new
+        for name in ("order", "w0", "eps_w", "p", "H", "h", "active", "scales", "eps", "A"):
+            setattr(self, name, getattr(self, name)[keep])
+        self.Vt = np.vstack([self.Vt[: self.n - 1][keep[:-1]], self.Vt[self.n - 1:]])
+        self.n = int(keep.sum())
+        self.deviation = bool(np.min(self.h) < DEVIATION_BELOW)
+        self.tail = tail
+        return self
 
 
-def _build(n: int, d: int, norm: str, K: int, upper_cone: bool, mono: int):
-    key = ("varying", n, d, norm, K, upper_cone, mono)
+def _build(n: int, d: int, norm: str, K: int, upper_cone: bool, mono: int, deviation: bool):
+    key = ("varying", n, d, norm, K, upper_cone, mono, deviation)
     if key in _CACHE:
         return _CACHE[key]
     tau = cp.Variable(name="tau")
     lam = cp.Variable(n, name="lam")
-    U = cp.Variable((n, 4), name="U")  # coordinates: sigma, omega, eta, beta
+    U = cp.Variable((n, 4), name="U")  # coordinates (units): sigma, omega, eta, beta
     V = cp.Variable((n, 4), name="V")
+    SU = cp.Variable(n, name="SU")  # unit score coordinate of U and V
+    SV = cp.Variable(n, name="SV")
     W = cp.Variable(d, name="W")  # witness tau * delta_i / r
+    nu = cp.Variable(n, name="nu") if deviation else None
     P: dict = {}
     tau_n = tau * np.ones(n)
-    score = np.array([1.0, 0.0, 1.0, 1.0])  # the score shift is sigma + eta + beta (omega is the value)
-    cons = weight_constraints(P, n, tau, lam, U @ score, V @ score, upper_cone, mono)
-    P["h_eta"] = cp.Parameter(n, nonneg=True, name="h_eta")
-    P["h_beta"] = cp.Parameter(n, nonneg=True, name="h_beta")
-    for c, hc in ((2, P["h_eta"]), (3, P["h_beta"])):  # intervals (two linear rows each: no auxiliaries)
-        for Yv, mass in ((U, lam), (V, tau_n - lam)):
-            cons += [Yv[:, c] <= cp.multiply(hc, mass), -Yv[:, c] <= cp.multiply(hc, mass)]
+    for name in ("ks", "ke", "kb", "ie", "ib", "ieth", "ibth"):
+        P[name] = cp.Parameter(n, nonneg=True, name=name)
+    def score(Y):  # unit score coordinate (sigma, eta, beta each in its own unit)
+        return cp.multiply(P["ks"], Y[:, 0]) + cp.multiply(P["ke"], Y[:, 2]) + cp.multiply(P["kb"], Y[:, 3])
+
+    cons = [SU == score(U), SV == score(V)]
+    cons += weight_constraints(P, n, tau, lam, SU, SV, upper_cone, mono, nu)
+    for c, act, acth in ((2, P["ie"], P["ieth"]), (3, P["ib"], P["ibth"])):  # intervals (two rows each)
+        mU = cp.multiply(act, lam)
+        mV = cp.multiply(act, tau_n) - cp.multiply(acth, lam)
+        cons += [U[:, c] <= mU, -U[:, c] <= mU, V[:, c] <= mV, -V[:, c] <= mV]
     P["Vt"] = cp.Parameter((n + 1, d), name="Vt")
     Y = P["Vt"] @ W
-    S = U + V
+    th = P["th"]
     if n > 1:
-        cons.append(S[: n - 1, 2] == Y[: n - 1])
-    cons += [S[n - 1, 0] == Y[n - 1], S[n - 1, 1] == Y[n]]
+        cons.append(cp.multiply(th[: n - 1], U[: n - 1, 2]) + V[: n - 1, 2] == Y[: n - 1])
+    cons += [th[n - 1] * U[n - 1, 0] + V[n - 1, 0] == Y[n - 1], th[n - 1] * U[n - 1, 1] + V[n - 1, 1] == Y[n]]
     if norm == "l2":
         cons.append(cp.SOC(tau, W))
         for name in ("G", "Gq"):
             P[name] = cp.Parameter((2, 2), name=name)
         P["cs"] = cp.Parameter(nonneg=True, name="cs")
         P["csq"] = cp.Parameter(nonneg=True, name="csq")
+        P["th_cs"] = cp.Parameter(n, nonneg=True, name="th_cs")
         m = n - 1
         if m:
             cons += [cp.SOC(P["cs"] * lam[:m], P["G"] @ U[:m, :2].T, axis=0),
-                     cp.SOC(P["cs"] * (tau_n[:m] - lam[:m]), P["G"] @ V[:m, :2].T, axis=0)]
+                     cp.SOC(P["cs"] * tau_n[:m] - cp.multiply(P["th_cs"][:m], lam[:m]), P["G"] @ V[:m, :2].T, axis=0)]
         cons += [cp.SOC(P["csq"] * lam[m], P["Gq"] @ U[m, :2]),
-                 cp.SOC(P["csq"] * (tau - lam[m]), P["Gq"] @ V[m, :2])]
+                 cp.SOC(P["csq"] * tau - P["th_cs"][m] * lam[m], P["Gq"] @ V[m, :2])]
     else:
         cons += [W <= tau, -W <= tau]
         cons += polygon_constraints(P, n, K, U, V, lam, tau_n)
-    entry = (cp.Problem(objective(P, tau, lam, U[:, 1], V[:, 1]), cons), P,
-             dict(tau=tau, lam=lam, U=U, V=V, W=W))
+    variables = dict(tau=tau, lam=lam, U=U, V=V, SU=SU, SV=SV, W=W)
+    if nu is not None:
+        variables["nu"] = nu
+    entry = (cp.Problem(objective(P, tau, lam, U[:, 1], V[:, 1]), cons), P, variables)
     _CACHE[key] = entry
     return entry
 
 
-def _set_parameters(P: dict, D: VaryingData):
-    El, Ehat, tau_lo, tau_hi = weight_parameters(P, D.A, -D.l, D.eps, D.w0, D.eps_w, D.g0, D.rho)
-    P["h_eta"].value = D.H / D.rho * (1.0 + 4.0 * UNIT_ROUNDOFF)
-    P["h_beta"].value = np.full(D.n, D.bb / D.rho * (1.0 + 4.0 * UNIT_ROUNDOFF))
-    P["Vt"].value = D.Vt * (D.radius / D.rho)
+def _set_parameters(P: dict, D: VaryingData, theta: np.ndarray | None = None):
+    n = D.n
+    theta = np.ones(n) if theta is None else theta
+    El, Ehat, tau_lo, tau_hi = weight_parameters(P, D.A, D.h, D.eps, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w, theta)
+    k = D.scales * D.active / D.h[:, None]
+    P["ks"].value, P["ke"].value, P["kb"].value = k[:, 0], k[:, 2], k[:, 3]
+    act = D.active * (1.0 + 4.0 * UNIT_ROUNDOFF)
+    P["ie"].value, P["ib"].value = act[:, 2], act[:, 3]
+    P["ieth"].value, P["ibth"].value = act[:, 2] * theta, act[:, 3] * theta
+    P["Vt"].value = D.Vt
+    if "G" in P:
+        P["G"].value, P["cs"].value = ellipse_matrix(D.u_s, D.u_w, D.radius, D.scales[0, 0], D.rho_w)
+        P["Gq"].value, P["csq"].value = ellipse_matrix(D.u_q, D.u_w, D.radius, D.scales[-1, 0], D.rho_w)
+        th_cs = P["cs"].value * theta
+        th_cs[-1] = P["csq"].value * theta[-1]
+        P["th_cs"].value = th_cs
     return El, Ehat, (tau_lo, tau_hi)
 
 
-def _box(V: dict, D: VaryingData, tau_hi: float, tau_lo: float) -> dict:
-    n, inflate = D.n, (1.0 + 1e-9) * tau_hi / D.rho
-    sig = np.where(np.arange(n) < n - 1, D.R_s, D.R_q)
-    hi = np.stack([sig, np.full(n, D.R_w), D.H, np.full(n, D.bb)], axis=1) * inflate
-    return {V["tau"]: (tau_lo, tau_hi), V["lam"]: (np.zeros(n), np.full(n, tau_hi)), V["U"]: (-hi, hi),
-            V["V"]: (-hi, hi), V["W"]: (np.full(D.d, -tau_hi), np.full(D.d, tau_hi))}
+def _box(V: dict, D: VaryingData, tau_hi: float, tau_lo: float, theta: np.ndarray) -> dict:
+    """A box containing every lifted true point (the certification box of `dual_certificate`)."""
+    n, inflate = D.n, 1.0 + 1e-9
+    unit = np.where(D.active > 0, 1.0, 0.0) * inflate  # |coordinate| <= its range = 1 unit
+    up = tau_hi / theta * inflate
+    box = {V["tau"]: (tau_lo, tau_hi), V["lam"]: (np.zeros(n), up),
+           V["U"]: (-unit * up[:, None], unit * up[:, None]), V["V"]: (-unit * tau_hi, unit * tau_hi),
+           V["SU"]: (-up, up), V["SV"]: (np.full(n, -tau_hi * inflate), np.full(n, tau_hi * inflate)),
+           V["W"]: (np.full(D.d, -tau_hi * inflate), np.full(D.d, tau_hi * inflate))}
+    if "nu" in V:
+        box[V["nu"]] = (np.zeros(n), nu_bound(D.h, D.eps, tau_hi))
+    return box
 
 
 def _to_g(bound: float, D: VaryingData) -> float:
-    """g0 + rho * bound, rounded outward (plus a tiny term for exp underflow of far-away tokens)."""
-    return outward_affine(D.g0, D.rho, bound, 1e-290 * D.n * (1.0 + float(np.abs(D.w0).max())))
+    """g0 + rho_o * bound (+ the dropped tokens' tail), rounded outward."""
+    return outward_affine(D.g0, D.rho_o, bound, D.tail)
 
 
 def second_order_varying(problem: HeadProblem, upper_cone: bool = False, monotone_points: int = MONOTONE_POINTS,
@@ -194,21 +268,25 @@ def second_order_varying(problem: HeadProblem, upper_cone: bool = False, monoton
     if problem.mode != "varying":
         raise ValueError("second_order_varying expects mode='varying'")
     t0 = time.perf_counter()
-    D = VaryingData(problem)
+    fo = fallback_bound(problem)
+    D = VaryingData(problem, fo)
+    best, status, solver, primal, rounds, n_facets, log, gap = math.inf, "not_run", "none", math.nan, 0, 0, [], math.nan
+    why = "degenerate score intervals" if not np.all(D.h > 1e-9) else representable(D.A, D.h, D.eps, width_only=True)
+    if not why:
+        D = D.drop_negligible()
+        why = representable(D.A, D.h, D.eps)
     n = D.n
-    fo = first_order_certificate(problem)
-    best, status, solver, primal, rounds, n_facets, log = math.inf, "not_run", "none", math.nan, 0, 0, []
-    if D.rho > 0 and np.all(-D.l > 1e-9):
+    if not why:
+        theta = np.ones(n)
         if problem.norm == "l2":
-            prob, P, V = _build(n, D.d, "l2", 0, upper_cone, monotone_points)
-            El, Ehat, (tau_lo, tau_hi) = _set_parameters(P, D)
-            P["G"].value, P["cs"].value = ellipse_matrix(D.u_s, D.u_w, D.radius, D.rho)
-            P["Gq"].value, P["csq"].value = ellipse_matrix(D.u_q, D.u_w, D.radius, D.rho)
-            cert = solve_and_certify(prob, _box(V, D, tau_hi, tau_lo), ladder=ladder)
+            prob, P, V = _build(n, D.d, "l2", 0, upper_cone, monotone_points, D.deviation)
+            El, Ehat, (tau_lo, tau_hi) = _set_parameters(P, D, theta)
+            cert = solve_and_certify(prob, _box(V, D, tau_hi, tau_lo, theta), ladder=ladder)
             rounds = 1
             log = [(s, st, _to_g(b, D), sec) for (s, st, b, sec) in cert.log]
             if cert.converged:
                 best, status, solver, primal = _to_g(cert.bound, D), cert.status, cert.solver, _to_g(cert.primal, D)
+                gap = best - primal
         else:
             chains = [UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)] * (n - 1)
             chains.append(UpperChainFacets(D.u_q, D.u_w, D.radius, D.R_q))
@@ -216,9 +294,9 @@ def second_order_varying(problem: HeadProblem, upper_cone: bool = False, monoton
             om = np.stack([c.chain.omega for c in chains])
             _, k = vertex_dinkelbach(D.A, D.w0, D.g0, sig, om)
             edges = initial_edges(chains, k)
-            prob, P, V = _build(n, D.d, "linf", SLOTS, upper_cone, monotone_points)
-            El, Ehat, (tau_lo, tau_hi) = _set_parameters(P, D)
-            best, status, solver, primal, rounds, n_facets, log = cutting_plane_solve(
-                prob, P, V, _box(V, D, tau_hi, tau_lo), chains, edges, SLOTS, D.rho, El, Ehat,
+            prob, P, V = _build(n, D.d, "linf", SLOTS, upper_cone, monotone_points, D.deviation)
+            El, Ehat, (tau_lo, tau_hi) = _set_parameters(P, D, theta)
+            best, status, solver, primal, rounds, n_facets, log, gap = cutting_plane_solve(
+                prob, P, V, _box(V, D, tau_hi, tau_lo, theta), chains, edges, SLOTS, D.scales[:, :2], theta,
                 lambda b: _to_g(b, D), ladder)
-    return settle(best, status, solver, fo, t0, "varying", primal, rounds, n_facets, log, "degenerate score intervals")
+    return settle(best, status, solver, fo, t0, "varying", primal, rounds, n_facets, log, why or "not_run", gap)

@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from attncert.minip import plots, tables
-from attncert.minip.sweep import collect, parse_model, parse_setting, runs, scaling_transitions, train_config, witness_transition
+from attncert.minip.sweep import (MAX_ERR_CRITERION, collect, criterion_transitions, parse_model, parse_setting, runs,
+                                  scaling_transitions, train_config, witness_transition)
 from attncert.minip.training import TrainConfig, evaluate_witness, run_scaling, run_witness
 from attncert.minip.witness import witness_family
 
@@ -27,6 +28,9 @@ def test_witness_run_is_deterministic():
     drop = lambda r: {k: v for k, v in r.items() if k != "seconds"}  # noqa: E731
     assert drop(a) == drop(b)
     assert a["inputs"] == fam.size and 0 <= a["error"] <= 1
+    # the largest deviation is recorded beside the share wrong, and agrees with it about "solved"
+    assert 0 <= a["max_abs_error_query_position"] <= a["max_abs_error"]
+    assert (a["max_abs_error"] < 0.5) == (a["error"] == 0)
 
 
 def test_scaling_run_is_deterministic_and_reports_both_splits():
@@ -34,6 +38,9 @@ def test_scaling_run_is_deterministic_and_reports_both_splits():
               pool_seed=0, eval_sequences=64)
     a, b = run_scaling(seed=0, **kw), run_scaling(seed=0, **kw)
     assert a["error_ood"] == b["error_ood"] and a["final_loss"] == b["final_loss"]
+    assert a["max_abs_error_ood"] == b["max_abs_error_ood"] and a["max_abs_error_iid"] >= 0
+    for split in ("iid", "ood"):
+        assert (a[f"max_abs_error_{split}"] < 0.5) == (a[f"error_{split}"] == 0)
     assert a["pool_train"] == 48 and a["pool_test"] == 16
     assert run_scaling(seed=1, **kw)["final_loss"] != a["final_loss"]
 
@@ -73,22 +80,32 @@ def test_minip_config_schema():
             jsonschema.validate(bad, schema)
 
 
+def _maxerr(err: float, seed: int) -> float:
+    """A largest deviation consistent with a share wrong: < 1/2 iff nothing is wrong."""
+    return 0.1 + 0.01 * seed if err == 0 else 1.0 + 10 * err + 0.1 * seed
+
+
 def _synthetic_records():
     recs = []
     for seed in range(3):
         for rank, err in ((1, 0.2), (4, 0.1), (8, 0.02), (16, 0.0)):
+            e = err if not (rank == 16 and seed) else 0.01
             recs.append(dict(setting="witness", bits=24, length=3, kind="kernel", rank=rank, seed=seed,
-                             error=err if not (rank == 16 and seed) else 0.01, error_query_position=err,
+                             error=e, error_query_position=err, max_abs_error=_maxerr(e, seed),
+                             max_abs_error_query_position=_maxerr(e, seed) / 2,
                              fraction_queries_failed=min(1.0, 5 * err), queries_failed=1, final_loss=err, seconds=1.0))
         recs.append(dict(setting="witness", bits=24, length=3, kind="dense", rank=None, seed=seed, error=0.0,
-                         error_query_position=0.0, fraction_queries_failed=0.0, queries_failed=0, final_loss=0, seconds=1))
+                         error_query_position=0.0, max_abs_error=0.01, max_abs_error_query_position=0.01,
+                         fraction_queries_failed=0.0, queries_failed=0, final_loss=0, seconds=1))
         for m, shift in ((8, 0), (12, 1)):
             for rank in (1, 2, 4, 8):
-                e = 0.2 / rank * (1 + 3 * shift)
+                e = 0.2 / rank * (1 + 3 * shift) if rank < 8 or shift else 0.0
                 recs.append(dict(setting=f"m{m}-n3", bits=m, length=3, kind="kernel", rank=rank, seed=seed,
-                                 error_iid=e, error_ood=e, final_loss=e, seconds=1.0))
+                                 error_iid=e, error_ood=e, max_abs_error_iid=_maxerr(e, seed),
+                                 max_abs_error_ood=_maxerr(e, seed), final_loss=e, seconds=1.0))
             recs.append(dict(setting=f"m{m}-n3", bits=m, length=3, kind="dense", rank=None, seed=seed,
-                             error_iid=0.0, error_ood=0.0, final_loss=0.0, seconds=1.0))
+                             error_iid=0.0, error_ood=0.0, max_abs_error_iid=0.0, max_abs_error_ood=0.0,
+                             final_loss=0.0, seconds=1.0))
     return collect(recs)
 
 
@@ -111,5 +128,8 @@ def test_transitions_tables_and_figures(tmp_path):
     plots.witness_figure(df, bound, tmp_path / "w.pdf", tmp_path / "w.png")
     plots.scaling_figure(df, 0.05, tmp_path / "s.pdf", tmp_path / "s.png")
     plots.transition_figure(tr, 0.05, tmp_path / "t.pdf", tmp_path / "t.png")
-    for f in ("w", "s", "t"):
+    crit = criterion_transitions(df, [0.01, 0.05, 0.1])
+    plots.threshold_figure(crit, ["error < 0.01", "error < 0.05", "error < 0.1", MAX_ERR_CRITERION],
+                           tmp_path / "c.pdf", tmp_path / "c.png")
+    for f in ("w", "s", "t", "c"):
         assert Path(tmp_path / f"{f}.pdf").stat().st_size > 1000 and Path(tmp_path / f"{f}.png").stat().st_size > 1000

@@ -1,0 +1,34 @@
+"""The Min-IP figures by name (= file name under figures/minip/), each drawn by `plots`.
+
+    witness_phase_transition      error and largest |y - t| vs rank on the witness suite, proven bound
+    scaling_error_vs_rank         random tokens: error vs rank per problem size, kernel vs dense
+    transition_rank_vs_size       transition rank vs problem size at the configured threshold
+    transition_rank_by_criterion  the transition rank under each reported threshold and |y - t| < 1/2
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from attncert.minip import plots
+from attncert.minip.sweep import MAX_ERR_CRITERION, criterion_label, criterion_transitions
+from attncert.minip.tables import transition_table
+
+#: figure name -> the inputs it reads besides the sweep table
+FIGURES = {"witness_phase_transition": ("bound",), "scaling_error_vs_rank": (), "transition_rank_vs_size": (),
+           "transition_rank_by_criterion": ()}
+
+
+def draw(name: str, runs: pd.DataFrame, bound: dict | None, threshold: float, thresholds: list[float],
+         pdf: str, png: str) -> None:
+    """Draw the figure `name` from the sweep table `runs` (and the witness bound record)."""
+    if name == "witness_phase_transition":
+        plots.witness_figure(runs, bound, pdf, png)
+    elif name == "scaling_error_vs_rank":
+        plots.scaling_figure(runs, threshold, pdf, png)
+    elif name == "transition_rank_vs_size":
+        plots.transition_figure(transition_table(runs, threshold), threshold, pdf, png)
+    elif name == "transition_rank_by_criterion":
+        criteria = [criterion_label(p) for p in thresholds] + [MAX_ERR_CRITERION]
+        plots.threshold_figure(criterion_transitions(runs, list(thresholds)), criteria, pdf, png)
+    else:
+        raise ValueError(f"unknown Min-IP figure {name!r}; known: {sorted(FIGURES)}")

@@ -1,0 +1,40 @@
+"""The baseline comparison: ratios to the certificate on the same unit, and soundness rows never dropped."""
+import numpy as np
+import pandas as pd
+
+from attncert.baselines.comparison import comparison_table, merge
+from attncert.baselines.layer import attained_by_unit, bound_layer
+
+KEY = {"layer": 0, "head": 0, "prompt": 0, "query_pos": 2, "norm": "linf", "mode": "fixed"}
+
+
+def _cert():
+    return pd.DataFrame([{**KEY, "radius": r, "nominal": 0.0, "exact_lo": 10 * r, "exact_hi": 10 * r,
+                          "best_feasible": 9 * r, "first_order": 13 * r, "second_order": 10 * r + 2 * r * r,
+                          "t_second_s": 0.1} for r in (0.01, 0.02)])
+
+
+def test_ratio_is_baseline_gap_over_certificate_gap_on_the_same_unit():
+    base = pd.DataFrame([{**KEY, "radius": r, "method": "crown", "upper": 10 * r + 8 * r * r, "seconds": 0.01,
+                          "status": "ok", "label": "CROWN"} for r in (0.01, 0.02)])
+    m = merge(base, _cert())
+    assert np.allclose(m["ratio_to_certificate"], 4.0) and np.allclose(m["rel_gap"], 0.8 * m["radius"])
+    t = comparison_table(m, "tiny")
+    assert len(t) == 2 and np.allclose(t["ratio_median"], 4.0) and (t["share_certificate_tighter"] == 1.0).all()
+
+
+def test_bound_layer_marks_a_bound_below_the_attained_value_unsound():
+    rng = np.random.default_rng(0)
+    H, T, d, dh = 1, 3, 4, 2
+    arrays = {"W_Q": rng.standard_normal((H, d, dh)), "W_K": rng.standard_normal((H, d, dh)),
+              "W_V": rng.standard_normal((H, d, dh)), "b_Q": np.zeros((H, dh)), "b_K": np.zeros((H, dh)),
+              "b_V": np.zeros((H, dh)), "Z": rng.standard_normal((1, T, d)), "causal": np.bool_(True)}
+    spec = np.ones((H, 1, 1, dh)) / np.sqrt(dh)
+    grid = {"heads": [0], "prompts": [0], "query_positions": [2], "norms": ["linf"], "modes": ["fixed"],
+            "radii": [0.01, 0.02]}
+    cert = pd.DataFrame([{**KEY, "radius": r, "exact_lo": 1e6 if r == 0.02 else -1e6, "best_feasible": np.nan}
+                         for r in (0.01, 0.02)])
+    df = bound_layer(arrays, spec, [2], 0, grid, ["ibp"], attained_by_unit(cert))
+    assert len(df) == 2  # every unit keeps its row
+    status = dict(zip(df["radius"], df["status"]))
+    assert status[0.01] == "ok" and status[0.02].startswith("UNSOUND")
