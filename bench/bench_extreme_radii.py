@@ -3,8 +3,7 @@
 Random small heads (`random_head_problem`) with weight scale 10^U(-1, 1) (0.1-10), radius 10^U(-4, log10 3)
 (1e-4-3), n in 1..16 attended tokens, d in 1..8, d_h in 1..4, both norms, fixed and varying query
 alternating. Per unit and function it records an exception, a NaN or an infinite result, and checks
-soundness against 2 x 40 sampled feasible perturbations (`feasible_perturbations` of tests/conftest.py,
-re-implemented here):
+soundness against 2 x 40 sampled feasible perturbations (`attncert.head.ball_samples.feasible_perturbations`):
 
     exact       exact_worst_case, max and min (fixed query): lo <= hi, hi >= every sampled value
                 (min: lo <= every sampled value), relative width hi - lo over the value spread;
@@ -50,17 +49,6 @@ BUCKETS = [0.0, 1.0, 10.0, 64.0, 370.0, 710.0, np.inf]
 FUNCTIONS = ["exact_max", "exact_min", "first_max", "first_min", "secant", "ascent"]
 
 
-def feasible_perturbations(P, rng, k):
-    n, d, r = P.n, P.d, P.radius
-    if P.norm == "linf":
-        D = np.concatenate([rng.uniform(-r, r, (k, n, d)), rng.choice([-r, r], (k, n, d))])
-    else:
-        D = rng.standard_normal((2 * k, n, d))
-        D *= r / np.linalg.norm(D, axis=2, keepdims=True)
-        D[:k] *= rng.uniform(0, 1, (k, n, 1))
-    return D * (1 - 1e-12)
-
-
 def bucket_of(R_s: float) -> str:
     for a, b in zip(BUCKETS, BUCKETS[1:]):
         if a <= R_s < b:
@@ -75,6 +63,7 @@ def measure(units: int, seed: int, scale_range=(0.1, 10.0), radius_range=(1e-4, 
     from attncert.certify.exact_worst_case import exact_worst_case
     from attncert.certify.first_order_certificate import first_order_certificate, score_value_intervals
     from attncert.certify.secant_slack_bound import secant_slack_bound
+    from attncert.head.ball_samples import feasible_perturbations
     from attncert.head.fixed_query import fixed_query_reduction
     from attncert.head.problem import random_head_problem
 

@@ -61,15 +61,3 @@ def _single_threaded_blas():
         yield
 
 
-def feasible_perturbations(P, rng, k=100):
-    """2k perturbations inside P's ball: k uniform + k vertices (box) or k interior + k on the sphere (l2)."""
-    import numpy as np
-
-    n, d, r = P.n, P.d, P.radius
-    if P.norm == "linf":
-        D = np.concatenate([rng.uniform(-r, r, (k, n, d)), rng.choice([-r, r], (k, n, d))])
-    else:
-        D = rng.standard_normal((2 * k, n, d))
-        D *= r / np.linalg.norm(D, axis=2, keepdims=True)
-        D[:k] *= rng.uniform(0, 1, (k, n, 1))
-    return D * (1 - 1e-12)

@@ -10,7 +10,7 @@ from attncert.certify.exact_worst_case import exact_worst_case
 from attncert.certify.first_order_certificate import first_order_certificate
 from attncert.head.problem import random_head_problem
 
-from conftest import feasible_perturbations
+from attncert.head.ball_samples import feasible_perturbations
 
 SETTINGS = dict(deadline=None, derandomize=True)
 

@@ -11,7 +11,7 @@ from attncert.certify.first_order_certificate import (attention_lp_max, bilinear
                                               first_order_certificate_min, score_value_intervals)
 from attncert.head.problem import random_head_problem
 
-from conftest import feasible_perturbations
+from attncert.head.ball_samples import feasible_perturbations
 
 SETTINGS = dict(deadline=None, derandomize=True)
 
