@@ -154,7 +154,7 @@ def _build(n: int, d: int, norm: str, K: int, mono: int, second: bool, upper_con
     P["Pe"] = cp.Parameter((m, d), name="Pe")
     P["Pq"] = cp.Parameter((2, d), name="Pq")
     tau_m = tau * np.ones(m)
-    base = cp.hstack([bt, cp.reshape(tau, (1,))])
+    base = cp.hstack([bt, cp.reshape(tau, (1,), order="F")])
     cons = [bt == tau_m + cp.multiply(P["kb"], mu), mu >= 0, mu <= tau_m, eta == P["Pe"] @ W,
             cp.constraints.ExpCone(cp.multiply(P["hb"], eta) + cp.multiply(P["hb"], tau_m), tau_m, bt),
             2.0 * mu <= eta + tau_m]
@@ -320,9 +320,23 @@ def second_order_varying_factored(problem: HeadProblem, monotone_points: int = M
         return settle(math.inf, "not_run", "none", fo, t0, "varying", math.nan, 0, 0, [], why)
     Hf, hk = widths(D)
     if D.n < 2 or float(np.min(Hf[:-1])) < DEVIATION_BELOW or float(np.min(hk)) < DEVIATION_BELOW:
-        res = second_order_varying(problem, monotone_points=monotone_points, ladder=ladder, center=center)
-        res.status = f"{res.status} (unfactored: tiny width)"
-        return res
+        return _unfactored(problem, upper_cone, monotone_points, ladder, center, "tiny width", t0)
+    res = _solve(problem, D, monotone_points, ladder, second, upper_cone, fo, t0)
+    if res.fallback:  # the factored solve failed: the unfactored program is another sound attempt
+        return _unfactored(problem, upper_cone, monotone_points, ladder, center, f"factored {res.status}", t0)
+    return res
+
+
+def _unfactored(problem, upper_cone, monotone_points, ladder, center, why, t0) -> SecondOrderResult:
+    """The unfactored program of `varying` (sound; its own fallback is the labelled first-order bound)."""
+    res = second_order_varying(problem, upper_cone=upper_cone, monotone_points=monotone_points, ladder=ladder,
+                               center=center)
+    res.status = f"{res.status} (unfactored: {why})"
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _solve(problem, D, monotone_points, ladder, second, upper_cone, fo, t0) -> SecondOrderResult:
     n = D.n
     prob, P, V = _build(n, D.d, problem.norm, SLOTS, monotone_points, second, upper_cone)
     tau_lo, tau_hi, Hf = _set_parameters(P, D)
