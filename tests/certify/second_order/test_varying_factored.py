@@ -189,3 +189,13 @@ def test_factored_is_second_order(norm):
         rel.append((vf.second_order_varying_factored(p).value - best) / (best - p.nominal_value()))
         assert rel[-1] < 0.5 * (first_order_certificate(p) - best) / (best - p.nominal_value())
     assert rel[0] < rel[1] < rel[2]
+
+
+def test_budget_rows_depend_on_the_number_of_keys_only():
+    """Beyond PAIRS_UP_TO keys only the pairs of the heaviest TOP_KEYS get a row: same shape for any order."""
+    m = vf.PAIRS_UP_TO + 6
+    order = np.random.default_rng(0).permutation(m)
+    S, S0 = vf.budget_subsets(m, order), vf.budget_subsets(m)
+    assert S.shape == S0.shape
+    assert np.all(S[-1] == 1) and set(np.flatnonzero(S[:-1].sum(0))) == set(order[:vf.TOP_KEYS])
+    assert vf.budget_subsets(7).shape[0] == 21 + 35 + 1

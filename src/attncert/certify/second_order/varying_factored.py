@@ -91,11 +91,17 @@ def quadratic_rows(H: np.ndarray, k: int = QUAD_POINTS) -> tuple[np.ndarray, np.
     return (a + margin) / kb, b / kb, c / kb
 
 
-def budget_subsets(m: int) -> np.ndarray:
-    """0/1 rows (k, m): every pair of keys, every triple when m <= 8, and all keys."""
+PAIRS_UP_TO = 24  # keys up to which every pair gets a budget row; beyond, the pairs of the TOP_KEYS heaviest
+TOP_KEYS = 12
+
+
+def budget_subsets(m: int, order: np.ndarray | None = None) -> np.ndarray:
+    """0/1 rows (k, m): every pair of keys (of the TOP_KEYS first of `order` when m > PAIRS_UP_TO), every
+    triple when m <= 8, and all keys. k depends on m only (the rows are a Parameter of the cached program)."""
     import itertools
 
-    rows = [c for size in ((2, 3) if m <= 8 else (2,)) for c in itertools.combinations(range(m), size)]
+    keys = range(m) if m <= PAIRS_UP_TO else (np.arange(m) if order is None else np.asarray(order))[:TOP_KEYS]
+    rows = [c for size in ((2, 3) if m <= 8 else (2,)) for c in itertools.combinations(keys, size)]
     S = np.zeros((len(rows) + 1, m))
     for i, c in enumerate(rows):
         S[i, list(c)] = 1.0
@@ -238,7 +244,7 @@ def _set_parameters(P: dict, D: VaryingData):
     P["ib"].value = act[:, 3] * (1.0 + 4.0 * _U)
     P["Pe"].value, P["Pq"].value = D.Vt[:m], D.Vt[m:]
     if "Lb" in P:
-        P["Sb"].value = budget_subsets(m)
+        P["Sb"].value = budget_subsets(m, np.argsort(-D.A[:m], kind="stable"))
         P["Lb"].value = query_budget(D.Vt[:m], D.norm, P["Sb"].value)
         P["qa"].value, P["qb"].value, P["qc"].value = quadratic_rows(Hf[:m])
     if "G" in P:
