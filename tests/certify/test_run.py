@@ -5,6 +5,7 @@ import math
 import numpy as np
 
 from attncert.certify.exact_worst_case import exact_worst_case
+from attncert.certify.second_order.dual_certificate import ACCEPT_GAP
 from attncert.certify.run import COLUMNS, certify_unit, in_check_sample
 from attncert.head.fixed_query import fixed_query_reduction
 from attncert.head.problem import random_head_problem
@@ -17,8 +18,10 @@ def test_certify_unit_fixed_and_varying_rows():
         row = certify_unit(p, ascent_restarts=2, ascent_steps=30)
         assert set(COLUMNS) <= set(row) and row["status"] == "ok", row["error"]
         assert row["first_order"] >= row["second_order"] >= row["best_feasible"] >= row["nominal"] - 1e-12
-        # tighter up to solver tolerance, still sound
-        assert row["second_order_tight"] <= row["second_order"] + 1e-9 * (1 + abs(row["second_order"]))
+        # tighter up to solver tolerance (each accepted dual may lie ACCEPT_GAP x max(1, |primal|) above its
+        # primal; the factored varying program's solves reach ~5e-9 here), still sound
+        tol = 2.0 * ACCEPT_GAP * (1 + abs(row["second_order"]))
+        assert row["second_order_tight"] <= row["second_order"] + tol
         assert row["second_order_tight"] >= row["best_feasible"]
         if mode == "fixed":
             assert row["exact_hi"] >= row["exact_lo"] >= row["best_feasible"] - 1e-12

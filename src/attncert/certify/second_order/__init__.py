@@ -3,6 +3,7 @@
     relaxation        variables, constraints, objective shared by both query modes; fallback rule
     facets            zonotope facets (linf) chosen by cutting planes
     fixed, varying    the relaxation for a fixed / a varying query
+    varying_factored  the varying query with factored weights a_j = tau e^{eta_j} e^{sigma_j + beta_j} (default)
     dual_certificate  weak duality with a box, dual repair and outward rounding
     certificate       `second_order_certificate`: dispatch on mode and sense
 """

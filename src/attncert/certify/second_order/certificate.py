@@ -9,19 +9,22 @@ from attncert.certify.second_order.dual_certificate import SOLVER_LADDER
 from attncert.certify.second_order.fixed import second_order_fixed
 from attncert.certify.second_order.relaxation import MONOTONE_POINTS, SecondOrderResult
 from attncert.certify.second_order.varying import second_order_varying
+from attncert.certify.second_order.varying_factored import second_order_varying_factored
 from attncert.head.problem import HeadProblem
 
 
 def second_order_certificate(problem: HeadProblem, sense: str = "max", upper_cone: bool = False,
-                             monotone_points: int = MONOTONE_POINTS, ladder=SOLVER_LADDER) -> SecondOrderResult:
+                             monotone_points: int = MONOTONE_POINTS, ladder=SOLVER_LADDER,
+                             factored: bool = True) -> SecondOrderResult:
     """Sound bound from the second-order (exponential-cone moment) relaxation.
 
     sense "max": upper bound on max g; "min": lower bound on min g (= -bound for the negated spec).
     upper_cone=True adds the exact upper exponential bound (the tight variant). `ladder`: the solver
-    attempts, in order (see `dual_certificate.SOLVER_LADDER`).
+    attempts, in order (see `dual_certificate.SOLVER_LADDER`). factored (varying query): the factored
+    program of `varying_factored` (default; the unfactored one of `varying` with factored=False).
     """
     if sense == "min":
-        r = second_order_certificate(problem.negated(), "max", upper_cone, monotone_points, ladder)
+        r = second_order_certificate(problem.negated(), "max", upper_cone, monotone_points, ladder, factored)
         r.value = -r.value
         r.primal = -r.primal
         r.sense = "min"
@@ -29,5 +32,8 @@ def second_order_certificate(problem: HeadProblem, sense: str = "max", upper_con
         return r
     if sense != "max":
         raise ValueError(f"sense must be 'max' or 'min'; got {sense!r}")
+    if problem.mode == "varying" and factored:
+        return second_order_varying_factored(problem, monotone_points=monotone_points, ladder=ladder,
+                                             upper_cone=upper_cone)
     solve = second_order_varying if problem.mode == "varying" else second_order_fixed
     return solve(problem, upper_cone=upper_cone, monotone_points=monotone_points, ladder=ladder)

@@ -93,7 +93,15 @@ class VaryingData:
     sigma + eta + beta lies in [-h_j, h_j]; the unit score is (R sigma_hat + H eta_hat + bb beta_hat) / h_j.
     """
 
-    def __init__(self, problem: HeadProblem, fo: float):
+    def __init__(self, problem: HeadProblem, fo: float, center: bool = False):
+        """center: subtract the common query direction pbar (coordinatewise median of the p_j) from every score.
+
+        Softmax is invariant under a common shift of the scores, so s_j - pbar.delta_i (every j, the query token
+        too) gives the same head for any fixed vector pbar: p_j becomes p_j - pbar and the query token's own
+        direction u_s + p_i - pbar. The rounding of the subtraction (<= u |p_j - pbar|.|delta_i| per token) is
+        added to the score error eps_j. It narrows H_j where the keys share a component (biases, common
+        directions of the tokens).
+        """
         n, d, dh, r = problem.n, problem.d, problem.d_head, problem.radius
         i = problem.query_index
         self.order = np.array([j for j in range(n) if j != i] + [i])
@@ -104,6 +112,11 @@ class VaryingData:
         sq = math.sqrt(dh)
         K0 = problem.Z0 @ problem.W_K + problem.b_K
         p = (K0 @ problem.W_Q.T) / sq  # (n, d): p_j = W_Q k0_j / sqrt(d_h)
+        shift_err = np.zeros(n)
+        if center:
+            pbar = np.median(p, axis=0)
+            p = p - pbar
+            shift_err = 4.0 * UNIT_ROUNDOFF * r * np.array([dual(np.abs(p[j])) for j in range(n)]) + 1e-300
         o = self.order
         self.w0, self.eps_w = w0[o], eps_w[o]
         self.g0 = problem.nominal_value()
@@ -125,7 +138,7 @@ class VaryingData:
         zi = np.abs(problem.Z0[i])
         q_env = (zi + r) @ np.abs(problem.W_Q) + np.abs(problem.b_Q)
         k_env = (np.abs(problem.Z0) + r) @ np.abs(problem.W_K) + np.abs(problem.b_K)
-        self.eps = (8.0 * gamma(3 * d + 3 * dh + 50) * (k_env @ q_env) / sq)[o]
+        self.eps = (8.0 * gamma(3 * d + 3 * dh + 50) * (k_env @ q_env) / sq + shift_err)[o]
         shift = float(np.max(s0[o] + self.eps))
         self.A = s0[o] - shift
         self.rho_w = self.scales[0, 1]
@@ -263,13 +276,13 @@ def _to_g(bound: float, D: VaryingData) -> float:
 
 
 def second_order_varying(problem: HeadProblem, upper_cone: bool = False, monotone_points: int = MONOTONE_POINTS,
-                         ladder=SOLVER_LADDER) -> SecondOrderResult:
-    """Sound upper bound on max g for a varying query (see module docstring)."""
+                         ladder=SOLVER_LADDER, center: bool = False) -> SecondOrderResult:
+    """Sound upper bound on max g for a varying query (see module docstring; center: `VaryingData`)."""
     if problem.mode != "varying":
         raise ValueError("second_order_varying expects mode='varying'")
     t0 = time.perf_counter()
     fo = fallback_bound(problem)
-    D = VaryingData(problem, fo)
+    D = VaryingData(problem, fo, center)
     best, status, solver, primal, rounds, n_facets, log, gap = math.inf, "not_run", "none", math.nan, 0, 0, [], math.nan
     why = "degenerate score intervals" if not np.all(D.h > 1e-9) else representable(D.A, D.h, D.eps, width_only=True)
     if not why:

@@ -1,0 +1,134 @@
+"""Varying-query gap by radius on GPT-2-sized random heads (issue 13 section 4; not a test).
+
+Units: `bench_second_order.gpt2_like_head` (d = 768, d_head = 64, linf, random GPT-2-like weights) with
+n = 8 attended tokens (query = last token), mode "varying", radii 0.002 / 0.005 / 0.01 / 0.02.
+For every unit: the first-order certificate (FO), the unfactored second-order certificate of `varying`
+(SO, default variant: the program before the factored one), each requested variant (--variants, names of
+`varying_factored.second_order_varying_variant`; 'moment' is the factored default, 'tight' its tight variant), and the best feasible value of multi-start ascent (`best`, a lower
+bound of max g). Printed per radius: median relative gap (cert - best) / (best - nominal) of each, median
+seconds per unit (the one-time compile of a shape is excluded: one warm-up unit per variant), fallbacks,
+the median score half-width components (R_s, H = max_j r ||p_j||_1, bb) and the median per-unit log-log
+slope of (cert - best) over the radii. All certificates of a unit run side by side in the same process.
+
+    PYTHONPATH=src .venv/bin/python bench/varying_gap.py [--heads 6] [--variants shift,factor]
+
+BLAS runs single-threaded (set before numpy is imported).
+"""
+from __future__ import annotations
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import importlib.util  # noqa: E402
+import math  # noqa: E402
+import pathlib  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+RADII = (0.002, 0.005, 0.01, 0.02)
+
+
+def _gpt2_like_head():
+    path = pathlib.Path(__file__).with_name("bench_second_order.py")
+    spec = importlib.util.spec_from_file_location("bench_second_order", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.gpt2_like_head
+
+
+def certifiers(names):
+    """name -> callable(problem) -> SecondOrderResult-like (value, fallback)."""
+    from attncert.certify.second_order import second_order_certificate
+
+    out = {"SO": lambda p: second_order_certificate(p, factored=False)}  # the unfactored program (before)
+    for name in names:
+        if not name:
+            continue
+        from attncert.certify.second_order import varying_factored as vf
+
+        out[name] = (lambda nm: (lambda p: vf.second_order_varying_variant(p, nm)))(name)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--heads", type=int, default=6)
+    ap.add_argument("--n", type=int, default=8)
+    ap.add_argument("--variants", default="", help="comma-separated variant names of varying_factored")
+    ap.add_argument("--radii", default=",".join(str(r) for r in RADII))
+    ap.add_argument("--restarts", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=80)
+    args = ap.parse_args()
+    warnings.filterwarnings("ignore")
+    import torch
+
+    torch.set_num_threads(1)
+    from attncert.certify.best_feasible_ascent import best_feasible_ascent
+    from attncert.certify.first_order_certificate import first_order_certificate
+    from attncert.certify.second_order.varying import VaryingData
+
+    head = _gpt2_like_head()
+    radii = tuple(float(x) for x in args.radii.split(","))
+    cert = certifiers(args.variants.split(","))
+    names = ["FO"] + list(cert)
+    warm = head(10_000, radii[0], "varying", n=args.n)
+    for nm, f in cert.items():
+        t0 = time.perf_counter()
+        f(warm)
+        print(f"warm-up {nm}: {time.perf_counter() - t0:.2f} s (includes the compile)")
+    gaps = {nm: {r: [] for r in radii} for nm in names}
+    rel = {nm: {r: [] for r in radii} for nm in names}
+    secs = {nm: {r: [] for r in radii} for nm in names}
+    falls = {nm: {r: 0 for r in radii} for nm in names}
+    comp = {r: [] for r in radii}
+    for seed in range(args.heads):
+        for r in radii:
+            p = head(seed, r, "varying", n=args.n)
+            D = VaryingData(p, math.inf)
+            comp[r].append((D.R_s, float(np.max(D.H)), D.bb))
+            best = best_feasible_ascent(p, restarts=args.restarts, steps=args.steps, seed=seed).value
+            vals = {}
+            t0 = time.perf_counter()
+            vals["FO"] = first_order_certificate(p)
+            secs["FO"][r].append(time.perf_counter() - t0)
+            for nm, f in cert.items():
+                t0 = time.perf_counter()
+                res = f(p)
+                secs[nm][r].append(time.perf_counter() - t0)
+                vals[nm] = res.value
+                falls[nm][r] += bool(res.fallback)
+            move = best - p.nominal_value()
+            for nm in names:
+                if vals[nm] < best:
+                    print(f"UNSOUND? {nm} seed {seed} r {r}: {vals[nm]} < best {best}")
+                gaps[nm][r].append(vals[nm] - best)
+                rel[nm][r].append((vals[nm] - best) / move)
+            line = "  ".join(f"{nm} {(vals[nm] - best) / move:.4f}" for nm in names)
+            print(f"seed {seed} r {r:<6} move {move:.4g}  {line}", flush=True)
+    print()
+    print("median relative gap (cert - best ascent) / (best ascent - nominal); [median s/unit]; fallbacks")
+    print(f"{'r':>7s} {'R_s':>6s} {'H':>6s} {'bb':>6s}  " + "  ".join(f"{nm:>22s}" for nm in names))
+    for r in radii:
+        c = np.median(np.array(comp[r]), axis=0)
+        print(f"{r:7g} {c[0]:6.3f} {c[1]:6.3f} {c[2]:6.3f}  "
+              + "  ".join(f"{np.median(rel[nm][r]):9.4f} [{np.median(secs[nm][r]):6.3f}s] {falls[nm][r]:2d}fb"
+                          for nm in names))
+    print()
+    for rs in (radii, radii[:2]):
+        print("median per-unit log-log slope of (cert - best) over r in", rs)
+        for nm in names:
+            sl = []
+            for k in range(args.heads):
+                g = np.array([gaps[nm][r][k] for r in rs])
+                if np.all(g > 0):
+                    sl.append(np.polyfit(np.log(rs), np.log(g), 1)[0])
+            print(f"  {nm:8s} {np.median(sl) if sl else float('nan'):.2f}  ({len(sl)} heads)")
+
+
+if __name__ == "__main__":
+    main()

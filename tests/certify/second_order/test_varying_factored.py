@@ -1,0 +1,201 @@
+"""Varying query, factored weights (`second_order.varying_factored`): soundness and the derivation, checked.
+
+References: multi-start ascent and random box vertices / sphere points (feasible values, lower bounds of
+max g); the lifted true points (every constraint of the program must hold there, inside the box).
+"""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import attncert.certify.second_order.facets as fc
+import attncert.certify.second_order.relaxation as rl
+import attncert.certify.second_order.varying_factored as vf
+from attncert.certify.best_feasible_ascent import best_feasible_ascent
+from attncert.certify.first_order_certificate import first_order_certificate
+from attncert.certify.second_order.varying import VaryingData
+from attncert.head.problem import random_head_problem
+
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_torch_thread():
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def _sampled_max(problem, k=32, seed=0):
+    rng = np.random.default_rng(seed)
+    best = problem.nominal_value()
+    for _ in range(k):
+        D = rng.standard_normal(problem.Z0.shape)
+        if problem.norm == "linf":
+            D = problem.radius * np.sign(D)
+        else:
+            D = problem.radius * D / np.linalg.norm(D, axis=1, keepdims=True)
+        best = max(best, problem.value(problem.Z0 + D))
+    return best
+
+
+@st.composite
+def varying_heads(draw, max_n=5):
+    seed = draw(st.integers(0, 10_000))
+    d = draw(st.integers(2, 6))
+    n = draw(st.integers(1, max_n))
+    dh = draw(st.integers(1, 4))
+    radius = 10 ** draw(st.floats(math.log10(0.003), math.log10(0.3)))
+    norm = draw(st.sampled_from(["linf", "l2"]))
+    scale = draw(st.floats(0.3, 1.5))
+    return random_head_problem(np.random.default_rng(seed), d=d, d_head=dh, n=n, radius=radius, norm=norm,
+                               mode="varying", scale=scale)
+
+
+@settings(max_examples=16, **SETTINGS)
+@given(varying_heads(), st.booleans(), st.booleans())
+def test_factored_sound_against_ascent(problem, upper_cone, negate):
+    """Certificate >= every feasible value found (ascent, random vertices), <= first order; both senses."""
+    p = problem.negated() if negate else problem
+    res = vf.second_order_varying_factored(p, upper_cone=upper_cone)
+    assert math.isfinite(res.value)
+    best = best_feasible_ascent(p, restarts=8, steps=80).value
+    assert res.value >= best
+    assert res.value >= _sampled_max(p)
+    fo = first_order_certificate(p)
+    assert res.value <= fo + 1e-12 * (1.0 + abs(fo))
+    if res.fallback:
+        assert res.solver == "first_order" and res.status.startswith("fallback")
+
+
+@pytest.mark.parametrize("H", [1e-3, 0.05, 0.4, 1.0, 3.0, 9.0])
+def test_quadratic_rows_lie_above_the_exponential(H):
+    """1 + kb (qa + qb t + qc t^2) >= e^{H (t + 1)} on [-1, 1] for every tangent point (pointwise, so in moments)."""
+    qa, qb, qc = vf.quadratic_rows(np.array([H]))
+    kb = np.expm1(2 * H)
+    t = np.linspace(-1.0, 1.0, 40001)
+    f = np.exp(H * (t + 1.0))
+    for c in range(qa.shape[1]):
+        q = 1.0 + kb * (qa[0, c] + qb[0, c] * t + qc[0, c] * t * t)
+        assert np.all(q >= f * (1.0 - 1e-15))
+
+
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+def test_query_budget_covers_every_query_perturbation(norm):
+    rng = np.random.default_rng(3)
+    m, d = 6, 40
+    Vt = rng.standard_normal((m, d)) * rng.uniform(0.2, 3.0, (m, 1))
+    Vt /= (np.abs(Vt).sum(1, keepdims=True) if norm == "linf" else np.linalg.norm(Vt, axis=1, keepdims=True))
+    S = vf.budget_subsets(m)
+    L = vf.query_budget(Vt, norm, S)
+    for _ in range(300):
+        if norm == "linf":  # box vertices, and local maximizers of the convex quadratic (sign iterations)
+            x = np.sign(rng.standard_normal(d))
+            row = S[rng.integers(S.shape[0])] > 0
+            for _ in range(rng.integers(0, 5)):
+                x = np.sign(Vt[row].T @ (Vt[row] @ x) + 1e-300)
+        else:
+            x = rng.standard_normal(d)
+            x /= np.linalg.norm(x)
+        e2 = (Vt @ x) ** 2
+        assert np.all(S @ e2 <= L * (1 + 1e-12))
+    assert np.all(L <= S.sum(1))
+
+
+def _lift_factored(p, D, delta):
+    """Values of every variable of the factored program at the lifted true point of `delta`."""
+    M = p.W_Q @ p.W_K.T / np.sqrt(p.d_head)
+    dp = delta[D.order]
+    di = dp[-1]
+    n, m = D.n, D.n - 1
+    x = np.zeros((n, 3))  # sigma, omega, beta
+    eta = np.zeros(n)
+    for j in range(m):
+        x[j] = [D.u_s @ dp[j], D.u_w @ dp[j], di @ M @ dp[j]]
+        eta[j] = D.p[j] @ di
+    x[-1] = [D.u_q @ di, D.u_w @ di, di @ M @ di]
+    Hf, hk = vf.widths(D)
+    e = np.exp(D.A + x[:, 0] + x[:, 2] + eta)
+    tau = 1.0 / e.sum()
+    bt = tau * np.exp(eta[:m] + Hf[:m])
+    base = np.concatenate([bt, [tau]])
+    sk = x[:, 0] + x[:, 2]
+    lam = base * np.expm1(sk + hk + D.eps) / np.expm1(2 * hk + 2 * D.eps)
+    xhat = x / D.scales[:, [0, 1, 3]] * D.active[:, [0, 1, 3]]
+    etahat = eta[:m] / Hf[:m]
+    vals = {"tau": tau, "mu": tau * np.expm1(eta[:m] + Hf[:m]) / np.expm1(2 * Hf[:m]), "bt": bt,
+            "eta": tau * etahat, "lam": lam, "U": lam[:, None] * xhat, "V": (base - lam)[:, None] * xhat,
+            "SU": lam * sk / hk, "SV": (base - lam) * sk / hk, "W": tau * di / p.radius, "Q": tau * etahat ** 2}
+    return vals
+
+
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+@pytest.mark.parametrize("upper_cone", [False, True])
+@pytest.mark.parametrize("center", [False, True])
+def test_lifted_true_points_are_feasible_factored(norm, upper_cone, center):
+    rng = np.random.default_rng(11)
+    p = random_head_problem(rng, d=6, d_head=4, n=5, radius=0.08, norm=norm, mode="varying")
+    D = VaryingData(p, first_order_certificate(p), center)
+    prob, P, V = vf._build(p.n, D.d, norm, fc.SLOTS, rl.MONOTONE_POINTS, True, upper_cone)
+    tau_lo, tau_hi, Hf = vf._set_parameters(P, D)
+    if norm == "linf":
+        chains = [fc.UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)] * (p.n - 1)
+        chains.append(fc.UpperChainFacets(D.u_q, D.u_w, D.radius, D.R_q))
+        fc.fill_facets(P, chains, [np.arange(c.d) for c in chains], fc.SLOTS, D.scales[:, :2])
+    box = vf._box(V, D, tau_lo, tau_hi, Hf)
+    for _ in range(50):
+        delta = p.radius * (np.sign(rng.standard_normal(p.Z0.shape)) if norm == "linf" else
+                            rng.standard_normal(p.Z0.shape))
+        if norm == "linf":
+            delta = np.where(rng.uniform(size=delta.shape) < 0.6, delta, delta * rng.uniform(-1, 1, delta.shape))
+        else:
+            delta = p.radius * delta / np.linalg.norm(delta, axis=1, keepdims=True) * rng.uniform(0.5, 1.0, (p.n, 1))
+        for name, val in _lift_factored(p, D, delta).items():
+            V[name].value = val
+            lo, hi = box[V[name]]
+            assert np.all(lo <= val) and np.all(val <= hi), name
+        for c in prob.constraints:
+            if hasattr(c, "args") and type(c).__name__ == "ExpCone":
+                xx, yy, zz = (np.asarray(a.value, dtype=float) for a in c.args)
+                viol = float(np.max(yy * np.exp(xx / yy) - zz - 1e-12 * np.abs(zz)))
+            else:
+                viol = float(np.max(c.violation()))
+            assert viol <= 1e-12, (type(c).__name__, c.shape)
+        assert D.g0 + D.rho_o * prob.objective.value >= p.value(p.Z0 + delta) - 1e-12
+
+
+def test_centering_keeps_the_head_and_narrows_the_query_shift():
+    """Subtracting a common query direction changes no value (softmax is shift invariant) and narrows H."""
+    p = random_head_problem(np.random.default_rng(5), d=8, d_head=4, n=6, radius=0.05, norm="linf", mode="varying")
+    p.b_K[:] += 3.0  # a large common key component
+    plain, centred = VaryingData(p, math.inf), VaryingData(p, math.inf, center=True)
+    assert np.max(centred.H) < np.max(plain.H)
+    res = vf.second_order_varying_factored(p)
+    assert res.value >= max(best_feasible_ascent(p, restarts=8, steps=80).value, _sampled_max(p))
+
+
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+def test_factored_is_second_order(norm):
+    """Relative gap to the best feasible value shrinks with r (the gap ~ r^2) and beats the first order."""
+    rel = []
+    for r in (0.01, 0.02, 0.04):
+        p = random_head_problem(np.random.default_rng(0), d=6, d_head=4, n=5, radius=r, norm=norm, mode="varying")
+        best = best_feasible_ascent(p, restarts=8, steps=80).value
+        rel.append((vf.second_order_varying_factored(p).value - best) / (best - p.nominal_value()))
+        assert rel[-1] < 0.5 * (first_order_certificate(p) - best) / (best - p.nominal_value())
+    assert rel[0] < rel[1] < rel[2]
+
+
+def test_budget_rows_depend_on_the_number_of_keys_only():
+    """Beyond PAIRS_UP_TO keys only the pairs of the heaviest TOP_KEYS get a row: same shape for any order."""
+    m = vf.PAIRS_UP_TO + 6
+    order = np.random.default_rng(0).permutation(m)
+    S, S0 = vf.budget_subsets(m, order), vf.budget_subsets(m)
+    assert S.shape == S0.shape
+    assert np.all(S[-1] == 1) and set(np.flatnonzero(S[:-1].sum(0))) == set(order[:vf.TOP_KEYS])
+    assert vf.budget_subsets(7).shape[0] == 21 + 35 + 1
