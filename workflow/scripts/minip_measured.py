@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 
-from attncert.minip.measured import maxerr_measurements, paper_measurements
+from attncert.minip.measured import construction_measurements, maxerr_measurements, paper_measurements
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.paper_comparison import write_measured
 from attncert.pipeline.provenance import provenance, write_sidecar
@@ -20,7 +20,7 @@ constructions = pd.read_csv(sm.input.constructions)
 grid = (f"Min-IP default sweep: witness suite ({bound['family_size']} inputs, {bound['bits']}-bit), "
         f"random pools m ∈ {sorted(runs.loc[runs.setting != 'witness', 'bits'].dropna().unique().astype(int).tolist())}, "
         f"{runs['seed'].nunique()} seeds")
-values = {**paper_measurements(runs, bound, sm.params.threshold),
+values = {**paper_measurements(runs, bound, sm.params.threshold), **construction_measurements(constructions, bound),
           **maxerr_measurements(runs, bound, constructions, list(sm.params.thresholds))}
 write_measured(sm.output[0], values, grid)
 write_sidecar(sm.output[0], provenance(sm.params, stage="minip_measured", model_id="minip",

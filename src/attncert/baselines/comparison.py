@@ -131,7 +131,8 @@ def crown_vs_first_order(m: pd.DataFrame, method: str = PAPER_CROWN_METHOD) -> p
 
 
 def paper_measurements(table: pd.DataFrame, slopes: pd.DataFrame, head: pd.DataFrame,
-                       first_order: pd.DataFrame | None = None, lost: pd.DataFrame | None = None) -> dict:
+                       first_order: pd.DataFrame | None = None, lost: pd.DataFrame | None = None,
+                       n_units: int | None = None) -> dict:
     """Our values for the claim ids of data/paper_claims.yaml (baselines stage).
 
     CROWN claims use PAPER_CROWN_METHOD ("crown": auto_LiRPA's relaxations), alpha-CROWN claims
@@ -166,6 +167,10 @@ def paper_measurements(table: pd.DataFrame, slopes: pd.DataFrame, head: pd.DataF
         "ibp_rel_gap": span(rows(method="ibp")["median_rel_gap"]),
         "crown_slope_fixed": float(sl.get(("fixed", crown), np.nan)),
         "crown_slope_varying": float(sl.get(("varying", crown), np.nan)),
+        "alpha_crown_slope_fixed": float(sl.get(("fixed", alpha), np.nan)),
+        "alpha_crown_slope_varying": float(sl.get(("varying", alpha), np.nan)),
+        "cert_slope_fixed_baseline_grid": float(slopes.set_index(["mode", "method"])["median_slope_certificate"]
+                                                .get(("fixed", crown), np.nan)),
         "crown_over_cert_fixed": span(rows("fixed", crown)["ratio_median"]),
         "crown_over_cert_varying_r0.001": one(rows("varying", crown, 0.001)["ratio_median"]),
         "crown_over_cert_varying_r0.01": one(rows("varying", crown, 0.01)["ratio_median"]),
@@ -193,8 +198,13 @@ def paper_measurements(table: pd.DataFrame, slopes: pd.DataFrame, head: pd.DataF
         fo = first_order[first_order["method"] == crown].set_index("mode")["share_below_first_order"]
         out["crown_tighter_than_first_order_smallest_r"] = {mode: (None if not np.isfinite(v) else float(v))
                                                              for mode, v in fo.items()}
+        ratio = first_order[first_order["method"] == crown].set_index("mode")["median_ratio_gap_to_first_order_gap"]
+        if "fixed" in ratio.index and np.isfinite(ratio["fixed"]):
+            out["crown_over_first_order_gap_smallest_r"] = float(ratio["fixed"])
     if lost is not None:
         out["baseline_units_lost"] = int(len(lost))
+    if n_units is not None:
+        out["baseline_units"] = int(n_units)
     return out
 
 
@@ -225,5 +235,6 @@ def stage_report(base: pd.DataFrame, cert: pd.DataFrame, model: str) -> dict:
     if len(lost):
         md.append(lost.to_markdown(index=False))
     return {"table": table, "slopes": slopes, "headline": head, "md": "\n".join(md), "label": label,
-            "labels": labels, "measured": paper_measurements(table, slopes, head, first_order, lost), "merged": m}
+            "labels": labels, "measured": paper_measurements(table, slopes, head, first_order, lost, n_units),
+            "merged": m}
 

@@ -172,10 +172,12 @@ def measured_values(df: pd.DataFrame, block: dict) -> dict:
     dev = small["second_order_dev"].abs()
     return {
         "block_units": int(ref.groupby(["transition", "head"]).ngroups),
+        "block_subset_units": int(sub.groupby(["transition", "head"]).ngroups),
         "block_second_order_match": [float(dev.min()), float(dev.max())],
         "block_crown_over_perop": med_range(small["crown_over_perop"]),
         "block_spearman_subset": rho(sub["predicted_looseness"], sub["crown_looseness"])[0],
         "block_spearman_all": rho(ref["predicted_looseness"], ref["crown_looseness"])[0],
+        "block_spearman_softmax_one_op": rho(sub["predicted_looseness_softmax_one_op"], sub["crown_looseness"])[0],
         "block_predicted_looseness": med_range(ref["predicted_looseness"]),
         "block_effective_rank": med_range(ref["effective_rank"]),
         **({"block_effective_rank_entropy": med_range(ref["entropy_rank"]),

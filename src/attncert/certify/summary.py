@@ -99,6 +99,8 @@ def paper_measurements(df: pd.DataFrame, table: pd.DataFrame, slopes: pd.DataFra
     width = (fixed["exact_hi"] - fixed["exact_lo"]) / fixed["value_spread"]
     small = fixed[fixed["radius"] <= 0.002 + 1e-12]
     return {
+        "certify_units": int(len(fixed)),  # one row per unit (layer, head, prompt, query position, radius, norm)
+        "certify_units_pos4": int((fixed["query_pos"] == 4).sum()),
         "exact_bracket_width": float(width.max()),
         "exact_bracket_median_vs_movement": float(((fixed["exact_hi"] - fixed["exact_lo"]) / fixed["movement"]).median()),
         "second_order_rel_gap_r0.002": at("fixed", 0.002, "median_rel_gap_second"),

@@ -63,6 +63,37 @@ def maxerr_measurements(runs: pd.DataFrame, bound: dict, constructions: pd.DataF
     return out
 
 
+def construction_measurements(constructions: pd.DataFrame, bound: dict) -> dict:
+    """The §3 constructions' claims, from the exhaustive check (every sequence of length N over {0,1}^m).
+
+    rank1_max_abs_err_n_le_2               max over m and N <= 2 of the rank-1 head's largest |y - t| (exact: 0)
+    rank1_max_abs_err_n3                   max over m of the rank-1 head's largest |y - t| at N = 3 (the wall: >= 1/2)
+    dense_softmax_max_abs_err_n3           max over m of dense softmax's largest |y - t| at N = 3 (solves: < 1/2)
+    positive_feature_max_abs_diff_to_dense max over m of |y(2^m-feature kernel head) - y(dense softmax)|
+    witness_bits                           bits per token of the witness suite
+    """
+    c = constructions
+    rank1 = c[c["construction"] == "rank-1 kernel"]
+    dense = c[c["construction"].str.startswith("dense softmax")]
+    features = c[c["construction"].str.contains("positive features")]
+    top = lambda rows, col: float(rows[col].max()) if len(rows) else None  # noqa: E731
+    return {
+        "rank1_max_abs_err_n_le_2": top(rank1[rank1["N"] <= 2], "max_abs_error"),
+        "rank1_max_abs_err_n3": top(rank1[rank1["N"] == 3], "max_abs_error"),
+        "dense_softmax_max_abs_err_n3": top(dense[dense["N"] == 3], "max_abs_error"),
+        "positive_feature_max_abs_diff_to_dense": top(features[features["N"] == 3], "max_abs_diff_to_dense"),
+        "witness_bits": int(bound["bits"]),
+    }
+
+
+def lower_bound_holds(runs: pd.DataFrame, bound: dict) -> bool | None:
+    """The theorem's criterion on the trained heads: no kernel run of rank below the proven bound has every
+    |y - t| < 1/2 on the witness suite (None when no such run exists)."""
+    w = runs[(runs.setting == "witness") & (runs.kind == "kernel")]
+    below = w[w["rank"] < bound["bound"]]
+    return bool((below["max_abs_error"] >= HALF).all()) if len(below) else None
+
+
 def paper_measurements(runs: pd.DataFrame, bound: dict, threshold: float) -> dict:
     """Our values for the paper_b claim ids of data/paper_claims.yaml."""
     w = runs[(runs.setting == "witness") & (runs.kind == "kernel")]
@@ -77,6 +108,7 @@ def paper_measurements(runs: pd.DataFrame, bound: dict, threshold: float) -> dic
     return {
         "witness_suite_size": int(bound["family_size"]),
         "witness_fail_below": bool(len(below) > 0 and (below["error"] > 0).all()),
+        "witness_none_solved_below_bound": lower_bound_holds(runs, bound),
         "witness_solve_at": wt["some_seed_zero"],
         "witness_bound": int(bound["bound"]),
         "ood_transition": bool(len(ranks) >= 2 and all(a <= b for a, b in zip(ranks, ranks[1:])) and ranks[-1] > ranks[0]),
