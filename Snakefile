@@ -23,6 +23,7 @@ MEASURED_FILES = [
     f"figures/tables/{MODEL}/certify_measured.json",
     f"figures/tables/{MODEL}/baselines_measured.json",
     f"figures/tables/{MODEL}/block_measured.json",
+    "figures/tables/method_checks_measured.json",
 ] + MINIP_MEASURED
 
 

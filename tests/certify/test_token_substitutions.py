@@ -63,3 +63,30 @@ def test_rejects_bad_candidates():
         except ValueError:
             continue
         raise AssertionError("bad candidate lists must be rejected")
+
+
+def _brute(S, W):
+    best = -np.inf
+    for ch in itertools.product(*[range(len(s)) for s in S]):
+        s = np.array([S[j][k] for j, k in enumerate(ch)])
+        w = np.array([W[j][k] for j, k in enumerate(ch)])
+        e = np.exp(s - s.max())
+        best = max(best, float(e @ w / e.sum()))
+    return best
+
+
+@pytest.mark.parametrize("S, W", [
+    # a heavy token (score 25) whose value is within rounding of the incumbent: dropping it for an option
+    # of weight e^-52 is better, but w - t cancels in plain form (the iteration stopped at 13.89, not 14.67)
+    ([[-13.94], [25.10, -3.67, -26.79, 14.18]], [[14.67], [13.89, -7.28, 8.87, 8.44]]),
+    # the optimum needs the score-92 option dropped; every Newton gain on the way is below one ulp
+    # (the iteration stopped at 2.30, not 12.33)
+    ([[28.47, -14.39], [7.11, 8.08, -3.43, 7.04], [23.07, 20.51, 21.17], [13.97, 25.82, 92.17, 5.59]],
+     [[-9.08, -4.83], [6.13, 4.34, 4.40, 2.78], [4.74, 5.25, 5.30], [7.49, 12.37, 2.30, 7.23]]),
+])
+def test_separable_root_survives_scores_tens_apart(S, W):
+    from attncert.certify.token_substitutions import _separable_root
+
+    S, W = [np.array(s, float) for s in S], [np.array(w, float) for w in W]
+    t, choice, _ = _separable_root(S, W)
+    assert t == pytest.approx(_brute(S, W), rel=1e-12)

@@ -95,3 +95,23 @@ rule certify_table:
         "data/logs/{model}/certify/table.log",
     script:
         "../scripts/certify_table.py"
+
+
+rule certify_method_checks:
+    output:
+        measured="figures/tables/method_checks_measured.json",
+    params:
+        checks=config["certify"]["method_checks"],
+        code=code("certify_method_checks.py"),
+    threads: 1
+    conda:
+        "../../environment.yml"
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    log:
+        "data/logs/method_checks.log",
+    benchmark:
+        "benchmarks/method_checks.tsv"
+    script:
+        "../scripts/certify_method_checks.py"

@@ -12,7 +12,8 @@ of F(t_lo) has g(x(t_lo)) >= t_lo, with equality only at the root. A probe t wit
 t* < t and lowers the bracket's upper end t_hi. Newton converges superlinearly near the root but can
 crawl far from it (F is a sum of exponentials: the gains stay about constant); when a Newton step gains
 more than half the previous gain and less than a quarter of the bracket, the next probe is the middle
-of [t_lo, t_hi] (bisection safeguard). The loop stops when the bracket is narrower than `tol`, or when a
+of [t_lo, t_hi] (bisection safeguard); so is it when a Newton step proves F(t_lo) > 0 but the better
+point's value rounds to t_lo (its gain is below one ulp of t_lo). The loop stops when the bracket is narrower than `tol`, or when a
 Newton step from t_lo gains at most `tol` (F(t_lo) <= 0 up to rounding: t_lo is the optimum).
 """
 from __future__ import annotations
@@ -30,6 +31,7 @@ class DinkelbachStep:
     value: float  # g at the maximizer of F(t): a feasible value
     F_negative: bool  # F(t) < 0 was proven (t is above the optimum)
     point: Any  # the maximizer, returned with the best value
+    improvable: bool = False  # F(t) > 0 proven: a better point exists even if its value rounds to t
 
 
 def safeguarded_dinkelbach(step: Callable[[float], DinkelbachStep], t_lo: float, t_hi: float, start: Any,
@@ -44,9 +46,14 @@ def safeguarded_dinkelbach(step: Callable[[float], DinkelbachStep], t_lo: float,
         gain = s.value - t_lo
         if s.value > t_lo:
             t_lo, best = s.value, s.point
-        if t_hi - t_lo <= tol or (newton and not gain > tol):
+        # a Newton step that gains nothing ends the loop, unless F(t_lo) > 0 was proven (the better point's
+        # value rounds to t_lo): then bisect, until the bracket cannot be split
+        stuck = newton and not gain > tol and s.improvable
+        if t_hi - t_lo <= tol or (newton and not gain > tol and not stuck):
             break
-        crawl = newton and gain > 0.5 * prev_gain and gain < 0.25 * (t_hi - t_lo)
+        if stuck and not t_lo < 0.5 * (t_lo + t_hi) < t_hi:
+            break
+        crawl = stuck or (newton and gain > 0.5 * prev_gain and gain < 0.25 * (t_hi - t_lo))
         prev_gain = gain if newton and not crawl else np.inf
         probe = 0.5 * (t_lo + t_hi) if crawl else t_lo
     return t_lo, best, t_hi, it

@@ -48,6 +48,15 @@ def _separable_root(S: list[np.ndarray], W: list[np.ndarray], max_iter: int = 10
     Dinkelbach from the highest-score pattern, safeguarded by bisection on [t_lo, t_hi] when its
     steps crawl (`dinkelbach.safeguarded_dinkelbach`); it stops only after a Newton step from t_lo
     finds no better pattern, i.e. F(t_lo) <= 0 up to rounding: t_lo is the optimum.
+
+    Deviation form. Near the root, w_jk - t cancels: with scores tens apart, t = g(P) of the incumbent
+    pattern P rounds to the heavy token's value and an option whose weight is below the unit roundoff
+    looks worse than keeping the heavy one, so the iteration stops short (by up to the value spread).
+    Every probe is therefore written relative to the incumbent, whose value t_P is exact in this form:
+        w_jk - probe = sum_{i in P} e_i (w_jk - w_i) / sum_{i in P} e_i  -  (probe - t_P),
+    each term without cancellation; (probe - t_P) is 0 on a Newton step and a plain difference on a
+    bisection step. A Newton step whose better pattern gains less than one ulp (a heavy token that
+    must be dropped for a far better pattern) reports F > 0, and the loop bisects instead of stopping.
     """
     shift = max(float(s.max()) for s in S)
     E = [np.exp(s - shift) for s in S]
@@ -57,14 +66,28 @@ def _separable_root(S: list[np.ndarray], W: list[np.ndarray], max_iter: int = 10
         w = np.array([W[j][k] for j, k in enumerate(ch)])
         return float(e @ w / e.sum())
 
-    def step(probe: float) -> DinkelbachStep:
-        new = [int(np.argmax(E[j] * (W[j] - probe))) for j in range(len(S))]
-        F = sum(float(E[j][k] * (W[j][k] - probe)) for j, k in enumerate(new))
-        return DinkelbachStep(ratio(new), F < 0, new)
-
     choice = [int(np.argmax(e)) for e in E]
+    incumbent = {"t": ratio(choice), "pattern": choice}
+
+    def step(probe: float) -> DinkelbachStep:
+        P = incumbent["pattern"]
+        e = np.array([E[i][k] for i, k in enumerate(P)])
+        w = np.array([W[i][k] for i, k in enumerate(P)])
+        lift = probe - incumbent["t"]
+        new, F = [], 0.0
+        for j in range(len(S)):
+            dev = ((W[j][:, None] - w[None, :]) @ e) / e.sum() - lift  # w_jk - probe, per option k
+            c = E[j] * dev
+            k = int(np.argmax(c))
+            new.append(k)
+            F += float(c[k])
+        value = ratio(new)
+        if value > incumbent["t"]:  # mirrors the update of t_lo in safeguarded_dinkelbach
+            incumbent.update(t=value, pattern=new)
+        return DinkelbachStep(value, F < 0, new, improvable=F > 0)
+
     t_hi = max(float(w.max()) for w in W)
-    t, choice, _, it = safeguarded_dinkelbach(step, ratio(choice), t_hi, choice, 0.0, max_iter)
+    t, choice, _, it = safeguarded_dinkelbach(step, incumbent["t"], t_hi, choice, 0.0, max_iter)
     return t, choice, it
 
 

@@ -23,6 +23,8 @@ import pandas as pd
 from attncert.pipeline.claims import Claim, Claims, load_claims
 from attncert.pipeline.verdict import KINDS, REPRODUCED, verdict
 
+#: measured files whose values come from random small heads, not from the run's model
+MODEL_FREE_SOURCES = {"method_checks"}
 COLUMNS = ["paper", "id", "claim", "paper value", "ours", "our model/grid", "verdict", "uncapped", "note", "tolerance", "why",
            "sentence"]
 
@@ -125,7 +127,12 @@ def comparison_table(claims: str | Path | Claims, measured: dict, model: str) ->
         ours, sources = _ours(c, measured)
         v = setup_rows[c.id][2] if c.id in setup_rows else verdict(c, ours, _setup_reason(c, setup_rows))
         grids = ", ".join(f"{s} grid" for s in sources if s != "config")
-        where = f"{model}; {grids}" if c.paper == "A" and grids else (grids or ("run config" if sources else "—"))
+        if c.paper == "A" and grids and set(sources) - {"config"} <= MODEL_FREE_SOURCES:
+            where = f"random small heads (no model); {grids}"
+        elif c.paper == "A" and grids:
+            where = f"{model}; {grids}"
+        else:
+            where = grids or ("run config" if sources else "—")
         shown = ", ".join(fmt(x) for x in ours) if c.form == "ordered" else fmt(ours)
         rows.append({"paper": c.paper, "id": c.id, "claim": c.unit, "paper value": fmt_paper(c), "ours": shown,
                      "our model/grid": where, "verdict": v.kind, "uncapped": v.uncapped, "note": v.note, "tolerance": fmt_tolerance(c),
