@@ -65,6 +65,7 @@ from bound_propagation.bounds import LinearBounds
 
 from attncert.baselines.head_network import bound_head_network
 from attncert.baselines.relaxation_parameters import DTYPE, alpha_parameters, clamp_alpha_parameters, set_alpha_key
+from attncert.pipeline.device import resolve_device
 from attncert.head.problem import HeadProblem
 from attncert.baselines.l2_input_set import PerTokenL2Ball
 
@@ -78,6 +79,10 @@ ROUNDING_MARGIN = 1e-9
 #: Projected-Adam settings of alpha-CROWN (per stage).
 ALPHA_ITERATIONS = 30
 ALPHA_LR = 0.1
+#: Convergence test of every alpha-CROWN stage (`_optimize_stage`): stop a bound once its best width
+#: improved by at most ALPHA_TOLERANCE of itself over ALPHA_PATIENCE steps (config: baselines.alpha_*).
+ALPHA_TOLERANCE = 1e-4
+ALPHA_PATIENCE = 3
 ALPHA_BETAS = (0.9, 0.99)
 
 
@@ -116,11 +121,21 @@ _LABELS = {
 }
 
 
-def method_label(method: str, norm: str, alpha_iterations: int = ALPHA_ITERATIONS) -> str:
+def _steps_phrase(alpha) -> str:
+    """'{it}' of the labels: the iteration cap, and the convergence test when it is on."""
+    if alpha.patience <= 0:
+        return str(alpha.iterations)
+    return (f"<= {alpha.iterations} (a bound stops once its width improved <= {alpha.tolerance:g} of itself over "
+            f"{alpha.patience} steps)")
+
+
+def method_label(method: str, norm: str, alpha=None) -> str:
+    """The method's label; alpha: AlphaSettings (default settings when None)."""
     if method not in _LABELS:
         raise ValueError(f"method must be one of {METHODS + EXTRA_METHODS}; got {method!r}")
     set_name = "box" if norm == "linf" else "per-token l2 ball (own input set)"
-    return f"{_LABELS[method].format(it=alpha_iterations)} [{set_name}, bound_propagation 0.4.7, float64]"
+    it = _steps_phrase(AlphaSettings() if alpha is None else alpha)
+    return f"{_LABELS[method].format(it=it)} [{set_name}, bound_propagation 0.4.7, float64]"
 
 
 @dataclass(frozen=True)
@@ -134,10 +149,10 @@ class BaselineResult:
 # --------------------------------------------------------------------------------------------------
 # Input sets
 # --------------------------------------------------------------------------------------------------
-def input_set(norm: str, radii: np.ndarray, n: int, d: int):
-    """The perturbation set for a batch of radii: x = delta in R^{n d}, batch shape (len(radii),)."""
-    r = torch.as_tensor(np.asarray(radii, dtype=np.float64), dtype=DTYPE)
-    center = torch.zeros(len(r), n * d, dtype=DTYPE)
+def input_set(norm: str, radii: np.ndarray, n: int, d: int, device: torch.device | str = "cpu"):
+    """The perturbation set for a batch of radii: x = delta in R^{n d}, batch shape (len(radii),), on `device`."""
+    r = torch.as_tensor(np.asarray(radii, dtype=np.float64), dtype=DTYPE, device=device)
+    center = torch.zeros(len(r), n * d, dtype=DTYPE, device=device)
     if norm == "linf":
         half = r[:, None].expand_as(center)
         return HyperRectangle(center - half, center + half)
@@ -167,9 +182,41 @@ def _better(new: torch.Tensor, best: torch.Tensor, smaller: bool) -> torch.Tenso
     return torch.where(ok & (~torch.isfinite(best) | improves), new, best)
 
 
-def _optimize_stage(bnet, key, evaluate, iterations: int, lr: float):
-    """Minimize sum(upper) - sum(lower) of evaluate() over the parameters of `key`; best iterate per bound."""
+def _width(lo: torch.Tensor | None, up: torch.Tensor | None, floor: torch.Tensor | None) -> torch.Tensor:
+    """w = up - lo (intermediate stages: both sides), or up - floor (the output: floor = the value at the
+    centre of the input set, attained, so w >= the bound's gap to the true maximum)."""
+    if up is None:
+        return -lo if floor is None else floor - lo
+    return up - (lo if floor is None else floor)
+
+
+def _converged(w_old: torch.Tensor, w: torch.Tensor, tolerance: float) -> torch.Tensor:
+    """Per bound: the best width w improved by at most tolerance * |w| since the iterate `patience` back.
+
+    gain = w_old - w when both are finite; +inf when w just became finite (not converged); 0 when w is
+    still infinite (an overflowed bound that stays so has stopped improving)."""
+    both = torch.isfinite(w_old) & torch.isfinite(w)
+    gain = torch.where(both, w_old - w, torch.where(torch.isfinite(w), torch.inf, 0.0))
+    return gain <= tolerance * torch.where(torch.isfinite(w), w.abs(), torch.inf)
+
+
+def _optimize_stage(bnet, key, evaluate, iterations: int, lr: float, tolerance: float = 0.0, patience: int = 0,
+                    floor: torch.Tensor | None = None):
+    """Minimize sum(upper) - sum(lower) of evaluate() over the parameters of `key`; best iterate per bound.
+
+    Convergence test (patience > 0), per bound o (one neuron's interval, or one output): with w_o(t) the
+    width of its best interval after iterate t (`_width`), the bound stops at the first t >= patience with
+
+        w_o(t - patience) - w_o(t) <= tolerance * w_o(t),
+
+    and keeps best_o(t) from then on (later iterates are not looked at); the loop ends when every bound
+    has stopped, or after `iterations` steps. Every bound has its own parameters and the loss is a sum,
+    so a bound's iterates do not depend on the others: batching units changes neither its iterates nor
+    its stopping step. patience = 0: no test, the best of all `iterations` steps.
+    Returns (first result, best lower, best upper, steps taken).
+    """
     set_alpha_key(bnet, key)
+    steps = 0
     with torch.enable_grad():
         result = evaluate()
         bounds = result[0].concretize()
@@ -178,7 +225,9 @@ def _optimize_stage(bnet, key, evaluate, iterations: int, lr: float):
         params = alpha_parameters(bnet, key)
         if params and iterations > 0:
             optimizer = torch.optim.Adam(params, lr=lr, betas=ALPHA_BETAS)
-            for _ in range(iterations):
+            widths = [_width(best_lo, best_up, floor)] if patience > 0 else []
+            stopped = torch.zeros_like(best_up if best_up is not None else best_lo, dtype=torch.bool)
+            for t in range(1, iterations + 1):
                 loss = 0.0
                 if bounds.upper is not None:
                     loss = loss + bounds.upper.sum()
@@ -191,34 +240,53 @@ def _optimize_stage(bnet, key, evaluate, iterations: int, lr: float):
                 optimizer.step()
                 clamp_alpha_parameters(params)
                 bounds = evaluate()[0].concretize()
+                steps = t
                 if best_lo is not None:
-                    best_lo = _better(bounds.lower, best_lo, smaller=False)
+                    best_lo = torch.where(stopped, best_lo, _better(bounds.lower, best_lo, smaller=False))
                 if best_up is not None:
-                    best_up = _better(bounds.upper, best_up, smaller=True)
+                    best_up = torch.where(stopped, best_up, _better(bounds.upper, best_up, smaller=True))
+                if patience > 0:
+                    widths.append(_width(best_lo, best_up, floor))
+                    if t >= patience:
+                        stopped = stopped | _converged(widths[t - patience], widths[t], tolerance)
+                        if bool(stopped.all()):
+                            break
     set_alpha_key(bnet, None)
-    return result, best_lo, best_up
+    return result, best_lo, best_up, steps
+
+
+@torch.no_grad()
+def _centre_value(bnet, region) -> torch.Tensor:
+    """The network's value at the centre of the input set (a point of the set: a value attained)."""
+    box = region.bounding_hyperrect()
+    return bnet((box.lower + box.upper) / 2).detach()
 
 
 def alpha_crown_upper(bnet, region, out_size: int, iterations: int = ALPHA_ITERATIONS, lr: float = ALPHA_LR,
-                      optimize_intermediate: bool = True) -> torch.Tensor:
+                      optimize_intermediate: bool = True, tolerance: float = ALPHA_TOLERANCE,
+                      patience: int = ALPHA_PATIENCE, steps_out: list | None = None) -> torch.Tensor:
     """Full alpha-CROWN upper bound (see the module docstring), never above CROWN's.
 
     optimize_intermediate=False keeps CROWN's intermediate bounds and optimizes only the output's
-    backward pass ("alpha_crown_last_layer").
+    backward pass ("alpha_crown_last_layer"). Every stage runs at most `iterations` Adam steps and stops
+    early by the convergence test of `_optimize_stage` (tolerance, patience; patience 0: no test).
+    steps_out, if given, receives the steps taken per stage (intermediate stages first, output last).
     """
     crown = crown_upper(bnet, region)
+    steps_out = [] if steps_out is None else steps_out
     try:
         bnet.propagate_size(region.size(-1))
         with torch.no_grad():
             bnet.ibp_forward(region.bounding_hyperrect(), save_input_bounds=True)
         stage = 0
         while bnet.need_relaxation:
-            result, lo, up = _optimize_stage(bnet, ("stage", stage), lambda: bnet.backward_relaxation(region),
-                                             iterations if optimize_intermediate else 0, lr)
+            result, lo, up, steps = _optimize_stage(bnet, ("stage", stage), lambda: bnet.backward_relaxation(region),
+                                                    iterations if optimize_intermediate else 0, lr, tolerance, patience)
+            steps_out.append(steps)
             _, module, *extra = result
             # Hand the best per-neuron interval to the library's set_relaxation as a constant linear bound
             # (zero slope, intercept = bound); it intersects it with the IBP interval and relaxes on it.
-            zero = torch.zeros((), dtype=lo.dtype).expand(*lo.shape, region.size(-1))
+            zero = torch.zeros((), dtype=lo.dtype, device=lo.device).expand(*lo.shape, region.size(-1))
             with torch.no_grad():
                 module.set_relaxation(LinearBounds(region, (zero, lo), (zero, up)), *extra)
             stage += 1
@@ -226,7 +294,9 @@ def alpha_crown_upper(bnet, region, out_size: int, iterations: int = ALPHA_ITERA
         def output_bound():
             return (bnet.crown_backward(bnet.initial_linear_bounds(region, out_size, lower=False, upper=True), False),)
 
-        _, _, best = _optimize_stage(bnet, "output", output_bound, iterations, lr)
+        centre = _centre_value(bnet, region) if patience > 0 else None
+        _, _, best, steps = _optimize_stage(bnet, "output", output_bound, iterations, lr, tolerance, patience, centre)
+        steps_out.append(steps)
     finally:
         bnet.clear_relaxation()
         set_alpha_key(bnet, None)
@@ -245,18 +315,36 @@ def _round_up(u: float) -> float:
     return float(u + ROUNDING_MARGIN * (1.0 + abs(u)))
 
 
-def _bound_group(first: HeadProblem, spec_rows, radii, method: str, alpha_iterations: int, alpha_lr: float) -> np.ndarray:
+@dataclass(frozen=True)
+class AlphaSettings:
+    """Projected Adam of alpha-CROWN: at most `iterations` steps per stage, lr, and the convergence test
+    (a bound stops once its best width improved by <= tolerance of itself over `patience` steps; 0: off)."""
+    iterations: int = ALPHA_ITERATIONS
+    lr: float = ALPHA_LR
+    tolerance: float = ALPHA_TOLERANCE
+    patience: int = ALPHA_PATIENCE
+
+
+def bound_network(first: HeadProblem, spec_rows, radii, method: str, device: torch.device | str = "cpu"):
+    """(bound network, input set) of one head for `method`, every tensor on `device`."""
+    spec = METHOD_SPECS[method]
+    _, bnet = bound_head_network(first, np.stack(spec_rows), relaxation=spec.relaxation, softmax=spec.softmax,
+                                 device=device)
+    return bnet, input_set(first.norm, np.array(radii), first.n, first.d, device)
+
+
+def _bound_group(first: HeadProblem, spec_rows, radii, method: str, alpha: AlphaSettings, device) -> np.ndarray:
     """Upper bounds (len(radii), m) of one head (the specifications as objectives, the radii as batch)."""
     spec = METHOD_SPECS[method]
-    _, bnet = bound_head_network(first, np.stack(spec_rows), relaxation=spec.relaxation, softmax=spec.softmax)
-    region = input_set(first.norm, np.array(radii), first.n, first.d)
+    bnet, region = bound_network(first, spec_rows, radii, method, device)
     if spec.algorithm == "ibp":
         upper = ibp_upper(bnet, region)
     elif spec.algorithm == "crown":
         upper = crown_upper(bnet, region)
     else:
-        upper = alpha_crown_upper(bnet, region, len(spec_rows), alpha_iterations, alpha_lr,
-                                  optimize_intermediate=(spec.algorithm == "alpha_crown"))
+        upper = alpha_crown_upper(bnet, region, len(spec_rows), alpha.iterations, alpha.lr,
+                                  optimize_intermediate=(spec.algorithm == "alpha_crown"),
+                                  tolerance=alpha.tolerance, patience=alpha.patience)
     return upper.detach().cpu().numpy()
 
 
@@ -265,9 +353,14 @@ def _error_status(e: Exception) -> str:
 
 
 def baseline_upper_bounds(problems: list[HeadProblem], method: str, *, alpha_iterations: int = ALPHA_ITERATIONS,
-                          alpha_lr: float = ALPHA_LR) -> list[BaselineResult]:
+                          alpha_lr: float = ALPHA_LR, alpha_tolerance: float = ALPHA_TOLERANCE,
+                          alpha_patience: int = ALPHA_PATIENCE, device: str | torch.device | None = None
+                          ) -> list[BaselineResult]:
     """Upper bounds for several units; units that differ only in c and radius share one network call
     (specifications become objectives, radii the batch dimension).
+
+    alpha_*: the alpha-CROWN settings (`AlphaSettings`). device: 'cpu' (default), 'cuda', 'cuda:N'
+    (`attncert.pipeline.device.resolve_device`; an absent GPU raises DeviceError, never a per-unit status).
 
     If that call fails (an exception) or leaves any bound non-finite, every radius is bounded again on
     its own, so one radius can never erase the others (an exception in a batched call used to lose the
@@ -275,13 +368,15 @@ def baseline_upper_bounds(problems: list[HeadProblem], method: str, *, alpha_ite
     """
     if method not in METHOD_SPECS:
         raise ValueError(f"method must be one of {METHODS + EXTRA_METHODS}; got {method!r}")
+    dev = resolve_device(device)
+    alpha = AlphaSettings(int(alpha_iterations), float(alpha_lr), float(alpha_tolerance), int(alpha_patience))
     groups: dict = {}
     for idx, p in enumerate(problems):
         groups.setdefault(_group_key(p), []).append(idx)
     results: list[BaselineResult | None] = [None] * len(problems)
     for indices in groups.values():
         first = problems[indices[0]]
-        label = method_label(method, first.norm, alpha_iterations)
+        label = method_label(method, first.norm, alpha)
         radii = sorted({problems[i].radius for i in indices})
         specs: list[bytes] = []
         spec_rows = []
@@ -293,7 +388,7 @@ def baseline_upper_bounds(problems: list[HeadProblem], method: str, *, alpha_ite
         t0 = time.perf_counter()
         errors = [None] * len(radii)
         try:
-            upper = _bound_group(first, spec_rows, radii, method, alpha_iterations, alpha_lr)
+            upper = _bound_group(first, spec_rows, radii, method, alpha, dev)
         except Exception as e:  # noqa: BLE001 - retried per radius below, then reported as a status
             upper, errors = None, [_error_status(e)] * len(radii)
         shared = (time.perf_counter() - t0) / len(indices)
@@ -303,7 +398,7 @@ def baseline_upper_bounds(problems: list[HeadProblem], method: str, *, alpha_ite
             for k, r in enumerate(radii):
                 t1 = time.perf_counter()
                 try:
-                    upper[k] = _bound_group(first, spec_rows, [r], method, alpha_iterations, alpha_lr)[0]
+                    upper[k] = _bound_group(first, spec_rows, [r], method, alpha, dev)[0]
                     errors[k] = None
                 except Exception as e:  # noqa: BLE001
                     upper[k], errors[k] = np.nan, _error_status(e)
