@@ -6,8 +6,10 @@
 For every baseline group of the grid of CFG (a head, prompt, query position, norm and mode; its radii in one
 call, as the pipeline bounds them) and every alpha-CROWN method of the grid, the same call is timed with
 
-    before   patience 0: the best of all `alpha_iterations` Adam steps per stage (the former behaviour);
-    after    each TOL:PATIENCE (default: CFG's baselines.alpha_tolerance : alpha_patience), same iteration cap,
+    before   patience 0 and Adam betas (0.9, 0.99): the best of all `alpha_iterations` steps per stage (the former
+             method);
+    after    each TOL:PATIENCE:BETA1 (default: CFG's alpha_tolerance : alpha_patience : alpha_betas[0]; beta2 from
+             CFG), the same iteration cap and lr,
 
 in an order that alternates from group to group, so load drifts hit both alike. The reference value of a unit
 (for its gap) is what the certification stage attains on it (`certify_unit`, no second order): the exact
@@ -71,7 +73,7 @@ def main(argv=None) -> int:
     ap.add_argument("--random-gpt2", action="store_true", help="SYNTHETIC GPT-2-shaped model (not GPT-2)")
     ap.add_argument("--layers", type=int, nargs="*", default=None, help="default: the config's layers")
     ap.add_argument("--groups", type=int, default=None, help="groups per mode (default: all)")
-    ap.add_argument("--settings", nargs="*", default=None, help="TOL:PATIENCE of the after runs")
+    ap.add_argument("--settings", nargs="*", default=None, help="TOL:PATIENCE:BETA1 of the after runs")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
@@ -81,9 +83,9 @@ def main(argv=None) -> int:
     if args.random_gpt2:
         cfg["model"] = dict(RANDOM_GPT2)
     b = cfg["baselines"]
-    cap = int(b.get("alpha_iterations", 30))
-    settings = [(0.0, 0)] + [(float(t), int(p)) for t, p in (s.split(":") for s in (args.settings or [
-        f"{b.get('alpha_tolerance', 1e-4)}:{b.get('alpha_patience', 3)}"]))]
+    cap, lr, beta2 = int(b["alpha_iterations"]), float(b["alpha_lr"]), float(b["alpha_betas"][1])
+    settings = [(0.0, 0, 0.9)] + [(float(t), int(p), float(b1)) for t, p, b1 in (s.split(":") for s in (args.settings or [
+        f"{b['alpha_tolerance']}:{b['alpha_patience']}:{b['alpha_betas'][0]}"]))]
     n_layers, n_heads = model_dimensions(cfg["model"])[:2]
     layers = args.layers if args.layers is not None else (
         list(range(n_layers)) if cfg["layers"] == "all" else list(cfg["layers"]))
@@ -105,9 +107,10 @@ def main(argv=None) -> int:
                 order.reverse()
             out = {}
             for k in order:
-                tol, pat = settings[k]
+                tol, pat, b1 = settings[k]
                 t0 = time.perf_counter()
-                res = baseline_upper_bounds(problems, m, alpha_iterations=cap, alpha_tolerance=tol, alpha_patience=pat)
+                res = baseline_upper_bounds(problems, m, alpha_iterations=cap, alpha_lr=lr, alpha_tolerance=tol,
+                                            alpha_patience=pat, alpha_betas=(b1, beta2), device=cfg["device"])
                 out[k] = (time.perf_counter() - t0, [r.upper for r in res], [r.status for r in res])
             for j, u in enumerate(g):
                 rows.append({"method": m, "mode": u.mode, "unit": repr(u), "reference": refs[j],
@@ -116,10 +119,11 @@ def main(argv=None) -> int:
                              "status": [out[k][2][j] for k in range(len(settings))]})
         print(f"[{time.perf_counter() - t_start:6.0f} s] group {gi + 1}/{len(groups)}", file=sys.stderr, flush=True)
     load_end = load()
-    lines = [f"# alpha-CROWN: convergence test vs {cap} fixed steps — {model_label(cfg['model'])}, layers {layers}, "
+    lines = [f"# alpha-CROWN (cap {cap}, lr {lr:g}): before = {cap} steps, betas (0.9, {beta2:g}) — "
+             f"{model_label(cfg['model'])}, layers {layers}, "
              f"{len(groups)} groups x {len(b['radii'])} radii", "",
              f"Load at start: {load_start}; at end: {load_end}.", "",
-             "| method | mode | setting (tol:patience) | units | s/unit before (median) | s/unit after (median) | "
+             "| method | mode | after: tol:patience:beta1 | units | s/unit before (median) | s/unit after (median) | "
              "speed-up (sum) | loosening/gap median | max | share > 1e-3 | tighter units | not ok |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for m in methods:
@@ -130,7 +134,7 @@ def main(argv=None) -> int:
                 before = np.array([r["seconds"][0] for r in sub])
                 after = np.array([r["seconds"][k] for r in sub])
                 loos = np.array([(r["upper"][k] - r["upper"][0]) / (r["upper"][0] - r["reference"]) for r in ok])
-                lines.append(f"| {m} | {md} | {settings[k][0]:g}:{settings[k][1]} | {len(sub)} | {np.median(before):.4f} | "
+                lines.append(f"| {m} | {md} | {settings[k][0]:g}:{settings[k][1]}:{settings[k][2]:g} | {len(sub)} | {np.median(before):.4f} | "
                              f"{np.median(after):.4f} | {before.sum() / after.sum():.2f} | {np.median(loos):.2e} | "
                              f"{loos.max():.2e} | {np.mean(loos > 1e-3):.3f} | {int(np.sum(loos < 0))} | "
                              f"{len(sub) - len(ok)} |")

@@ -35,7 +35,8 @@ def bound_layer(arrays: dict, spec: np.ndarray, qps: list[int], layer: int, grid
 
     grid: heads, prompts, query_positions, norms, modes, radii (lists). All radii of one head and
     method are bounded in one call of `baseline_upper_bounds`. alpha: its alpha-CROWN keyword
-    arguments (alpha_iterations, alpha_tolerance, alpha_patience; config baselines.alpha_*); device:
+    arguments (alpha_iterations, alpha_tolerance, alpha_patience, alpha_lr, alpha_betas; config
+    baselines.alpha_*); device:
     the torch device (config key `device`).
     """
     alpha = dict(alpha or {})

@@ -63,6 +63,7 @@ import torch
 from bound_propagation import HyperRectangle
 from bound_propagation.bounds import LinearBounds
 
+from attncert.baselines.alpha_convergence import converged, ibp_clip, stage_width
 from attncert.baselines.head_network import bound_head_network
 from attncert.baselines.relaxation_parameters import DTYPE, alpha_parameters, clamp_alpha_parameters, set_alpha_key
 from attncert.pipeline.device import resolve_device
@@ -83,7 +84,10 @@ ALPHA_LR = 0.1
 #: improved by at most ALPHA_TOLERANCE of itself over ALPHA_PATIENCE steps (config: baselines.alpha_*).
 ALPHA_TOLERANCE = 1e-4
 ALPHA_PATIENCE = 3
-ALPHA_BETAS = (0.9, 0.99)
+#: Adam's (beta1, beta2). beta1 = 0.5 (bound_propagation's own alpha default): with 0.9 the momentum
+#: overshoots after the first steps and the bound stalls for ~10 steps before improving again, which
+#: no stopping rule can tell from convergence (bench/bench_alpha_convergence.py).
+ALPHA_BETAS = (0.5, 0.99)
 
 
 @dataclass(frozen=True)
@@ -122,11 +126,13 @@ _LABELS = {
 
 
 def _steps_phrase(alpha) -> str:
-    """'{it}' of the labels: the iteration cap, and the convergence test when it is on."""
+    """'{it}' of the labels: the iteration cap, and the convergence test when it is on (Adam's betas when
+    they are not the default)."""
+    betas = "" if tuple(alpha.betas) == ALPHA_BETAS else f" [betas {alpha.betas[0]:g}, {alpha.betas[1]:g}]"
     if alpha.patience <= 0:
-        return str(alpha.iterations)
-    return (f"<= {alpha.iterations} (a bound stops once its width improved <= {alpha.tolerance:g} of itself over "
-            f"{alpha.patience} steps)")
+        return f"{alpha.iterations}{betas}"
+    return (f"<= {alpha.iterations}{betas} (a bound stops once its width improved <= {alpha.tolerance:g} of itself "
+            f"over {alpha.patience} steps)")
 
 
 def method_label(method: str, norm: str, alpha=None) -> str:
@@ -182,30 +188,13 @@ def _better(new: torch.Tensor, best: torch.Tensor, smaller: bool) -> torch.Tenso
     return torch.where(ok & (~torch.isfinite(best) | improves), new, best)
 
 
-def _width(lo: torch.Tensor | None, up: torch.Tensor | None, floor: torch.Tensor | None) -> torch.Tensor:
-    """w = up - lo (intermediate stages: both sides), or up - floor (the output: floor = the value at the
-    centre of the input set, attained, so w >= the bound's gap to the true maximum)."""
-    if up is None:
-        return -lo if floor is None else floor - lo
-    return up - (lo if floor is None else floor)
-
-
-def _converged(w_old: torch.Tensor, w: torch.Tensor, tolerance: float) -> torch.Tensor:
-    """Per bound: the best width w improved by at most tolerance * |w| since the iterate `patience` back.
-
-    gain = w_old - w when both are finite; +inf when w just became finite (not converged); 0 when w is
-    still infinite (an overflowed bound that stays so has stopped improving)."""
-    both = torch.isfinite(w_old) & torch.isfinite(w)
-    gain = torch.where(both, w_old - w, torch.where(torch.isfinite(w), torch.inf, 0.0))
-    return gain <= tolerance * torch.where(torch.isfinite(w), w.abs(), torch.inf)
-
-
 def _optimize_stage(bnet, key, evaluate, iterations: int, lr: float, tolerance: float = 0.0, patience: int = 0,
-                    floor: torch.Tensor | None = None):
+                    floor: torch.Tensor | None = None, betas: tuple[float, float] = ALPHA_BETAS):
     """Minimize sum(upper) - sum(lower) of evaluate() over the parameters of `key`; best iterate per bound.
 
     Convergence test (patience > 0), per bound o (one neuron's interval, or one output): with w_o(t) the
-    width of its best interval after iterate t (`_width`), the bound stops at the first t >= patience with
+    width of its best interval after iterate t, as handed on (`_width`: intersected with the IBP interval
+    for a neuron, measured from the centre value for an output), the bound stops at the first t >= patience with
 
         w_o(t - patience) - w_o(t) <= tolerance * w_o(t),
 
@@ -224,8 +213,9 @@ def _optimize_stage(bnet, key, evaluate, iterations: int, lr: float, tolerance: 
         best_up = None if bounds.upper is None else bounds.upper.detach().clone()
         params = alpha_parameters(bnet, key)
         if params and iterations > 0:
-            optimizer = torch.optim.Adam(params, lr=lr, betas=ALPHA_BETAS)
-            widths = [_width(best_lo, best_up, floor)] if patience > 0 else []
+            optimizer = torch.optim.Adam(params, lr=lr, betas=tuple(betas))
+            clip = ibp_clip(result, best_up if best_up is not None else best_lo) if floor is None else None
+            widths = [stage_width(best_lo, best_up, floor, clip)] if patience > 0 else []
             stopped = torch.zeros_like(best_up if best_up is not None else best_lo, dtype=torch.bool)
             for t in range(1, iterations + 1):
                 loss = 0.0
@@ -246,9 +236,9 @@ def _optimize_stage(bnet, key, evaluate, iterations: int, lr: float, tolerance: 
                 if best_up is not None:
                     best_up = torch.where(stopped, best_up, _better(bounds.upper, best_up, smaller=True))
                 if patience > 0:
-                    widths.append(_width(best_lo, best_up, floor))
+                    widths.append(stage_width(best_lo, best_up, floor, clip))
                     if t >= patience:
-                        stopped = stopped | _converged(widths[t - patience], widths[t], tolerance)
+                        stopped = stopped | converged(widths[t - patience], widths[t], tolerance)
                         if bool(stopped.all()):
                             break
     set_alpha_key(bnet, None)
@@ -264,7 +254,8 @@ def _centre_value(bnet, region) -> torch.Tensor:
 
 def alpha_crown_upper(bnet, region, out_size: int, iterations: int = ALPHA_ITERATIONS, lr: float = ALPHA_LR,
                       optimize_intermediate: bool = True, tolerance: float = ALPHA_TOLERANCE,
-                      patience: int = ALPHA_PATIENCE, steps_out: list | None = None) -> torch.Tensor:
+                      patience: int = ALPHA_PATIENCE, steps_out: list | None = None,
+                      betas: tuple[float, float] = ALPHA_BETAS) -> torch.Tensor:
     """Full alpha-CROWN upper bound (see the module docstring), never above CROWN's.
 
     optimize_intermediate=False keeps CROWN's intermediate bounds and optimizes only the output's
@@ -281,7 +272,8 @@ def alpha_crown_upper(bnet, region, out_size: int, iterations: int = ALPHA_ITERA
         stage = 0
         while bnet.need_relaxation:
             result, lo, up, steps = _optimize_stage(bnet, ("stage", stage), lambda: bnet.backward_relaxation(region),
-                                                    iterations if optimize_intermediate else 0, lr, tolerance, patience)
+                                                    iterations if optimize_intermediate else 0, lr, tolerance, patience,
+                                                    betas=betas)
             steps_out.append(steps)
             _, module, *extra = result
             # Hand the best per-neuron interval to the library's set_relaxation as a constant linear bound
@@ -295,7 +287,8 @@ def alpha_crown_upper(bnet, region, out_size: int, iterations: int = ALPHA_ITERA
             return (bnet.crown_backward(bnet.initial_linear_bounds(region, out_size, lower=False, upper=True), False),)
 
         centre = _centre_value(bnet, region) if patience > 0 else None
-        _, _, best, steps = _optimize_stage(bnet, "output", output_bound, iterations, lr, tolerance, patience, centre)
+        _, _, best, steps = _optimize_stage(bnet, "output", output_bound, iterations, lr, tolerance, patience, centre,
+                                            betas)
         steps_out.append(steps)
     finally:
         bnet.clear_relaxation()
@@ -323,6 +316,7 @@ class AlphaSettings:
     lr: float = ALPHA_LR
     tolerance: float = ALPHA_TOLERANCE
     patience: int = ALPHA_PATIENCE
+    betas: tuple[float, float] = ALPHA_BETAS
 
 
 def bound_network(first: HeadProblem, spec_rows, radii, method: str, device: torch.device | str = "cpu"):
@@ -344,7 +338,7 @@ def _bound_group(first: HeadProblem, spec_rows, radii, method: str, alpha: Alpha
     else:
         upper = alpha_crown_upper(bnet, region, len(spec_rows), alpha.iterations, alpha.lr,
                                   optimize_intermediate=(spec.algorithm == "alpha_crown"),
-                                  tolerance=alpha.tolerance, patience=alpha.patience)
+                                  tolerance=alpha.tolerance, patience=alpha.patience, betas=alpha.betas)
     return upper.detach().cpu().numpy()
 
 
@@ -354,8 +348,8 @@ def _error_status(e: Exception) -> str:
 
 def baseline_upper_bounds(problems: list[HeadProblem], method: str, *, alpha_iterations: int = ALPHA_ITERATIONS,
                           alpha_lr: float = ALPHA_LR, alpha_tolerance: float = ALPHA_TOLERANCE,
-                          alpha_patience: int = ALPHA_PATIENCE, device: str | torch.device | None = None
-                          ) -> list[BaselineResult]:
+                          alpha_patience: int = ALPHA_PATIENCE, alpha_betas: tuple[float, float] = ALPHA_BETAS,
+                          device: str | torch.device | None = None) -> list[BaselineResult]:
     """Upper bounds for several units; units that differ only in c and radius share one network call
     (specifications become objectives, radii the batch dimension).
 
@@ -369,7 +363,8 @@ def baseline_upper_bounds(problems: list[HeadProblem], method: str, *, alpha_ite
     if method not in METHOD_SPECS:
         raise ValueError(f"method must be one of {METHODS + EXTRA_METHODS}; got {method!r}")
     dev = resolve_device(device)
-    alpha = AlphaSettings(int(alpha_iterations), float(alpha_lr), float(alpha_tolerance), int(alpha_patience))
+    alpha = AlphaSettings(int(alpha_iterations), float(alpha_lr), float(alpha_tolerance), int(alpha_patience),
+                          (float(alpha_betas[0]), float(alpha_betas[1])))
     groups: dict = {}
     for idx, p in enumerate(problems):
         groups.setdefault(_group_key(p), []).append(idx)
