@@ -28,7 +28,8 @@ Methods (docs/baselines.md gives each one's auto_LiRPA counterpart):
   intermediate neuron's lower and upper bound, and each output): for the stage computing the bounds
   of the input of nonlinearity L,
 
-      min over theta in [0,1]^P of  sum_o ( U_o(theta) - L_o(theta) )      (projected Adam),
+      min over theta in [0,1]^P of  sum_o ( U_o(theta) - L_o(theta) )      (projected Adam, at most
+                                                                          `alpha_iterations` steps),
 
   where theta holds one parameter per (objective o, earlier neuron) and the objectives are
   independent, so this minimizes each bound separately. The stage keeps, per neuron, the best bound
@@ -36,6 +37,8 @@ Methods (docs/baselines.md gives each one's auto_LiRPA counterpart):
   and fixes the relaxation of L on it before moving on; the output stage minimizes the upper bound.
   The first iterate of every stage uses the CROWN ("auto_lirpa") parameters, and the reported bound
   is the minimum of the best output iterate and the plain CROWN bound, so alpha-CROWN <= CROWN always.
+  Stopping rule (`alpha_convergence`): each bound stops once the width of its best interval improved by
+  at most `alpha_tolerance` of itself over `alpha_patience` steps, and keeps its best iterate.
 * alpha-CROWN, last layer only ("alpha_crown_last_layer"): CROWN's intermediate bounds, only the
   output's backward pass optimized (the part the library's own alpha loop optimizes; here with the
   best iterate returned). Its reduction below CROWN is of the size the paper reports for its alpha-CROWN.
