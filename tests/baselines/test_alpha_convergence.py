@@ -52,6 +52,9 @@ def test_converged_rule():
     got = converged(w_old, w, 1e-3)
     assert got.tolist() == [True, False, True, False, True, True]
     assert converged(w_old, w, 0.0).tolist() == [False, False, True, False, True, True]
+    # summed over a unit's neurons: gains 1e-4 + 1e-2 against widths 0.9999 + 0.99
+    two = converged(w_old[None, :2], w[None, :2], 1e-3, dims=(1,))
+    assert two.shape == (1, 1) and not bool(two) and bool(converged(w_old[None, :2], w[None, :2], 1e-2, dims=(1,)))
 
 
 def test_width_of_an_intermediate_bound_is_clipped_to_ibp():

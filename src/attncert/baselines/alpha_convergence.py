@@ -1,9 +1,11 @@
 """The convergence test of alpha-CROWN's projected Adam (`linear_bound_baselines._optimize_stage`).
 
-A stage of alpha-CROWN bounds several quantities o at once (the input neurons of one nonlinearity, or
-the outputs), each with its own relaxation parameters, so each has its own trajectory of iterates. With
-w_o(t) the width of the best interval of o after iterate t (`stage_width`), o stops at the first
-t >= patience with
+A stage of alpha-CROWN bounds several quantities at once (the input neurons of one nonlinearity, or
+the outputs), each with its own relaxation parameters, so each unit (batch row) has its own trajectory
+of iterates. A bound o is an output of one unit, or all neurons of an intermediate stage of one unit
+together (their widths summed: the stage ends when its total width stops improving, not when its slowest
+neuron does). With w_o(t) the width of the best interval of o after iterate t (`stage_width`), o stops
+at the first t >= patience with
 
     w_o(t - patience) - w_o(t) <= tolerance * |w_o(t)|        (`converged`)
 
@@ -39,11 +41,16 @@ def ibp_clip(result, like: torch.Tensor | None):
     return lower.detach(), upper.detach()
 
 
-def converged(w_old: torch.Tensor, w: torch.Tensor, tolerance: float) -> torch.Tensor:
-    """Per bound: the best width w improved by at most tolerance * |w| since the iterate `patience` back.
+def converged(w_old: torch.Tensor, w: torch.Tensor, tolerance: float, dims: tuple[int, ...] = ()) -> torch.Tensor:
+    """Has the best width w improved by at most tolerance * |w| since the iterate `patience` back?
 
-    gain = w_old - w when both are finite; +inf when w just became finite (not converged); 0 when w is
-    still infinite (an overflowed bound that stays so has stopped improving)."""
-    both = torch.isfinite(w_old) & torch.isfinite(w)
-    gain = torch.where(both, w_old - w, torch.where(torch.isfinite(w), torch.inf, 0.0))
-    return torch.where(torch.isfinite(w), gain <= tolerance * w.abs(), torch.ones_like(both))
+    Per bound: gain = w_old - w when both are finite; +inf when w just became finite (not converged); 0
+    when w is still infinite (an overflowed bound that stays so has stopped improving); converged when
+    gain <= tolerance * |w| (|w| taken as 0 when infinite). dims: sum gains and |w| over these dimensions
+    first (one verdict for all bounds of an intermediate stage of one unit, kept with size 1)."""
+    finite = torch.isfinite(w)
+    gain = torch.where(torch.isfinite(w_old) & finite, w_old - w, torch.where(finite, torch.inf, 0.0))
+    scale = torch.where(finite, w.abs(), 0.0)
+    if dims:
+        gain, scale = gain.sum(dim=dims, keepdim=True), scale.sum(dim=dims, keepdim=True)
+    return gain <= tolerance * scale

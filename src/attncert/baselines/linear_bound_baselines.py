@@ -195,15 +195,17 @@ def _optimize_stage(bnet, key, evaluate, iterations: int, lr: float, tolerance: 
                     floor: torch.Tensor | None = None, betas: tuple[float, float] = ALPHA_BETAS):
     """Minimize sum(upper) - sum(lower) of evaluate() over the parameters of `key`; best iterate per bound.
 
-    Convergence test (patience > 0), per bound o (one neuron's interval, or one output): with w_o(t) the
-    width of its best interval after iterate t, as handed on (`_width`: intersected with the IBP interval
-    for a neuron, measured from the centre value for an output), the bound stops at the first t >= patience with
+    Convergence test (patience > 0; `alpha_convergence`), per bound o (an output of one unit; for an
+    intermediate stage all neurons of one unit, batch row b, together): with w_o(t) the width of its best
+    interval after iterate t, as handed on (`stage_width`: intersected with the IBP interval for a neuron,
+    measured from the centre value for an output; summed over the unit's neurons), o stops at the first
+    t >= patience with
 
         w_o(t - patience) - w_o(t) <= tolerance * w_o(t),
 
     and keeps best_o(t) from then on (later iterates are not looked at); the loop ends when every bound
-    has stopped, or after `iterations` steps. Every bound has its own parameters and the loss is a sum,
-    so a bound's iterates do not depend on the others: batching units changes neither its iterates nor
+    has stopped, or after `iterations` steps. Every unit has its own parameters and the loss is a sum,
+    so a unit's iterates do not depend on the others: batching units changes neither its iterates nor
     its stopping step. patience = 0: no test, the best of all `iterations` steps.
     Returns (first result, best lower, best upper, steps taken).
     """
@@ -241,7 +243,8 @@ def _optimize_stage(bnet, key, evaluate, iterations: int, lr: float, tolerance: 
                 if patience > 0:
                     widths.append(stage_width(best_lo, best_up, floor, clip))
                     if t >= patience:
-                        stopped = stopped | converged(widths[t - patience], widths[t], tolerance)
+                        dims = tuple(range(1, widths[t].dim())) if floor is None else ()  # neurons of a unit
+                        stopped = stopped | converged(widths[t - patience], widths[t], tolerance, dims)
                         if bool(stopped.all()):
                             break
     set_alpha_key(bnet, None)
