@@ -269,7 +269,9 @@ def alpha_crown_upper(bnet, region, out_size: int, iterations: int = ALPHA_ITERA
     early by the convergence test of `_optimize_stage` (tolerance, patience; patience 0: no test).
     steps_out, if given, receives the steps taken per stage (intermediate stages first, output last).
     """
-    crown = crown_upper(bnet, region)
+    # Last layer only: the output's first iterate is CROWN's bound itself (CROWN's intermediate bounds, the
+    # rule's CROWN parameters), so no separate CROWN pass is needed; the full variant needs one.
+    crown = crown_upper(bnet, region) if optimize_intermediate else None
     steps_out = [] if steps_out is None else steps_out
     try:
         bnet.propagate_size(region.size(-1))
@@ -293,9 +295,11 @@ def alpha_crown_upper(bnet, region, out_size: int, iterations: int = ALPHA_ITERA
             return (bnet.crown_backward(bnet.initial_linear_bounds(region, out_size, lower=False, upper=True), False),)
 
         centre = _centre_value(bnet, region) if patience > 0 else None
-        _, _, best, steps = _optimize_stage(bnet, "output", output_bound, iterations, lr, tolerance, patience, centre,
-                                            betas)
+        first, _, best, steps = _optimize_stage(bnet, "output", output_bound, iterations, lr, tolerance, patience,
+                                                centre, betas)
         steps_out.append(steps)
+        if crown is None:
+            crown = first[0].concretize().upper.detach()
     finally:
         bnet.clear_relaxation()
         set_alpha_key(bnet, None)
