@@ -85,7 +85,7 @@ ALPHA_ITERATIONS = 30
 ALPHA_LR = 0.1
 #: Convergence test of every alpha-CROWN stage (`_optimize_stage`): stop a bound once its best width
 #: improved by at most ALPHA_TOLERANCE of itself over ALPHA_PATIENCE steps (config: baselines.alpha_*).
-ALPHA_TOLERANCE = 1e-4
+ALPHA_TOLERANCE = 1e-3
 ALPHA_PATIENCE = 5
 #: Adam's (beta1, beta2). beta1 = 0.5 (bound_propagation's own alpha default): with 0.9 the momentum
 #: overshoots after the first steps and the bound stalls for ~10 steps before improving again, which
