@@ -160,11 +160,15 @@ def certification(cfg: dict, arrays: dict, L: int, units: list[Unit], path: str,
 def baselines(arrays: dict, cfg: dict, L: int, groups: list[list[Unit]], methods: list[str], log) -> list[dict]:
     qps = list(cfg["certify"]["query_positions"])
     spec = specification_vectors(arrays, L, qps, cfg["spec_seed"])
+    b = cfg["baselines"]  # the alpha-CROWN settings and device as the pipeline passes them
+    kw = dict(alpha_iterations=b["alpha_iterations"], alpha_tolerance=b["alpha_tolerance"],
+              alpha_patience=b["alpha_patience"], alpha_lr=b["alpha_lr"], alpha_betas=tuple(b["alpha_betas"]),
+              device=cfg["device"])
     out = []
     for i, g in enumerate(groups):
         problems = [head_problem(arrays, spec, qps, u) for u in g]
         for m in methods:
-            for u, res in zip(g, baseline_upper_bounds(problems, m)):
+            for u, res in zip(g, baseline_upper_bounds(problems, m, **kw)):
                 out.append({"method": m, "mode": u.mode, "unit": u, "seconds": res.seconds, "status": res.status})
         log(f"  baselines group {i + 1}/{len(groups)}")
     return out
@@ -201,15 +205,16 @@ def minip(cfg: dict, k: int, rng, log) -> list[dict]:
     chosen = [r for i, g in enumerate(sorted(by)) for r in pick(rng, by[g], k // len(by) + (i < k % len(by)))]
     out = []
     for r in chosen:
-        params, (kind, rank), (what, bits, length) = run_params(m, r.setting), parse_model(r.model), parse_setting(r.setting)
+        params, (kind, rank), (what, bits, length) = run_params(m, r.setting, cfg["device"]), parse_model(r.model), parse_setting(r.setting)
         train = TrainConfig(**params["train"])
         t0 = time.perf_counter()
         if what == "witness":
             w = params["witness"]
             run_witness(family=witness_family(w["bits"], w["queries"], w["ladder_step"]), kind=kind, rank=rank,
-                        seed=r.seed, train=train)
+                        seed=r.seed, train=train, device=params["device"])
         else:
-            run_scaling(bits=bits, length=length, kind=kind, rank=rank, seed=r.seed, train=train, **params["scaling"])
+            run_scaling(bits=bits, length=length, kind=kind, rank=rank, seed=r.seed, train=train, device=params["device"],
+                        **params["scaling"])
         out.append({"group": minip_group(r.setting), "run": r.path, "seconds": time.perf_counter() - t0})
         log(f"  Min-IP {r.path}: {out[-1]['seconds']:.1f} s")
     return out

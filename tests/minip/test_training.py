@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from attncert.minip import plots, tables
-from attncert.minip.sweep import (MAX_ERR_CRITERION, collect, criterion_transitions, parse_model, parse_setting, runs,
+from attncert.minip.sweep import (MAX_ERR_CRITERION, collect, criterion_transitions, parse_model, parse_setting, run_params, runs,
                                   scaling_transitions, train_config, witness_transition)
-from attncert.minip.training import TrainConfig, evaluate_witness, run_scaling, run_witness
+from attncert.minip.training import TrainConfig, evaluate_witness, model_on_device, run_scaling, run_witness
 from attncert.minip.witness import witness_family
 
 from conftest import REPO
@@ -133,3 +133,43 @@ def test_transitions_tables_and_figures(tmp_path):
                            tmp_path / "c.pdf", tmp_path / "c.png")
     for f in ("w", "s", "t", "c"):
         assert Path(tmp_path / f"{f}.pdf").stat().st_size > 1000 and Path(tmp_path / f"{f}.png").stat().st_size > 1000
+
+
+# ---------------------------------------------------------------------------------------------
+# device (config key `device`, through minip.sweep.run_params)
+# ---------------------------------------------------------------------------------------------
+def test_run_params_carry_the_device():
+    assert run_params(CFG["minip"], "witness")["device"] == "cpu"
+    assert run_params(CFG["minip"], "m8-n3", "cuda:1")["device"] == "cuda:1"
+
+
+def test_model_follows_the_device():
+    """`meta` (tensors without data, in every torch build) stands in for a GPU: every parameter moves."""
+    import torch
+
+    model = model_on_device("kernel", 6, 2, TINY, torch.device("meta"))
+    assert all(p.device.type == "meta" for p in model.parameters())
+
+
+def test_cpu_device_gives_the_default_run():
+    fam = witness_family(8, 4)
+    a = run_witness(family=fam, kind="kernel", rank=2, seed=1, train=TINY, device="cpu")
+    b = run_witness(family=fam, kind="kernel", rank=2, seed=1, train=TINY)
+    drop = lambda r: {k: v for k, v in r.items() if k != "seconds"}  # noqa: E731
+    assert drop(a) == drop(b)
+
+
+def test_missing_cuda_is_one_line_before_training():
+    import torch
+
+    from attncert.pipeline.device import DeviceError
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    kw = dict(bits=6, length=3, kind="dense", rank=None, seed=0, train=TINY, test_fraction=0.25, max_pool=4096,
+              pool_seed=0, eval_sequences=64)
+    for run in (lambda: run_scaling(device="cuda", **kw),
+                lambda: run_witness(family=witness_family(8, 4), kind="kernel", rank=2, seed=0, train=TINY, device="cuda")):
+        with pytest.raises(DeviceError) as info:
+            run()
+        assert "\n" not in str(info.value) and "fix: set device: cpu" in str(info.value)

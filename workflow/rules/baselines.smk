@@ -22,6 +22,8 @@ rule baselines_layer:
         norms=config["baselines"]["norms"],
         modes=config["baselines"]["modes"],
         methods=config["baselines"]["methods"],
+        alpha={k: config["baselines"][k] for k in ("alpha_iterations", "alpha_tolerance", "alpha_patience", "alpha_lr", "alpha_betas")},
+        device=config["device"],
         code=code("baselines_layer.py"),
     threads: 1
     conda:

@@ -76,7 +76,7 @@ rule minip_train:
         model=r"r\d+|dense",
         seed=r"\d+",
     params:
-        run=lambda wc: _minip_run_params(MINIP, wc.setting),
+        run=lambda wc: _minip_run_params(MINIP, wc.setting, config["device"]),
         code=code("minip_train.py"),
     threads: 1
     conda:

@@ -1,11 +1,13 @@
 """Snakemake entry point: IBP / CROWN / alpha-CROWN upper bounds for every baseline unit of a layer."""
 import logging
+import sys
 
 import numpy as np
 import pandas as pd
 import torch
 
 from attncert.baselines.layer import attained_by_unit, bound_layer
+from attncert.pipeline.device import DeviceError, resolve_device
 from attncert.pipeline.extraction import load_layer
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
@@ -14,12 +16,16 @@ sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
 torch.set_num_threads(sm.threads)
 p = sm.params
+try:
+    resolve_device(p.device)
+except DeviceError as e:
+    sys.exit(f"attncert: {e}")
 layer = int(sm.wildcards.layer)
 with np.load(sm.input.spec) as s:
     spec, qps = s["c"], [int(q) for q in s["query_positions"]]
 grid = {k: list(p[k]) for k in ("heads", "prompts", "query_positions", "norms", "modes", "radii")}
 df = bound_layer(load_layer(sm.input.npz), spec, qps, layer, grid, list(p.methods),
-                 attained_by_unit(pd.read_csv(sm.input.cert)))
+                 attained_by_unit(pd.read_csv(sm.input.cert)), alpha=dict(p.alpha), device=p.device)
 with atomic_path(sm.output.csv) as tmp:
     df.to_csv(tmp, index=False, float_format="%.17g")
 write_sidecar(sm.output.csv, provenance(

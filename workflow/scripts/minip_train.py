@@ -1,9 +1,11 @@
 """Snakemake entry point: one Min-IP training run (setting, model, seed) -> a JSON record."""
 import logging
+import sys
 
 from attncert.minip.sweep import parse_model, parse_setting
 from attncert.minip.training import TrainConfig, run_scaling, run_witness
 from attncert.minip.witness import witness_family
+from attncert.pipeline.device import DeviceError, resolve_device
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.provenance import provenance, write_json, write_sidecar
 
@@ -14,14 +16,18 @@ setting, model, seed = sm.wildcards.setting, sm.wildcards.model, int(sm.wildcard
 kind, rank = parse_model(model)
 what, bits, length = parse_setting(setting)
 train = TrainConfig(**run["train"])
+try:
+    resolve_device(run["device"])
+except DeviceError as e:
+    sys.exit(f"attncert: {e}")
 logging.info("setting %s model %s seed %d params %s", setting, model, seed, run)
 if what == "witness":
     w = run["witness"]
     record = run_witness(family=witness_family(w["bits"], w["queries"], w["ladder_step"]),
-                         kind=kind, rank=rank, seed=seed, train=train)
+                         kind=kind, rank=rank, seed=seed, train=train, device=run["device"])
 else:
     s = run["scaling"]
-    record = run_scaling(bits=bits, length=length, kind=kind, rank=rank, seed=seed, train=train, **s)
+    record = run_scaling(bits=bits, length=length, kind=kind, rank=rank, seed=seed, train=train, device=run["device"], **s)
 record["setting"] = setting
 logging.info("record %s", record)
 write_json(sm.output.json, record)

@@ -195,10 +195,12 @@ def head_network(problem: HeadProblem, specifications: np.ndarray | None = None,
 
 
 def bound_head_network(problem: HeadProblem, specifications: np.ndarray | None = None,
-                       relaxation: str = "auto_lirpa", softmax: str = "reciprocal"):
+                       relaxation: str = "auto_lirpa", softmax: str = "reciprocal",
+                       device: torch.device | str = "cpu"):
     """(network, bound network) built with `head_factory()`, CROWN relaxations of rule `relaxation`
-    ("auto_lirpa" or "mid", see `relaxation_parameters.RELAXATION_RULES`)."""
-    net = head_network(problem, specifications, softmax)
+    ("auto_lirpa" or "mid", see `relaxation_parameters.RELAXATION_RULES`), every tensor on `device`
+    (the network is moved before the bound network is built, so both share its weights)."""
+    net = head_network(problem, specifications, softmax).to(device)
     bnet = head_factory().build(net)
     set_relaxation_rule(bnet, relaxation)
     return net, bnet

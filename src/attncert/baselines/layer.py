@@ -30,12 +30,16 @@ def attained_by_unit(cert: pd.DataFrame) -> dict:
 
 
 def bound_layer(arrays: dict, spec: np.ndarray, qps: list[int], layer: int, grid: dict, methods: list[str],
-                attained: dict) -> pd.DataFrame:
+                attained: dict, alpha: dict | None = None, device: str = "cpu") -> pd.DataFrame:
     """Rows (unit keys, method, upper, attained, seconds, status, label) for the grid of one layer.
 
     grid: heads, prompts, query_positions, norms, modes, radii (lists). All radii of one head and
-    method are bounded in one call of `baseline_upper_bounds`.
+    method are bounded in one call of `baseline_upper_bounds`. alpha: its alpha-CROWN keyword
+    arguments (alpha_iterations, alpha_tolerance, alpha_patience, alpha_lr, alpha_betas; config
+    baselines.alpha_*); device:
+    the torch device (config key `device`).
     """
+    alpha = dict(alpha or {})
     rows = []
     groups = list(itertools.product(grid["heads"], grid["prompts"], grid["query_positions"], grid["norms"],
                                     grid["modes"]))
@@ -43,7 +47,7 @@ def bound_layer(arrays: dict, spec: np.ndarray, qps: list[int], layer: int, grid
         units = [Unit(layer, h, pr, qp, float(r), norm, mode) for r in grid["radii"]]
         problems = [head_problem(arrays, spec, qps, u) for u in units]
         for method in methods:
-            for u, res in zip(units, baseline_upper_bounds(problems, method)):
+            for u, res in zip(units, baseline_upper_bounds(problems, method, device=device, **alpha)):
                 ref = attained.get((u.layer, u.head, u.prompt, u.query_pos, u.norm, u.mode, round(u.radius, 12)),
                                    np.nan)
                 status = res.status

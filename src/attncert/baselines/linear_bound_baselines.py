@@ -28,7 +28,8 @@ Methods (docs/baselines.md gives each one's auto_LiRPA counterpart):
   intermediate neuron's lower and upper bound, and each output): for the stage computing the bounds
   of the input of nonlinearity L,
 
-      min over theta in [0,1]^P of  sum_o ( U_o(theta) - L_o(theta) )      (projected Adam),
+      min over theta in [0,1]^P of  sum_o ( U_o(theta) - L_o(theta) )      (projected Adam, at most
+                                                                          `alpha_iterations` steps),
 
   where theta holds one parameter per (objective o, earlier neuron) and the objectives are
   independent, so this minimizes each bound separately. The stage keeps, per neuron, the best bound
@@ -36,6 +37,8 @@ Methods (docs/baselines.md gives each one's auto_LiRPA counterpart):
   and fixes the relaxation of L on it before moving on; the output stage minimizes the upper bound.
   The first iterate of every stage uses the CROWN ("auto_lirpa") parameters, and the reported bound
   is the minimum of the best output iterate and the plain CROWN bound, so alpha-CROWN <= CROWN always.
+  Stopping rule (`alpha_convergence`): each bound stops once the width of its best interval improved by
+  at most `alpha_tolerance` of itself over `alpha_patience` steps, and keeps its best iterate.
 * alpha-CROWN, last layer only ("alpha_crown_last_layer"): CROWN's intermediate bounds, only the
   output's backward pass optimized (the part the library's own alpha loop optimizes; here with the
   best iterate returned). Its reduction below CROWN is of the size the paper reports for its alpha-CROWN.
@@ -63,8 +66,10 @@ import torch
 from bound_propagation import HyperRectangle
 from bound_propagation.bounds import LinearBounds
 
+from attncert.baselines.alpha_convergence import converged, ibp_clip, stage_width
 from attncert.baselines.head_network import bound_head_network
 from attncert.baselines.relaxation_parameters import DTYPE, alpha_parameters, clamp_alpha_parameters, set_alpha_key
+from attncert.pipeline.device import resolve_device
 from attncert.head.problem import HeadProblem
 from attncert.baselines.l2_input_set import PerTokenL2Ball
 
@@ -78,7 +83,14 @@ ROUNDING_MARGIN = 1e-9
 #: Projected-Adam settings of alpha-CROWN (per stage).
 ALPHA_ITERATIONS = 30
 ALPHA_LR = 0.1
-ALPHA_BETAS = (0.9, 0.99)
+#: Convergence test of every alpha-CROWN stage (`_optimize_stage`): stop a bound once its best width
+#: improved by at most ALPHA_TOLERANCE of itself over ALPHA_PATIENCE steps (config: baselines.alpha_*).
+ALPHA_TOLERANCE = 1e-3
+ALPHA_PATIENCE = 5
+#: Adam's (beta1, beta2). beta1 = 0.5 (bound_propagation's own alpha default): with 0.9 the momentum
+#: overshoots after the first steps and the bound stalls for ~10 steps before improving again, which
+#: no stopping rule can tell from convergence (bench/bench_alpha_convergence.py).
+ALPHA_BETAS = (0.5, 0.99)
 
 
 @dataclass(frozen=True)
@@ -116,11 +128,23 @@ _LABELS = {
 }
 
 
-def method_label(method: str, norm: str, alpha_iterations: int = ALPHA_ITERATIONS) -> str:
+def _steps_phrase(alpha) -> str:
+    """'{it}' of the labels: the iteration cap, and the convergence test when it is on (Adam's betas when
+    they are not the default)."""
+    betas = "" if tuple(alpha.betas) == ALPHA_BETAS else f" [betas {alpha.betas[0]:g}, {alpha.betas[1]:g}]"
+    if alpha.patience <= 0:
+        return f"{alpha.iterations}{betas}"
+    return (f"<= {alpha.iterations}{betas} (a bound stops once its width improved <= {alpha.tolerance:g} of itself "
+            f"over {alpha.patience} steps)")
+
+
+def method_label(method: str, norm: str, alpha=None) -> str:
+    """The method's label; alpha: AlphaSettings (default settings when None)."""
     if method not in _LABELS:
         raise ValueError(f"method must be one of {METHODS + EXTRA_METHODS}; got {method!r}")
     set_name = "box" if norm == "linf" else "per-token l2 ball (own input set)"
-    return f"{_LABELS[method].format(it=alpha_iterations)} [{set_name}, bound_propagation 0.4.7, float64]"
+    it = _steps_phrase(AlphaSettings() if alpha is None else alpha)
+    return f"{_LABELS[method].format(it=it)} [{set_name}, bound_propagation 0.4.7, float64]"
 
 
 @dataclass(frozen=True)
@@ -134,10 +158,10 @@ class BaselineResult:
 # --------------------------------------------------------------------------------------------------
 # Input sets
 # --------------------------------------------------------------------------------------------------
-def input_set(norm: str, radii: np.ndarray, n: int, d: int):
-    """The perturbation set for a batch of radii: x = delta in R^{n d}, batch shape (len(radii),)."""
-    r = torch.as_tensor(np.asarray(radii, dtype=np.float64), dtype=DTYPE)
-    center = torch.zeros(len(r), n * d, dtype=DTYPE)
+def input_set(norm: str, radii: np.ndarray, n: int, d: int, device: torch.device | str = "cpu"):
+    """The perturbation set for a batch of radii: x = delta in R^{n d}, batch shape (len(radii),), on `device`."""
+    r = torch.as_tensor(np.asarray(radii, dtype=np.float64), dtype=DTYPE, device=device)
+    center = torch.zeros(len(r), n * d, dtype=DTYPE, device=device)
     if norm == "linf":
         half = r[:, None].expand_as(center)
         return HyperRectangle(center - half, center + half)
@@ -167,9 +191,26 @@ def _better(new: torch.Tensor, best: torch.Tensor, smaller: bool) -> torch.Tenso
     return torch.where(ok & (~torch.isfinite(best) | improves), new, best)
 
 
-def _optimize_stage(bnet, key, evaluate, iterations: int, lr: float):
-    """Minimize sum(upper) - sum(lower) of evaluate() over the parameters of `key`; best iterate per bound."""
+def _optimize_stage(bnet, key, evaluate, iterations: int, lr: float, tolerance: float = 0.0, patience: int = 0,
+                    floor: torch.Tensor | None = None, betas: tuple[float, float] = ALPHA_BETAS):
+    """Minimize sum(upper) - sum(lower) of evaluate() over the parameters of `key`; best iterate per bound.
+
+    Convergence test (patience > 0; `alpha_convergence`), per bound o (an output of one unit; for an
+    intermediate stage all neurons of one unit, batch row b, together): with w_o(t) the width of its best
+    interval after iterate t, as handed on (`stage_width`: intersected with the IBP interval for a neuron,
+    measured from the centre value for an output; summed over the unit's neurons), o stops at the first
+    t >= patience with
+
+        w_o(t - patience) - w_o(t) <= tolerance * w_o(t),
+
+    and keeps best_o(t) from then on (later iterates are not looked at); the loop ends when every bound
+    has stopped, or after `iterations` steps. Every unit has its own parameters and the loss is a sum,
+    so a unit's iterates do not depend on the others: batching units changes neither its iterates nor
+    its stopping step. patience = 0: no test, the best of all `iterations` steps.
+    Returns (first result, best lower, best upper, steps taken).
+    """
     set_alpha_key(bnet, key)
+    steps = 0
     with torch.enable_grad():
         result = evaluate()
         bounds = result[0].concretize()
@@ -177,8 +218,11 @@ def _optimize_stage(bnet, key, evaluate, iterations: int, lr: float):
         best_up = None if bounds.upper is None else bounds.upper.detach().clone()
         params = alpha_parameters(bnet, key)
         if params and iterations > 0:
-            optimizer = torch.optim.Adam(params, lr=lr, betas=ALPHA_BETAS)
-            for _ in range(iterations):
+            optimizer = torch.optim.Adam(params, lr=lr, betas=tuple(betas))
+            clip = ibp_clip(result, best_up if best_up is not None else best_lo) if floor is None else None
+            widths = [stage_width(best_lo, best_up, floor, clip)] if patience > 0 else []
+            stopped = torch.zeros_like(best_up if best_up is not None else best_lo, dtype=torch.bool)
+            for t in range(1, iterations + 1):
                 loss = 0.0
                 if bounds.upper is not None:
                     loss = loss + bounds.upper.sum()
@@ -191,34 +235,58 @@ def _optimize_stage(bnet, key, evaluate, iterations: int, lr: float):
                 optimizer.step()
                 clamp_alpha_parameters(params)
                 bounds = evaluate()[0].concretize()
+                steps = t
                 if best_lo is not None:
-                    best_lo = _better(bounds.lower, best_lo, smaller=False)
+                    best_lo = torch.where(stopped, best_lo, _better(bounds.lower, best_lo, smaller=False))
                 if best_up is not None:
-                    best_up = _better(bounds.upper, best_up, smaller=True)
+                    best_up = torch.where(stopped, best_up, _better(bounds.upper, best_up, smaller=True))
+                if patience > 0:
+                    widths.append(stage_width(best_lo, best_up, floor, clip))
+                    if t >= patience:
+                        dims = tuple(range(1, widths[t].dim())) if floor is None else ()  # neurons of a unit
+                        stopped = stopped | converged(widths[t - patience], widths[t], tolerance, dims)
+                        if bool(stopped.all()):
+                            break
     set_alpha_key(bnet, None)
-    return result, best_lo, best_up
+    return result, best_lo, best_up, steps
+
+
+@torch.no_grad()
+def _centre_value(bnet, region) -> torch.Tensor:
+    """The network's value at the centre of the input set (a point of the set: a value attained)."""
+    box = region.bounding_hyperrect()
+    return bnet((box.lower + box.upper) / 2).detach()
 
 
 def alpha_crown_upper(bnet, region, out_size: int, iterations: int = ALPHA_ITERATIONS, lr: float = ALPHA_LR,
-                      optimize_intermediate: bool = True) -> torch.Tensor:
+                      optimize_intermediate: bool = True, tolerance: float = ALPHA_TOLERANCE,
+                      patience: int = ALPHA_PATIENCE, steps_out: list | None = None,
+                      betas: tuple[float, float] = ALPHA_BETAS) -> torch.Tensor:
     """Full alpha-CROWN upper bound (see the module docstring), never above CROWN's.
 
     optimize_intermediate=False keeps CROWN's intermediate bounds and optimizes only the output's
-    backward pass ("alpha_crown_last_layer").
+    backward pass ("alpha_crown_last_layer"). Every stage runs at most `iterations` Adam steps and stops
+    early by the convergence test of `_optimize_stage` (tolerance, patience; patience 0: no test).
+    steps_out, if given, receives the steps taken per stage (intermediate stages first, output last).
     """
-    crown = crown_upper(bnet, region)
+    # Last layer only: the output's first iterate is CROWN's bound itself (CROWN's intermediate bounds, the
+    # rule's CROWN parameters), so no separate CROWN pass is needed; the full variant needs one.
+    crown = crown_upper(bnet, region) if optimize_intermediate else None
+    steps_out = [] if steps_out is None else steps_out
     try:
         bnet.propagate_size(region.size(-1))
         with torch.no_grad():
             bnet.ibp_forward(region.bounding_hyperrect(), save_input_bounds=True)
         stage = 0
         while bnet.need_relaxation:
-            result, lo, up = _optimize_stage(bnet, ("stage", stage), lambda: bnet.backward_relaxation(region),
-                                             iterations if optimize_intermediate else 0, lr)
+            result, lo, up, steps = _optimize_stage(bnet, ("stage", stage), lambda: bnet.backward_relaxation(region),
+                                                    iterations if optimize_intermediate else 0, lr, tolerance, patience,
+                                                    betas=betas)
+            steps_out.append(steps)
             _, module, *extra = result
             # Hand the best per-neuron interval to the library's set_relaxation as a constant linear bound
             # (zero slope, intercept = bound); it intersects it with the IBP interval and relaxes on it.
-            zero = torch.zeros((), dtype=lo.dtype).expand(*lo.shape, region.size(-1))
+            zero = torch.zeros((), dtype=lo.dtype, device=lo.device).expand(*lo.shape, region.size(-1))
             with torch.no_grad():
                 module.set_relaxation(LinearBounds(region, (zero, lo), (zero, up)), *extra)
             stage += 1
@@ -226,7 +294,12 @@ def alpha_crown_upper(bnet, region, out_size: int, iterations: int = ALPHA_ITERA
         def output_bound():
             return (bnet.crown_backward(bnet.initial_linear_bounds(region, out_size, lower=False, upper=True), False),)
 
-        _, _, best = _optimize_stage(bnet, "output", output_bound, iterations, lr)
+        centre = _centre_value(bnet, region) if patience > 0 else None
+        first, _, best, steps = _optimize_stage(bnet, "output", output_bound, iterations, lr, tolerance, patience,
+                                                centre, betas)
+        steps_out.append(steps)
+        if crown is None:
+            crown = first[0].concretize().upper.detach()
     finally:
         bnet.clear_relaxation()
         set_alpha_key(bnet, None)
@@ -245,18 +318,37 @@ def _round_up(u: float) -> float:
     return float(u + ROUNDING_MARGIN * (1.0 + abs(u)))
 
 
-def _bound_group(first: HeadProblem, spec_rows, radii, method: str, alpha_iterations: int, alpha_lr: float) -> np.ndarray:
+@dataclass(frozen=True)
+class AlphaSettings:
+    """Projected Adam of alpha-CROWN: at most `iterations` steps per stage, lr, and the convergence test
+    (a bound stops once its best width improved by <= tolerance of itself over `patience` steps; 0: off)."""
+    iterations: int = ALPHA_ITERATIONS
+    lr: float = ALPHA_LR
+    tolerance: float = ALPHA_TOLERANCE
+    patience: int = ALPHA_PATIENCE
+    betas: tuple[float, float] = ALPHA_BETAS
+
+
+def bound_network(first: HeadProblem, spec_rows, radii, method: str, device: torch.device | str = "cpu"):
+    """(bound network, input set) of one head for `method`, every tensor on `device`."""
+    spec = METHOD_SPECS[method]
+    _, bnet = bound_head_network(first, np.stack(spec_rows), relaxation=spec.relaxation, softmax=spec.softmax,
+                                 device=device)
+    return bnet, input_set(first.norm, np.array(radii), first.n, first.d, device)
+
+
+def _bound_group(first: HeadProblem, spec_rows, radii, method: str, alpha: AlphaSettings, device) -> np.ndarray:
     """Upper bounds (len(radii), m) of one head (the specifications as objectives, the radii as batch)."""
     spec = METHOD_SPECS[method]
-    _, bnet = bound_head_network(first, np.stack(spec_rows), relaxation=spec.relaxation, softmax=spec.softmax)
-    region = input_set(first.norm, np.array(radii), first.n, first.d)
+    bnet, region = bound_network(first, spec_rows, radii, method, device)
     if spec.algorithm == "ibp":
         upper = ibp_upper(bnet, region)
     elif spec.algorithm == "crown":
         upper = crown_upper(bnet, region)
     else:
-        upper = alpha_crown_upper(bnet, region, len(spec_rows), alpha_iterations, alpha_lr,
-                                  optimize_intermediate=(spec.algorithm == "alpha_crown"))
+        upper = alpha_crown_upper(bnet, region, len(spec_rows), alpha.iterations, alpha.lr,
+                                  optimize_intermediate=(spec.algorithm == "alpha_crown"),
+                                  tolerance=alpha.tolerance, patience=alpha.patience, betas=alpha.betas)
     return upper.detach().cpu().numpy()
 
 
@@ -265,9 +357,14 @@ def _error_status(e: Exception) -> str:
 
 
 def baseline_upper_bounds(problems: list[HeadProblem], method: str, *, alpha_iterations: int = ALPHA_ITERATIONS,
-                          alpha_lr: float = ALPHA_LR) -> list[BaselineResult]:
+                          alpha_lr: float = ALPHA_LR, alpha_tolerance: float = ALPHA_TOLERANCE,
+                          alpha_patience: int = ALPHA_PATIENCE, alpha_betas: tuple[float, float] = ALPHA_BETAS,
+                          device: str | torch.device | None = None) -> list[BaselineResult]:
     """Upper bounds for several units; units that differ only in c and radius share one network call
     (specifications become objectives, radii the batch dimension).
+
+    alpha_*: the alpha-CROWN settings (`AlphaSettings`). device: 'cpu' (default), 'cuda', 'cuda:N'
+    (`attncert.pipeline.device.resolve_device`; an absent GPU raises DeviceError, never a per-unit status).
 
     If that call fails (an exception) or leaves any bound non-finite, every radius is bounded again on
     its own, so one radius can never erase the others (an exception in a batched call used to lose the
@@ -275,13 +372,16 @@ def baseline_upper_bounds(problems: list[HeadProblem], method: str, *, alpha_ite
     """
     if method not in METHOD_SPECS:
         raise ValueError(f"method must be one of {METHODS + EXTRA_METHODS}; got {method!r}")
+    dev = resolve_device(device)
+    alpha = AlphaSettings(int(alpha_iterations), float(alpha_lr), float(alpha_tolerance), int(alpha_patience),
+                          (float(alpha_betas[0]), float(alpha_betas[1])))
     groups: dict = {}
     for idx, p in enumerate(problems):
         groups.setdefault(_group_key(p), []).append(idx)
     results: list[BaselineResult | None] = [None] * len(problems)
     for indices in groups.values():
         first = problems[indices[0]]
-        label = method_label(method, first.norm, alpha_iterations)
+        label = method_label(method, first.norm, alpha)
         radii = sorted({problems[i].radius for i in indices})
         specs: list[bytes] = []
         spec_rows = []
@@ -293,7 +393,7 @@ def baseline_upper_bounds(problems: list[HeadProblem], method: str, *, alpha_ite
         t0 = time.perf_counter()
         errors = [None] * len(radii)
         try:
-            upper = _bound_group(first, spec_rows, radii, method, alpha_iterations, alpha_lr)
+            upper = _bound_group(first, spec_rows, radii, method, alpha, dev)
         except Exception as e:  # noqa: BLE001 - retried per radius below, then reported as a status
             upper, errors = None, [_error_status(e)] * len(radii)
         shared = (time.perf_counter() - t0) / len(indices)
@@ -303,7 +403,7 @@ def baseline_upper_bounds(problems: list[HeadProblem], method: str, *, alpha_ite
             for k, r in enumerate(radii):
                 t1 = time.perf_counter()
                 try:
-                    upper[k] = _bound_group(first, spec_rows, [r], method, alpha_iterations, alpha_lr)[0]
+                    upper[k] = _bound_group(first, spec_rows, [r], method, alpha, dev)[0]
                     errors[k] = None
                 except Exception as e:  # noqa: BLE001
                     upper[k], errors[k] = np.nan, _error_status(e)

@@ -41,6 +41,14 @@ class InputLinear(FixedLinear):
                 self.token_inverse.append(inverse)
                 self.token_blocks.append(unique.contiguous())
 
+    def _apply(self, fn, *args, **kwargs):
+        """Module.to / .double / ... also move the per-token index maps and blocks (plain lists, not buffers)."""
+        super()._apply(fn, *args, **kwargs)
+        move = lambda ts: [None if t is None else fn(t) for t in ts]  # noqa: E731
+        self.token_rows, self.token_inverse, self.token_blocks = (move(self.token_rows), move(self.token_inverse),
+                                                                  move(self.token_blocks))
+        return self
+
 
 def _linear_backward(weight, bias, bounds):
     """Back-substitution through y = W x + b: (A, c) -> (A W, c + A b)."""

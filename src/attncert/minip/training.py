@@ -4,6 +4,11 @@ Objective: mean squared error between predictions and targets over all positions
 cosine-decayed learning rate. Deterministic given the seed: `torch.manual_seed(seed)`,
 `torch.set_num_threads(1)`, and a numpy generator seeded with the seed for the data stream.
 
+Device (config key `device`, `attncert.pipeline.device.resolve_device`): the model is initialized on
+the CPU from the seed, then moved; every batch and evaluation set is created on that device, and
+predictions come back to the CPU for the metrics. A GPU changes results only by floating-point
+reduction order; an absent GPU raises DeviceError (one line) before anything is trained.
+
 Settings:
   * scaling (iid / OOD): tokens in {0,1}^m, length N; the training stream draws fresh batches over the
     train pool; evaluation on fixed sets of iid sequences (train pool) and OOD sequences (disjoint
@@ -26,6 +31,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 from tqdm import tqdm
+
+from attncert.pipeline.device import resolve_device
 
 from .models import NONNEGATIVITY, build_model
 from .pools import sample_sequences, split_pool
@@ -51,9 +58,11 @@ def _cosine_lr(opt, base_lr: float, step: int, steps: int) -> None:
 def _predict(model, X: np.ndarray, chunk: int = 4096) -> np.ndarray:
     model.eval()
     out = []
+    device = next(model.parameters()).device
     with torch.no_grad():
         for i in range(0, len(X), chunk):
-            out.append(model(torch.as_tensor(X[i:i + chunk], dtype=torch.float32)).double().numpy())
+            x = torch.as_tensor(X[i:i + chunk], dtype=torch.float32, device=device)
+            out.append(model(x).double().cpu().numpy())
     model.train()
     return np.concatenate(out) if out else np.zeros((0,) + X.shape[1:2])
 
@@ -79,21 +88,28 @@ def _setup(seed: int) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
+def model_on_device(kind: str, bits: int, rank: int | None, train: TrainConfig, device: torch.device):
+    """The head of `kind`, initialized on the CPU (from the seed set by `_setup`) and moved to `device`."""
+    return build_model(kind, bits, rank, train.hidden, train.value_dim, train.depth).to(device)
+
+
 def run_scaling(*, bits: int, length: int, kind: str, rank: int | None, seed: int, train: TrainConfig,
-                test_fraction: float, max_pool: int, pool_seed: int, eval_sequences: int) -> dict:
+                test_fraction: float, max_pool: int, pool_seed: int, eval_sequences: int,
+                device: str | torch.device | None = None) -> dict:
     """Train one head on random Min-IP sequences over the train pool; iid and OOD test errors."""
+    dev = resolve_device(device)
     t0 = time.perf_counter()
     pool = split_pool(bits, test_fraction, max_pool, pool_seed)
     eval_rng = np.random.default_rng([pool_seed, bits, length])
     X_iid = sample_sequences(pool.train, eval_sequences, length, eval_rng)
     X_ood = sample_sequences(pool.test, eval_sequences, length, eval_rng)
     rng = _setup(seed)
-    model = build_model(kind, bits, rank, train.hidden, train.value_dim, train.depth)
+    model = model_on_device(kind, bits, rank, train, dev)
 
     def batches(_step):
         X = sample_sequences(pool.train, train.batch, length, rng)
-        return (torch.as_tensor(X, dtype=torch.float32),
-                torch.as_tensor(minip_targets(X), dtype=torch.float32))
+        return (torch.as_tensor(X, dtype=torch.float32, device=dev),
+                torch.as_tensor(minip_targets(X), dtype=torch.float32, device=dev))
 
     loss = _fit(model, batches, train.steps, train.lr, f"m={bits} N={length} {kind} r={rank} s={seed}")
     rec = {}
@@ -120,13 +136,15 @@ def evaluate_witness(pred: np.ndarray, family) -> dict:
             "inputs": family.size}
 
 
-def run_witness(*, family, kind: str, rank: int | None, seed: int, train: TrainConfig) -> dict:
+def run_witness(*, family, kind: str, rank: int | None, seed: int, train: TrainConfig,
+                device: str | torch.device | None = None) -> dict:
     """Full-batch training on the witness family; evaluation on the same family."""
+    dev = resolve_device(device)
     t0 = time.perf_counter()
     _setup(seed)
-    model = build_model(kind, family.bits, rank, train.hidden, train.value_dim, train.depth)
-    X = torch.as_tensor(family.sequences, dtype=torch.float32)
-    T = torch.as_tensor(family.targets, dtype=torch.float32)
+    model = model_on_device(kind, family.bits, rank, train, dev)
+    X = torch.as_tensor(family.sequences, dtype=torch.float32, device=dev)
+    T = torch.as_tensor(family.targets, dtype=torch.float32, device=dev)
     loss = _fit(model, lambda _s: (X, T), train.steps, train.lr, f"witness {kind} r={rank} s={seed}")
     rec = evaluate_witness(_predict(model, family.sequences), family)
     rec.update(bits=family.bits, length=3, kind=kind, rank=rank, seed=seed, final_loss=loss,
