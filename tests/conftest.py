@@ -61,3 +61,15 @@ def _single_threaded_blas():
         yield
 
 
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """2 shared cores: tiny torch batches (ascent, bound propagation) run faster and steadier on one
+    intra-op thread; modules opt in with `pytestmark = pytest.mark.usefixtures("one_torch_thread")`."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

@@ -22,12 +22,7 @@ LAST_LAYER = [m for m, s in lbb.METHOD_SPECS.items() if s.algorithm == "alpha_cr
 RADII = [0.01, 0.03, 0.1]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def _problem(mode: str, seed: int = 3):

@@ -26,13 +26,7 @@ ALL_METHODS = METHODS + EXTRA_METHODS
 DT = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """2 shared cores: tiny matrices run faster and steadier on one intra-op thread."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def g_batch(p: HeadProblem, Z: np.ndarray) -> np.ndarray:

@@ -25,15 +25,7 @@ from attncert.certify.second_order import SecondOrderResult, second_order_certif
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_torch_thread():
-    """The ascent reference runs tiny torch batches: one thread avoids spin-waiting on a shared machine."""
-    import torch
-
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 @st.composite

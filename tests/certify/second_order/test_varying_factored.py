@@ -21,14 +21,7 @@ from attncert.head.problem import random_head_problem
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_torch_thread():
-    import torch
-
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
 def _sampled_max(problem, k=32, seed=0):

@@ -155,6 +155,19 @@ def cuts(masses: tuple, U: np.ndarray, V: np.ndarray, chains: list, scales: np.n
     return new, total
 
 
+def grow_edges(edges: list, new: list, slots: int) -> bool:
+    """Add each token's newly violated edges to its facet set, up to `slots` - 2 edges (the two end
+    facets take the rest); in place. Returns whether any set grew (else the cutting planes stop)."""
+    grew = False
+    for j in range(len(edges)):
+        add = np.setdiff1d(new[j], edges[j])
+        room = slots - 2 - edges[j].size
+        if add.size and room > 0:
+            edges[j] = np.union1d(edges[j], add[:room])
+            grew = True
+    return grew
+
+
 def cutting_plane_solve(prob: cp.Problem, P: dict, V: dict, box: dict, chains: list, edges: list, K: int,
                         scales: np.ndarray, theta: np.ndarray, to_g, ladder):
     """Solve, certify, add cuts, repeat (linf). Every round's certified bound is sound; keep the best.
@@ -162,7 +175,6 @@ def cutting_plane_solve(prob: cp.Problem, P: dict, V: dict, box: dict, chains: l
     Returns (best value in g units, its status, its solver, last primal in g units, rounds, facets, log,
     dual gap of the best bound in g units).
     """
-    n = len(chains)
     log, best, best_status, best_solver, primal, converged, rounds = [], math.inf, "not_run", "none", math.nan, False, 0
     best_gap, first_ok = math.nan, ladder[0]
     for rounds in range(1, MAX_ROUNDS + 1):
@@ -190,14 +202,7 @@ def cutting_plane_solve(prob: cp.Problem, P: dict, V: dict, box: dict, chains: l
                            (np.asarray(P["c_U"].value), np.asarray(P["c_V"].value)))
         if excess <= CUT_STOP * max(cert.primal, 1e-300):
             break
-        grew = False
-        for j in range(n):
-            add = np.setdiff1d(new[j], edges[j])
-            room = K - 2 - edges[j].size
-            if add.size and room > 0:
-                edges[j] = np.union1d(edges[j], add[:room])
-                grew = True
-        if not grew:
+        if not grow_edges(edges, new, K):
             break
     n_facets = int(max(e.size for e in edges)) + 2
     return best, best_status, best_solver, primal, rounds, n_facets, log, best_gap

@@ -270,6 +270,18 @@ def _box(V: dict, D: VaryingData, tau_hi: float, tau_lo: float, theta: np.ndarra
     return box
 
 
+def linf_start_facets(D: VaryingData) -> tuple[list, list]:
+    """linf: each token's upper facet chain (keys from u_s, the query position from u_q) and the starting
+    edges around the vertex that the boundary Dinkelbach estimate picks (`facets.initial_edges`)."""
+    n = D.n
+    chains = [UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)] * (n - 1)
+    chains.append(UpperChainFacets(D.u_q, D.u_w, D.radius, D.R_q))
+    sig = np.stack([c.chain.sigma for c in chains])
+    om = np.stack([c.chain.omega for c in chains])
+    _, k = vertex_dinkelbach(D.A, D.w0, D.g0, sig, om)
+    return chains, initial_edges(chains, k)
+
+
 def _to_g(bound: float, D: VaryingData) -> float:
     """g0 + rho_o * bound (+ the dropped tokens' tail), rounded outward."""
     return outward_affine(D.g0, D.rho_o, bound, D.tail)
@@ -301,12 +313,7 @@ def second_order_varying(problem: HeadProblem, upper_cone: bool = False, monoton
                 best, status, solver, primal = _to_g(cert.bound, D), cert.status, cert.solver, _to_g(cert.primal, D)
                 gap = best - primal
         else:
-            chains = [UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)] * (n - 1)
-            chains.append(UpperChainFacets(D.u_q, D.u_w, D.radius, D.R_q))
-            sig = np.stack([c.chain.sigma for c in chains])
-            om = np.stack([c.chain.omega for c in chains])
-            _, k = vertex_dinkelbach(D.A, D.w0, D.g0, sig, om)
-            edges = initial_edges(chains, k)
+            chains, edges = linf_start_facets(D)
             prob, P, V = _build(n, D.d, "linf", SLOTS, upper_cone, monotone_points, D.deviation)
             El, Ehat, (tau_lo, tau_hi) = _set_parameters(P, D, theta)
             best, status, solver, primal, rounds, n_facets, log, gap = cutting_plane_solve(

@@ -49,12 +49,11 @@ import cvxpy as cp
 import numpy as np
 
 from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, solve_and_certify
-from attncert.certify.second_order.facets import (CUT_STOP, MAX_ROUNDS, SLOTS, UpperChainFacets, cuts, fill_facets,
-                                                  initial_edges, vertex_dinkelbach)
+from attncert.certify.second_order.facets import CUT_STOP, MAX_ROUNDS, SLOTS, cuts, fill_facets, grow_edges
 from attncert.certify.second_order.relaxation import (DEVIATION_BELOW, MONOTONE_POINTS, SecondOrderResult,
                                                       ellipse_matrix, fallback_bound, polygon_constraints,
                                                       representable, settle, softmax_bounds, weight_parameters)
-from attncert.certify.second_order.varying import VaryingData, _to_g, second_order_varying
+from attncert.certify.second_order.varying import VaryingData, _to_g, linf_start_facets, second_order_varying
 from attncert.head.problem import HeadProblem
 from attncert.head.rounding import UNIT_ROUNDOFF
 
@@ -229,7 +228,7 @@ def widths(D: VaryingData) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _set_parameters(P: dict, D: VaryingData):
-    n, m = D.n, D.n - 1
+    m = D.n - 1
     Hf, hk = widths(D)
     El, Ehat, _, _ = weight_parameters(P, D.A - Hf, hk, D.eps, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w)
     wt = (D.w0 + D.eps_w - D.g0) / D.rho_o
@@ -297,14 +296,7 @@ def _cutting_planes(prob, P, V, box, chains, edges, scales, D, ladder):
                            (np.asarray(P["c_U"].value), np.asarray(P["c_V"].value)))
         if excess <= CUT_STOP * max(cert.primal, 1e-300):
             break
-        grew = False
-        for j in range(len(chains)):
-            add = np.setdiff1d(new[j], edges[j])
-            room = SLOTS - 2 - edges[j].size
-            if add.size and room > 0:
-                edges[j] = np.union1d(edges[j], add[:room])
-                grew = True
-        if not grew:
+        if not grow_edges(edges, new, SLOTS):
             break
     return best, status, solver, primal, rounds, int(max(e.size for e in edges)) + 2, log, gap
 
@@ -355,12 +347,7 @@ def _solve(problem, D, monotone_points, ladder, second, upper_cone, fo, t0) -> S
             best, primal = _to_g(cert.bound, D), _to_g(cert.primal, D)
             gap = best - primal
         return settle(best, status, solver, fo, t0, "varying", primal, 1, 0, log, "not_run", gap)
-    chains = [UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)] * (n - 1)
-    chains.append(UpperChainFacets(D.u_q, D.u_w, D.radius, D.R_q))
-    sig = np.stack([c.chain.sigma for c in chains])
-    om = np.stack([c.chain.omega for c in chains])
-    _, k = vertex_dinkelbach(D.A, D.w0, D.g0, sig, om)
-    edges = initial_edges(chains, k)
+    chains, edges = linf_start_facets(D)
     out = _cutting_planes(prob, P, V, box, chains, edges, D.scales[:, :2], D, ladder)
     return settle(out[0], out[1], out[2], fo, t0, "varying", *out[3:7], "not_run", out[7])
 
