@@ -10,7 +10,6 @@ import cvxpy as cp
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import attncert.certify.second_order.dual_certificate as dc
 import attncert.certify.second_order.facets as fc
@@ -22,37 +21,12 @@ from attncert.certify.first_order_certificate import first_order_certificate
 from attncert.head.problem import random_head_problem
 from attncert.certify.second_order import SecondOrderResult, second_order_certificate
 
+from head_strategies import sampled_max, small_heads  # tests/head_strategies.py
+
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
-
-
-@st.composite
-def small_heads(draw, mode="fixed", max_n=5):
-    seed = draw(st.integers(0, 10_000))
-    d = draw(st.integers(2, 6))
-    n = draw(st.integers(1, max_n))
-    dh = draw(st.integers(1, 4))
-    radius = 10 ** draw(st.floats(math.log10(0.003), math.log10(0.3)))
-    norm = draw(st.sampled_from(["linf", "l2"]))
-    scale = draw(st.floats(0.3, 1.5))
-    return random_head_problem(np.random.default_rng(seed), d=d, d_head=dh, n=n, radius=radius, norm=norm,
-                               mode=mode, scale=scale)
-
-
-def _sampled_max(problem, k=64, seed=0):
-    """Largest g over random feasible perturbations (vertices of the box / points of the sphere)."""
-    rng = np.random.default_rng(seed)
-    best = problem.nominal_value()
-    for _ in range(k):
-        D = rng.standard_normal(problem.Z0.shape)
-        if problem.norm == "linf":
-            D = problem.radius * np.sign(D)
-        else:
-            D = problem.radius * D / np.linalg.norm(D, axis=1, keepdims=True)
-        best = max(best, problem.value(problem.Z0 + D))
-    return best
 
 
 @settings(max_examples=30, **SETTINGS)
@@ -62,7 +36,7 @@ def test_fixed_query_sound_and_not_above_first_order(problem):
     res = second_order_certificate(problem)
     assert res.value >= ex.lo  # above a feasible value: sound
     assert res.value >= ex.hi - 1e-9 * (1.0 + ex.value_spread)
-    assert res.value >= _sampled_max(problem)
+    assert res.value >= sampled_max(problem)
     fo = first_order_certificate(problem)
     assert res.value <= fo + 1e-12 * (1.0 + abs(fo))
     if res.fallback:
@@ -83,7 +57,7 @@ def test_varying_query_sound_against_ascent(problem):
     assert res.mode == "varying"
     best = best_feasible_ascent(problem, restarts=8, steps=80).value
     assert res.value >= best
-    assert res.value >= _sampled_max(problem, k=32)
+    assert res.value >= sampled_max(problem, k=32)
     fo = first_order_certificate(problem)
     assert res.value <= fo + 1e-12 * (1.0 + abs(fo))
     res_min = second_order_certificate(problem, sense="min")
@@ -334,7 +308,7 @@ def _scaled_head(seed, scale, radius, mode="fixed", norm="linf", n=4, d=5):
 def _feasible_value(p):
     if p.mode == "fixed":
         return exact_worst_case(p).lo
-    return max(p.nominal_value(), _sampled_max(p, k=32))
+    return max(p.nominal_value(), sampled_max(p, k=32))
 
 
 @pytest.mark.parametrize("mode", ["fixed", "varying"])

@@ -18,40 +18,16 @@ from attncert.certify.first_order_certificate import first_order_certificate
 from attncert.certify.second_order.varying import VaryingData
 from attncert.head.problem import random_head_problem
 
+from head_strategies import sampled_max, small_heads  # tests/head_strategies.py
+
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
-def _sampled_max(problem, k=32, seed=0):
-    rng = np.random.default_rng(seed)
-    best = problem.nominal_value()
-    for _ in range(k):
-        D = rng.standard_normal(problem.Z0.shape)
-        if problem.norm == "linf":
-            D = problem.radius * np.sign(D)
-        else:
-            D = problem.radius * D / np.linalg.norm(D, axis=1, keepdims=True)
-        best = max(best, problem.value(problem.Z0 + D))
-    return best
-
-
-@st.composite
-def varying_heads(draw, max_n=5):
-    seed = draw(st.integers(0, 10_000))
-    d = draw(st.integers(2, 6))
-    n = draw(st.integers(1, max_n))
-    dh = draw(st.integers(1, 4))
-    radius = 10 ** draw(st.floats(math.log10(0.003), math.log10(0.3)))
-    norm = draw(st.sampled_from(["linf", "l2"]))
-    scale = draw(st.floats(0.3, 1.5))
-    return random_head_problem(np.random.default_rng(seed), d=d, d_head=dh, n=n, radius=radius, norm=norm,
-                               mode="varying", scale=scale)
-
-
 @settings(max_examples=16, **SETTINGS)
-@given(varying_heads(), st.booleans(), st.booleans())
+@given(small_heads(mode="varying"), st.booleans(), st.booleans())
 def test_factored_sound_against_ascent(problem, upper_cone, negate):
     """Certificate >= every feasible value found (ascent, random vertices), <= first order; both senses."""
     p = problem.negated() if negate else problem
@@ -59,7 +35,7 @@ def test_factored_sound_against_ascent(problem, upper_cone, negate):
     assert math.isfinite(res.value)
     best = best_feasible_ascent(p, restarts=8, steps=80).value
     assert res.value >= best
-    assert res.value >= _sampled_max(p)
+    assert res.value >= sampled_max(p, k=32)
     fo = first_order_certificate(p)
     assert res.value <= fo + 1e-12 * (1.0 + abs(fo))
     if res.fallback:
@@ -169,7 +145,7 @@ def test_centering_keeps_the_head_and_narrows_the_query_shift():
     plain, centred = VaryingData(p, math.inf), VaryingData(p, math.inf, center=True)
     assert np.max(centred.H) < np.max(plain.H)
     res = vf.second_order_varying_factored(p)
-    assert res.value >= max(best_feasible_ascent(p, restarts=8, steps=80).value, _sampled_max(p))
+    assert res.value >= max(best_feasible_ascent(p, restarts=8, steps=80).value, sampled_max(p, k=32))
 
 
 @pytest.mark.parametrize("norm", ["linf", "l2"])
