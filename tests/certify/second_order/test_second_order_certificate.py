@@ -16,11 +16,13 @@ import attncert.certify.second_order.dual_certificate as dc
 import attncert.certify.second_order.facets as fc
 import attncert.certify.second_order.fixed as so
 import attncert.certify.second_order.relaxation as rl
+import attncert.certify.second_order.varying as vq
 from attncert.certify.best_feasible_ascent import best_feasible_ascent
 from attncert.certify.exact_worst_case import exact_worst_case
 from attncert.certify.first_order_certificate import first_order_certificate
 from attncert.head.problem import random_head_problem
 from attncert.certify.second_order import SecondOrderResult, second_order_certificate
+from attncert.certify.second_order.compiled import CompiledProgram
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
@@ -167,6 +169,75 @@ def test_result_fields_and_compile_cache():
     after = {k: v[0] for k, v in so._CACHE.items()}
     assert set(before) == set(after)  # same shape: no new compilation
     assert all(before[k] is after[k] for k in before)
+
+
+# ---------------------------------------------------------------------------------------------
+# the solve path (compiled data) and the initial facets: the same certificates as before
+# ---------------------------------------------------------------------------------------------
+
+@st.composite
+def wide_heads(draw, mode="fixed"):
+    """linf heads with d = 16..40: zonotopes with more edges than the sigma grids pick (facets matter)."""
+    seed = draw(st.integers(0, 10_000))
+    return random_head_problem(np.random.default_rng(seed), d=draw(st.integers(16, 40)), d_head=draw(st.integers(1, 4)),
+                               n=draw(st.integers(2, 6)), radius=10 ** draw(st.floats(math.log10(0.003), math.log10(0.3))),
+                               norm="linf", mode=mode, scale=draw(st.floats(0.3, 1.5)))
+
+
+@settings(max_examples=16, **SETTINGS)
+@given(st.one_of(small_heads(), small_heads(mode="varying", max_n=4), wide_heads(), wide_heads(mode="varying")))
+def test_compiled_path_gives_the_same_certificate(problem):
+    """Clarabel on the compiled data (`CompiledProgram`) returns bit for bit the certificate of cvxpy's path."""
+    import dataclasses
+
+    for upper_cone in (False, True):
+        fast = second_order_certificate(dataclasses.replace(problem), upper_cone=upper_cone)
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(dc, "USE_COMPILED", False)
+            slow = second_order_certificate(dataclasses.replace(problem), upper_cone=upper_cone)
+        assert fast.value == slow.value and fast.status == slow.status and fast.rounds == slow.rounds
+    for prob, _, _ in list(so._CACHE.values()) + list(vq._CACHE.values()):
+        if hasattr(prob, "_attncert_compiled"):
+            assert prob._attncert_compiled is not None  # the compiled data matched cvxpy's: the fast path ran
+
+
+def test_compiled_data_equal_cvxpy_data():
+    p = random_head_problem(np.random.default_rng(7), d=12, n=4, radius=0.02, norm="linf", mode="varying")
+    second_order_certificate(p)
+    for prob, P, _ in vq._CACHE.values():
+        comp = CompiledProgram.compile(prob)
+        assert comp is not None
+        rng = np.random.default_rng(0)
+        for prm in P.values():  # any parameter values: the data are the same linear map
+            prm.value = np.abs(rng.standard_normal(prm.shape)) + 0.1
+        c, A, b = comp.data()
+        data, _, _ = prob.get_problem_data(cp.CLARABEL, solver_opts={})
+        assert np.array_equal(c, data["c"]) and np.array_equal(b, data["b"])
+        assert (A != data["A"]).nnz == 0
+
+
+def test_problem_derived_data_and_weight_cache():
+    """The reduction and the first-order bound are computed once per problem object; per-head constants are
+    cached by the weights' contents, never served for a changed array."""
+    from attncert.head.fixed_query import fixed_query_reduction
+    from attncert.head.problem import cached_by_weights
+
+    p = random_head_problem(np.random.default_rng(8), d=6, n=4, radius=0.05)
+    red = fixed_query_reduction(p)
+    assert fixed_query_reduction(p) is red and not red.s0.flags.writeable
+    assert first_order_certificate(p) == first_order_certificate(p)
+    calls = []
+
+    @cached_by_weights()
+    def norm2(A, B, k):
+        calls.append(k)
+        return float(np.linalg.norm(A @ B.T)) * k
+
+    A, B = np.ones((4, 2)), np.ones((5, 2))
+    assert norm2(A, B, 2) == norm2(A.copy(), B.copy(), 2) and len(calls) == 1
+    A2 = A.copy()
+    A2[3, 1] = 2.0  # a change the sampled fingerprint may miss: the full comparison catches it
+    assert norm2(A2, B, 2) != norm2(A, B, 2) and len(calls) == 2
 
 
 # ---------------------------------------------------------------------------------------------

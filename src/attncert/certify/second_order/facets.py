@@ -14,6 +14,7 @@ import math
 import cvxpy as cp
 import numpy as np
 
+from attncert.certify.second_order.compiled import assign
 from attncert.certify.second_order.dual_certificate import solve_and_certify
 from attncert.head.projected_ball import Zonotope2D
 from attncert.head.rounding import UNIT_ROUNDOFF, gamma
@@ -35,9 +36,10 @@ class UpperChainFacets:
     half-plane contains the exact image of the ball whatever the rounding of the vertex list.
     """
 
-    def __init__(self, u_s: np.ndarray, u_w: np.ndarray, radius: float, R_s: float):
-        """R_s >= r ||u_s||_1, the largest |sigma| over P (rounded up by the caller)."""
-        self.chain = Zonotope2D(u_s, u_w, radius)
+    def __init__(self, u_s: np.ndarray, u_w: np.ndarray, radius: float, R_s: float, chain: Zonotope2D | None = None):
+        """R_s >= r ||u_s||_1, the largest |sigma| over P (rounded up by the caller); chain: Zonotope2D(u_s, u_w,
+        radius) when the caller has it already."""
+        self.chain = Zonotope2D(u_s, u_w, radius) if chain is None else chain
         self.gens = np.stack([u_s, u_w], axis=0)  # (2, d)
         self.radius = radius
         self.R_s = R_s
@@ -124,9 +126,11 @@ def fill_facets(P: dict, chains: list, edges: list, K: int, scales: np.ndarray, 
         m = min(H.shape[0], K)
         Hs[j * K:j * K + m], Hw[j * K:j * K + m] = H[:m, 0], H[:m, 1]
         bb[j * K:j * K + m] = b[:m]
-    P["Hs"].value, P["Hw"].value, P["b"].value = Hs, Hw, bb
+    assign(P["Hs"], Hs)
+    assign(P["Hw"], Hw)
+    assign(P["b"], bb)
     th = np.ones(n) if theta is None else np.asarray(theta, dtype=np.float64)
-    P["bth"].value = bb * np.repeat(th, K)
+    assign(P["bth"], bb * np.repeat(th, K))
 
 
 def cuts(masses: tuple, U: np.ndarray, V: np.ndarray, chains: list, scales: np.ndarray, weights: tuple):
