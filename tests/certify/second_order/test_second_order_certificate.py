@@ -216,6 +216,46 @@ def test_compiled_data_equal_cvxpy_data():
         assert (A != data["A"]).nnz == 0
 
 
+@settings(max_examples=20, **SETTINGS)
+@given(wide_heads())
+def test_initial_facets_same_certificate_as_the_sigma_grids(problem):
+    """The consecutive edges around the estimated vertex (fixed query, facets.NEAR_EDGES) change the bound only
+    within the cutting planes' own tolerance (CUT_STOP of the movement) plus the slack a solve reports itself (a
+    dual gap above ACCEPT_GAP is labelled "loose_dual"): never looser by more, and it stays sound.
+
+    NEAR_EDGES = 1 is the former rule: the two edges at the estimated vertex plus the two sigma grids."""
+    import dataclasses
+
+    movement = first_order_certificate(problem) - problem.nominal_value()
+    ex = exact_worst_case(problem)
+    for upper_cone in (False, True):
+        new = second_order_certificate(dataclasses.replace(problem), upper_cone=upper_cone)
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(so, "NEAR_EDGES", 1)
+            old = second_order_certificate(dataclasses.replace(problem), upper_cone=upper_cone)
+        reported = max(new.dual_gap, 0.0) if "loose_dual" in new.status else 0.0
+        assert new.value <= old.value + fc.CUT_STOP * movement + reported + 1e-12 * (1.0 + abs(old.value))
+        assert new.value >= ex.hi - 1e-9 * (1.0 + ex.value_spread)
+
+
+def test_default_initial_facets_are_the_former_rule():
+    """The varying query calls initial_edges without `near`: exactly the former facets (both sigma grids and the
+    two edges at the estimated vertex), so its certificates are unchanged."""
+    rng = np.random.default_rng(9)
+    for d in (5, 40, 768):
+        u_s, u_w = rng.standard_normal(d), rng.standard_normal(d)
+        R_s = 0.01 * np.abs(u_s).sum() * (1 + 1e-12)
+        chains = [fc.UpperChainFacets(u_s, u_w, 0.01, R_s)] * 3
+        k = rng.integers(0, d + 1, size=3)
+        for j, edges in enumerate(fc.initial_edges(chains, k)):
+            ch = chains[j]
+            glob = ch.edge_at(np.linspace(-R_s, R_s, fc.GRID_POINTS))
+            s_j = ch.chain.sigma[k[j]]
+            loc = np.clip(np.linspace(s_j - fc.WINDOW * R_s, s_j + fc.WINDOW * R_s, fc.LOCAL_POINTS), -R_s, R_s)
+            former = np.unique(np.concatenate([glob, ch.edge_at(loc), np.clip([k[j] - 1, k[j]], 0, ch.d - 1)]))
+            assert np.array_equal(edges, former)
+
+
 def test_problem_derived_data_and_weight_cache():
     """The reduction and the first-order bound are computed once per problem object; per-head constants are
     cached by the weights' contents, never served for a changed array."""

@@ -21,8 +21,8 @@ import numpy as np
 from attncert.certify.first_order_certificate import first_order_certificate
 from attncert.certify.second_order.compiled import assign
 from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, solve_and_certify
-from attncert.certify.second_order.facets import (SLOTS, UpperChainFacets, cutting_plane_solve, initial_edges,
-                                                  vertex_dinkelbach)
+from attncert.certify.second_order.facets import (NEAR_EDGES, SLOTS, UpperChainFacets, cutting_plane_solve,
+                                                  initial_edges, vertex_dinkelbach)
 from attncert.certify.second_order.relaxation import (DEVIATION_BELOW, MONOTONE_POINTS, SecondOrderResult,
                                                       data_errors, ellipse_matrix, fallback_bound, negligible_tokens,
                                                       nu_bound, objective, polygon_constraints, representable, settle,
@@ -186,7 +186,7 @@ def _solve_linf(problem: HeadProblem, D: FixedRelaxationData, upper_cone: bool, 
     chain = UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s, chain=_image(problem))
     chains = [chain] * n
     _, k = vertex_dinkelbach(D.A, D.w0, D.g0, np.tile(chain.chain.sigma, (n, 1)), np.tile(chain.chain.omega, (n, 1)))
-    edges = initial_edges(chains, k)
+    edges = initial_edges(chains, k, SLOTS, near=NEAR_EDGES)
     theta = np.ones(n)
     prob, P, V = _build(n, "linf", SLOTS, upper_cone, mono, D.deviation)
     El, Ehat, tau_lo, tau_hi = _set_parameters(P, D, theta)
