@@ -47,7 +47,7 @@ from __future__ import annotations
 import numpy as np
 
 from attncert.head.fixed_query import fixed_query_reduction
-from attncert.head.problem import HeadProblem
+from attncert.head.problem import HeadProblem, cached_by_weights
 from attncert.head.rounding import gamma
 
 
@@ -114,12 +114,18 @@ def _spectral_norm_bound(W_Q: np.ndarray, W_K: np.ndarray) -> float:
 
 
 def bilinear_bound(problem: HeadProblem) -> float:
-    """beta >= max_{||x||, ||y|| <= 1} x W_Q W_K^T y^T for the problem's norm."""
-    spec = _spectral_norm_bound(problem.W_Q, problem.W_K)
-    if problem.norm == "l2":
+    """beta >= max_{||x||, ||y|| <= 1} x W_Q W_K^T y^T for the problem's norm (computed once per head)."""
+    return _bilinear_bound(problem.W_Q, problem.W_K, problem.norm)
+
+
+@cached_by_weights()
+def _bilinear_bound(W_Q: np.ndarray, W_K: np.ndarray, norm: str) -> float:
+    spec = _spectral_norm_bound(W_Q, W_K)
+    if norm == "l2":
         return spec
-    cols = float((np.abs(problem.W_Q).sum(0) * np.abs(problem.W_K).sum(0)).sum())
-    return min(cols * (1.0 + gamma(2 * problem.d + problem.d_head)), problem.d * spec)
+    d, dh = W_Q.shape
+    cols = float((np.abs(W_Q).sum(0) * np.abs(W_K).sum(0)).sum())
+    return min(cols * (1.0 + gamma(2 * d + dh)), d * spec)
 
 
 def score_value_intervals(problem: HeadProblem, beta: float | None = None
@@ -158,6 +164,11 @@ def first_order_certificate(problem: HeadProblem, sense: str = "max", beta: floa
         return -first_order_certificate(problem.negated(), "max", beta)
     if sense != "max":
         raise ValueError(f"sense must be 'max' or 'min'; got {sense!r}")
+    # computed once per problem object: the second-order certificate's fallback bound is this number too
+    return problem.derived(("first_order_certificate", beta), lambda: _first_order_max(problem, beta))
+
+
+def _first_order_max(problem: HeadProblem, beta: float | None) -> float:
     l, u, _, W = score_value_intervals(problem, beta)
     val, _, X = attention_lp_max(l, u, W)
     Wmax = float(np.abs(W).max())

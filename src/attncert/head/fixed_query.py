@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attncert.head.problem import cached_by_weights
 from attncert.head.rounding import LD, UNIT_ROUNDOFF, gamma_ld
 
 
@@ -32,6 +33,10 @@ class FixedQueryReduction:
     err_w0: np.ndarray
     err_us: np.ndarray  # (d,)
     err_uw: np.ndarray
+    # the same chain on absolute values (float64): |z_i| |W_Q| + |b_Q|, |W_K| q_abs / sqrt(d_h), |W_V| |c|
+    q_abs: np.ndarray | None = None  # (d_h,)
+    us_abs: np.ndarray | None = None  # (d,)
+    uw_abs: np.ndarray | None = None  # (d,)
 
     def directions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(s0, w0, u_s, u_w)."""
@@ -39,27 +44,54 @@ class FixedQueryReduction:
 
 
 def fixed_query_reduction(problem) -> FixedQueryReduction:
-    """The two directions per token of a `HeadProblem` (any mode: the query is taken at Z0)."""
-    d, dh = problem.d, problem.d_head
-    i = problem.query_index
-    Z = problem.Z0.astype(LD)
-    c = problem.c.astype(LD)
-    q = Z[i] @ problem.W_Q.astype(LD) + problem.b_Q.astype(LD)
+    """The two directions per token of a `HeadProblem` (any mode: the query is taken at Z0).
+
+    It does not depend on the radius, the norm or the mode: computed once per problem object
+    (`HeadProblem.derived`) and shared by the units of the same head, tokens, query and specification (cached
+    by the arrays' contents); the returned arrays are read-only.
+    """
+    def compute():
+        return _reduction(problem.W_Q, problem.W_K, problem.W_V, problem.b_Q, problem.b_K, problem.b_V, problem.Z0,
+                          problem.c, int(problem.query_index))
+
+    derived = getattr(problem, "derived", None)
+    return compute() if derived is None else derived("fixed_query_reduction", compute)
+
+
+@cached_by_weights(arrays=3, maxsize=12)
+def _long_double(W_Q, W_K, W_V) -> tuple:
+    """The head's weights in extended precision (float64 converts exactly), shared by its units."""
+    out = tuple(W.astype(LD) for W in (W_Q, W_K, W_V))
+    for W in out:
+        W.flags.writeable = False
+    return out
+
+
+@cached_by_weights(arrays=8, maxsize=16)
+def _reduction(W_Q, W_K, W_V, b_Q, b_K, b_V, Z0, c, i: int) -> FixedQueryReduction:
+    d, dh = W_Q.shape
+    WQ, WK, WV = _long_double(W_Q, W_K, W_V)
+    Z = Z0.astype(LD)
+    cL = c.astype(LD)
+    q = Z[i] @ WQ + b_Q.astype(LD)
     sq = np.sqrt(LD(dh))
-    us = (problem.W_K.astype(LD) @ q) / sq
-    s0 = Z @ us + (problem.b_K.astype(LD) @ q) / sq
-    uw = problem.W_V.astype(LD) @ c
-    w0 = Z @ uw + problem.b_V.astype(LD) @ c
+    us = (WK @ q) / sq
+    s0 = Z @ us + (b_K.astype(LD) @ q) / sq
+    uw = WV @ cL
+    w0 = Z @ uw + b_V.astype(LD) @ cL
     out = [np.asarray(x, dtype=np.float64) for x in (s0, w0, us, uw)]
-    absZ = np.abs(problem.Z0)
-    q_abs = np.abs(problem.Z0[i]) @ np.abs(problem.W_Q) + np.abs(problem.b_Q)
-    us_abs = np.abs(problem.W_K) @ q_abs / np.sqrt(dh)
-    uw_abs = np.abs(problem.W_V) @ np.abs(problem.c)
+    absZ = np.abs(Z0)
+    q_abs = np.abs(Z0[i]) @ np.abs(W_Q) + np.abs(b_Q)
+    us_abs = np.abs(W_K) @ q_abs / np.sqrt(dh)
+    uw_abs = np.abs(W_V) @ np.abs(c)
     u = UNIT_ROUNDOFF
     err_us = 2 * gamma_ld(d + dh + 4) * us_abs + u * np.abs(out[2])
     err_uw = 2 * gamma_ld(dh + 1) * uw_abs + u * np.abs(out[3])
-    err_s0 = 2 * gamma_ld(2 * d + dh + 8) * (absZ @ us_abs + np.abs(problem.b_K) @ q_abs / np.sqrt(dh)) \
+    err_s0 = 2 * gamma_ld(2 * d + dh + 8) * (absZ @ us_abs + np.abs(b_K) @ q_abs / np.sqrt(dh)) \
         + u * np.abs(out[0])
-    err_w0 = 2 * gamma_ld(d + dh + 4) * (absZ @ uw_abs + np.abs(problem.b_V) @ np.abs(problem.c)) \
+    err_w0 = 2 * gamma_ld(d + dh + 4) * (absZ @ uw_abs + np.abs(b_V) @ np.abs(c)) \
         + u * np.abs(out[1])
-    return FixedQueryReduction(*out, err_s0, err_w0, err_us, err_uw)
+    arrays = (*out, err_s0, err_w0, err_us, err_uw, q_abs, us_abs, uw_abs)
+    for a in arrays:
+        a.flags.writeable = False
+    return FixedQueryReduction(*arrays)

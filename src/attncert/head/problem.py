@@ -23,6 +23,8 @@ stream), normalized to unit length (see `specification.specification_direction`)
 """
 from __future__ import annotations
 
+import functools
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -72,6 +74,19 @@ class HeadProblem:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}; got {self.mode!r}")
 
+    def derived(self, key, compute):
+        """compute() once per problem object: quantities derived from the (immutable) unit, shared by its solvers.
+
+        The first-order certificate, the second-order certificate and the exact solver of one unit all start from
+        the same fixed-query reduction and the same first-order bound; they are computed once and reused (the
+        arrays of a stored reduction are read-only). `negated`, `with_radius` and `dataclasses.replace` return new
+        objects with nothing stored.
+        """
+        store = self.__dict__.setdefault("_derived", {})
+        if key not in store:
+            store[key] = compute()
+        return store[key]
+
     # ----- shapes -----
     @property
     def n(self) -> int:
@@ -109,7 +124,7 @@ class HeadProblem:
         return float(a @ w)
 
     def nominal_value(self) -> float:
-        return self.value(self.Z0)
+        return self.derived("nominal_value", lambda: self.value(self.Z0))
 
     def in_ball(self, Z: np.ndarray, tol: float = 0.0) -> bool:
         D = np.asarray(Z, dtype=np.float64) - self.Z0
@@ -130,6 +145,40 @@ class HeadProblem:
     def dual_norm(self, u: np.ndarray) -> float:
         """max_{||delta|| <= 1} u . delta  (l1 norm for the box, l2 norm for the ball)."""
         return float(np.abs(u).sum()) if self.norm == "linf" else float(np.linalg.norm(u))
+
+
+def cached_by_weights(arrays: int = 2, maxsize: int = 64):
+    """Memoize fn(A_1, ..., A_arrays, *args) on the exact contents of the leading arrays and the (hashable) args.
+
+    For per-head constants (bounds on W_Q W_K^T, extended-precision copies of the weights) needed by every unit
+    of a head. A stored entry keeps copies of the arrays and is used only when every one compares equal
+    elementwise to the argument, so a changed array is never served a stale value.
+    """
+    def probe(a: np.ndarray) -> bytes:
+        flat = a.ravel()
+        return flat[::max(1, flat.size // 64)].tobytes()
+
+    def deco(fn):
+        store: OrderedDict = OrderedDict()
+
+        @functools.wraps(fn)
+        def wrapper(*call):
+            arrs, args = [np.asarray(a) for a in call[:arrays]], call[arrays:]
+            key = (args, *((a.shape, a.dtype.str, probe(a)) for a in arrs))
+            hit = store.get(key)
+            if hit is not None and all(np.array_equal(h, a) for h, a in zip(hit[0], arrs)):
+                store.move_to_end(key)
+                return hit[1]
+            value = fn(*arrs, *args)
+            store[key] = ([a.copy() for a in arrs], value)
+            if len(store) > maxsize:
+                store.popitem(last=False)
+            return value
+
+        wrapper.cache_clear = store.clear
+        return wrapper
+
+    return deco
 
 
 def random_head_problem(rng: np.random.Generator, d: int = 4, d_head: int = 3, n: int = 4,

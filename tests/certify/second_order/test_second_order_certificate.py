@@ -15,11 +15,13 @@ import attncert.certify.second_order.dual_certificate as dc
 import attncert.certify.second_order.facets as fc
 import attncert.certify.second_order.fixed as so
 import attncert.certify.second_order.relaxation as rl
+import attncert.certify.second_order.varying as vq
 from attncert.certify.best_feasible_ascent import best_feasible_ascent
 from attncert.certify.exact_worst_case import exact_worst_case
 from attncert.certify.first_order_certificate import first_order_certificate
 from attncert.head.problem import random_head_problem
 from attncert.certify.second_order import SecondOrderResult, second_order_certificate
+from attncert.certify.second_order.compiled import CompiledProgram
 
 from head_strategies import sampled_max, small_heads  # tests/head_strategies.py
 
@@ -133,6 +135,115 @@ def test_result_fields_and_compile_cache():
     after = {k: v[0] for k, v in so._CACHE.items()}
     assert set(before) == set(after)  # same shape: no new compilation
     assert all(before[k] is after[k] for k in before)
+
+
+# ---------------------------------------------------------------------------------------------
+# the solve path (compiled data) and the initial facets: the same certificates as before
+# ---------------------------------------------------------------------------------------------
+
+@st.composite
+def wide_heads(draw, mode="fixed"):
+    """linf heads with d = 16..40: zonotopes with more edges than the sigma grids pick (facets matter)."""
+    seed = draw(st.integers(0, 10_000))
+    return random_head_problem(np.random.default_rng(seed), d=draw(st.integers(16, 40)), d_head=draw(st.integers(1, 4)),
+                               n=draw(st.integers(2, 6)), radius=10 ** draw(st.floats(math.log10(0.003), math.log10(0.3))),
+                               norm="linf", mode=mode, scale=draw(st.floats(0.3, 1.5)))
+
+
+@settings(max_examples=16, **SETTINGS)
+@given(st.one_of(small_heads(), small_heads(mode="varying", max_n=4), wide_heads(), wide_heads(mode="varying")))
+def test_compiled_path_gives_the_same_certificate(problem):
+    """Clarabel on the compiled data (`CompiledProgram`) returns bit for bit the certificate of cvxpy's path."""
+    import dataclasses
+
+    for upper_cone in (False, True):
+        fast = second_order_certificate(dataclasses.replace(problem), upper_cone=upper_cone)
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(dc, "USE_COMPILED", False)
+            slow = second_order_certificate(dataclasses.replace(problem), upper_cone=upper_cone)
+        assert fast.value == slow.value and fast.status == slow.status and fast.rounds == slow.rounds
+    for prob, _, _ in list(so._CACHE.values()) + list(vq._CACHE.values()):
+        if hasattr(prob, "_attncert_compiled"):
+            assert prob._attncert_compiled is not None  # the compiled data matched cvxpy's: the fast path ran
+
+
+def test_compiled_data_equal_cvxpy_data():
+    p = random_head_problem(np.random.default_rng(7), d=12, n=4, radius=0.02, norm="linf", mode="varying")
+    second_order_certificate(p)
+    for prob, P, _ in vq._CACHE.values():
+        comp = CompiledProgram.compile(prob)
+        assert comp is not None
+        rng = np.random.default_rng(0)
+        for prm in P.values():  # any parameter values: the data are the same linear map
+            prm.value = np.abs(rng.standard_normal(prm.shape)) + 0.1
+        c, A, b = comp.data()
+        data, _, _ = prob.get_problem_data(cp.CLARABEL, solver_opts={})
+        assert np.array_equal(c, data["c"]) and np.array_equal(b, data["b"])
+        assert (A != data["A"]).nnz == 0
+
+
+@settings(max_examples=20, **SETTINGS)
+@given(wide_heads())
+def test_initial_facets_same_certificate_as_the_sigma_grids(problem):
+    """The consecutive edges around the estimated vertex (fixed query, facets.NEAR_EDGES) change the bound only
+    within the cutting planes' own tolerance (CUT_STOP of the movement) plus the slack a solve reports itself (a
+    dual gap above ACCEPT_GAP is labelled "loose_dual"): never looser by more, and it stays sound.
+
+    NEAR_EDGES = 1 is the former rule: the two edges at the estimated vertex plus the two sigma grids."""
+    import dataclasses
+
+    movement = first_order_certificate(problem) - problem.nominal_value()
+    ex = exact_worst_case(problem)
+    for upper_cone in (False, True):
+        new = second_order_certificate(dataclasses.replace(problem), upper_cone=upper_cone)
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(so, "NEAR_EDGES", 1)
+            old = second_order_certificate(dataclasses.replace(problem), upper_cone=upper_cone)
+        reported = max(new.dual_gap, 0.0) if "loose_dual" in new.status else 0.0
+        assert new.value <= old.value + fc.CUT_STOP * movement + reported + 1e-12 * (1.0 + abs(old.value))
+        assert new.value >= ex.hi - 1e-9 * (1.0 + ex.value_spread)
+
+
+def test_default_initial_facets_are_the_former_rule():
+    """The varying query calls initial_edges without `near`: exactly the former facets (both sigma grids and the
+    two edges at the estimated vertex), so its certificates are unchanged."""
+    rng = np.random.default_rng(9)
+    for d in (5, 40, 768):
+        u_s, u_w = rng.standard_normal(d), rng.standard_normal(d)
+        R_s = 0.01 * np.abs(u_s).sum() * (1 + 1e-12)
+        chains = [fc.UpperChainFacets(u_s, u_w, 0.01, R_s)] * 3
+        k = rng.integers(0, d + 1, size=3)
+        for j, edges in enumerate(fc.initial_edges(chains, k)):
+            ch = chains[j]
+            glob = ch.edge_at(np.linspace(-R_s, R_s, fc.GRID_POINTS))
+            s_j = ch.chain.sigma[k[j]]
+            loc = np.clip(np.linspace(s_j - fc.WINDOW * R_s, s_j + fc.WINDOW * R_s, fc.LOCAL_POINTS), -R_s, R_s)
+            former = np.unique(np.concatenate([glob, ch.edge_at(loc), np.clip([k[j] - 1, k[j]], 0, ch.d - 1)]))
+            assert np.array_equal(edges, former)
+
+
+def test_problem_derived_data_and_weight_cache():
+    """The reduction and the first-order bound are computed once per problem object; per-head constants are
+    cached by the weights' contents, never served for a changed array."""
+    from attncert.head.fixed_query import fixed_query_reduction
+    from attncert.head.problem import cached_by_weights
+
+    p = random_head_problem(np.random.default_rng(8), d=6, n=4, radius=0.05)
+    red = fixed_query_reduction(p)
+    assert fixed_query_reduction(p) is red and not red.s0.flags.writeable
+    assert first_order_certificate(p) == first_order_certificate(p)
+    calls = []
+
+    @cached_by_weights()
+    def norm2(A, B, k):
+        calls.append(k)
+        return float(np.linalg.norm(A @ B.T)) * k
+
+    A, B = np.ones((4, 2)), np.ones((5, 2))
+    assert norm2(A, B, 2) == norm2(A.copy(), B.copy(), 2) and len(calls) == 1
+    A2 = A.copy()
+    A2[3, 1] = 2.0  # a change the sampled fingerprint may miss: the full comparison catches it
+    assert norm2(A2, B, 2) != norm2(A, B, 2) and len(calls) == 2
 
 
 # ---------------------------------------------------------------------------------------------

@@ -40,6 +40,9 @@ K^*, evaluated by (WD) like any other dual. The smaller bound is kept.
 
 `solve_and_certify` runs a ladder of solver attempts, treats each status explicitly and returns the best
 certified bound (the minimum of sound bounds is sound).
+
+Solve path: Clarabel runs on cvxpy's data refilled by `compiled.CompiledProgram` (bit for bit what
+`get_problem_data` returns, checked when compiled), other solvers through cvxpy.
 """
 from __future__ import annotations
 
@@ -51,6 +54,7 @@ import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 
+from attncert.certify.second_order.compiled import compiled_program, var_offsets
 from attncert.head.rounding import UNIT_ROUNDOFF, round_up
 
 DATA_REL_ERR = 1e-12
@@ -61,6 +65,7 @@ POLISH_MAX_VARS = 400  # polish only programs this small (the LP of a d = 768 va
 ACCEPT_GAP = 1e-8  # accept a converged solve whose bound is within this x max(1, |primal|) of its primal
 LOOSE_RETRIES = 2  # re-solves (next Clarabel rungs) after a converged solve with a looser dual, unless ...
 RETRY_REL = 1e-4  # ... its slack is below this x |primal| (the excursion above the objective origin)
+USE_COMPILED = True  # Clarabel on cvxpy's data refilled by `CompiledProgram` (False: cvxpy's get_problem_data per solve)
 _CLARABEL_BASE = dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10, max_iter=300)
 # Attempts in order. Clarabel's exponential-cone line search occasionally stalls at step 0 on these
 # thin relaxations with the default max_step_fraction 0.99; 0.9 removed most such failures, the later
@@ -191,7 +196,7 @@ def weak_duality_bound(c: np.ndarray, A: sp.spmatrix, b: np.ndarray, dims, z: np
 
     Returns (bound, repaired z).
     """
-    A = sp.csc_matrix(A)
+    A = A if sp.issparse(A) and A.format == "csc" else sp.csc_matrix(A)
     c = np.asarray(c, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     lo = np.asarray(lo, dtype=np.float64)
@@ -280,15 +285,6 @@ def polish_dual(c: np.ndarray, A: sp.spmatrix, b: np.ndarray, dims, z: np.ndarra
 # ---------------------------------------------------------------------------------------------
 # solving through cvxpy
 # ---------------------------------------------------------------------------------------------
-def _var_offsets(inverse_data, variables):
-    ids = {v.id for v in variables}
-    for inv in reversed(inverse_data):
-        offs = getattr(inv, "var_offsets", None)
-        if isinstance(offs, dict) and ids <= set(offs):
-            return offs
-    raise RuntimeError("cannot locate variable offsets in the cvxpy inverse data")
-
-
 def _raw_parts(solver: str, raw):
     """(status, converged, x, z, primal objective) from a raw solver result."""
     if solver == "CLARABEL":
@@ -333,14 +329,23 @@ def solve_and_certify(problem: cp.Problem, box: dict, ladder=SOLVER_LADDER, stop
     accepted = False
     loose = 0  # converged attempts with a loose dual so far
     retries = LOOSE_RETRIES if loose_retries is None else loose_retries
+    compiled = compiled_program(problem) if USE_COMPILED and any(sv == "CLARABEL" for sv, _ in ladder) else None
+    filled = None  # the compiled path's data: the same for every Clarabel rung
     for solver, opts in ladder:
         if best_ok is not None and (loose > retries or solver != "CLARABEL"):
             break  # converged but loose: only LOOSE_RETRIES interior-point re-solves, never the slow SCS
         t0 = time.perf_counter()
         try:
-            data, chain, inverse_data = problem.get_problem_data(solver, solver_opts={})
-            offs = _var_offsets(inverse_data, variables)
-            nvar = data["c"].size
+            fast = solver == "CLARABEL" and compiled is not None
+            if fast:
+                if filled is None:
+                    c, A, b = compiled.data()
+                    filled = dict(c=c, A=A, b=b, dims=compiled.dims)
+                data, offs, nvar = filled, compiled.offsets, compiled.nvar
+            else:
+                data, chain, inverse_data = problem.get_problem_data(solver, solver_opts={})
+                offs = var_offsets(inverse_data, variables)
+                nvar = data["c"].size
             if nvar != sum(v.size for v in variables):
                 raise RuntimeError("cvxpy introduced auxiliary variables; the box cannot cover them")
             lo = np.empty(nvar)
@@ -349,7 +354,10 @@ def solve_and_certify(problem: cp.Problem, box: dict, ladder=SOLVER_LADDER, stop
                 o = offs[v.id]
                 lo[o:o + v.size] = np.broadcast_to(np.asarray(blo, dtype=np.float64), v.shape).flatten(order="F")
                 hi[o:o + v.size] = np.broadcast_to(np.asarray(bhi, dtype=np.float64), v.shape).flatten(order="F")
-            raw = _quiet(lambda: chain.solve_via_data(problem, data, False, False, dict(opts)))
+            if fast:
+                raw = compiled.solve_clarabel(data["c"], data["A"], data["b"], opts)
+            else:
+                raw = _quiet(lambda: chain.solve_via_data(problem, data, False, False, dict(opts)))
             status, ok, x, z, pobj = _raw_parts(solver, raw)
         except Exception as exc:  # solver crash / interface error: record and try the next solver
             result.log.append((solver, f"solver_error: {type(exc).__name__}: {exc}", math.inf,

@@ -19,9 +19,10 @@ import cvxpy as cp
 import numpy as np
 
 from attncert.certify.first_order_certificate import first_order_certificate
+from attncert.certify.second_order.compiled import assign
 from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, solve_and_certify
-from attncert.certify.second_order.facets import (SLOTS, UpperChainFacets, cutting_plane_solve, initial_edges,
-                                                  vertex_dinkelbach)
+from attncert.certify.second_order.facets import (NEAR_EDGES, SLOTS, UpperChainFacets, cutting_plane_solve,
+                                                  initial_edges, vertex_dinkelbach)
 from attncert.certify.second_order.relaxation import (DEVIATION_BELOW, MONOTONE_POINTS, SecondOrderResult,
                                                       data_errors, ellipse_matrix, fallback_bound, negligible_tokens,
                                                       nu_bound, objective, polygon_constraints, representable, settle,
@@ -93,6 +94,12 @@ def relaxation_data(problem: HeadProblem, fo: float | None = None, origin: bool 
 ORIGIN_POINTS = 65  # points of the ellipse arc (l2) for the origin's Dinkelbach estimate
 
 
+def _image(problem: HeadProblem):
+    """The 2-D image P of the ball (`projected_ball`), built once per problem for the origin and the facets."""
+    _, _, u_s, u_w = fixed_query_reduction(problem).directions()
+    return problem.derived("projected_ball", lambda: projected_ball(u_s, u_w, problem.radius, problem.norm))
+
+
 def _origin(problem: HeadProblem, g_nom: float, fo: float) -> float:
     """Objective origin: an estimate of the worst case found without the exact solver, else the nominal value.
 
@@ -104,7 +111,7 @@ def _origin(problem: HeadProblem, g_nom: float, fo: float) -> float:
     ~(t* - g_nom). The certificate never uses the exact worst case (it must work where none exists).
     """
     s0, w0, u_s, u_w = fixed_query_reduction(problem).directions()
-    image = projected_ball(u_s, u_w, problem.radius, problem.norm)
+    image = _image(problem)
     if problem.norm == "linf":
         sig, om = image.sigma, image.omega
     else:
@@ -167,17 +174,19 @@ def _set_parameters(P: dict, D: FixedRelaxationData, theta: np.ndarray | None = 
     theta = np.ones(n) if theta is None else theta
     out = weight_parameters(P, D.A, np.full(n, D.R_s), D.eps_s, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w, theta)
     if "th_cs" in P:
-        P["G"].value, P["cs"].value = ellipse_matrix(D.u_s, D.u_w, D.radius, D.R_s, D.rho_w)
-        P["th_cs"].value = P["cs"].value * theta
+        G, cs = ellipse_matrix(D.u_s, D.u_w, D.radius, D.R_s, D.rho_w)
+        assign(P["G"], G)
+        assign(P["cs"], cs)
+        assign(P["th_cs"], cs * theta)
     return out
 
 
 def _solve_linf(problem: HeadProblem, D: FixedRelaxationData, upper_cone: bool, mono: int, ladder):
     n = D.A.size
-    chain = UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)
+    chain = UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s, chain=_image(problem))
     chains = [chain] * n
     _, k = vertex_dinkelbach(D.A, D.w0, D.g0, np.tile(chain.chain.sigma, (n, 1)), np.tile(chain.chain.omega, (n, 1)))
-    edges = initial_edges(chains, k)
+    edges = initial_edges(chains, k, SLOTS, near=NEAR_EDGES)
     theta = np.ones(n)
     prob, P, V = _build(n, "linf", SLOTS, upper_cone, mono, D.deviation)
     El, Ehat, tau_lo, tau_hi = _set_parameters(P, D, theta)

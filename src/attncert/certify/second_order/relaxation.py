@@ -76,6 +76,8 @@ from dataclasses import dataclass, field
 import cvxpy as cp
 import numpy as np
 
+from attncert.certify.second_order.compiled import assign
+from attncert.head.fixed_query import fixed_query_reduction
 from attncert.head.problem import HeadProblem
 from attncert.head.rounding import UNIT_ROUNDOFF, gamma
 
@@ -113,16 +115,22 @@ def data_errors(problem: HeadProblem) -> tuple[np.ndarray, np.ndarray]:
     s0 = Z0 u_s + b_K.q / sqrt(d_h), u_w = W_V c, w0 = Z0 u_w + b_V.c. A computed dot product of length k
     errs by at most gamma_k times the same product of absolute values; every chain is shorter than
     K = 2d + d_h + 10; moving over the ball adds r gamma_K ||abs-product||_*. Doubled for safety.
+    Computed once per problem object (read-only arrays).
     """
+    return problem.derived("data_errors", lambda: _data_errors(problem))
+
+
+def _data_errors(problem: HeadProblem) -> tuple[np.ndarray, np.ndarray]:
     d, dh = problem.d, problem.d_head
     g = 2.0 * gamma(2 * d + dh + 10)
     sq = math.sqrt(dh)
-    q_abs = np.abs(problem.Z0[problem.query_index]) @ np.abs(problem.W_Q) + np.abs(problem.b_Q)
-    us_abs = np.abs(problem.W_K) @ q_abs / sq
-    uw_abs = np.abs(problem.W_V) @ np.abs(problem.c)
+    red = fixed_query_reduction(problem)  # its absolute-value chain: |z_i| |W_Q| + |b_Q|, |W_K| q_abs / sq, |W_V| |c|
+    q_abs, us_abs, uw_abs = red.q_abs, red.us_abs, red.uw_abs
     absZ = np.abs(problem.Z0)
     eps_s = g * (absZ @ us_abs + np.abs(problem.b_K) @ q_abs / sq + problem.radius * problem.dual_norm(us_abs))
     eps_w = g * (absZ @ uw_abs + np.abs(problem.b_V) @ np.abs(problem.c) + problem.radius * problem.dual_norm(uw_abs))
+    eps_s.flags.writeable = False
+    eps_w.flags.writeable = False
     return eps_s, eps_w
 
 
@@ -257,25 +265,25 @@ def weight_parameters(P: dict, A: np.ndarray, h: np.ndarray, eps: np.ndarray, w0
     wt = (w0 + eps_w - g0) / rho_o
     wt = wt + 4.0 * _U * (np.abs(w0) + eps_w + abs(g0)) / rho_o + 4.0 * _U * np.abs(wt)
     e2m = np.expm1(2.0 * eps)
-    P["c_tau"].value = float(El @ wt) + 4.0 * _U * float(El @ np.abs(wt)) * n
-    P["c_lam"].value = El * kappa * wt * th
-    P["c_V"].value = El * (rho_w / rho_o)
-    P["c_U"].value = El * Ehat * (rho_w / rho_o) * th
-    P["n_tau"].value = float(El.sum())
-    P["n_lam"].value = El * kappa * th
-    P["kt"].value = kappa * th
-    P["th"].value = th
-    P["hV"].value = h
-    P["hU"].value = h * th
-    P["up_tau"].value = h + 2.0 * eps
-    P["up_lam"].value = (h + 2.0 * eps) * kappa * th
-    P["up_V"].value = h
-    P["up_U"].value = h * Ehat * th
+    assign(P["c_tau"], float(El @ wt) + 4.0 * _U * float(El @ np.abs(wt)) * n)
+    assign(P["c_lam"], El * kappa * wt * th)
+    assign(P["c_V"], El * (rho_w / rho_o))
+    assign(P["c_U"], El * Ehat * (rho_w / rho_o) * th)
+    assign(P["n_tau"], float(El.sum()))
+    assign(P["n_lam"], El * kappa * th)
+    assign(P["kt"], kappa * th)
+    assign(P["th"], th)
+    assign(P["hV"], h)
+    assign(P["hU"], h * th)
+    assign(P["up_tau"], h + 2.0 * eps)
+    assign(P["up_lam"], (h + 2.0 * eps) * kappa * th)
+    assign(P["up_V"], h)
+    assign(P["up_U"], h * Ehat * th)
     # secant of exp over [-h, h] in the unit score: kappa lam <= e2m tau + e^{2eps} (kappa / 2) (S + tau)
     half = (1.0 + e2m) / 2.0
-    P["sec_U"].value = half * th
-    P["sec_V"].value = half
-    P["sec_tau"].value = _up(e2m / kappa + half)
+    assign(P["sec_U"], half * th)
+    assign(P["sec_V"], half)
+    assign(P["sec_tau"], _up(e2m / kappa + half))
     if "mV" in P:
         m = P["mV"].shape[1]
         frac = np.arange(1, m + 1) / (m + 1)
@@ -285,13 +293,13 @@ def weight_parameters(P: dict, A: np.ndarray, h: np.ndarray, eps: np.ndarray, w0
         gam = gm1 + 1.0
         umg = gam * np.expm1(hc * (1.0 - c) + ec)  # Ehat - gamma
         kc = kappa[:, None]
-        P["mV"].value = -gm1 / kc
-        P["mU"].value = umg / kc * th[:, None]
-        P["mlam"].value = -c * th[:, None]
-        P["mtau"].value = _up((c * gm1 + 2.0 * gam * np.expm1(ec)) / kc) + 8.0 * _U * np.abs(c * gm1 / kc)
+        assign(P["mV"], -gm1 / kc)
+        assign(P["mU"], umg / kc * th[:, None])
+        assign(P["mlam"], -c * th[:, None])
+        assign(P["mtau"], _up((c * gm1 + 2.0 * gam * np.expm1(ec)) / kc) + 8.0 * _U * np.abs(c * gm1 / kc))
     if "dv_lam" in P:
-        P["dv_lam"].value = kappa / h * th
-        P["dv_nu"].value = h
+        assign(P["dv_lam"], kappa / h * th)
+        assign(P["dv_nu"], h)
     tau_lo, tau_hi = softmax_bounds(El, El * Ehat)
     return El, Ehat, tau_lo, tau_hi
 
@@ -322,8 +330,6 @@ def polygon_constraints(P: dict, n: int, K: int, U2, V2, lam, tau_n) -> list:
 
 def trivial_bound(problem: HeadProblem) -> float:
     """max_j (largest value token j can read): g is a convex combination of the values, so g <= this."""
-    from attncert.head.fixed_query import fixed_query_reduction
-
     red = fixed_query_reduction(problem)
     _, eps_w = data_errors(problem)
     R_w = problem.radius * problem.dual_norm(red.u_w) * (1.0 + gamma(problem.d + 4))

@@ -63,13 +63,14 @@ from attncert.certify.second_order.relaxation import (DEVIATION_BELOW, MONOTONE_
                                                       nu_bound, objective, polygon_constraints, representable, settle,
                                                       weight_constraints, weight_parameters)
 from attncert.head.fixed_query import fixed_query_reduction
-from attncert.head.problem import HeadProblem
+from attncert.head.problem import HeadProblem, cached_by_weights
 from attncert.head.rounding import UNIT_ROUNDOFF, gamma, outward_affine
 
 _CACHE: dict = {}
 _LOW = -650.0  # lowest representable log lower weight of the (never dropped) query token
 
 
+@cached_by_weights()  # a per-head constant: computed once per head
 def bilinear_norm(W_Q: np.ndarray, W_K: np.ndarray, norm: str) -> float:
     """beta >= max_{||x||, ||y|| <= 1} x W_Q W_K^T y^T (outward rounded)."""
     d, dh = W_Q.shape

@@ -1,0 +1,155 @@
+"""Certificate time vs CROWN time by number of tokens, and the equality checks of the faster certificate path.
+
+    .venv/bin/python bench/bench_certificate_ratio.py time  [--groups G] [--reps R] [--positions 1,4,8,15] [--modes fixed,varying]
+    .venv/bin/python bench/bench_certificate_ratio.py equal [--sample N] [--seed S]
+
+Model: `random-gpt2` (GPT-2 small's shapes, seeded random weights: costs, not results), layer 5, the paper grid's
+prompts and specifications, built by bench/paper_cost.py's extraction and sampler.
+
+time   per query position (n = position + 1 tokens) and mode, G groups of (head, prompt) drawn with a fixed seed,
+       each at the 4 baseline radii. Per group and repetition: CROWN (`baseline_upper_bounds(..., "crown")`, all
+       radii in one call, wall time / 4, as the pipeline and paper_cost.py do), then per unit the certificate
+       (first order + second order, the paper's) and its tight variant on a fresh problem object. The caches
+       keyed by the weights' contents are cleared before every group (shared within a group, as in a run).
+       Reported: medians over units of the per-unit minimum over R repetitions, and their ratio.
+equal  on units drawn by paper_cost.py's sampler (--sample, --seed): every certified number with the compiled
+       solve path against cvxpy's (`dual_certificate.USE_COMPILED`, must be bit for bit equal), and the
+       fixed query's initial facets against the former rule (`facets.NEAR_EDGES` = 1: tighter or looser, by how
+       much of the movement first order - nominal and of the gap to the exact bracket, how often beyond the
+       solve's own reported dual gap), each certificate checked against the exact bracket.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import paper_cost as pc  # noqa: E402  (sets the thread variables, adds src/ to the path)
+
+import torch  # noqa: E402
+
+import attncert.certify.first_order_certificate as foc  # noqa: E402
+import attncert.certify.second_order.dual_certificate as dc  # noqa: E402
+import attncert.certify.second_order.fixed as fx  # noqa: E402
+import attncert.certify.second_order.varying as vq  # noqa: E402
+import attncert.head.fixed_query as fq  # noqa: E402
+from attncert.baselines.linear_bound_baselines import baseline_upper_bounds  # noqa: E402
+from attncert.certify.exact_worst_case import exact_worst_case  # noqa: E402
+from attncert.certify.first_order_certificate import first_order_certificate  # noqa: E402
+from attncert.certify.second_order import second_order_certificate  # noqa: E402
+from attncert.head.units import Unit, head_problem, specification_vectors  # noqa: E402
+
+L = 5
+
+
+def setup():
+    cfg = copy.deepcopy(pc.load_config(pc.REPO / "workflow" / "config" / "paper.yaml"))
+    cfg["model"] = dict(pc.RANDOM_GPT2)
+    arrays, _ = pc.extract(cfg, [L])
+    qps = list(cfg["certify"]["query_positions"])
+    return cfg, arrays[L], qps, specification_vectors(arrays[L], L, qps, cfg["spec_seed"])
+
+
+def clear_caches():
+    """The caches keyed by the weights' contents (none on a checkout before them: `time` runs there too)."""
+    for f in (getattr(fq, "_reduction", None), getattr(fq, "_long_double", None), getattr(foc, "_bilinear_bound", None),
+              vq.bilinear_norm):
+        if hasattr(f, "cache_clear"):
+            f.cache_clear()
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def run_time(args):
+    cfg, arr, qps, spec = setup()
+    radii = cfg["baselines"]["radii"]
+    rng = np.random.default_rng(1)
+    print("| mode | n | units | certificate s | tight s | CROWN s | certificate / CROWN | tight / CROWN |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for md in args.modes.split(","):
+        for qp in map(int, args.positions.split(",")):
+            hp = [(int(rng.integers(12)), int(rng.integers(cfg["n_prompts"]))) for _ in range(args.groups)]
+            groups = [[head_problem(arr, spec, qps, Unit(L, h, p, qp, float(r), "linf", md)) for r in radii] for h, p in hp]
+            baseline_upper_bounds(groups[0], "crown")
+            second_order_certificate(dataclasses.replace(groups[0][0]))  # builds the program of this shape
+            t = {k: [[math.inf] * len(g) for g in groups] for k in ("cert", "tight", "crown")}
+            for _ in range(args.reps):
+                for gi, g in enumerate(groups):
+                    clear_caches()
+                    for k, res in enumerate(baseline_upper_bounds(g, "crown")):
+                        t["crown"][gi][k] = min(t["crown"][gi][k], res.seconds)
+                    for k, p in enumerate(g):
+                        q = dataclasses.replace(p)
+                        t["cert"][gi][k] = min(t["cert"][gi][k], timed(lambda: (first_order_certificate(q),
+                                                                                 second_order_certificate(q))))
+                        q = dataclasses.replace(p)
+                        t["tight"][gi][k] = min(t["tight"][gi][k], timed(lambda: second_order_certificate(q, upper_cone=True)))
+            m = {k: float(np.median(np.concatenate(v))) for k, v in t.items()}
+            print(f"| {md} | {qp + 1} | {len(groups) * len(radii)} | {m['cert']:.4f} | {m['tight']:.4f} | {m['crown']:.4f} | "
+                  f"{m['cert'] / m['crown']:.2f} | {m['tight'] / m['crown']:.2f} |", flush=True)
+    print(f"\nload average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; groups {args.groups}, repetitions {args.reps}")
+
+
+def run_equal(args):
+    cfg, arr, qps, spec = setup()
+    units, _ = pc.sample_units(cfg, L, args.sample, np.random.default_rng(args.seed))
+    near = fx.NEAR_EDGES
+    bitwise, checked, stats = 0, 0, {}
+    for u in units:
+        p = head_problem(arr, spec, qps, u)
+        movement = first_order_certificate(p) - p.nominal_value()
+        hi = exact_worst_case(p).hi if u.mode == "fixed" else None
+        for tight in (False, True):
+            new = second_order_certificate(dataclasses.replace(p), upper_cone=tight)
+            dc.USE_COMPILED = False
+            slow = second_order_certificate(dataclasses.replace(p), upper_cone=tight)
+            dc.USE_COMPILED = True
+            checked += 1
+            bitwise += new.value == slow.value
+            if hi is not None:
+                assert new.value >= hi - 1e-9 * (1.0 + abs(hi)), (u, tight, new.value, hi)
+                fx.NEAR_EDGES = 1
+                old = second_order_certificate(dataclasses.replace(p), upper_cone=tight)
+                fx.NEAR_EDGES = near
+                d = new.value - old.value
+                s = stats.setdefault(("tight" if tight else "paper", u.query_pos + 1), [])
+                s.append((d / movement, d / max(old.value - hi, 1e-300), d > 1e-12 * (1 + abs(old.value)),
+                          d > max(new.dual_gap, 0.0) + 1e-12 * (1 + abs(old.value)), new.rounds, old.rounds))
+    print(f"compiled solve path vs cvxpy's: {bitwise} of {checked} certificates bit for bit equal "
+          f"({len(units)} units x paper and tight)\n")
+    print("Fixed query, initial facets with the consecutive edges vs the former rule (per variant and n):\n")
+    print("| variant | n | units | tighter | looser | looser beyond own dual gap | (new - old) / movement: min, max | "
+          "(new - old) / gap: min, max | solves per unit new / former |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for (var, n), s in sorted(stats.items()):
+        a = np.array(s, dtype=float)
+        print(f"| {var} | {n} | {len(a)} | {int((a[:, 0] < 0).sum())} | {int(a[:, 2].sum())} | {int(a[:, 3].sum())} | "
+              f"{a[:, 0].min():.1e}, {a[:, 0].max():.1e} | {a[:, 1].min():.1e}, {a[:, 1].max():.1e} | "
+              f"{a[:, 4].mean():.2f} / {a[:, 5].mean():.2f} |")
+    print("\nEvery certificate is above the exact bracket's upper end (checked).")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("part", choices=["time", "equal"])
+    ap.add_argument("--groups", type=int, default=6)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--positions", default="1,4,8,15")
+    ap.add_argument("--modes", default="fixed,varying")
+    ap.add_argument("--sample", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    (run_time if a.part == "time" else run_equal)(a)
