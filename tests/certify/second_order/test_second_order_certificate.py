@@ -9,7 +9,7 @@ import math
 import cvxpy as cp
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import attncert.certify.second_order.dual_certificate as dc
 import attncert.certify.second_order.facets as fc
