@@ -22,7 +22,9 @@ CPU-hours of the whole paper.yaml: the sum over strata (certification: mode x qu
 method x mode; Min-IP: setting kind) of mean seconds x the stratum's unit count in paper.yaml
 (bench/paper_units.py).
 
-"before" / "after" (certification only; no other stage changed here):
+"before" / "after" (certification only; every other stage runs once, its time counted in both totals and shown as
+"(not re-run)": their own changes are measured in their own files, alpha-CROWN's in
+bench/alpha_convergence_measured.md, the certificate solve path's in bench/paper_cost_ratio.md):
   after   today's path: fixed query, best feasible = the exact witness, ascent only on the
           `ascent_check_fraction` sample; varying query, ascent warm-started from the exact fixed-query
           maximiser, fused projections, early stop;
@@ -308,13 +310,13 @@ def main(argv=None) -> int:
             x = b_st[m][md]
             note = "" if m in paper_methods else " (not in paper.yaml)"
             lines.append(f"| baselines | {m}{note}, {md} | {b_counts[md]:,} | {x['n']} | {fmt(x['median'])} | {fmt(x['p90'])} | "
-                         f"{fmt(x['mean'])} | {fmt(x['mean'] * b_counts[md] / 3600)} | (unchanged) | |")
+                         f"{fmt(x['mean'])} | {fmt(x['mean'] * b_counts[md] / 3600)} | (not re-run) | |")
     lines.append(f"| block | transition {L}->{L + 1}, {len(heads)} heads in one job | {counts['block']} | {len(heads)} | "
-                 f"{fmt(t_block / len(heads))} | | | {fmt(h_block)} | (unchanged) | |")
+                 f"{fmt(t_block / len(heads))} | | | {fmt(h_block)} | (not re-run) | |")
     for g, n in m_counts.items():
         x = m_st[g]
         lines.append(f"| Min-IP | {g} (per run) | {n} | {x['n']} | {fmt(x['median'])} | {fmt(x['p90'])} | {fmt(x['mean'])} | "
-                     f"{fmt(x['mean'] * n / 3600 if x['n'] else math.nan)} | (unchanged) | |")
+                     f"{fmt(x['mean'] * n / 3600 if x['n'] else math.nan)} | (not re-run) | |")
     lines += ["", f"Extrapolated CPU-hours of paper.yaml: after {total['after']:.1f} h, before {total['before']:.1f} h "
               f"(certification {h_cert['after']:.2f} h vs {h_cert['before']:.2f} h; baselines "
               f"{sum(h_base[m] for m in paper_methods):.2f} h [{', '.join(f'{m} {h_base[m]:.2f}' for m in paper_methods)}]; "

@@ -168,3 +168,16 @@ def test_budget_rows_depend_on_the_number_of_keys_only():
     assert S.shape == S0.shape
     assert np.all(S[-1] == 1) and set(np.flatnonzero(S[:-1].sum(0))) == set(order[:vf.TOP_KEYS])
     assert vf.budget_subsets(7).shape[0] == 21 + 35 + 1
+
+
+def test_factored_ladder_has_no_scs_and_failure_goes_to_the_unfactored_program(monkeypatch):
+    """The factored program runs Clarabel only (SCS took seconds where every Clarabel rung stalled); when every
+    factored attempt fails, the unfactored program (its ladder with SCS) gives the bound, labelled, and sound."""
+    assert vf.FACTORED_LADDER and all(s == "CLARABEL" for s, _ in vf.FACTORED_LADDER)
+    p = random_head_problem(np.random.default_rng(3), d=8, d_head=4, n=5, radius=0.02, norm="linf", mode="varying")
+    ok = vf.second_order_varying_factored(p)
+    assert "unfactored" not in ok.status and not ok.fallback
+    monkeypatch.setattr(vf, "FACTORED_LADDER", (("NO_SUCH_SOLVER", {}),))
+    res = vf.second_order_varying_factored(p)
+    assert "unfactored: factored" in res.status and not res.fallback
+    assert res.value >= max(best_feasible_ascent(p, restarts=8, steps=80).value, sampled_max(p, k=32))

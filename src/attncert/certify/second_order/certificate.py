@@ -14,13 +14,14 @@ from attncert.head.problem import HeadProblem
 
 
 def second_order_certificate(problem: HeadProblem, sense: str = "max", upper_cone: bool = False,
-                             monotone_points: int = MONOTONE_POINTS, ladder=SOLVER_LADDER,
+                             monotone_points: int = MONOTONE_POINTS, ladder=None,
                              factored: bool = True) -> SecondOrderResult:
     """Sound bound from the second-order (exponential-cone moment) relaxation.
 
     sense "max": upper bound on max g; "min": lower bound on min g (= -bound for the negated spec).
     upper_cone=True adds the exact upper exponential bound (the tight variant). `ladder`: the solver
-    attempts, in order (see `dual_certificate.SOLVER_LADDER`). factored (varying query): the factored
+    attempts, in order (None: `dual_certificate.SOLVER_LADDER`; the factored varying program's own
+    `FACTORED_LADDER`). factored (varying query): the factored
     program of `varying_factored` (default; the unfactored one of `varying` with factored=False).
     """
     if sense == "min":
@@ -36,4 +37,4 @@ def second_order_certificate(problem: HeadProblem, sense: str = "max", upper_con
         return second_order_varying_factored(problem, monotone_points=monotone_points, ladder=ladder,
                                              upper_cone=upper_cone)
     solve = second_order_varying if problem.mode == "varying" else second_order_fixed
-    return solve(problem, upper_cone=upper_cone, monotone_points=monotone_points, ladder=ladder)
+    return solve(problem, upper_cone=upper_cone, monotone_points=monotone_points, ladder=ladder or SOLVER_LADDER)

@@ -49,7 +49,7 @@ import cvxpy as cp
 import numpy as np
 
 from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, solve_and_certify
-from attncert.certify.second_order.facets import CUT_STOP, MAX_ROUNDS, SLOTS, cuts, fill_facets, grow_edges
+from attncert.certify.second_order.facets import MAX_ROUNDS, SLOTS, cuts, fill_facets, grow_edges
 from attncert.certify.second_order.relaxation import (DEVIATION_BELOW, MONOTONE_POINTS, SecondOrderResult,
                                                       ellipse_matrix, fallback_bound, polygon_constraints,
                                                       representable, settle, softmax_bounds, weight_parameters)
@@ -59,6 +59,17 @@ from attncert.head.rounding import UNIT_ROUNDOFF
 
 _CACHE: dict = {}
 _U = UNIT_ROUNDOFF
+# The factored program's solver attempts: the Clarabel rungs of SOLVER_LADDER at tolerance 1e-8 (not 1e-10), no
+# SCS. On GPT-2-shaped units (n = 5, d = 768) the last 1e-10 cost ~1/3 of the interior-point iterations for a
+# certified bound lower by a median 4e-6 of the movement (the bound is weak duality over the box, whatever the
+# tolerance), and SCS took 1.6-3.3 s where every Clarabel rung stalled; when they all fail the unfactored program
+# (with its own ladder, SCS included) is the next sound attempt (bench/paper_cost_ratio.md, "varying query").
+FACTORED_LADDER = tuple((s, dict(o, tol_gap_abs=1e-8, tol_gap_rel=1e-8, tol_feas=1e-8))
+                        for s, o in SOLVER_LADDER if s == "CLARABEL")
+# Cutting planes stop once the edges violated under the solution weigh <= this x the primal (objective units,
+# origin near the optimum). The fixed query's CUT_STOP (1e-5) made most varying units solve 2-3 times to lower
+# the bound by ~1e-5 of the movement, a gap of 5-20% of it.
+VARYING_CUT_STOP = 1e-4
 _WEIGHT_PARAMS = ("c_lam", "c_V", "c_U", "n_lam", "kt", "th", "hV", "hU", "up_tau", "up_lam", "up_V", "up_U",
                   "sec_tau", "sec_U", "sec_V")
 
@@ -294,7 +305,7 @@ def _cutting_planes(prob, P, V, box, chains, edges, scales, D, ladder):
         lam = np.asarray(vals["lam"])
         new, excess = cuts((lam, base - lam), np.asarray(vals["U"]), np.asarray(vals["V"]), chains, scales,
                            (np.asarray(P["c_U"].value), np.asarray(P["c_V"].value)))
-        if excess <= CUT_STOP * max(cert.primal, 1e-300):
+        if excess <= VARYING_CUT_STOP * max(cert.primal, 1e-300):
             break
         if not grow_edges(edges, new, SLOTS):
             break
@@ -302,9 +313,12 @@ def _cutting_planes(prob, P, V, box, chains, edges, scales, D, ladder):
 
 
 def second_order_varying_factored(problem: HeadProblem, monotone_points: int = MONOTONE_POINTS,
-                                  ladder=SOLVER_LADDER, center: bool = True, second: bool = True,
+                                  ladder=None, center: bool = True, second: bool = True,
                                   upper_cone: bool = False) -> SecondOrderResult:
-    """Sound upper bound on max g for a varying query with factored weights (see the module docstring)."""
+    """Sound upper bound on max g for a varying query with factored weights (see the module docstring).
+
+    ladder: the solver attempts of both programs; None: FACTORED_LADDER for the factored program, SOLVER_LADDER
+    for the unfactored one (tiny widths, or when every factored attempt fails)."""
     if problem.mode != "varying":
         raise ValueError("second_order_varying_factored expects mode='varying'")
     t0 = time.perf_counter()
@@ -318,10 +332,11 @@ def second_order_varying_factored(problem: HeadProblem, monotone_points: int = M
         return settle(math.inf, "not_run", "none", fo, t0, "varying", math.nan, 0, 0, [], why)
     Hf, hk = widths(D)
     if D.n < 2 or float(np.min(Hf[:-1])) < DEVIATION_BELOW or float(np.min(hk)) < DEVIATION_BELOW:
-        return _unfactored(problem, upper_cone, monotone_points, ladder, center, "tiny width", t0)
-    res = _solve(problem, D, monotone_points, ladder, second, upper_cone, fo, t0)
+        return _unfactored(problem, upper_cone, monotone_points, ladder or SOLVER_LADDER, center, "tiny width", t0)
+    res = _solve(problem, D, monotone_points, ladder or FACTORED_LADDER, second, upper_cone, fo, t0)
     if res.fallback:  # the factored solve failed: the unfactored program is another sound attempt
-        return _unfactored(problem, upper_cone, monotone_points, ladder, center, f"factored {res.status}", t0)
+        return _unfactored(problem, upper_cone, monotone_points, ladder or SOLVER_LADDER, center,
+                           f"factored {res.status}", t0)
     return res
 
 
