@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench_certificate_ratio.py time  [--groups G] [--reps R] [--positions 1,4,8,15] [--modes fixed,varying]
     .venv/bin/python bench/bench_certificate_ratio.py equal [--sample N] [--seed S]
+    .venv/bin/python bench/bench_certificate_ratio.py varying [--groups G] [--seed S]
 
 Model: `random-gpt2` (GPT-2 small's shapes, seeded random weights: costs, not results), layer 5, the paper grid's
 prompts and specifications, built by bench/paper_cost.py's extraction and sampler.
@@ -17,6 +18,11 @@ equal  on units drawn by paper_cost.py's sampler (--sample, --seed): every certi
        fixed query's initial facets against the former rule (`facets.NEAR_EDGES` = 1: tighter or looser, by how
        much of the movement first order - nominal and of the gap to the exact bracket, how often beyond the
        solve's own reported dual gap), each certificate checked against the exact bracket.
+varying the factored varying-query program (n = 5, the 4 baseline radii, G groups of (head, prompt) drawn with
+       --seed) with today's solver settings (`varying_factored.FACTORED_LADDER`, `VARYING_CUT_STOP`) against the
+       former ones (`SOLVER_LADDER` with SCS, the fixed query's `CUT_STOP`), side by side on the same units:
+       seconds per unit (median, mean, p90), solves per unit, units that went to the unfactored program, and
+       (new - former) / movement (first order - nominal); each certificate checked against a short ascent.
 """
 from __future__ import annotations
 
@@ -141,9 +147,45 @@ def run_equal(args):
     print("\nEvery certificate is above the exact bracket's upper end (checked).")
 
 
+def run_varying(args):
+    import attncert.certify.second_order.facets as fc
+    import attncert.certify.second_order.varying_factored as vf
+    from attncert.certify.best_feasible_ascent import best_feasible_ascent
+
+    cfg, arr, qps, spec = setup()
+    rng = np.random.default_rng(args.seed)
+    hp = [(int(rng.integers(12)), int(rng.integers(cfg["n_prompts"]))) for _ in range(args.groups)]
+    units = [head_problem(arr, spec, qps, Unit(L, h, p, 4, float(r), "linf", "varying"))
+             for h, p in hp for r in cfg["baselines"]["radii"]]
+    vf.second_order_varying_factored(dataclasses.replace(units[0]))  # builds the program of this shape
+    now_stop = vf.VARYING_CUT_STOP
+    out = {}
+    for name, ladder, stop in (("former", dc.SOLVER_LADDER, fc.CUT_STOP), ("new", None, now_stop)):
+        vf.VARYING_CUT_STOP = stop
+        rows = []
+        for p in units:
+            q = dataclasses.replace(p)
+            t0 = time.perf_counter()
+            res = vf.second_order_varying_factored(q, ladder=ladder)
+            rows.append((time.perf_counter() - t0, res.value, len(res.log), "unfactored" in res.status, res.fallback))
+        out[name] = rows
+    vf.VARYING_CUT_STOP = now_stop
+    move = np.array([first_order_certificate(p) - p.nominal_value() for p in units])
+    best = np.array([best_feasible_ascent(dataclasses.replace(p), restarts=4, steps=100).value for p in units])
+    print("| settings | units | s/unit median | mean | p90 | solves per unit | unfactored | fallbacks | below ascent |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name, rows in out.items():
+        a = np.array(rows, dtype=float)
+        print(f"| {name} | {len(a)} | {np.median(a[:, 0]):.4f} | {a[:, 0].mean():.4f} | {np.percentile(a[:, 0], 90):.4f} | "
+              f"{a[:, 2].mean():.2f} | {int(a[:, 3].sum())} | {int(a[:, 4].sum())} | {int((a[:, 1] < best).sum())} |")
+    d = (np.array([r[1] for r in out["new"]]) - np.array([r[1] for r in out["former"]])) / move
+    print(f"\n(new - former) / movement: min {d.min():.2e}, median {np.median(d):.2e}, max {d.max():.2e}; "
+          f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("part", choices=["time", "equal"])
+    ap.add_argument("part", choices=["time", "equal", "varying"])
     ap.add_argument("--groups", type=int, default=6)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--positions", default="1,4,8,15")
@@ -152,4 +194,4 @@ if __name__ == "__main__":
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
     torch.set_num_threads(1)
-    (run_time if a.part == "time" else run_equal)(a)
+    {"time": run_time, "equal": run_equal, "varying": run_varying}[a.part](a)
