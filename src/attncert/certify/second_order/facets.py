@@ -191,8 +191,12 @@ def grow_edges(edges: list, new: list, slots: int) -> bool:
 
 
 def cutting_plane_solve(prob: cp.Problem, P: dict, V: dict, box: dict, chains: list, edges: list, K: int,
-                        scales: np.ndarray, theta: np.ndarray, to_g, ladder):
+                        scales: np.ndarray, theta: np.ndarray, to_g, ladder, base_of=None, cut_stop: float = CUT_STOP):
     """Solve, certify, add cuts, repeat (linf). Every round's certified bound is sound; keep the best.
+
+    The points read off a solution are U_j / lam_j and V_j / (base_j - theta_j lam_j), base = tau (or
+    `base_of(values)`, the factored varying program's per-token bases); the cuts stop once the violated edges
+    weigh <= cut_stop x the primal.
 
     Returns (best value in g units, its status, its solver, last primal in g units, rounds, facets, log,
     dual gap of the best bound in g units).
@@ -219,10 +223,11 @@ def cutting_plane_solve(prob: cp.Problem, P: dict, V: dict, box: dict, chains: l
         converged = True
         primal = to_g(cert.primal)
         vals = {k: cert.values[v.id] for k, v in V.items()}
-        tau, lam = float(vals["tau"]), np.asarray(vals["lam"])
-        new, excess = cuts((lam, tau - theta * lam), np.asarray(vals["U"]), np.asarray(vals["V"]), chains, scales,
+        base = float(vals["tau"]) if base_of is None else base_of(vals)
+        lam = np.asarray(vals["lam"])
+        new, excess = cuts((lam, base - theta * lam), np.asarray(vals["U"]), np.asarray(vals["V"]), chains, scales,
                            (np.asarray(P["c_U"].value), np.asarray(P["c_V"].value)))
-        if excess <= CUT_STOP * max(cert.primal, 1e-300):
+        if excess <= cut_stop * max(cert.primal, 1e-300):
             break
         if not grow_edges(edges, new, K):
             break

@@ -49,7 +49,7 @@ import cvxpy as cp
 import numpy as np
 
 from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, solve_and_certify
-from attncert.certify.second_order.facets import MAX_ROUNDS, SLOTS, cuts, fill_facets, grow_edges
+from attncert.certify.second_order.facets import SLOTS, cutting_plane_solve
 from attncert.certify.second_order.relaxation import (DEVIATION_BELOW, MONOTONE_POINTS, SecondOrderResult,
                                                       ellipse_matrix, fallback_bound, polygon_constraints,
                                                       representable, settle, softmax_bounds, weight_parameters)
@@ -279,39 +279,6 @@ def _box(V: dict, D: VaryingData, tau_lo: float, tau_hi: float, Hf: np.ndarray) 
             V["SV"]: (-base_hi, base_hi), V["W"]: (np.full(D.d, -t), np.full(D.d, t))}
 
 
-def _cutting_planes(prob, P, V, box, chains, edges, scales, D, ladder):
-    """Solve, certify, add the violated edges of P under the solution's points, repeat (linf; as `facets`)."""
-    log, best, status, solver, primal, gap, rounds, first_ok, converged = [], math.inf, "not_run", "none", \
-        math.nan, math.nan, 0, ladder[0], False
-    for rounds in range(1, MAX_ROUNDS + 1):
-        fill_facets(P, chains, edges, SLOTS, scales)
-        rung = ladder if not converged else [first_ok] + [a for a in ladder if a[0] == "CLARABEL" and a is not first_ok]
-        cert = solve_and_certify(prob, box, ladder=rung, loose_retries=None if not converged else 0)
-        log += [(sv, st, _to_g(bd, D), sec) for (sv, st, bd, sec) in cert.log]
-        val = _to_g(cert.bound, D)
-        if val < best and (cert.converged or converged):
-            best, status, solver = val, cert.status, cert.solver
-            gap = val - _to_g(cert.primal, D) if math.isfinite(cert.primal) else math.nan
-        if not cert.converged:
-            break
-        if not converged:
-            for a, entry in zip(ladder, cert.log):
-                if entry[0] == cert.solver == "CLARABEL" and entry[2] == cert.bound:
-                    first_ok = a
-        converged = True
-        primal = _to_g(cert.primal, D)
-        vals = {k: cert.values[v.id] for k, v in V.items()}
-        base = np.concatenate([np.asarray(vals["bt"]).ravel(), [float(vals["tau"])]])
-        lam = np.asarray(vals["lam"])
-        new, excess = cuts((lam, base - lam), np.asarray(vals["U"]), np.asarray(vals["V"]), chains, scales,
-                           (np.asarray(P["c_U"].value), np.asarray(P["c_V"].value)))
-        if excess <= VARYING_CUT_STOP * max(cert.primal, 1e-300):
-            break
-        if not grow_edges(edges, new, SLOTS):
-            break
-    return best, status, solver, primal, rounds, int(max(e.size for e in edges)) + 2, log, gap
-
-
 def second_order_varying_factored(problem: HeadProblem, monotone_points: int = MONOTONE_POINTS,
                                   ladder=None, center: bool = True, second: bool = True,
                                   upper_cone: bool = False) -> SecondOrderResult:
@@ -363,7 +330,9 @@ def _solve(problem, D, monotone_points, ladder, second, upper_cone, fo, t0) -> S
             gap = best - primal
         return settle(best, status, solver, fo, t0, "varying", primal, 1, 0, log, "not_run", gap)
     chains, edges = linf_start_facets(D)
-    out = _cutting_planes(prob, P, V, box, chains, edges, D.scales[:, :2], D, ladder)
+    out = cutting_plane_solve(prob, P, V, box, chains, edges, SLOTS, D.scales[:, :2], np.ones(n), lambda b: _to_g(b, D),
+                              ladder, base_of=lambda v: np.concatenate([np.asarray(v["bt"]).ravel(), [float(v["tau"])]]),
+                              cut_stop=VARYING_CUT_STOP)
     return settle(out[0], out[1], out[2], fo, t0, "varying", *out[3:7], "not_run", out[7])
 
 
