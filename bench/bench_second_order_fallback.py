@@ -5,6 +5,8 @@ n in 2..8 attended tokens, linf or l2 (half each), both query modes, radii 1e-4 
 second-order certificate (default variant, or --tight) is computed and classified:
 
     ok         a certified second-order bound (fallback False)
+    attained   the first-order bound, proved attained by a feasible value within ATTAINED_TOL of the movement
+               (solver "first_order_attained", fallback False: the maximum itself, no relaxation can be lower)
     fallback   the first-order certificate with a labelled reason in `status` (counted per reason)
     exception  the call raised (must never happen)
     nonfinite  the value is not finite (must never happen)
@@ -102,6 +104,9 @@ def main() -> None:
                 cnt["units"] += 1
                 if not math.isfinite(res.value):
                     cnt["nonfinite"] += 1
+                if res.solver == "first_order_attained":
+                    cnt["attained"] += 1
+                    reasons[f"{mode} r{'<=' if r <= 0.1 else '>'}0.1: attained, {_reason(res.status.split('(instead of ')[-1])}"] += 1
                 if res.fallback:
                     cnt["fallback"] += 1
                     reasons[f"{mode} r{'<=' if r <= 0.1 else '>'}0.1: {_reason(res.status)}"] += 1
@@ -114,11 +119,12 @@ def main() -> None:
             cnt["units"] += 0
             rows.append((mode, r, cnt))
     print()
-    print(f"{'mode':8s} {'radius':>7s} {'units':>6s} {'fallback':>9s} {'rate':>6s} {'exc':>4s} {'nonfin':>6s} {'unsound':>7s}")
+    print(f"{'mode':8s} {'radius':>7s} {'units':>6s} {'fallback':>9s} {'rate':>6s} {'attained':>8s} {'exc':>4s} {'nonfin':>6s}"
+          f" {'unsound':>7s}")
     for mode, r, c in rows:
         tot = c["units"] + c["exception"]
         rate = (c["fallback"] + c["exception"]) / max(tot, 1)
-        print(f"{mode:8s} {r:7g} {tot:6d} {c['fallback']:9d} {rate:6.1%} {c['exception']:4d} {c['nonfinite']:6d}"
+        print(f"{mode:8s} {r:7g} {tot:6d} {c['fallback']:9d} {rate:6.1%} {c['attained']:8d} {c['exception']:4d} {c['nonfinite']:6d}"
               f" {c['unsound']:7d}")
     for mode in args.modes.split(","):
         small = [c for m, r, c in rows if m == mode and r <= 0.1]

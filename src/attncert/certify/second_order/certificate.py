@@ -5,6 +5,7 @@ varying-query one (`varying`); sense "min" bounds min g = -max(-g) with the nega
 """
 from __future__ import annotations
 
+from attncert.certify.second_order.attained import first_order_attained
 from attncert.certify.second_order.dual_certificate import SOLVER_LADDER
 from attncert.certify.second_order.fixed import second_order_fixed
 from attncert.certify.second_order.relaxation import MONOTONE_POINTS, SecondOrderResult
@@ -22,7 +23,8 @@ def second_order_certificate(problem: HeadProblem, sense: str = "max", upper_con
     upper_cone=True adds the exact upper exponential bound (the tight variant). `ladder`: the solver
     attempts, in order (None: `dual_certificate.SOLVER_LADDER`; the factored varying program's own
     `FACTORED_LADDER`). factored (varying query): the factored
-    program of `varying_factored` (default; the unfactored one of `varying` with factored=False).
+    program of `varying_factored` (default; the unfactored one of `varying` with factored=False). A fallback
+    whose first-order bound a feasible value attains is relabelled (`attained`: same value, not a fallback).
     """
     if sense == "min":
         r = second_order_certificate(problem.negated(), "max", upper_cone, monotone_points, ladder, factored)
@@ -34,7 +36,9 @@ def second_order_certificate(problem: HeadProblem, sense: str = "max", upper_con
     if sense != "max":
         raise ValueError(f"sense must be 'max' or 'min'; got {sense!r}")
     if problem.mode == "varying" and factored:
-        return second_order_varying_factored(problem, monotone_points=monotone_points, ladder=ladder,
-                                             upper_cone=upper_cone)
-    solve = second_order_varying if problem.mode == "varying" else second_order_fixed
-    return solve(problem, upper_cone=upper_cone, monotone_points=monotone_points, ladder=ladder or SOLVER_LADDER)
+        res = second_order_varying_factored(problem, monotone_points=monotone_points, ladder=ladder,
+                                            upper_cone=upper_cone)
+    else:
+        solve = second_order_varying if problem.mode == "varying" else second_order_fixed
+        res = solve(problem, upper_cone=upper_cone, monotone_points=monotone_points, ladder=ladder or SOLVER_LADDER)
+    return first_order_attained(problem, res)
