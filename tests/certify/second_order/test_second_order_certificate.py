@@ -204,15 +204,19 @@ def test_initial_facets_same_certificate_as_the_sigma_grids(problem):
         assert new.value >= ex.hi - 1e-9 * (1.0 + ex.value_spread)
 
 
+def _random_chains(rng, d: int, radius: float, count: int):
+    """`count` copies of the facets of a random zonotope's upper chain, R_s and random vertices k."""
+    u_s, u_w = rng.standard_normal(d), rng.standard_normal(d)
+    R_s = radius * np.abs(u_s).sum() * (1 + 1e-12)
+    return [fc.UpperChainFacets(u_s, u_w, radius, R_s)] * count, R_s, rng.integers(0, d + 1, size=count)
+
+
 def test_default_initial_facets_are_the_former_rule():
     """The varying query calls initial_edges without `near`: exactly the former facets (both sigma grids and the
     two edges at the estimated vertex), so its certificates are unchanged."""
     rng = np.random.default_rng(9)
     for d in (5, 40, 768):
-        u_s, u_w = rng.standard_normal(d), rng.standard_normal(d)
-        R_s = 0.01 * np.abs(u_s).sum() * (1 + 1e-12)
-        chains = [fc.UpperChainFacets(u_s, u_w, 0.01, R_s)] * 3
-        k = rng.integers(0, d + 1, size=3)
+        chains, R_s, k = _random_chains(rng, d, 0.01, 3)
         for j, edges in enumerate(fc.initial_edges(chains, k)):
             ch = chains[j]
             glob = ch.edge_at(np.linspace(-R_s, R_s, fc.GRID_POINTS))
@@ -226,13 +230,10 @@ def test_near_edges_keep_the_global_sigma_grid():
     """With the consecutive edges (fixed query, near = NEAR_EDGES) the initial facets are capped; the global sigma
     grid comes before the local one, so the far parts of P stay covered. (When the local grid came first, a wide
     window at r = 0.02 pushed the global grid out and the tight certificate's median gap on the default run rose
-    from 0.00144 to 0.0025 of the movement: docs/certificate.md section 11.)"""
+    from 0.00144 to 0.0025 of the movement: bench/paper_cost_ratio.md.)"""
     rng = np.random.default_rng(10)
     for d in (40, 384, 768):
-        u_s, u_w = rng.standard_normal(d), rng.standard_normal(d)
-        R_s = 0.02 * np.abs(u_s).sum() * (1 + 1e-12)
-        chains = [fc.UpperChainFacets(u_s, u_w, 0.02, R_s)] * 4
-        k = rng.integers(0, d + 1, size=4)
+        chains, R_s, k = _random_chains(rng, d, 0.02, 4)
         for j, edges in enumerate(fc.initial_edges(chains, k, fc.SLOTS, near=fc.NEAR_EDGES)):
             ch = chains[j]
             glob = ch.edge_at(np.linspace(-R_s, R_s, fc.GRID_POINTS))
