@@ -121,6 +121,13 @@ def test_holds_ordered_and_setup_forms():
     assert verdict(ordered, [[0.01, 0.02], [0.2, 0.7]]).kind == REPRODUCED
     assert verdict(ordered, [[0.01, 0.5], [0.2, 0.7]]).kind == DIFFERS   # ranges overlap
     assert verdict(ordered, [1.0, None]).kind == NA
+    # better = lower: the last key (e.g. the certificate's time) below the one before it beats the claimed order
+    faster = claim(form="ordered", value=[0.02, 0.7, 10], measured=("a", "b", "c"), better="lower")
+    assert verdict(faster, [[0.01, 0.02], [0.2, 0.7], 10.0]).kind == REPRODUCED
+    assert verdict(faster, [[0.01, 0.02], [0.03, 0.05], 0.025]).kind == STRONGER
+    assert verdict(faster, [[0.01, 0.02], [0.03, 0.05], 0.04]).kind == DIFFERS     # overlaps the one before it
+    assert verdict(faster, [[0.03, 0.05], [0.01, 0.02], 10.0]).kind == DIFFERS     # the others out of order
+    assert verdict(ordered, [2.0, 1.0]).kind == DIFFERS                            # better = none: no stronger
     setup = claim(form="setup", value="GPT-2 small")
     assert verdict(setup, "gpt-2 small").kind == REPRODUCED and verdict(setup, "all-MiniLM-L6-v2").kind == SETUP_DIFFERS
 

@@ -14,7 +14,8 @@ One claim:
     form        value | band | at_most | at_least | holds | ordered | setup  (see attncert.pipeline.verdict)
     measured    the key of the stages' `*_measured.json` holding ours (default: id); `ordered` takes a list
     tolerance   {abs: x} | {rel: x} | {factor: x} | none  (in the claim's metric)
-    better      lower | higher | none  (the claim's direction: only `value`/`band` claims can be `stronger`)
+    better      lower | higher | none  (the claim's direction: `value`/`band` claims, and `ordered` ones with lower
+                whose last key beats the order, can be `stronger`)
     direction   [lo, hi] (optional; `.inf` allowed): where the claim's direction or order holds, so that
                 a value outside the tolerance but inside it reads `qualitative`
     strict      true for "<" / ">" limits (at_most / at_least)

@@ -27,7 +27,9 @@ A limit claim (at_most / at_least) that holds is `reproduced`, never `stronger`:
 limit, not a number to beat.
 
 Other forms. `holds`: ours is a boolean; true -> reproduced, false -> differs. `ordered`: ours is a
-list of values (one per measured key); reproduced when each one lies strictly below the next (for
+list of values (one per measured key); with `better: lower`, the order failing only because the last
+key lies entirely below the one before it (the others in order) is stronger (a certificate faster than
+a baseline the paper called faster); reproduced when each one lies strictly below the next (for
 ranges: max of one < min of the next), else differs. `setup`: ours equals the paper's number (within
 tolerance) or string -> reproduced, else `set-up differs`.
 
@@ -141,11 +143,18 @@ def _numeric(claim: Claim, ours) -> str:
     return DIFFERS
 
 
-def _ordered(ours) -> str:
+def _ordered(ours, better: str = "none") -> str:
     spans = [interval(v) for v in ours]
     if any(s is None for s in spans):
         return NA
-    return REPRODUCED if all(a[1] < b[0] for a, b in zip(spans, spans[1:])) else DIFFERS
+    if all(a[1] < b[0] for a, b in zip(spans, spans[1:])):
+        return REPRODUCED
+    # better = lower: the last key is the one the claim puts on top (e.g. the certificate's time); when the others
+    # keep their order and it lies entirely below the one before it, it beats the claim: stronger, not differs
+    head = spans[:-1]
+    if better == "lower" and all(a[1] < b[0] for a, b in zip(head, head[1:])) and spans[-1][1] < head[-1][0]:
+        return STRONGER
+    return DIFFERS
 
 
 def _setup(claim: Claim, ours) -> str:
@@ -164,7 +173,7 @@ def uncapped_verdict(claim: Claim, ours) -> str:
     if claim.form == "ordered":
         if not isinstance(ours, (list, tuple)) or len(ours) != len(claim.measured) or any(_missing(v) for v in ours):
             return NA
-        return _ordered(ours)
+        return _ordered(ours, claim.better)
     if _missing(ours):
         return NA
     if claim.form == "setup":
