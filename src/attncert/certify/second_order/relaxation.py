@@ -96,7 +96,8 @@ class SecondOrderResult:
 
     value: float  # sound upper bound on max g (sense "max") or lower bound on min g (sense "min")
     status: str  # solver status of the certifying solve, or the reason for a fallback / shortcut
-    solver: str  # "CLARABEL", "SCS", "first_order" (fallback) or "first_order_static" (no score motion)
+    solver: str  # "CLARABEL", "SCS", "first_order" (fallback), "first_order_static" (no score motion) or
+    #             "first_order_attained" (a feasible value attains the first-order bound: `attained`)
     seconds: float
     fallback: bool  # True when the value is the first-order certificate because the relaxation failed
     sense: str = "max"
