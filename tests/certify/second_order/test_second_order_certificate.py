@@ -480,6 +480,28 @@ def test_first_order_bound_attained_is_not_a_fallback():
     assert res.fallback and res.solver == "first_order" and "of the movement below it" in res.status
 
 
+def test_attained_check_records_a_feasible_value_above_the_bound_loudly(monkeypatch):
+    """A feasible value above the returned bound would be a soundness violation: it is written into `status` and
+    the unit stays a fallback; an ascent that raises leaves the fallback untouched."""
+    import attncert.certify.best_feasible_ascent as bfa
+    from attncert.certify.best_feasible_ascent import AscentResult
+
+    p = random_head_problem(np.random.default_rng(3), d=5, n=4, radius=0.05)
+    ladder = (("NO_SUCH_SOLVER", {}),)
+    F = second_order_certificate(p, ladder=ladder).value
+    monkeypatch.setattr(bfa, "best_feasible_ascent",
+                        lambda *a, **k: AscentResult(F + 1.0, None, "max", np.zeros(1), 0.0))
+    res = second_order_certificate(p, ladder=ladder)
+    assert res.fallback and res.value == F and "SOUNDNESS VIOLATION" in res.status
+
+    def broken(*a, **k):
+        raise RuntimeError("no ascent")
+
+    monkeypatch.setattr(bfa, "best_feasible_ascent", broken)
+    res = second_order_certificate(p, ladder=ladder)
+    assert res.fallback and res.value == F and res.status.startswith("fallback") and "feasible" not in res.status
+
+
 def test_no_relaxation_with_an_underflowing_lower_weight(monkeypatch):
     """R_s ~ 300 with a token 500 below the top: its E_l = e^{A - R_s} underflowed to 0, so the relaxation
     forced its weight to 0, although at the maximum that token carries almost all the weight. The program
