@@ -143,16 +143,20 @@ def _numeric(claim: Claim, ours) -> str:
     return DIFFERS
 
 
+def _increasing(spans) -> bool:
+    """Each interval lies strictly below the next (max of one < min of the next)."""
+    return all(a[1] < b[0] for a, b in zip(spans, spans[1:]))
+
+
 def _ordered(ours, better: str = "none") -> str:
     spans = [interval(v) for v in ours]
     if any(s is None for s in spans):
         return NA
-    if all(a[1] < b[0] for a, b in zip(spans, spans[1:])):
+    if _increasing(spans):
         return REPRODUCED
     # better = lower: the last key is the one the claim puts on top (e.g. the certificate's time); when the others
     # keep their order and it lies entirely below the one before it, it beats the claim: stronger, not differs
-    head = spans[:-1]
-    if better == "lower" and all(a[1] < b[0] for a, b in zip(head, head[1:])) and spans[-1][1] < head[-1][0]:
+    if better == "lower" and _increasing(spans[:-1]) and spans[-1][1] < spans[-2][0]:
         return STRONGER
     return DIFFERS
 
