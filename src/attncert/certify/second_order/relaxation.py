@@ -250,59 +250,65 @@ def _up(x, k: float = 8.0):
     return x + k * _U * np.abs(x) + 1e-300
 
 
-def weight_parameters(P: dict, A: np.ndarray, h: np.ndarray, eps: np.ndarray, w0: np.ndarray, eps_w: np.ndarray,
-                      g0: float, rho_o: float, rho_w: float, theta: np.ndarray | None = None):
-    """Fill the parameters of `weight_constraints` and the objective; returns (El, Ehat, tau_lo, tau_hi).
+def weight_coefficients(A: np.ndarray, h: np.ndarray, eps: np.ndarray, w0: np.ndarray, eps_w: np.ndarray,
+                        g0: float, rho_o: float, rho_w: float, mono: int = MONOTONE_POINTS) -> dict:
+    """Every coefficient of the rows of `weight_constraints` and of the objective, as plain arrays.
 
     Token j's score shift lies in [-h_j, h_j] (h_j > 0, the unit score is shift / h_j) and its computed score
     errs by <= eps_j; values are read in units of rho_w (omega_hat = omega / rho_w); the objective is
-    (g - g0) / rho_o; theta_j > 0 scales the upper-level variables (lam = theta lam', U = theta U').
+    (g - g0) / rho_o. Keys: the Parameter names of `weight_constraints` (mono: (n, mono) arrays of the
+    monotonicity cuts; none when mono = 0), plus El, Ehat, kappa, tau_lo, tau_hi.
     """
     n = A.size
-    th = np.ones(n) if theta is None else np.asarray(theta, dtype=np.float64)
     El = np.exp(A - h - eps)
     two = 2.0 * h + 2.0 * eps
     Ehat, kappa = np.exp(two), np.expm1(two)
     wt = (w0 + eps_w - g0) / rho_o
     wt = wt + 4.0 * _U * (np.abs(w0) + eps_w + abs(g0)) / rho_o + 4.0 * _U * np.abs(wt)
     e2m = np.expm1(2.0 * eps)
-    assign(P["c_tau"], float(El @ wt) + 4.0 * _U * float(El @ np.abs(wt)) * n)
-    assign(P["c_lam"], El * kappa * wt * th)
-    assign(P["c_V"], El * (rho_w / rho_o))
-    assign(P["c_U"], El * Ehat * (rho_w / rho_o) * th)
-    assign(P["n_tau"], float(El.sum()))
-    assign(P["n_lam"], El * kappa * th)
-    assign(P["kt"], kappa * th)
-    assign(P["th"], th)
-    assign(P["hV"], h)
-    assign(P["hU"], h * th)
-    assign(P["up_tau"], h + 2.0 * eps)
-    assign(P["up_lam"], (h + 2.0 * eps) * kappa * th)
-    assign(P["up_V"], h)
-    assign(P["up_U"], h * Ehat * th)
-    # secant of exp over [-h, h] in the unit score: kappa lam <= e2m tau + e^{2eps} (kappa / 2) (S + tau)
     half = (1.0 + e2m) / 2.0
-    assign(P["sec_U"], half * th)
-    assign(P["sec_V"], half)
-    assign(P["sec_tau"], _up(e2m / kappa + half))
-    if "mV" in P:
-        m = P["mV"].shape[1]
-        frac = np.arange(1, m + 1) / (m + 1)
+    k = dict(El=El, Ehat=Ehat, kappa=kappa, wt=wt,
+             c_tau=float(El @ wt) + 4.0 * _U * float(El @ np.abs(wt)) * n,
+             c_tau_token=El * wt + 4.0 * _U * np.abs(El * wt),  # per token: each >= its exact share of c_tau
+             c_lam=El * kappa * wt, c_V=El * (rho_w / rho_o), c_U=El * Ehat * (rho_w / rho_o),
+             n_tau=float(El.sum()), n_tau_token=El, n_lam=El * kappa, kt=kappa, th=np.ones(n), hV=h, hU=h,
+             up_tau=h + 2.0 * eps, up_lam=(h + 2.0 * eps) * kappa, up_V=h, up_U=h * Ehat,
+             # secant of exp over [-h, h] in the unit score: kappa lam <= e2m tau + e^{2eps} (kappa / 2) (S + tau)
+             sec_U=half, sec_V=half, sec_tau=_up(e2m / kappa + half))
+    if mono:
+        frac = np.arange(1, mono + 1) / (mono + 1)
         c = 2.0 * frac[None, :] - 1.0  # interior unit score points c in (-1, 1)
         hc, ec = h[:, None], eps[:, None]
         gm1 = np.expm1(hc * (c + 1.0) + ec)  # gamma - 1, gamma = E_c / E_l
         gam = gm1 + 1.0
         umg = gam * np.expm1(hc * (1.0 - c) + ec)  # Ehat - gamma
         kc = kappa[:, None]
-        assign(P["mV"], -gm1 / kc)
-        assign(P["mU"], umg / kc * th[:, None])
-        assign(P["mlam"], -c * th[:, None])
-        assign(P["mtau"], _up((c * gm1 + 2.0 * gam * np.expm1(ec)) / kc) + 8.0 * _U * np.abs(c * gm1 / kc))
-    if "dv_lam" in P:
-        assign(P["dv_lam"], kappa / h * th)
-        assign(P["dv_nu"], h)
-    tau_lo, tau_hi = softmax_bounds(El, El * Ehat)
-    return El, Ehat, tau_lo, tau_hi
+        k.update(mV=-gm1 / kc, mU=umg / kc, mlam=np.broadcast_to(-c, (n, mono)).copy(),
+                 mtau=_up((c * gm1 + 2.0 * gam * np.expm1(ec)) / kc) + 8.0 * _U * np.abs(c * gm1 / kc))
+    k["dv_lam"], k["dv_nu"] = kappa / h, h
+    k["tau_lo"], k["tau_hi"] = softmax_bounds(El, El * Ehat)
+    return k
+
+
+def weight_parameters(P: dict, A: np.ndarray, h: np.ndarray, eps: np.ndarray, w0: np.ndarray, eps_w: np.ndarray,
+                      g0: float, rho_o: float, rho_w: float, theta: np.ndarray | None = None):
+    """Fill the parameters of `weight_constraints` and the objective from `weight_coefficients`; returns
+    (El, Ehat, tau_lo, tau_hi). theta_j > 0 scales the upper-level variables (lam = theta lam', U = theta U').
+    """
+    th = np.ones(A.size) if theta is None else np.asarray(theta, dtype=np.float64)
+    k = weight_coefficients(A, h, eps, w0, eps_w, g0, rho_o, rho_w, P["mV"].shape[1] if "mV" in P else 0)
+    scaled = {"c_lam", "c_U", "n_lam", "kt", "th", "hU", "up_lam", "up_U", "sec_U", "dv_lam"}
+    for name in ("c_tau", "c_lam", "c_V", "c_U", "n_tau", "n_lam", "kt", "th", "hV", "hU", "up_tau", "up_lam",
+                 "up_V", "up_U", "sec_U", "sec_V", "sec_tau", "dv_lam", "dv_nu"):
+        if name in P:
+            val = k[name] * th if name in scaled else k[name]
+            assign(P[name], val)
+    if "mV" in P:
+        assign(P["mV"], k["mV"])
+        assign(P["mU"], k["mU"] * th[:, None])
+        assign(P["mlam"], k["mlam"] * th[:, None])
+        assign(P["mtau"], k["mtau"])
+    return k["El"], k["Ehat"], k["tau_lo"], k["tau_hi"]
 
 
 def nu_bound(h: np.ndarray, eps: np.ndarray, tau_hi: float) -> np.ndarray:
