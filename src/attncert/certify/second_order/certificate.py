@@ -1,6 +1,7 @@
 """The second-order certificate of one head: a sound bound on max g (or min g), either query mode.
 
-`second_order_certificate` dispatches on `problem.mode` to the fixed-query relaxation (`fixed`) or the
+`second_order_certificate` dispatches on `problem.mode` to the fixed-query relaxation (`fixed`; above
+SEPARABLE_ABOVE attended keys `separable`, the same relaxation at a cost linear in the number of keys) or the
 varying-query one (`varying`); sense "min" bounds min g = -max(-g) with the negated specification.
 """
 from __future__ import annotations
@@ -9,9 +10,12 @@ from attncert.certify.second_order.attained import first_order_attained
 from attncert.certify.second_order.dual_certificate import SOLVER_LADDER
 from attncert.certify.second_order.fixed import second_order_fixed
 from attncert.certify.second_order.relaxation import MONOTONE_POINTS, SecondOrderResult
+from attncert.certify.second_order.separable import FAMILY_ABOVE, second_order_separable
 from attncert.certify.second_order.varying import second_order_varying
 from attncert.certify.second_order.varying_factored import second_order_varying_factored
 from attncert.head.problem import HeadProblem
+
+SEPARABLE_ABOVE = FAMILY_ABOVE  # fixed query: more attended keys than this use `separable`
 
 
 def second_order_certificate(problem: HeadProblem, sense: str = "max", upper_cone: bool = False,
@@ -35,7 +39,9 @@ def second_order_certificate(problem: HeadProblem, sense: str = "max", upper_con
         return r
     if sense != "max":
         raise ValueError(f"sense must be 'max' or 'min'; got {sense!r}")
-    if problem.mode == "varying" and factored:
+    if problem.mode == "fixed" and problem.n > SEPARABLE_ABOVE:
+        res = second_order_separable(problem, upper_cone=upper_cone, monotone_points=monotone_points)
+    elif problem.mode == "varying" and factored:
         res = second_order_varying_factored(problem, monotone_points=monotone_points, ladder=ladder,
                                             upper_cone=upper_cone)
     else:

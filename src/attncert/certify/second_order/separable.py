@@ -364,8 +364,8 @@ def _cuts(prog: Program, x: np.ndarray, D, chain, edges: np.ndarray) -> tuple[np
 
 
 FAMILY_ABOVE = 48  # more kept tokens than this: duals from the one-parameter family of token programs
-FAMILY_TOP = 40  # grid points placed at the w of the tokens with the largest weight bounds ...
-FAMILY_SPREAD = 24  # ... and spread evenly over the range of w
+FAMILY_TOP = 64  # grid points placed at the w of the tokens with the largest weight bounds ...
+FAMILY_SPREAD = 32  # ... and spread evenly over the range of w
 
 
 def _virtual_data(D, w: np.ndarray):
@@ -496,6 +496,11 @@ def _linf_rows(problem, D):
     bb = np.concatenate([[D.R_s, D.R_s], b_all + 1e-300])
     hs_hw, hb = unit_rows(H, bb, D.R_s, D.rho_w)
     return chain, hs_hw[:, 0], hs_hw[:, 1], hb
+
+
+def _to_g_units(bound: float, D) -> float:
+    """A bound in objective units mapped to g (outward), with the dropped tokens' tail."""
+    return outward_affine(D.g0, D.rho_o, bound, D.tail)
 
 
 def second_order_separable(problem, upper_cone: bool = False, monotone_points: int = MONOTONE_POINTS,
