@@ -1,0 +1,276 @@
+"""Cost and gap of every certifier against the number of attended keys n (a benchmark, not a test).
+
+Model: the SYNTHETIC `random-gpt2` (GPT-2 small's shapes, seeded random weights, init std 0.08 so the score
+widths are GPT-2-like; not GPT-2), layer 5, the committed public-domain passage `data/long_context_passage.txt`
+(1,024 tokens). A unit attends to n keys: query position n - 1 of the causal head.
+
+Methods per unit (each as far as it runs in about 60 s per unit; where it cannot, the table says why):
+exact worst case (fixed query), first-order certificate, second-order certificate (paper-like and tight:
+`second_order_certificate`, which uses the separable path above 48 keys), the monolithic program of
+`second_order.fixed` ("before": every n up to --before-max), CROWN and alpha-CROWN (`bound_propagation` head
+network) up to --crown-max, and the varying query's second-order certificate up to --varying-max with its
+gap against the best ascent value.
+
+Relative gap: (bound - reference) / (reference - nominal), reference = the exact bracket's upper end (fixed
+query) or the best ascent value (varying query). Soundness: every bound must be >= the reference; a
+violation is counted and printed. Fitted growth exponent: slope of log(median seconds) on log(n) over
+n in [64, 1024].
+
+    .venv/bin/python bench/context_length.py [--quick] [--heads 3] [--out bench/results]
+
+Writes context_length.md, context_length.json and context_length.png under --out.
+"""
+from __future__ import annotations
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+NS = (2, 5, 9, 16, 32, 64, 128, 256, 512, 1024)
+QUICK_NS = (5, 16, 64, 256, 1024)
+LAYER = 5
+INIT_STD = 0.08
+
+
+def head_arrays(n_tokens: int):
+    from attncert.pipeline.extraction import extract_layers, load_model, tokenize_prompts
+
+    loaded = load_model({"source": "random-gpt2", "family": "gpt2", "seed": 0, "init_std": INIT_STD})
+    text = (REPO / "data" / "long_context_passage.txt").read_text()
+    ids = tokenize_prompts(loaded.tokenizer, [text], n_tokens)
+    return extract_layers(loaded.model, "gpt2", ids, [LAYER])[LAYER]
+
+
+def problem(arrays, spec, qps, head, n, radius, norm, mode):
+    from attncert.head.units import Unit, head_problem
+
+    return head_problem(arrays, spec, qps, Unit(LAYER, head, 0, n - 1, radius, norm, mode))
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    try:
+        out = fn()
+    except MemoryError as e:
+        return math.nan, time.perf_counter() - t0, f"MemoryError {e}"
+    return out, time.perf_counter() - t0, "ok"
+
+
+def run(args) -> dict:
+    from attncert.baselines.linear_bound_baselines import baseline_upper_bound
+    from attncert.certify.best_feasible_ascent import best_feasible_ascent
+    from attncert.certify.exact_worst_case import exact_worst_case
+    from attncert.certify.first_order_certificate import first_order_certificate
+    from attncert.certify.second_order import second_order_certificate
+    from attncert.certify.second_order.fixed import second_order_fixed
+    from attncert.head.units import specification_vectors
+    from tqdm import tqdm
+
+    ns = QUICK_NS if args.quick else NS
+    radii = (0.002,) if args.quick else (0.002, 0.02)
+    norms = ("linf",) if args.quick else ("linf", "l2")
+    arrays = head_arrays(max(ns))
+    qps = [n - 1 for n in ns]
+    spec = specification_vectors(arrays, LAYER, qps, 0)
+    rows = []
+    jobs = [(h, n, r, nm) for n in ns for h in range(args.heads) for r in radii for nm in norms]
+    for h, n, r, nm in tqdm(jobs, desc="fixed-query units"):
+        p = problem(arrays, spec, qps, h, n, r, nm, "fixed")
+        row = dict(mode="fixed", head=h, n=n, radius=r, norm=nm)
+        ex, row["exact_s"], _ = timed(lambda: exact_worst_case(p))
+        ref, nom = ex.hi, p.nominal_value()
+        row["reference"], row["movement"] = ref, ref - nom
+        methods = {"first_order": lambda: first_order_certificate(p),
+                   "second_order": lambda: second_order_certificate(p).value,
+                   "second_order_tight": lambda: second_order_certificate(p, upper_cone=True).value}
+        if n <= args.before_max:
+            methods["before_second_order"] = lambda: second_order_fixed(p).value
+            methods["before_second_order_tight"] = lambda: second_order_fixed(p, upper_cone=True).value
+        if n <= args.crown_max:
+            methods["crown"] = lambda: baseline_upper_bound(p, "crown").upper
+            methods["alpha_crown"] = lambda: baseline_upper_bound(p, "alpha_crown").upper
+        for name, fn in methods.items():
+            val, sec, status = timed(fn)
+            row[name], row[f"{name}_s"], row[f"{name}_status"] = val, sec, status
+        for name in ("crown", "alpha_crown"):
+            if n > args.crown_max:
+                row[f"{name}_status"] = (f"not run: n > {args.crown_max} (the bound_propagation head network's dense "
+                                         "coefficients need about n^2 d memory: MemoryError from n = 128)")
+        rows.append(row)
+    for h, n, r in tqdm([(h, n, r) for n in ns if n <= args.varying_max for h in range(min(args.heads, 2))
+                         for r in radii], desc="varying-query units"):
+        p = problem(arrays, spec, qps, h, n, r, "linf", "varying")
+        row = dict(mode="varying", head=h, n=n, radius=r, norm="linf")
+        best, row["ascent_s"], _ = timed(lambda: best_feasible_ascent(p, restarts=4, steps=60, seed=0).value)
+        row["reference"], row["movement"] = best, best - p.nominal_value()
+        for name, fn in {"first_order": lambda: first_order_certificate(p),
+                         "second_order": lambda: second_order_certificate(p).value,
+                         "second_order_tight": lambda: second_order_certificate(p, upper_cone=True).value}.items():
+            val, sec, status = timed(fn)
+            row[name], row[f"{name}_s"], row[f"{name}_status"] = val, sec, status
+        rows.append(row)
+    return dict(rows=rows, ns=list(ns), args=vars(args))
+
+
+METHODS = ("exact", "first_order", "second_order", "second_order_tight", "before_second_order",
+           "before_second_order_tight", "crown", "alpha_crown")
+
+
+def summarize(data: dict) -> dict:
+    out = {"fixed": {}, "varying": {}, "exponents": {}, "violations": []}
+    for row in data["rows"]:
+        for m in METHODS:
+            if m == "exact" or not isinstance(row.get(m), float) or not math.isfinite(row[m]):
+                continue
+            tol = 1e-9 * (1.0 + abs(row["reference"]))
+            if row[m] < row["reference"] - tol:
+                out["violations"].append(dict(method=m, **{k: row[k] for k in ("mode", "head", "n", "radius", "norm")},
+                                              bound=row[m], reference=row["reference"]))
+    for mode in ("fixed", "varying"):
+        for n in data["ns"]:
+            sub = [r for r in data["rows"] if r["mode"] == mode and r["n"] == n]
+            if not sub:
+                continue
+            cell = {}
+            for m in METHODS:
+                key = f"{m}_s"
+                secs = [r[key] for r in sub if key in r and (m == "exact" or math.isfinite(r.get(m, math.nan)))]
+                if not secs:
+                    continue
+                cell[m] = dict(median_s=float(np.median(secs)), max_s=float(np.max(secs)))
+                if m != "exact":
+                    for rad in sorted({r["radius"] for r in sub}):
+                        rel = [(r[m] - r["reference"]) / r["movement"] for r in sub
+                               if r["radius"] == rad and r["movement"] > 0 and math.isfinite(r.get(m, math.nan))]
+                        if rel:
+                            cell[m][f"rel_gap_r{rad:g}"] = float(np.median(rel))
+            out[mode][n] = cell
+    for m in METHODS:
+        pts = [(n, c[m]["median_s"]) for n, c in out["fixed"].items() if m in c and 64 <= n <= 1024]
+        if len(pts) >= 2:
+            x, y = np.log([p[0] for p in pts]), np.log([max(p[1], 1e-6) for p in pts])
+            out["exponents"][m] = float(np.polyfit(x, y, 1)[0])
+    return out
+
+
+def provenance() -> dict:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit = "unknown"
+    return dict(script="bench/context_length.py", commit=commit, python=platform.python_version(),
+                machine=f"{platform.machine()}, {os.cpu_count()} cores", created_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                model=f"random-gpt2 (SYNTHETIC, not GPT-2), init std {INIT_STD}, layer {LAYER}",
+                prompt="data/long_context_passage.txt")
+
+
+LABELS = {"exact": "exact worst case", "first_order": "first order", "second_order": "second order",
+          "second_order_tight": "second order, tight", "before_second_order": "second order, monolithic program",
+          "before_second_order_tight": "tight, monolithic program", "crown": "CROWN", "alpha_crown": "alpha-CROWN"}
+
+
+def markdown(data: dict, summ: dict) -> str:
+    prov = provenance()
+    lines = [f"# Certifier cost and gap vs the number of keys n", "",
+             f"Generated by `{prov['script']}` ({'--quick' if data['args']['quick'] else 'full'}), {prov['created_utc']}, "
+             f"{prov['machine']}. Model: {prov['model']}; prompt `{prov['prompt']}`. Not a GPT-2 result.", ""]
+    radii = sorted({r["radius"] for r in data["rows"]})
+    for mode in ("fixed", "varying"):
+        if not summ[mode]:
+            continue
+        lines += [f"## {mode} query: median seconds per unit (relative gap at " + ", ".join(f"r = {r:g}" for r in radii) + ")", ""]
+        present = [m for m in METHODS if any(m in c for c in summ[mode].values())]
+        lines.append("| n | " + " | ".join(LABELS[m] for m in present) + " |")
+        lines.append("| --- " * (len(present) + 1) + "|")
+        for n, cell in summ[mode].items():
+            vals = []
+            for m in present:
+                if m not in cell:
+                    vals.append("—")
+                    continue
+                gaps = " / ".join(f"{cell[m][f'rel_gap_r{r:g}']:.3g}" for r in radii if f"rel_gap_r{r:g}" in cell[m])
+                vals.append(f"{cell[m]['median_s']:.3g} s" + (f" ({gaps})" if gaps else ""))
+            lines.append(f"| {n} | " + " | ".join(vals) + " |")
+        lines.append("")
+    notes = sorted({r.get(f"{m}_status") for r in data["rows"] for m in ("crown", "alpha_crown")
+                    if str(r.get(f"{m}_status", "ok")) != "ok"} - {None})
+    if notes:
+        lines += ["Where CROWN / alpha-CROWN have no entry: " + "; ".join(notes), ""]
+    lines += ["Fitted growth exponent of the median time over n in [64, 1024] (fixed query): "
+              + ", ".join(f"{LABELS[m]} {e:.2f}" for m, e in summ["exponents"].items()), "",
+              f"Soundness violations (a bound below the exact bracket or the best ascent value): {len(summ['violations'])}", ""]
+    return "\n".join(lines)
+
+
+def figure(summ: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for m in METHODS:
+        pts = sorted((n, c[m]) for n, c in summ["fixed"].items() if m in c)
+        if not pts:
+            continue
+        ns = [p[0] for p in pts]
+        axes[0].loglog(ns, [p[1]["median_s"] for p in pts], "o-", label=LABELS[m], ms=4)
+        gaps = [(n, p.get("rel_gap_r0.002")) for n, p in pts if p.get("rel_gap_r0.002", 0) > 0]
+        if gaps and m != "exact":
+            axes[1].loglog([g[0] for g in gaps], [g[1] for g in gaps], "o-", label=LABELS[m], ms=4)
+    axes[0].set_xlabel("attended keys n")
+    axes[0].set_ylabel("median seconds per unit")
+    axes[0].set_title("cost (fixed query)")
+    axes[1].set_xlabel("attended keys n")
+    axes[1].set_ylabel("median relative gap, r = 0.002")
+    axes[1].set_title("gap / output movement (fixed query)")
+    for ax in axes:
+        ax.grid(True, which="both", alpha=0.3)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.suptitle(f"random-gpt2 (SYNTHETIC, not GPT-2), init std {INIT_STD}, layer {LAYER}", fontsize=10)
+    fig.tight_layout(rect=(0, 0.1, 1, 0.95))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="n in {5, 16, 64, 256, 1024}, one head, r = 0.002, linf")
+    ap.add_argument("--heads", type=int, default=3)
+    ap.add_argument("--before-max", type=int, default=256, help="largest n for the monolithic program")
+    ap.add_argument("--crown-max", type=int, default=64, help="largest n for CROWN / alpha-CROWN")
+    ap.add_argument("--varying-max", type=int, default=64, help="largest n for the varying query")
+    ap.add_argument("--out", default=str(REPO / "bench" / "results"))
+    args = ap.parse_args()
+    if args.quick:
+        args.heads, args.before_max, args.crown_max, args.varying_max = 1, 64, 16, 16
+    warnings.filterwarnings("ignore")
+    data = run(args)
+    summ = summarize(data)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    text = markdown(data, summ)
+    (out / "context_length.md").write_text(text)
+    (out / "context_length.json").write_text(json.dumps(dict(provenance=provenance(), summary=summ, **data),
+                                                        indent=1, default=float))
+    figure(summ, out / "context_length.png")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
