@@ -16,6 +16,7 @@ include: "workflow/rules/certify.smk"
 include: "workflow/rules/baselines.smk"
 include: "workflow/rules/block.smk"
 include: "workflow/rules/minip.smk"
+include: "workflow/rules/long_context.smk"
 
 
 # every stage's measured values, joined with data/paper_claims.yaml by the final report
@@ -24,7 +25,7 @@ MEASURED_FILES = [
     f"figures/tables/{MODEL}/baselines_measured.json",
     f"figures/tables/{MODEL}/block_measured.json",
     "figures/tables/method_checks_measured.json",
-] + MINIP_MEASURED
+] + MINIP_MEASURED + ([f"figures/tables/{MODEL}/long_context_measured.json"] if LC else [])
 
 
 include: "workflow/rules/report.smk"
@@ -37,5 +38,6 @@ rule all:
         BASELINES_OUTPUTS,
         BLOCK_OUTPUTS,
         MINIP_OUTPUTS,
+        LONG_CONTEXT_OUTPUTS,
         REPORT_OUTPUTS,
     default_target: True

@@ -241,3 +241,21 @@ def recompute_head_output(arrays: dict, head: int, prompt: int) -> np.ndarray:
 def load_layer(path: str | Path) -> dict[str, np.ndarray]:
     with np.load(path, allow_pickle=False) as f:
         return {k: f[k] for k in f.files}
+
+
+def extract_lengths(loaded: LoadedModel, text: str, lengths: list[int], layer: int) -> dict[str, np.ndarray]:
+    """One passage read at several context lengths T: the layer's head weights once, and per T the normalized
+    tokens `Z_{T}` (1, T, d) of the passage cut to its first T tokens (its own forward pass: with
+    bidirectional attention a prefix is a different context). For the long-context experiment."""
+    cap = int(getattr(loaded.model.config, "max_position_embeddings", getattr(loaded.model.config, "n_positions", 0)))
+    out: dict[str, np.ndarray] = {}
+    for T in sorted(int(t) for t in lengths):
+        if cap and T > cap:
+            raise ValueError(f"length {T} exceeds the model's {cap} positions; fix: keep long_context.lengths <= {cap}")
+        ids = tokenize_prompts(loaded.tokenizer, [text], T)
+        arrays = extract_layers(loaded.model, loaded.family, ids, [layer])[layer]
+        out[f"Z_{T}"] = arrays["Z"]
+        out[f"token_ids_{T}"] = ids
+        for key in ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "W_O", "causal"):
+            out[key] = arrays[key]
+    return out

@@ -1,0 +1,88 @@
+# Long-context experiment (beyond the paper): one public-domain passage read at growing context lengths,
+# the certificates of one layer's heads attending to up to `long_context.lengths` keys (fixed query).
+LC = config.get("long_context", {})
+LONG_CONTEXT_OUTPUTS = [
+    f"figures/long_context/{MODEL}/gap_and_time_vs_keys.pdf",
+    f"figures/tables/{MODEL}/long_context.md",
+] if LC else []
+
+
+rule long_context_extract:
+    input:
+        passage=LC.get("passage", "data/long_context_passage.txt"),
+    output:
+        npz="data/long_context/{model}/layer_tokens.npz",
+    params:
+        model=MODEL_CFG,
+        layer=LC.get("layer", 0),
+        lengths=LC.get("lengths", []),
+        code=code("long_context_extract.py"),
+    threads: 2
+    conda:
+        "../../environment.yml"
+    resources:
+        mem_mb=4000,
+        runtime=20,
+    log:
+        "data/logs/{model}/long_context/extract.log",
+    benchmark:
+        "benchmarks/{model}/long_context/extract.tsv"
+    script:
+        "../scripts/long_context_extract.py"
+
+
+rule long_context_certify:
+    input:
+        npz="data/long_context/{model}/layer_tokens.npz",
+    output:
+        csv="data/long_context/{model}/units.csv",
+    params:
+        model=MODEL_CFG,
+        layer=LC.get("layer", 0),
+        lengths=LC.get("lengths", []),
+        heads=LC.get("heads", [0]),
+        query_position=LC.get("query_position", 0),
+        radii=LC.get("radii", []),
+        norms=LC.get("norms", ["linf"]),
+        tight=LC.get("tight", True),
+        ascent_restarts=config["certify"]["ascent_restarts"],
+        ascent_steps=config["certify"]["ascent_steps"],
+        seed=config["certify"]["seed"],
+        spec_seed=config["spec_seed"],
+        code=code("long_context_certify.py"),
+    threads: 1
+    conda:
+        "../../environment.yml"
+    resources:
+        mem_mb=3000,
+        runtime=60,
+    log:
+        "data/logs/{model}/long_context/certify.log",
+    benchmark:
+        "benchmarks/{model}/long_context/certify.tsv"
+    script:
+        "../scripts/long_context_certify.py"
+
+
+rule long_context_report:
+    input:
+        csv="data/long_context/{model}/units.csv",
+    output:
+        pdf=report("figures/long_context/{model}/gap_and_time_vs_keys.pdf", caption="../report/long_context.rst",
+                   category="Paper A: long context (beyond the paper)"),
+        png="figures/long_context/{model}/gap_and_time_vs_keys.png",
+        md="figures/tables/{model}/long_context.md",
+        measured="figures/tables/{model}/long_context_measured.json",
+    params:
+        model=MODEL_CFG,
+        code=code("long_context_report.py"),
+    threads: 1
+    conda:
+        "../../environment.yml"
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    log:
+        "data/logs/{model}/long_context/report.log",
+    script:
+        "../scripts/long_context_report.py"

@@ -1,0 +1,22 @@
+"""Snakemake entry point: the long-context figure, table and measured values (attncert.certify.long_context)."""
+import pandas as pd
+
+from attncert.certify.long_context import figure, markdown, summary
+from attncert.pipeline.job_log import start_job_log
+from attncert.pipeline.model_source import model_label
+from attncert.pipeline.paper_comparison import write_measured
+from attncert.pipeline.provenance import provenance, write_sidecar
+
+sm = snakemake  # noqa: F821 - injected by Snakemake
+start_job_log(sm.log[0])
+df = pd.read_csv(sm.input.csv)
+table, measured = summary(df)
+layer = int(df["layer"].iloc[0])
+label = (f"{model_label(sm.params.model)}: layer {layer}, {df['head'].nunique()} heads, query positions "
+         f"{sorted(df['query_pos'].unique().tolist())}, passage data/long_context_passage.txt; {len(df)} units")
+figure(table, label, sm.output.pdf)
+with open(sm.output.md, "w", encoding="utf-8") as fh:
+    fh.write(markdown(table, label))
+write_measured(sm.output.measured, measured, label)
+for out in (sm.output.pdf, sm.output.png, sm.output.md):
+    write_sidecar(out, provenance(sm.params, stage="long_context_report", inputs=[sm.input.csv]))
