@@ -172,3 +172,23 @@ def test_editing_a_stage_reruns_that_stage_and_its_dependents_only(tmp_path, tin
     other.write_text(yaml.safe_dump(conf))
     plan = run("-n", config=other)
     assert _planned_rules(plan.stdout + plan.stderr) == {"minip_constructions"}, plan.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_long_context_target_on_tiny_gpt2(tmp_path, tiny_gpt2_dir):
+    """The long-context experiment end to end: 60 attended keys (the separable path above 48), causal query
+    'last', no fallback and no violation; its measured values reach the claims' keys."""
+    lc = {"passage": "data/long_context_passage.txt", "layer": 1, "heads": [1], "lengths": [8, 60],
+          "query_position": "last", "radii": [0.003, 0.03], "norms": ["linf", "l2"], "tight": True}
+    wd, cfg = _workdir(tmp_path, tiny_gpt2_dir, long_context=lc)
+    shutil.copy(REPO / "data" / "long_context_passage.txt", wd / "data" / "long_context_passage.txt")
+    res = _snakemake(wd, cfg, "figures/tables/tiny-gpt2/long_context.md")
+    assert res.returncode == 0, res.stderr[-4000:]
+    units = pd.read_csv(wd / "data/long_context/tiny-gpt2/units.csv")
+    assert len(units) == 2 * 2 * 2 and set(units["n_tokens"]) == {8, 60}
+    assert (units["status"] == "ok").all(), units[["status", "error"]].to_string()
+    assert (units["second_order"] >= units["exact_hi"] - 1e-9 * (1 + units["value_spread"].abs())).all()
+    assert (units["second_order_tight"] <= units["second_order"] + 1e-9).all()
+    measured = json.loads((wd / "figures/tables/tiny-gpt2/long_context_measured.json").read_text())["values"]
+    assert measured["long_context_largest_n"] == 60 and measured["long_context_violations"] == 0
+    assert (wd / "figures/long_context/tiny-gpt2/gap_and_time_vs_keys.png").stat().st_size > 10_000
