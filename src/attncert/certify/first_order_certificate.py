@@ -30,7 +30,8 @@ Intervals (row vectors; q0 = z_i W_Q + b_Q, k0_j = z_j W_K + b_K, ||.||_* the du
           and ||x||_2 <= sqrt(d) ||x||_inf).
 
 Outward rounding. Every endpoint is widened by a bound on its floating-point error (gamma_K times
-the same expression in absolute values, bounded through norms: `_rounding_envelopes`), and the
+the same expression in absolute values: `head.reduced_geometry`, and for the varying query's scores
+`_varying_score_envelope`), and the
 returned value adds 2 gamma_{n+6} (1 + X) max_j |W_j|, X = the largest |exponent| used, which bounds
 the error of evaluating the best threshold's ratio (each threshold is evaluated with its own
 log-sum-exp shift, so its largest weight is 1: no 0/0 once every e^{l_j} underflows, at any score
@@ -46,35 +47,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from attncert.head.fixed_query import fixed_query_reduction
+from attncert.head.reduced_geometry import reduced_geometry
 from attncert.head.problem import HeadProblem, cached_by_weights
 from attncert.head.rounding import gamma
 
 
-def _rounding_envelopes(problem: HeadProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-token bounds on |float64 - exact| of the interval endpoints: (eps_s fixed, eps_s varying, eps_w).
+def _varying_score_envelope(problem: HeadProblem) -> np.ndarray:
+    """Per-token bound on |float64 - exact| of the varying query's score interval endpoints.
 
     A computed dot product of length k errs by at most gamma_k times the same product of absolute
     values, and such products are bounded by norms: || |x| |W| ||_2 <= ||x||_2 ||W||_F,
-    || |z| + r ||_2 <= ||z||_2 + r sqrt(d), ||v||_1 <= sqrt(d) ||v||_2. Chains (q, u_s, s0; u_w, w0;
-    q0, k0_j, W_Q k0_j, W_K q0) are all shorter than K = 3d + 3d_h + 50.
+    || |z| + r ||_2 <= ||z||_2 + r sqrt(d). Chains (q0, k0_j, W_Q k0_j, W_K q0) are all shorter than
+    K = 3d + 3d_h + 50. (The fixed query's score intervals and every value interval: `head.reduced_geometry`.)
     """
     d, dh, r = problem.d, problem.d_head, problem.radius
     g = 4.0 * gamma(3 * d + 3 * dh + 50)
-    sq = np.sqrt(dh)
-    dual = np.sqrt(d) if problem.norm == "linf" else 1.0
-    fQ, fK, fV = (float(np.linalg.norm(W)) for W in (problem.W_Q, problem.W_K, problem.W_V))
+    fQ, fK = float(np.linalg.norm(problem.W_Q)), float(np.linalg.norm(problem.W_K))
     zn = np.linalg.norm(problem.Z0, axis=1)
-    nbQ, nbK, nbV = (float(np.linalg.norm(b)) for b in (problem.b_Q, problem.b_K, problem.b_V))
-    qa = zn[problem.query_index] * fQ + nbQ  # >= || |z_i| |W_Q| + |b_Q| ||
-    usa = fK * qa / sq
-    uwa = fV * float(np.linalg.norm(problem.c))
-    eps_s_fixed = g * (zn * usa + nbK * qa / sq + r * dual * usa)
-    eps_w = g * (zn * uwa + nbV * float(np.linalg.norm(problem.c)) + r * dual * uwa)
+    nbQ, nbK = float(np.linalg.norm(problem.b_Q)), float(np.linalg.norm(problem.b_K))
     q_env = (zn[problem.query_index] + r * np.sqrt(d)) * fQ + nbQ
     k_env = (zn + r * np.sqrt(d)) * fK + nbK
-    eps_s_varying = g * q_env * k_env / sq
-    return eps_s_fixed, eps_s_varying, eps_w
+    return g * q_env * k_env / np.sqrt(dh)
 
 
 def attention_lp_max(l: np.ndarray, u: np.ndarray, W: np.ndarray, chunk: int = 512) -> tuple[float, int, float]:
@@ -137,13 +130,12 @@ def score_value_intervals(problem: HeadProblem, beta: float | None = None
     """
     r = problem.radius
     dual = problem.dual_norm
-    s0, w0, u_s, u_w = fixed_query_reduction(problem).directions()
-    eps_s_fixed, eps_s_varying, eps_w = _rounding_envelopes(problem)
-    R_w = r * dual(u_w)
-    W_lo, W_hi = w0 - R_w - eps_w, w0 + R_w + eps_w
+    geo = reduced_geometry(problem)
+    W_lo, W_hi = geo.value_range()
     if problem.mode == "fixed":
-        R_s = r * dual(u_s)
-        return s0 - R_s - eps_s_fixed, s0 + R_s + eps_s_fixed, W_lo, W_hi
+        return (*geo.score_range(), W_lo, W_hi)
+    s0 = geo.s0
+    eps_s_varying = _varying_score_envelope(problem)
     sq = np.sqrt(problem.d_head)
     q0 = problem.nominal_query()
     K0 = problem.Z0 @ problem.W_K + problem.b_K  # (n, d_h)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
 import pandas as pd
 
 from attncert.certify.run import COLUMNS, certify_unit

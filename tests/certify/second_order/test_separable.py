@@ -10,7 +10,10 @@ import attncert.certify.second_order.separable as sep
 from attncert.certify.exact_worst_case import exact_worst_case
 from attncert.certify.first_order_certificate import first_order_certificate
 from attncert.certify.second_order import second_order_certificate
-from attncert.certify.second_order.fixed import relaxation_data, second_order_fixed
+from attncert.certify.second_order.fixed import _to_g, relaxation_data, second_order_fixed
+from attncert.certify.second_order.support_bound import bound_from_dual, unit_generators
+from attncert.certify.second_order.token_family import FAMILY_ABOVE
+from attncert.certify.second_order.token_program import build_program
 from attncert.head.problem import random_head_problem
 
 from head_strategies import sampled_max  # tests/head_strategies.py
@@ -48,13 +51,13 @@ def test_bound_from_any_dual_is_sound():
         problem = random_head_problem(rng, d=5, d_head=3, n=n, radius=0.05, norm=norm)
         ex = exact_worst_case(problem)
         D = relaxation_data(problem)
-        prog = sep.build_program(D, True, 7)
-        gens = sep.unit_generators(D, norm)
+        prog = build_program(D, True, 7)
+        gens = unit_generators(D, norm)
         for _ in range(20):
             z = rng.standard_normal(prog.b.size) * 10 ** rng.uniform(-3, 1)
             z[prog.families["norm"][0]] = rng.uniform(-2, 2)
-            bound, zr = sep.bound_from_dual(prog, z, gens, norm)
-            assert sep._to_g_units(bound, D) >= ex.hi - 1e-9 * (1.0 + ex.value_spread)
+            bound, zr = bound_from_dual(prog, z, gens, norm)
+            assert _to_g(bound, D) >= ex.hi - 1e-9 * (1.0 + ex.value_spread)
 
 
 @pytest.mark.parametrize("norm", ["linf", "l2"])
@@ -74,7 +77,7 @@ def test_family_path_matches_the_monolithic_relaxation(norm):
 
 def test_dispatch_uses_the_separable_path_for_long_contexts():
     rng = np.random.default_rng(5)
-    problem = random_head_problem(rng, d=6, d_head=3, n=sep.FAMILY_ABOVE + 1, radius=0.01)
+    problem = random_head_problem(rng, d=6, d_head=3, n=FAMILY_ABOVE + 1, radius=0.01)
     res = second_order_certificate(problem)
     ex = exact_worst_case(problem)
     assert res.value >= ex.hi and res.rounds == 2  # the family path's two passes

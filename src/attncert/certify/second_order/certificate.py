@@ -10,7 +10,8 @@ from attncert.certify.second_order.attained import first_order_attained
 from attncert.certify.second_order.dual_certificate import SOLVER_LADDER
 from attncert.certify.second_order.fixed import second_order_fixed
 from attncert.certify.second_order.relaxation import MONOTONE_POINTS, SecondOrderResult
-from attncert.certify.second_order.separable import FAMILY_ABOVE, second_order_separable
+from attncert.certify.second_order.separable import second_order_separable
+from attncert.certify.second_order.token_family import FAMILY_ABOVE
 from attncert.certify.second_order.varying import second_order_varying
 from attncert.certify.second_order.varying_factored import second_order_varying_factored
 from attncert.head.problem import HeadProblem

@@ -24,13 +24,12 @@ from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, solve_
 from attncert.certify.second_order.facets import (NEAR_EDGES, SLOTS, UpperChainFacets, cutting_plane_solve,
                                                   initial_edges, vertex_dinkelbach)
 from attncert.certify.second_order.relaxation import (DEVIATION_BELOW, MONOTONE_POINTS, SecondOrderResult,
-                                                      data_errors, ellipse_matrix, fallback_bound, negligible_tokens,
+                                                      ellipse_matrix, fallback_bound, negligible_tokens,
                                                       nu_bound, objective, polygon_constraints, representable, settle,
                                                       weight_constraints, weight_parameters)
-from attncert.head.fixed_query import fixed_query_reduction
 from attncert.head.problem import HeadProblem
-from attncert.head.projected_ball import projected_ball
-from attncert.head.rounding import UNIT_ROUNDOFF, gamma, outward_affine
+from attncert.head.reduced_geometry import reduced_geometry
+from attncert.head.rounding import UNIT_ROUNDOFF, outward_affine
 
 _CACHE: dict = {}
 
@@ -76,12 +75,9 @@ class FixedRelaxationData:
 
 def relaxation_data(problem: HeadProblem, fo: float | None = None, origin: bool = True) -> FixedRelaxationData:
     """The reduction in the relaxation's units; origin=False keeps the nominal value as objective origin."""
-    s0, w0, u_s, u_w = fixed_query_reduction(problem).directions()
-    eps_s, eps_w = data_errors(problem)
-    up = 1.0 + gamma(problem.d + 4)
-    R_s = problem.radius * problem.dual_norm(u_s) * up
-    R_w = problem.radius * problem.dual_norm(u_w) * up
-    g_nom = problem.nominal_value()
+    geo = reduced_geometry(problem)
+    s0, w0, u_s, u_w, eps_s, eps_w, R_s, R_w = geo.s0, geo.w0, geo.u_s, geo.u_w, geo.eps_s, geo.eps_w, geo.R_s, geo.R_w
+    g_nom = geo.nominal
     fo = first_order_certificate(problem) if fo is None else fo
     rho_w = R_w if R_w > 0 else 1.0
     rho_o = max(fo - g_nom, R_w, 1e-300) if math.isfinite(fo) else max(R_w, 1.0)
@@ -96,8 +92,7 @@ ORIGIN_POINTS = 65  # points of the ellipse arc (l2) for the origin's Dinkelbach
 
 def _image(problem: HeadProblem):
     """The 2-D image P of the ball (`projected_ball`), built once per problem for the origin and the facets."""
-    _, _, u_s, u_w = fixed_query_reduction(problem).directions()
-    return problem.derived("projected_ball", lambda: projected_ball(u_s, u_w, problem.radius, problem.norm))
+    return reduced_geometry(problem).image
 
 
 def _origin(problem: HeadProblem, g_nom: float, fo: float) -> float:
@@ -110,8 +105,9 @@ def _origin(problem: HeadProblem, g_nom: float, fo: float) -> float:
     normalization row (which the dual pays times the optimum in objective units) costs ~gap instead of
     ~(t* - g_nom). The certificate never uses the exact worst case (it must work where none exists).
     """
-    s0, w0, u_s, u_w = fixed_query_reduction(problem).directions()
-    image = _image(problem)
+    geo = reduced_geometry(problem)
+    s0, w0 = geo.s0, geo.w0
+    image = geo.image
     if problem.norm == "linf":
         sig, om = image.sigma, image.omega
     else:

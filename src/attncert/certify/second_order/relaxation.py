@@ -7,7 +7,7 @@ the secant-slack analysis: docs/certificate.md.
 Setting (`HeadProblem`, mode "fixed"). Token j has score s_j = A_j + sigma_j + e_j and value
 w_j = w0_j + omega_j + f_j, where A_j = s0_j - shift, x_j = (sigma_j, omega_j) = (u_s.delta_j, u_w.delta_j)
 lies in P = the 2-D image of the radius-r ball, and |e_j| <= eps_j, f_j <= epsw_j bound the floating-point
-error of the computed data (`data_errors`). h_j = R_s = max |sigma| over P (the varying query has its own
+error of the computed data (`head.reduced_geometry`). h_j = R_s = max |sigma| over P (the varying query has its own
 per-token half-width h_j of the total score shift).
 
 Units. Every coordinate is measured in units of its own range: the score shift by h_j (the "unit score"
@@ -77,8 +77,8 @@ import cvxpy as cp
 import numpy as np
 
 from attncert.certify.second_order.compiled import assign
-from attncert.head.fixed_query import fixed_query_reduction
 from attncert.head.problem import HeadProblem
+from attncert.head.reduced_geometry import reduced_geometry
 from attncert.head.rounding import UNIT_ROUNDOFF, gamma
 
 MONOTONE_POINTS = 7  # interior score points of the monotonicity cuts per token
@@ -107,32 +107,6 @@ class SecondOrderResult:
     n_facets: int = 0  # facets of P used in the last round (linf)
     log: list = field(default_factory=list)  # (solver, status, bound in g units, seconds) per solve
     dual_gap: float = math.nan  # certified bound - solver primal of the certifying solve (g units, >= ~0)
-
-
-def data_errors(problem: HeadProblem) -> tuple[np.ndarray, np.ndarray]:
-    """Per-token bounds (eps_s, eps_w) on |float64 - exact| of s0_j + u_s.delta and w0_j + u_w.delta.
-
-    Chain (`head.fixed_query`): q = z_i W_Q + b_Q, u_s = W_K q / sqrt(d_h),
-    s0 = Z0 u_s + b_K.q / sqrt(d_h), u_w = W_V c, w0 = Z0 u_w + b_V.c. A computed dot product of length k
-    errs by at most gamma_k times the same product of absolute values; every chain is shorter than
-    K = 2d + d_h + 10; moving over the ball adds r gamma_K ||abs-product||_*. Doubled for safety.
-    Computed once per problem object (read-only arrays).
-    """
-    return problem.derived("data_errors", lambda: _data_errors(problem))
-
-
-def _data_errors(problem: HeadProblem) -> tuple[np.ndarray, np.ndarray]:
-    d, dh = problem.d, problem.d_head
-    g = 2.0 * gamma(2 * d + dh + 10)
-    sq = math.sqrt(dh)
-    red = fixed_query_reduction(problem)  # its absolute-value chain: |z_i| |W_Q| + |b_Q|, |W_K| q_abs / sq, |W_V| |c|
-    q_abs, us_abs, uw_abs = red.q_abs, red.us_abs, red.uw_abs
-    absZ = np.abs(problem.Z0)
-    eps_s = g * (absZ @ us_abs + np.abs(problem.b_K) @ q_abs / sq + problem.radius * problem.dual_norm(us_abs))
-    eps_w = g * (absZ @ uw_abs + np.abs(problem.b_V) @ np.abs(problem.c) + problem.radius * problem.dual_norm(uw_abs))
-    eps_s.flags.writeable = False
-    eps_w.flags.writeable = False
-    return eps_s, eps_w
 
 
 def softmax_bounds(E_lo: np.ndarray, E_hi: np.ndarray) -> tuple[float, float]:
@@ -337,10 +311,7 @@ def polygon_constraints(P: dict, n: int, K: int, U2, V2, lam, tau_n) -> list:
 
 def trivial_bound(problem: HeadProblem) -> float:
     """max_j (largest value token j can read): g is a convex combination of the values, so g <= this."""
-    red = fixed_query_reduction(problem)
-    _, eps_w = data_errors(problem)
-    R_w = problem.radius * problem.dual_norm(red.u_w) * (1.0 + gamma(problem.d + 4))
-    top = red.w0 + R_w + eps_w
+    _, top = reduced_geometry(problem).value_range()
     val = float(np.max(top + 4.0 * _U * np.abs(top)))
     return math.nextafter(val, math.inf) if math.isfinite(val) else math.inf
 

@@ -59,11 +59,12 @@ from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, solve_
 from attncert.certify.second_order.facets import (SLOTS, UpperChainFacets, cutting_plane_solve, initial_edges,
                                                   vertex_dinkelbach)
 from attncert.certify.second_order.relaxation import (DEVIATION_BELOW, MONOTONE_POINTS, SecondOrderResult,
-                                                      data_errors, ellipse_matrix, fallback_bound, negligible_tokens,
+                                                      ellipse_matrix, fallback_bound, negligible_tokens,
                                                       nu_bound, objective, polygon_constraints, representable, settle,
                                                       weight_constraints, weight_parameters)
 from attncert.head.fixed_query import fixed_query_reduction
 from attncert.head.problem import HeadProblem, cached_by_weights
+from attncert.head.reduced_geometry import reduced_geometry
 from attncert.head.rounding import UNIT_ROUNDOFF, gamma, outward_affine
 
 _CACHE: dict = {}
@@ -109,7 +110,7 @@ class VaryingData:
         dual = problem.dual_norm
         up = 1.0 + gamma(d + 4)
         s0, w0, u_s, u_w = fixed_query_reduction(problem).directions()
-        _, eps_w = data_errors(problem)
+        eps_w = reduced_geometry(problem).eps_w
         sq = math.sqrt(dh)
         K0 = problem.Z0 @ problem.W_K + problem.b_K
         p = (K0 @ problem.W_Q.T) / sq  # (n, d): p_j = W_Q k0_j / sqrt(d_h)

@@ -1,0 +1,90 @@
+"""The certified bound of the fixed-query relaxation from any dual vector, through the exact support function of P.
+
+Write X for the set every lifted true point lies in (tau in [tau_lo, tau_hi]; per token 0 <= lam_j <= tau,
+U_j in lam_j Phat, V_j in (tau - lam_j) Phat, 0 <= nu_j <= tau nubar_j, with Phat the *exact* image of the ball in
+unit coordinates). For any dual vector z of the rows that are not X's (the weight rows (C1)-(C5) and the
+deviation rows, repaired into K^*; the normalization row's multiplier free), every point x of X satisfying the
+rows has
+
+    f(x) <= f(x) + z^T (b - A x) = z^T b + g^T x,          g = -(c + A^T z),
+
+and the right-hand side separates: with tau scaled out,
+
+    max_X g^T x = max_{tau in [tau_lo, tau_hi]} tau Q,
+    Q = g_tau + sum_j [ max( g_lam_j + h(g_Us_j, g_Uw_j),  h(g_Vs_j, g_Vw_j) ) + nubar_j max(g_nu_j, 0) ],
+
+h the support function of Phat: h(a, b) = r ||a u_s / R_s + b u_w / rho_w||_* (l1 norm of the box, l2 norm of
+the ball): one (n x 2) by (2 x d) product for all tokens. The bound z^T b + max(tau_lo Q, tau_hi Q) is sound for
+any z; the solver only decides how tight it is. Outward rounding as in `dual_certificate.weak_duality_bound`
+(the error of g, of the support functions and of the sums, and the data rounding of the program's rows).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from attncert.certify.second_order.dual_certificate import DATA_REL_ERR, repair_dual
+from attncert.certify.second_order.token_program import LAM, NU, US, UW, VS, VW, Program
+from attncert.head.rounding import UNIT_ROUNDOFF, gamma, round_up
+
+_U = UNIT_ROUNDOFF
+
+
+def unit_generators(D, norm: str) -> np.ndarray:
+    """(2, d): r u_s / R_s and r u_w / rho_w, the generators of Phat (each of dual norm <= 1 up to rounding)."""
+    return np.stack([D.radius * D.u_s / D.R_s, D.radius * D.u_w / D.rho_w])
+
+
+def _support(a: np.ndarray, b: np.ndarray, gens: np.ndarray, norm: str) -> tuple[np.ndarray, np.ndarray]:
+    """(h, err): h(a_j, b_j) = ||a_j gens[0] + b_j gens[1]||_* computed in float64, and a bound on its error.
+
+    gens: (2, d) the unit generators r u_s / R_s and r u_w / rho_w (each row of dual norm <= 1 + 4u)."""
+    M = a[:, None] * gens[0][None, :] + b[:, None] * gens[1][None, :]
+    d = gens.shape[1]
+    if norm == "linf":
+        h = np.abs(M).sum(axis=1)
+    else:
+        h = np.sqrt((M * M).sum(axis=1))
+    err = gamma(2 * d + 8) * (np.abs(a) + np.abs(b)) * (1.0 + 1e-9) + 4.0 * _U * h
+    return h, err
+
+
+def bound_from_dual(prog: Program, z: np.ndarray, gens: np.ndarray, norm: str,
+                    data_rel_err: float = DATA_REL_ERR) -> tuple[float, np.ndarray]:
+    """Sound upper bound on max f over the lifted true points, from any dual vector z (see module docstring).
+
+    Returns (bound in objective units, the repaired z)."""
+    nv = prog.nv
+    mag = np.ones(prog.c.size)  # per unit tau: |lam|, |Us|, |Uw|, |Vs|, |Vw| <= 1 on X; nu <= nubar
+    if nv > NU:
+        mag[prog.var(NU)] = prog.nubar
+    mag *= 1.0 + 1e-9
+    absA = abs(prog.A)
+    row_cost = absA @ mag  # per unit tau (b enters once, below)
+    zr = repair_dual(z, prog.dims, (row_cost * prog.tau_hi + np.abs(prog.b)) * (1.0 + data_rel_err) + 1e-300)
+    zr[prog.simple] = 0.0
+    g = -(prog.c + prog.A.T @ zr)
+    col_nnz = np.diff(prog.A.indptr)
+    ku = (col_nnz + 3) * _U
+    g_err = ku / (1.0 - ku) * (np.abs(prog.c) + absA.T @ np.abs(zr))
+    hU, eU = _support(g[prog.var(US)], g[prog.var(UW)], gens, norm)
+    hV, eV = _support(g[prog.var(VS)], g[prog.var(VW)], gens, norm)
+    up = g[prog.var(LAM)] + hU
+    D = np.maximum(up, hV)
+    if nv > NU:
+        D = D + prog.nubar * np.maximum(g[prog.var(NU)], 0.0)
+    Q = math.fsum(D.tolist()) + float(g[0])
+    # errors per unit tau: of g (times the magnitude of its variable), of the support functions, of the sums
+    err = float(g_err @ mag) + float(np.maximum(eU, eV).sum()) + 4.0 * _U * float(np.abs(D).sum() + np.abs(up).sum())
+    err += 2.0 * np.spacing(abs(Q)) + data_rel_err * (float(np.abs(zr) @ row_cost) + float(np.abs(prog.c) @ mag))
+    zb = math.fsum((zr * prog.b).tolist())
+    Q_hi = Q + 2.0 * err
+    total = zb + max(prog.tau_lo * Q_hi, prog.tau_hi * Q_hi)
+    total += 4.0 * _U * (abs(zb) + prog.tau_hi * abs(Q_hi)) + data_rel_err * float(np.abs(zr) @ np.abs(prog.b))
+    total += 1e-300
+    if not math.isfinite(total):
+        return math.inf, zr
+    return round_up(total), zr
+
+

@@ -1,0 +1,256 @@
+"""The fixed-query relaxation as conic data assembled per token (no cvxpy), and its Clarabel solve.
+
+Variables: the shared tau, then per token j the block x_j = (lam_j, Us_j, Uw_j, Vs_j, Vw_j[, nu_j]) of
+`relaxation` (unit coordinates; nu only in the deviation form). Rows, each a family with one row (or one
+cone) per token: the normalization sum_j E_lj (tau + kappa_j lam_j) = 1 (or tau = 1 for independent tokens),
+the secant (C2), 0 <= lam <= tau, the monotonicity cuts (C4), the facets of P chosen for the solve (or the
+ellipse's two cones), the deviation form's equality and cone, the lower (C1) and upper (C5) exponential cones.
+Coefficients: `relaxation.weight_coefficients`. The rows of X (0 <= lam <= tau and the description of P) are
+marked `simple`: the bound of `support_bound` replaces them by X itself.
+
+Cost: O(n K) to build (K facet rows per token); the KKT matrix is an arrow (block diagonal plus the tau column
+and the normalization row), so each interior-point iteration is O(n K).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import numpy as np
+import scipy.sparse as sp
+
+from attncert.certify.second_order.dual_certificate import _CLARABEL_BASE, _CLARABEL_STATUS
+from attncert.certify.second_order.relaxation import nu_bound, weight_coefficients
+from attncert.head.rounding import UNIT_ROUNDOFF
+
+# Clarabel at 1e-8: the bound is computed from the dual with the exact P whatever the solver's accuracy; on the
+# long-context units 1e-8 gave the same bounds as 1e-10 (to 4 digits of the gap) in half the time or less.
+_BASE = dict(_CLARABEL_BASE, tol_gap_abs=1e-8, tol_gap_rel=1e-8, tol_feas=1e-8)
+LADDER = (dict(_BASE, max_step_fraction=0.9),
+          dict(_BASE, max_step_fraction=0.75),
+          dict(_BASE, max_step_fraction=0.6, equilibrate_enable=False))
+NEAR = 4  # consecutive edges on each side of the estimated vertex (linf)
+GRID = 7  # global sigma grid of edges (linf)
+ROUNDS = 3  # solves with cutting planes (linf)
+MAX_EDGES = 40  # edges per token at most
+CUT_STOP = 1e-5  # stop cutting once the violated mass weighs <= this x (1 + |primal|)
+_U = UNIT_ROUNDOFF
+# variables of one token's block
+LAM, US, UW, VS, VW, NU = range(6)
+
+
+VIOLATION = 1e-9  # an atom this far above the boundary of P (unit value coordinate) gets a cut
+# variables of one token's block
+LAM, US, UW, VS, VW, NU = range(6)
+
+
+@dataclass
+class Program:
+    """Conic data (Clarabel's form: min c^T x s.t. A x + s = b, s in K) of the fixed-query relaxation."""
+
+    c: np.ndarray
+    A: sp.csc_matrix
+    b: np.ndarray
+    dims: SimpleNamespace  # zero, nonneg, soc (list), exp: rows in this order
+    simple: np.ndarray  # bool per row: rows that describe X (dropped from the bound, X is used exactly)
+    nv: int  # variables per token
+    n: int
+    tau_lo: float
+    tau_hi: float
+    nubar: np.ndarray  # per unit tau
+    families: dict = field(default_factory=dict)  # row family -> (first row, cone dimension); token j's rows
+    #                                                  of a family are first + dim j ... first + dim j + dim - 1
+
+    def var(self, k: int) -> np.ndarray:
+        return 1 + self.nv * np.arange(self.n) + k
+
+
+class _Rows:
+    """Triplets of the constraint matrix, one row family at a time (rows counted per cone kind)."""
+
+    def __init__(self, n: int, nv: int):
+        self.n, self.nv = n, nv
+        self.blocks = {"zero": [], "nonneg": [], "soc": [], "exp": []}
+
+    def add(self, kind: str, terms: list, b=None, simple: bool = False, name: str = ""):
+        """One row per token: sum of coef * var for (var k or 'tau', coef (n,)) terms, as s = b - A x."""
+        self.blocks[kind].append((terms, b, simple, name))
+
+    def assemble(self):
+        rows, cols, vals, bvec, simple, counts, families = [], [], [], [], [], {}, {}
+        r0 = 0
+        tok = np.arange(self.n)
+        for kind in ("zero", "nonneg", "soc", "exp"):
+            start = r0
+            for terms, b, simp, name in self.blocks[kind]:
+                if name:
+                    families[name] = (r0, 1)
+                if b == "normalization":  # one row for all tokens
+                    for k, coef in terms:
+                        col = np.zeros(1, dtype=np.int64) if k == "tau" else 1 + self.nv * tok + k
+                        rows.append(np.full(col.size, r0))
+                        cols.append(col)
+                        vals.append(np.broadcast_to(np.asarray(coef, dtype=np.float64), col.shape))
+                    bvec.append(np.ones(1))
+                    simple.append(np.zeros(1, dtype=bool))
+                    r0 += 1
+                    continue
+                rr = r0 + tok
+                for k, coef in terms:
+                    col = np.zeros(self.n, dtype=np.int64) if k == "tau" else 1 + self.nv * tok + k
+                    rows.append(rr)
+                    cols.append(col)
+                    vals.append(-np.broadcast_to(np.asarray(coef, dtype=np.float64), (self.n,)))
+                bvec.append(np.zeros(self.n))
+                simple.append(np.full(self.n, simp))
+                r0 += self.n
+            counts[kind] = r0 - start
+        m = r0
+        A = sp.coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                          shape=(m, 1 + self.nv * self.n)).tocsc()
+        return A, np.concatenate(bvec), np.concatenate(simple), counts, families
+
+
+def build_program(D, upper_cone: bool, mono: int, edges: np.ndarray | None = None, hs=None, hw=None, hb=None,
+                  ellipse=None, k: dict | None = None, fix_tau: bool = False) -> Program:
+    """The program of one unit. D: `fixed.FixedRelaxationData` (kept tokens); edges: (n, K) indices of the
+    unit half-planes (hs, hw) <= hb of P per token (linf), or ellipse = (G, cs) (l2); neither: the rows the
+    bound uses only (the certificate does not read the description of P). k: `weight_coefficients` of D
+    (computed here when None). fix_tau: the normalization row is tau = 1 instead (independent tokens)."""
+    n = D.A.size
+    h = np.full(n, D.R_s)
+    if k is None:
+        k = weight_coefficients(D.A, h, D.eps_s, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w, mono)
+    deviation = D.deviation
+    nv = 6 if deviation else 5
+    R = _Rows(n, nv)
+    if fix_tau:
+        R.add("zero", [("tau", 1.0)], b="normalization", name="norm")
+    else:
+        R.add("zero", [("tau", k["n_tau"]), (LAM, k["n_lam"])], b="normalization", name="norm")
+    R.add("nonneg", [(LAM, -1.0), ("tau", k["sec_tau"]), (US, k["sec_U"]), (VS, k["sec_V"])], name="secant")  # (C2)
+    R.add("nonneg", [(LAM, 1.0)], simple=True)
+    R.add("nonneg", [("tau", 1.0), (LAM, -1.0)], simple=True)
+    for c in range(mono):  # (C4)
+        R.add("nonneg", [(VS, k["mV"][:, c]), (US, k["mU"][:, c]), (LAM, k["mlam"][:, c]), ("tau", k["mtau"][:, c])],
+              name=f"mono{c}")
+    if edges is not None:  # facets of P: U in lam P, V in (tau - lam) P
+        for e in range(edges.shape[1]):
+            idx = edges[:, e]
+            R.add("nonneg", [(LAM, hb[idx]), (US, -hs[idx]), (UW, -hw[idx])], simple=True)
+            R.add("nonneg", [("tau", hb[idx]), (LAM, -hb[idx]), (VS, -hs[idx]), (VW, -hw[idx])], simple=True)
+    if deviation:  # kappa lam = h y + h^2 nu, y = Us + Vs + tau
+        R.add("zero", [(LAM, k["dv_lam"]), (US, -1.0), (VS, -1.0), ("tau", -1.0), (NU, -k["dv_nu"])], name="dev")
+    A, b, simple, counts, families = R.assemble()
+    rows_A, b_parts, simple_parts, soc_sizes, exp_count = [A], [b], [simple], [], 0
+    cols = 1 + nv * n
+    tok = np.arange(n)
+    top = [A.shape[0]]
+
+    def block(name, triples_per_coord, kind_simple):
+        """Rows of cones of dimension len(triples_per_coord), one cone per token, token-major."""
+        dim = len(triples_per_coord)
+        rr, cc, vv = [], [], []
+        for coord, terms in enumerate(triples_per_coord):
+            for kk, coef in terms:
+                col = np.zeros(n, dtype=np.int64) if kk == "tau" else 1 + nv * tok + kk
+                rr.append(dim * tok + coord)
+                cc.append(col)
+                vv.append(-np.broadcast_to(np.asarray(coef, dtype=np.float64), (n,)))
+        M = sp.coo_matrix((np.concatenate(vv), (np.concatenate(rr), np.concatenate(cc))),
+                          shape=(dim * n, cols)).tocsc()
+        families[name] = (top[0], dim)
+        top[0] += dim * n
+        rows_A.append(M)
+        b_parts.append(np.zeros(dim * n))
+        simple_parts.append(np.full(dim * n, kind_simple))
+
+    if deviation:  # (nu + tau, nu - tau, sqrt2 y) in SOC: nu >= y^2 / (2 tau)
+        s2 = math.sqrt(2.0)
+        block("dev_soc", [[(NU, 1.0), ("tau", 1.0)], [(NU, 1.0), ("tau", -1.0)], [(US, s2), (VS, s2), ("tau", s2)]],
+              False)
+        soc_sizes += [3] * n
+    if ellipse is not None:
+        G, cs = ellipse
+        block("ellU", [[(LAM, cs)], [(US, G[0, 0]), (UW, G[0, 1])], [(US, G[1, 0]), (UW, G[1, 1])]], True)
+        block("ellV", [[("tau", cs), (LAM, -cs)], [(VS, G[0, 0]), (VW, G[0, 1])], [(VS, G[1, 0]), (VW, G[1, 1])]],
+              True)
+        soc_sizes += [3] * (2 * n)
+    if not deviation:  # (C1) (h (S + tau), tau, tau + kappa lam) in K_exp
+        block("C1", [[(US, k["hU"]), (VS, k["hV"]), ("tau", k["hV"])], [("tau", 1.0)], [("tau", 1.0), (LAM, k["kt"])]],
+              False)
+        exp_count += n
+    if upper_cone:  # (C5) (-(h + 2 eps)(tau + kappa lam) - h (Vs + Ehat Us), tau + kappa lam, tau) in K_exp
+        block("C5", [[("tau", -k["up_tau"]), (LAM, -k["up_lam"]), (VS, -k["up_V"]), (US, -k["up_U"])],
+                     [("tau", 1.0), (LAM, k["kt"])], [("tau", 1.0)]], False)
+        exp_count += n
+    A = sp.vstack(rows_A, format="csc")
+    c = np.zeros(cols)
+    c[0] = -k["c_tau"]
+    c[1 + nv * tok + LAM] = -k["c_lam"]
+    c[1 + nv * tok + VW] = -k["c_V"]
+    c[1 + nv * tok + UW] = -k["c_U"]
+    dims = SimpleNamespace(zero=counts["zero"], nonneg=counts["nonneg"], soc=soc_sizes, exp=exp_count, psd=[],
+                           p3d=[])
+    nubar = nu_bound(h, D.eps_s, 1.0) if deviation else np.zeros(n)
+    return Program(c, A, np.concatenate(b_parts), dims, np.concatenate(simple_parts), nv, n, k["tau_lo"],
+                   k["tau_hi"], nubar, families)
+
+
+def _clarabel(prog: Program, opts: dict):
+    import clarabel
+
+    cones = []
+    if prog.dims.zero:
+        cones.append(clarabel.ZeroConeT(prog.dims.zero))
+    if prog.dims.nonneg:
+        cones.append(clarabel.NonnegativeConeT(prog.dims.nonneg))
+    cones += [clarabel.SecondOrderConeT(q) for q in prog.dims.soc]
+    cones += [clarabel.ExponentialConeT()] * prog.dims.exp
+    settings = clarabel.DefaultSettings()
+    settings.verbose = False
+    for key, val in opts.items():
+        setattr(settings, key, val)
+    P = sp.csc_matrix((prog.c.size, prog.c.size))
+    return clarabel.DefaultSolver(P, prog.c, prog.A, prog.b, cones, settings).solve()
+
+
+def solve_program(prog: Program, ladder=LADDER):
+    """Clarabel rungs until one converges. Returns (status, primal objective, x, z) of the converged attempt
+    (x, z None when none converged) and the log [(solver, status, seconds)]."""
+    log = []
+    for opts in ladder:
+        t0 = time.perf_counter()
+        try:
+            raw = _clarabel(prog, opts)
+        except Exception as exc:  # noqa: BLE001 - a solver crash is one failed attempt
+            log.append(("CLARABEL", f"solver_error: {type(exc).__name__}: {exc}", time.perf_counter() - t0))
+            continue
+        status, ok = _CLARABEL_STATUS.get(str(raw.status), ("solver_error", False))
+        log.append(("CLARABEL", status, time.perf_counter() - t0))
+        if ok:
+            return status, -float(raw.obj_val), np.asarray(raw.x, dtype=np.float64), np.asarray(raw.z, dtype=np.float64), log
+    return (log[-1][1] if log else "not_run"), math.nan, None, None, log
+
+
+def cuts(prog: Program, x: np.ndarray, D, chain, edges: np.ndarray) -> tuple[np.ndarray, float]:
+    """Edges under the atoms U/lam, V/(tau - lam) that lie above the boundary of P; and their weighted height."""
+    tau = x[0]
+    lam = x[prog.var(LAM)]
+    new_cols, total = [], 0.0
+    for mass, s_col, w_col, weight in ((lam, US, UW, np.abs(prog.c[prog.var(UW)])),
+                                       (tau - lam, VS, VW, np.abs(prog.c[prog.var(VW)]))):
+        ok = mass > 1e-12 * max(tau, 1e-300)
+        sig = np.where(ok, x[prog.var(s_col)] / np.where(ok, mass, 1.0), 0.0) * D.R_s
+        om = np.where(ok, x[prog.var(w_col)] / np.where(ok, mass, 1.0), 0.0)
+        sig = np.clip(sig, -chain.R_s, chain.R_s)
+        height = om - np.interp(sig, chain.sigma, chain.omega) / D.rho_w
+        above = ok & (height > VIOLATION)
+        e = np.clip(np.searchsorted(chain.sigma, sig, side="right") - 1, 0, chain.d - 1)
+        new_cols.append(np.where(above, e, edges[:, 0]))
+        total += float(np.sum(np.where(above, weight * mass * height, 0.0)))
+    return np.stack(new_cols, axis=1), total
+
+

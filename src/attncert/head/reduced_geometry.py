@@ -1,0 +1,88 @@
+"""The reduced geometry of one unit: everything a fixed-query certificate needs, computed once.
+
+With the query at its nominal value, token j enters the head through its score s_j = s0_j + sigma_j and its
+value w_j = w0_j + omega_j, with (sigma_j, omega_j) = (u_s . delta_j, u_w . delta_j) in P, the 2-D image of the
+ball (`fixed_query`, `projected_ball`). The record holds
+
+    s0, w0, u_s, u_w     the reduction (float64, from the extended-precision chain of `fixed_query`)
+    R_s, R_w             half-widths: r ||u_s||_*, r ||u_w||_*, rounded up (>= max |sigma|, |omega| over P)
+    eps_s, eps_w         per token, bounds on |float64 - exact| of s0_j + u_s . delta and w0_j + u_w . delta
+    nominal              g at the nominal tokens
+    image                P itself (`projected_ball`: the zonotope's upper chain or the ellipse), built on first use
+
+Data errors. Chain q = z_i W_Q + b_Q, u_s = W_K q / sqrt(d_h), s0 = Z0 u_s + b_K.q / sqrt(d_h), u_w = W_V c,
+w0 = Z0 u_w + b_V.c. A computed dot product of length k errs by at most gamma_k times the same product of
+absolute values; every chain is shorter than K = 2d + d_h + 10; moving over the ball adds r gamma_K
+||abs-product||_*. Doubled for safety. One error model for the first-order interval, the relaxations and the
+trivial bound.
+
+`reduced_geometry(problem)` computes it once per problem object (`HeadProblem.derived`); arrays are read-only.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from attncert.head.fixed_query import fixed_query_reduction
+from attncert.head.projected_ball import projected_ball
+from attncert.head.rounding import gamma
+
+
+@dataclass(frozen=True)
+class ReducedGeometry:
+    s0: np.ndarray
+    w0: np.ndarray
+    u_s: np.ndarray
+    u_w: np.ndarray
+    R_s: float
+    R_w: float
+    eps_s: np.ndarray
+    eps_w: np.ndarray
+    radius: float
+    norm: str
+    nominal: float
+    _image: list = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def n(self) -> int:
+        return self.s0.size
+
+    @property
+    def image(self):
+        """P, the 2-D image of the ball (built on first use)."""
+        if not self._image:
+            self._image.append(projected_ball(self.u_s, self.u_w, self.radius, self.norm))
+        return self._image[0]
+
+    def value_range(self) -> tuple[np.ndarray, np.ndarray]:
+        """(W_lo, W_hi): every value w_j over the ball, rounding included."""
+        half = self.R_w + self.eps_w
+        return self.w0 - half, self.w0 + half
+
+    def score_range(self) -> tuple[np.ndarray, np.ndarray]:
+        """(l, u): every score s_j over the ball (fixed query), rounding included."""
+        half = self.R_s + self.eps_s
+        return self.s0 - half, self.s0 + half
+
+
+def reduced_geometry(problem) -> ReducedGeometry:
+    """The unit's record (see the module docstring), computed once per problem object."""
+    return problem.derived("reduced_geometry", lambda: _reduced_geometry(problem))
+
+
+def _reduced_geometry(problem) -> ReducedGeometry:
+    red = fixed_query_reduction(problem)
+    s0, w0, u_s, u_w = red.directions()
+    d, dh, r = problem.d, problem.d_head, problem.radius
+    g = 2.0 * gamma(2 * d + dh + 10)
+    sq = math.sqrt(dh)
+    absZ = np.abs(problem.Z0)
+    eps_s = g * (absZ @ red.us_abs + np.abs(problem.b_K) @ red.q_abs / sq + r * problem.dual_norm(red.us_abs))
+    eps_w = g * (absZ @ red.uw_abs + np.abs(problem.b_V) @ np.abs(problem.c) + r * problem.dual_norm(red.uw_abs))
+    eps_s.flags.writeable = False
+    eps_w.flags.writeable = False
+    up = 1.0 + gamma(d + 4)
+    return ReducedGeometry(s0, w0, u_s, u_w, r * problem.dual_norm(u_s) * up, r * problem.dual_norm(u_w) * up,
+                           eps_s, eps_w, float(r), problem.norm, problem.nominal_value())
