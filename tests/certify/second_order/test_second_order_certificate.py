@@ -336,8 +336,8 @@ def _expm1_minus_x(x):
     return np.where(small, series, np.expm1(x) - x)
 
 
-def _lift(A, h, eps, shift_score, xhat, scales_score, theta):
-    """Variable values of the lifted true point (tau, lam', U', V, nu) in the relaxation's units.
+def _lift(A, h, eps, shift_score, xhat, scales_score):
+    """Variable values of the lifted true point (tau, lam, U, V, nu) in the relaxation's units.
 
     shift_score: (n,) total score shift of each token; xhat: (n, k) unit coordinates; h, eps: (n,) half-width
     and data error (E_l = e^{A - h - eps}); the unit score coordinate is shift_score / h.
@@ -349,8 +349,7 @@ def _lift(A, h, eps, shift_score, xhat, scales_score, theta):
     lam = kl / np.expm1(2 * h + 2 * eps)
     t = shift_score / h + 1.0
     nu = tau * (_expm1_minus_x(x) + x - h * t) / h ** 2
-    lamp = lam / theta
-    return tau, lamp, lamp[:, None] * xhat, (tau - lam)[:, None] * xhat, nu
+    return tau, lam, lam[:, None] * xhat, (tau - lam)[:, None] * xhat, nu
 
 
 def _check_point(prob, V, box, values):
@@ -370,19 +369,18 @@ def test_lifted_true_points_are_feasible_fixed(norm, upper_cone, radius):
     p = random_head_problem(rng, d=6, d_head=4, n=5, radius=radius, norm=norm)
     D = so.relaxation_data(p)
     assert D.deviation == (radius < 1e-3)
-    theta = np.array([1.0, 0.5, 2.0, 1.0, 1e-3])  # any positive column scale is an exact rewriting
     prob, P, V = so._build(p.n, norm, fc.SLOTS if norm == "linf" else 0, upper_cone, rl.MONOTONE_POINTS,
                            D.deviation)
-    El, Ehat, tau_lo, tau_hi = so._set_parameters(P, D, theta)
+    El, Ehat, tau_lo, tau_hi = so._set_parameters(P, D)
     if norm == "linf":
         chain = fc.UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)
-        fc.fill_facets(P, [chain] * p.n, [np.arange(chain.d)] * p.n, fc.SLOTS, D.scales, theta)
-    box = so._box(V, p.n, tau_lo, tau_hi, D, theta)
+        fc.fill_facets(P, [chain] * p.n, [np.arange(chain.d)] * p.n, fc.SLOTS, D.scales)
+    box = so._box(V, p.n, tau_lo, tau_hi, D)
     h = np.full(p.n, D.R_s)
     for _ in range(50):
         delta = _random_delta(p, rng)
         x = np.stack([delta @ D.u_s, delta @ D.u_w], axis=1)
-        tau, lam, U, Vv, nu = _lift(D.A, h, D.eps_s, x[:, 0], x / D.scales, h, theta)
+        tau, lam, U, Vv, nu = _lift(D.A, h, D.eps_s, x[:, 0], x / D.scales, h)
         vals = {"tau": tau, "lam": lam, "U": U, "V": Vv}
         if D.deviation:
             vals["nu"] = nu
@@ -399,15 +397,14 @@ def test_lifted_true_points_are_feasible_varying(norm, radius):
     rng = np.random.default_rng(8)
     p = random_head_problem(rng, d=6, d_head=4, n=5, radius=radius, norm=norm, mode="varying")
     D = sv.VaryingData(p, first_order_certificate(p))
-    theta = np.array([1.0, 0.5, 2.0, 1.0, 1e-3])
     prob, P, V = sv._build(p.n, D.d, norm, fc.SLOTS if norm == "linf" else 0, True, rl.MONOTONE_POINTS,
                            D.deviation)
-    El, Ehat, (tau_lo, tau_hi) = sv._set_parameters(P, D, theta)
+    El, Ehat, (tau_lo, tau_hi) = sv._set_parameters(P, D)
     if norm == "linf":
         chains = [fc.UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)] * (p.n - 1)
         chains.append(fc.UpperChainFacets(D.u_q, D.u_w, D.radius, D.R_q))
-        fc.fill_facets(P, chains, [np.arange(c.d) for c in chains], fc.SLOTS, D.scales[:, :2], theta)
-    box = sv._box(V, D, tau_hi, tau_lo, theta)
+        fc.fill_facets(P, chains, [np.arange(c.d) for c in chains], fc.SLOTS, D.scales[:, :2])
+    box = sv._box(V, D, tau_hi, tau_lo)
     M = p.W_Q @ p.W_K.T / np.sqrt(p.d_head)
     for _ in range(50):
         delta = _random_delta(p, rng)
@@ -419,9 +416,9 @@ def test_lifted_true_points_are_feasible_varying(norm, radius):
         x[-1] = [D.u_q @ di, D.u_w @ di, 0.0, di @ M @ di]
         shift = x[:, [0, 2, 3]].sum(1)
         xhat = x / D.scales * D.active
-        tau, lam, U, Vv, nu = _lift(D.A, D.h, D.eps, shift, xhat, D.h, theta)
+        tau, lam, U, Vv, nu = _lift(D.A, D.h, D.eps, shift, xhat, D.h)
         vals = {"tau": tau, "lam": lam, "U": U, "V": Vv, "W": tau * di / p.radius,
-                "SU": lam * shift / D.h, "SV": (tau - theta * lam) * shift / D.h}
+                "SU": lam * shift / D.h, "SV": (tau - lam) * shift / D.h}
         if D.deviation:
             vals["nu"] = nu
         _check_point(prob, V, box, vals)

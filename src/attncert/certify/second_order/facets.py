@@ -135,10 +135,10 @@ def unit_rows(H: np.ndarray, b: np.ndarray, scale_s: float, scale_w: float) -> t
     return Hu, bu
 
 
-def fill_facets(P: dict, chains: list, edges: list, K: int, scales: np.ndarray, theta: np.ndarray | None = None):
+def fill_facets(P: dict, chains: list, edges: list, K: int, scales: np.ndarray):
     """Write the selected half-planes of every token into its K slots (padding rows: 0 <= b lam).
 
-    scales: (n, 2) unit of the score and value coordinate of each token; theta: column scale of lam.
+    scales: (n, 2) unit of the score and value coordinate of each token.
     """
     n = len(chains)
     Hs, Hw, bb = np.zeros(n * K), np.zeros(n * K), np.ones(n * K)
@@ -150,8 +150,6 @@ def fill_facets(P: dict, chains: list, edges: list, K: int, scales: np.ndarray, 
     assign(P["Hs"], Hs)
     assign(P["Hw"], Hw)
     assign(P["b"], bb)
-    th = np.ones(n) if theta is None else np.asarray(theta, dtype=np.float64)
-    assign(P["bth"], bb * np.repeat(th, K))
 
 
 def cuts(masses: tuple, U: np.ndarray, V: np.ndarray, chains: list, scales: np.ndarray, weights: tuple):
@@ -194,10 +192,10 @@ def grow_edges(edges: list, new: list, slots: int) -> bool:
 
 
 def cutting_plane_solve(prob: cp.Problem, P: dict, V: dict, box: dict, chains: list, edges: list, K: int,
-                        scales: np.ndarray, theta: np.ndarray, to_g, ladder, base_of=None, cut_stop: float = CUT_STOP):
+                        scales: np.ndarray, to_g, ladder, base_of=None, cut_stop: float = CUT_STOP):
     """Solve, certify, add cuts, repeat (linf). Every round's certified bound is sound; keep the best.
 
-    The points read off a solution are U_j / lam_j and V_j / (base_j - theta_j lam_j), base = tau (or
+    The points read off a solution are U_j / lam_j and V_j / (base_j - lam_j), base = tau (or
     `base_of(values)`, the factored varying program's per-token bases); the cuts stop once the violated edges
     weigh <= cut_stop x the primal.
 
@@ -207,7 +205,7 @@ def cutting_plane_solve(prob: cp.Problem, P: dict, V: dict, box: dict, chains: l
     log, best, best_status, best_solver, primal, converged, rounds = [], math.inf, "not_run", "none", math.nan, False, 0
     best_gap, first_ok = math.nan, ladder[0]
     for rounds in range(1, MAX_ROUNDS + 1):
-        fill_facets(P, chains, edges, K, scales, theta)
+        fill_facets(P, chains, edges, K, scales)
         # later rounds: the interior-point rungs, the one that converged first in front (no slow SCS)
         rung = ladder if not converged else [first_ok] + [a for a in ladder if a[0] == "CLARABEL" and a is not first_ok]
         cert = solve_and_certify(prob, box, ladder=rung, loose_retries=None if not converged else 0)
@@ -228,7 +226,7 @@ def cutting_plane_solve(prob: cp.Problem, P: dict, V: dict, box: dict, chains: l
         vals = {k: cert.values[v.id] for k, v in V.items()}
         base = float(vals["tau"]) if base_of is None else base_of(vals)
         lam = np.asarray(vals["lam"])
-        new, excess = cuts((lam, base - theta * lam), np.asarray(vals["U"]), np.asarray(vals["V"]), chains, scales,
+        new, excess = cuts((lam, base - lam), np.asarray(vals["U"]), np.asarray(vals["V"]), chains, scales,
                            (np.asarray(P["c_U"].value), np.asarray(P["c_V"].value)))
         if excess <= cut_stop * max(cert.primal, 1e-300):
             break

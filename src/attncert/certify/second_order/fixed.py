@@ -134,9 +134,8 @@ def _build(n: int, norm: str, K: int, upper_cone: bool, mono: int, deviation: bo
     if norm == "l2":
         P["G"] = cp.Parameter((2, 2), name="G")
         P["cs"] = cp.Parameter(nonneg=True, name="cs")
-        P["th_cs"] = cp.Parameter(n, nonneg=True, name="th_cs")  # theta_j cs: (tau - lam) = tau - theta lam'
         cons += [cp.SOC(P["cs"] * lam, P["G"] @ U.T, axis=0),
-                 cp.SOC(P["cs"] * tau_n - cp.multiply(P["th_cs"], lam), P["G"] @ V.T, axis=0)]
+                 cp.SOC(P["cs"] * (tau_n - lam), P["G"] @ V.T, axis=0)]
     else:
         cons += polygon_constraints(P, n, K, U, V, lam, tau_n)
     variables = dict(tau=tau, lam=lam, U=U, V=V)
@@ -147,11 +146,11 @@ def _build(n: int, norm: str, K: int, upper_cone: bool, mono: int, deviation: bo
     return entry
 
 
-def _box(V: dict, n: int, tau_lo: float, tau_hi: float, D: FixedRelaxationData, theta: np.ndarray) -> dict:
+def _box(V: dict, n: int, tau_lo: float, tau_hi: float, D: FixedRelaxationData) -> dict:
     """A box containing every lifted true point (the certification box of `dual_certificate`)."""
     inflate = 1.0 + 1e-9
     wb = D.R_w / D.rho_w * inflate
-    up = tau_hi / theta * inflate  # lam' = lam / theta <= tau / theta
+    up = np.full(n, tau_hi * inflate)  # lam <= tau
     uv = np.stack([np.full(n, inflate), np.full(n, wb)], axis=1)
     box = {V["tau"]: (tau_lo, tau_hi), V["lam"]: (np.zeros(n), up), V["U"]: (-uv * up[:, None], uv * up[:, None]),
            V["V"]: (-uv * tau_hi, uv * tau_hi)}
@@ -165,15 +164,13 @@ def _to_g(bound: float, D: FixedRelaxationData) -> float:
     return outward_affine(D.g0, D.rho_o, bound, D.tail)
 
 
-def _set_parameters(P: dict, D: FixedRelaxationData, theta: np.ndarray | None = None):
+def _set_parameters(P: dict, D: FixedRelaxationData):
     n = D.A.size
-    theta = np.ones(n) if theta is None else theta
-    out = weight_parameters(P, D.A, np.full(n, D.R_s), D.eps_s, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w, theta)
-    if "th_cs" in P:
+    out = weight_parameters(P, D.A, np.full(n, D.R_s), D.eps_s, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w)
+    if "G" in P:
         G, cs = ellipse_matrix(D.u_s, D.u_w, D.radius, D.R_s, D.rho_w)
         assign(P["G"], G)
         assign(P["cs"], cs)
-        assign(P["th_cs"], cs * theta)
     return out
 
 
@@ -183,11 +180,10 @@ def _solve_linf(problem: HeadProblem, D: FixedRelaxationData, upper_cone: bool, 
     chains = [chain] * n
     _, k = vertex_dinkelbach(D.A, D.w0, D.g0, np.tile(chain.chain.sigma, (n, 1)), np.tile(chain.chain.omega, (n, 1)))
     edges = initial_edges(chains, k, SLOTS, near=NEAR_EDGES)
-    theta = np.ones(n)
     prob, P, V = _build(n, "linf", SLOTS, upper_cone, mono, D.deviation)
-    El, Ehat, tau_lo, tau_hi = _set_parameters(P, D, theta)
-    box = _box(V, n, tau_lo, tau_hi, D, theta)
-    return cutting_plane_solve(prob, P, V, box, chains, edges, SLOTS, D.scales, theta, lambda b: _to_g(b, D), ladder)
+    El, Ehat, tau_lo, tau_hi = _set_parameters(P, D)
+    box = _box(V, n, tau_lo, tau_hi, D)
+    return cutting_plane_solve(prob, P, V, box, chains, edges, SLOTS, D.scales, lambda b: _to_g(b, D), ladder)
 
 
 def second_order_fixed(problem: HeadProblem, upper_cone: bool = False, monotone_points: int = MONOTONE_POINTS,
@@ -211,10 +207,9 @@ def second_order_fixed(problem: HeadProblem, upper_cone: bool = False, monotone_
     log, best, best_status, best_solver, primal, gap = [], math.inf, "not_run", "none", math.nan, math.nan
     rounds, n_facets = 0, 0
     if problem.norm == "l2":
-        theta = np.ones(n)
         prob, P, V = _build(n, "l2", 0, upper_cone, monotone_points, D.deviation)
-        El, Ehat, tau_lo, tau_hi = _set_parameters(P, D, theta)
-        cert = solve_and_certify(prob, _box(V, n, tau_lo, tau_hi, D, theta), ladder=ladder)
+        El, Ehat, tau_lo, tau_hi = _set_parameters(P, D)
+        cert = solve_and_certify(prob, _box(V, n, tau_lo, tau_hi, D), ladder=ladder)
         rounds = 1
         log += [(s, st, _to_g(b, D), sec) for (s, st, b, sec) in cert.log]
         if cert.converged:

@@ -26,8 +26,7 @@ weight bounds:
     S_j = tau xhat_j = U_j + V_j,         M_j = a_j xhat_j = E_lj (V_j + Ehat_j U_j).
 
 U_j in lam_j Phat and V_j in (tau - lam_j) Phat are exactly the localizing couplings of the calibration
-note (products of the weight bounds with the facets of P). Every variable is O(tau). A positive column
-scale theta_j (lam = theta lam', U = theta U') is folded into the parameters (theta = 1 in use).
+note (products of the weight bounds with the facets of P). Every variable is O(tau).
 
 Relaxation (level-1 moments, K_exp = cl{(x, y, z): y e^{x/y} <= z}), ahat_j = tau + kappa_j lam_j, Ss_j / Us_j
 / Vs_j = unit score coordinate of S_j / U_j / V_j:
@@ -85,7 +84,6 @@ MONOTONE_POINTS = 7  # interior score points of the monotonicity cuts per token
 FO_TIE = 1e-9  # a second-order bound this close above the first-order one is a tie, not a failure ...
 TIE_DUAL = 1e-7  # ... or within twice its dual gap when that gap is below this (relative to 1 + |fo|)
 DEVIATION_BELOW = 1e-3  # half-widths h below this use the deviation form of the exponential lower bound
-EXP_CONE_WITH_DEVIATION = False  # keep the exponential cone beside the deviation form (degenerate: off)
 MAX_HALF_WIDTH = 18.0  # e^{2h} beyond ~4e15: the weight band exceeds double precision (see `representable`)
 _U = UNIT_ROUNDOFF
 
@@ -175,29 +173,27 @@ def negligible_tokens(A: np.ndarray, h: np.ndarray, eps: np.ndarray, W_hi: np.nd
 def weight_constraints(P: dict, n: int, tau, lam, Us, Vs, upper_cone: bool, mono: int, nu=None) -> list:
     """Constraints tying each weight to its score (shared by the fixed and the varying query).
 
-    lam, Us: the column-scaled upper-level variables lam' = lam / theta and the unit score coordinate of
-    U' = U / theta (theta_j > 0 per token, folded into the parameters); Vs: the unit score coordinate of V
-    (score shift / h_j per unit of mass). nu: (n,) variable of the deviation form (or None). Creates its
+    lam: the upper-level mass; Us, Vs: the unit score coordinates of U and V (score shift / h_j per unit of
+    mass). nu: (n,) variable of the deviation form (or None). Creates its
     Parameters in P; `weight_parameters` fills them. Every row has one Parameter (or constant) per
     variable, so the canonical data are the parameter values themselves (no cancellation inside cvxpy).
     """
     for name, nonneg in (("c_lam", False), ("c_V", True), ("c_U", True), ("n_lam", True), ("kt", True),
-                         ("th", True), ("hV", True), ("hU", True), ("up_tau", True), ("up_lam", True),
+                         ("hV", True), ("hU", True), ("up_tau", True), ("up_lam", True),
                          ("up_V", True), ("up_U", True), ("sec_tau", True), ("sec_U", True), ("sec_V", True)):
         P[name] = cp.Parameter(n, nonneg=nonneg, name=name)
     P["c_tau"] = cp.Parameter(name="c_tau")
     P["n_tau"] = cp.Parameter(nonneg=True, name="n_tau")
     tau_n = tau * np.ones(n)
     ahat = tau_n + cp.multiply(P["kt"], lam)  # a / E_l = tau + kappa lam
-    th_lam = cp.multiply(P["th"], lam)  # lam = theta lam'
     cons = [
         P["n_tau"] * tau + P["n_lam"] @ lam == 1,
         # (C2) secant, divided by kappa: lam <= sec_tau tau + sec_S S
-        th_lam <= cp.multiply(P["sec_tau"], tau_n) + cp.multiply(P["sec_U"], Us) + cp.multiply(P["sec_V"], Vs),
+        lam <= cp.multiply(P["sec_tau"], tau_n) + cp.multiply(P["sec_U"], Us) + cp.multiply(P["sec_V"], Vs),
         lam >= 0,
-        th_lam <= tau_n,
+        lam <= tau_n,
     ]
-    if nu is None or EXP_CONE_WITH_DEVIATION:
+    if nu is None:
         # (C1) a >= tau e^{s}: (h (S + tau), tau, ahat) in K_exp, S the unit score moment
         cons.append(cp.constraints.ExpCone(cp.multiply(P["hU"], Us) + cp.multiply(P["hV"], Vs)
                                            + cp.multiply(P["hV"], tau_n), tau_n, ahat))
@@ -213,7 +209,7 @@ def weight_constraints(P: dict, n: int, tau, lam, Us, Vs, upper_cone: bool, mono
     if nu is not None:  # deviation form: kappa lam = h y + h^2 nu (y = S + tau) and nu >= y^2 / (2 tau)
         P["dv_lam"] = cp.Parameter(n, nonneg=True, name="dv_lam")
         P["dv_nu"] = cp.Parameter(n, nonneg=True, name="dv_nu")
-        y = cp.multiply(P["th"], Us) + Vs + tau_n
+        y = Us + Vs + tau_n
         cons += [cp.multiply(P["dv_lam"], lam) - y - cp.multiply(P["dv_nu"], nu) == 0,
                  cp.SOC(nu + tau_n, cp.vstack([nu - tau_n, math.sqrt(2.0) * y]), axis=0)]
     return cons
@@ -265,23 +261,14 @@ def weight_coefficients(A: np.ndarray, h: np.ndarray, eps: np.ndarray, w0: np.nd
 
 
 def weight_parameters(P: dict, A: np.ndarray, h: np.ndarray, eps: np.ndarray, w0: np.ndarray, eps_w: np.ndarray,
-                      g0: float, rho_o: float, rho_w: float, theta: np.ndarray | None = None):
+                      g0: float, rho_o: float, rho_w: float):
     """Fill the parameters of `weight_constraints` and the objective from `weight_coefficients`; returns
-    (El, Ehat, tau_lo, tau_hi). theta_j > 0 scales the upper-level variables (lam = theta lam', U = theta U').
-    """
-    th = np.ones(A.size) if theta is None else np.asarray(theta, dtype=np.float64)
+    (El, Ehat, tau_lo, tau_hi)."""
     k = weight_coefficients(A, h, eps, w0, eps_w, g0, rho_o, rho_w, P["mV"].shape[1] if "mV" in P else 0)
-    scaled = {"c_lam", "c_U", "n_lam", "kt", "th", "hU", "up_lam", "up_U", "sec_U", "dv_lam"}
-    for name in ("c_tau", "c_lam", "c_V", "c_U", "n_tau", "n_lam", "kt", "th", "hV", "hU", "up_tau", "up_lam",
-                 "up_V", "up_U", "sec_U", "sec_V", "sec_tau", "dv_lam", "dv_nu"):
+    for name in ("c_tau", "c_lam", "c_V", "c_U", "n_tau", "n_lam", "kt", "hV", "hU", "up_tau", "up_lam",
+                 "up_V", "up_U", "sec_U", "sec_V", "sec_tau", "dv_lam", "dv_nu", "mV", "mU", "mlam", "mtau"):
         if name in P:
-            val = k[name] * th if name in scaled else k[name]
-            assign(P[name], val)
-    if "mV" in P:
-        assign(P["mV"], k["mV"])
-        assign(P["mU"], k["mU"] * th[:, None])
-        assign(P["mlam"], k["mlam"] * th[:, None])
-        assign(P["mtau"], k["mtau"])
+            assign(P[name], k[name])
     return k["El"], k["Ehat"], k["tau_lo"], k["tau_hi"]
 
 
@@ -295,18 +282,18 @@ def nu_bound(h: np.ndarray, eps: np.ndarray, tau_hi: float) -> np.ndarray:
 
 
 def polygon_constraints(P: dict, n: int, K: int, U2, V2, lam, tau_n) -> list:
-    """(U'_j) in lam'_j P_j and (V_j) in (tau - theta_j lam'_j) P_j through K half-plane slots per token (linf).
+    """U_j in lam_j P_j and V_j in (tau - lam_j) P_j through K half-plane slots per token (linf).
 
-    Parameters Hs, Hw, b (`facets.fill_facets`) and bth = b theta (per slot).
+    Parameters Hs, Hw, b (`facets.fill_facets`).
     """
     import scipy.sparse as sp
 
     sel = sp.csr_matrix((np.ones(n * K), (np.arange(n * K), np.repeat(np.arange(n), K))), shape=(n * K, n))
-    for name in ("Hs", "Hw", "b", "bth"):
+    for name in ("Hs", "Hw", "b"):
         P[name] = cp.Parameter(n * K, name=name)
     row = lambda Y: cp.multiply(P["Hs"], sel @ Y[:, 0]) + cp.multiply(P["Hw"], sel @ Y[:, 1])  # noqa: E731
     return [row(U2) <= cp.multiply(P["b"], sel @ lam),
-            row(V2) <= cp.multiply(P["b"], sel @ tau_n) - cp.multiply(P["bth"], sel @ lam)]
+            row(V2) <= cp.multiply(P["b"], sel @ (tau_n - lam))]
 
 
 def trivial_bound(problem: HeadProblem) -> float:

@@ -198,36 +198,34 @@ def _build(n: int, d: int, norm: str, K: int, upper_cone: bool, mono: int, devia
     nu = cp.Variable(n, name="nu") if deviation else None
     P: dict = {}
     tau_n = tau * np.ones(n)
-    for name in ("ks", "ke", "kb", "ie", "ib", "ieth", "ibth"):
+    for name in ("ks", "ke", "kb", "ie", "ib"):
         P[name] = cp.Parameter(n, nonneg=True, name=name)
     def score(Y):  # unit score coordinate (sigma, eta, beta each in its own unit)
         return cp.multiply(P["ks"], Y[:, 0]) + cp.multiply(P["ke"], Y[:, 2]) + cp.multiply(P["kb"], Y[:, 3])
 
     cons = [SU == score(U), SV == score(V)]
     cons += weight_constraints(P, n, tau, lam, SU, SV, upper_cone, mono, nu)
-    for c, act, acth in ((2, P["ie"], P["ieth"]), (3, P["ib"], P["ibth"])):  # intervals (two rows each)
+    for c, act in ((2, P["ie"]), (3, P["ib"])):  # intervals (two rows each)
         mU = cp.multiply(act, lam)
-        mV = cp.multiply(act, tau_n) - cp.multiply(acth, lam)
+        mV = cp.multiply(act, tau_n - lam)
         cons += [U[:, c] <= mU, -U[:, c] <= mU, V[:, c] <= mV, -V[:, c] <= mV]
     P["Vt"] = cp.Parameter((n + 1, d), name="Vt")
     Y = P["Vt"] @ W
-    th = P["th"]
     if n > 1:
-        cons.append(cp.multiply(th[: n - 1], U[: n - 1, 2]) + V[: n - 1, 2] == Y[: n - 1])
-    cons += [th[n - 1] * U[n - 1, 0] + V[n - 1, 0] == Y[n - 1], th[n - 1] * U[n - 1, 1] + V[n - 1, 1] == Y[n]]
+        cons.append(U[: n - 1, 2] + V[: n - 1, 2] == Y[: n - 1])
+    cons += [U[n - 1, 0] + V[n - 1, 0] == Y[n - 1], U[n - 1, 1] + V[n - 1, 1] == Y[n]]
     if norm == "l2":
         cons.append(cp.SOC(tau, W))
         for name in ("G", "Gq"):
             P[name] = cp.Parameter((2, 2), name=name)
         P["cs"] = cp.Parameter(nonneg=True, name="cs")
         P["csq"] = cp.Parameter(nonneg=True, name="csq")
-        P["th_cs"] = cp.Parameter(n, nonneg=True, name="th_cs")
         m = n - 1
         if m:
             cons += [cp.SOC(P["cs"] * lam[:m], P["G"] @ U[:m, :2].T, axis=0),
-                     cp.SOC(P["cs"] * tau_n[:m] - cp.multiply(P["th_cs"][:m], lam[:m]), P["G"] @ V[:m, :2].T, axis=0)]
+                     cp.SOC(P["cs"] * (tau_n[:m] - lam[:m]), P["G"] @ V[:m, :2].T, axis=0)]
         cons += [cp.SOC(P["csq"] * lam[m], P["Gq"] @ U[m, :2]),
-                 cp.SOC(P["csq"] * tau - P["th_cs"][m] * lam[m], P["Gq"] @ V[m, :2])]
+                 cp.SOC(P["csq"] * (tau - lam[m]), P["Gq"] @ V[m, :2])]
     else:
         cons += [W <= tau, -W <= tau]
         cons += polygon_constraints(P, n, K, U, V, lam, tau_n)
@@ -239,30 +237,24 @@ def _build(n: int, d: int, norm: str, K: int, upper_cone: bool, mono: int, devia
     return entry
 
 
-def _set_parameters(P: dict, D: VaryingData, theta: np.ndarray | None = None):
-    n = D.n
-    theta = np.ones(n) if theta is None else theta
-    El, Ehat, tau_lo, tau_hi = weight_parameters(P, D.A, D.h, D.eps, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w, theta)
+def _set_parameters(P: dict, D: VaryingData):
+    El, Ehat, tau_lo, tau_hi = weight_parameters(P, D.A, D.h, D.eps, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w)
     k = D.scales * D.active / D.h[:, None]
     P["ks"].value, P["ke"].value, P["kb"].value = k[:, 0], k[:, 2], k[:, 3]
     act = D.active * (1.0 + 4.0 * UNIT_ROUNDOFF)
     P["ie"].value, P["ib"].value = act[:, 2], act[:, 3]
-    P["ieth"].value, P["ibth"].value = act[:, 2] * theta, act[:, 3] * theta
     P["Vt"].value = D.Vt
     if "G" in P:
         P["G"].value, P["cs"].value = ellipse_matrix(D.u_s, D.u_w, D.radius, D.scales[0, 0], D.rho_w)
         P["Gq"].value, P["csq"].value = ellipse_matrix(D.u_q, D.u_w, D.radius, D.scales[-1, 0], D.rho_w)
-        th_cs = P["cs"].value * theta
-        th_cs[-1] = P["csq"].value * theta[-1]
-        P["th_cs"].value = th_cs
     return El, Ehat, (tau_lo, tau_hi)
 
 
-def _box(V: dict, D: VaryingData, tau_hi: float, tau_lo: float, theta: np.ndarray) -> dict:
+def _box(V: dict, D: VaryingData, tau_hi: float, tau_lo: float) -> dict:
     """A box containing every lifted true point (the certification box of `dual_certificate`)."""
     n, inflate = D.n, 1.0 + 1e-9
     unit = np.where(D.active > 0, 1.0, 0.0) * inflate  # |coordinate| <= its range = 1 unit
-    up = tau_hi / theta * inflate
+    up = np.full(n, tau_hi * inflate)
     box = {V["tau"]: (tau_lo, tau_hi), V["lam"]: (np.zeros(n), up),
            V["U"]: (-unit * up[:, None], unit * up[:, None]), V["V"]: (-unit * tau_hi, unit * tau_hi),
            V["SU"]: (-up, up), V["SV"]: (np.full(n, -tau_hi * inflate), np.full(n, tau_hi * inflate)),
@@ -304,11 +296,10 @@ def second_order_varying(problem: HeadProblem, upper_cone: bool = False, monoton
         why = representable(D.A, D.h, D.eps)
     n = D.n
     if not why:
-        theta = np.ones(n)
         if problem.norm == "l2":
             prob, P, V = _build(n, D.d, "l2", 0, upper_cone, monotone_points, D.deviation)
-            El, Ehat, (tau_lo, tau_hi) = _set_parameters(P, D, theta)
-            cert = solve_and_certify(prob, _box(V, D, tau_hi, tau_lo, theta), ladder=ladder)
+            El, Ehat, (tau_lo, tau_hi) = _set_parameters(P, D)
+            cert = solve_and_certify(prob, _box(V, D, tau_hi, tau_lo), ladder=ladder)
             rounds = 1
             log = [(s, st, _to_g(b, D), sec) for (s, st, b, sec) in cert.log]
             if cert.converged:
@@ -317,8 +308,8 @@ def second_order_varying(problem: HeadProblem, upper_cone: bool = False, monoton
         else:
             chains, edges = linf_start_facets(D)
             prob, P, V = _build(n, D.d, "linf", SLOTS, upper_cone, monotone_points, D.deviation)
-            El, Ehat, (tau_lo, tau_hi) = _set_parameters(P, D, theta)
+            El, Ehat, (tau_lo, tau_hi) = _set_parameters(P, D)
             best, status, solver, primal, rounds, n_facets, log, gap = cutting_plane_solve(
-                prob, P, V, _box(V, D, tau_hi, tau_lo, theta), chains, edges, SLOTS, D.scales[:, :2], theta,
+                prob, P, V, _box(V, D, tau_hi, tau_lo), chains, edges, SLOTS, D.scales[:, :2],
                 lambda b: _to_g(b, D), ladder)
     return settle(best, status, solver, fo, t0, "varying", primal, rounds, n_facets, log, why or "not_run", gap)

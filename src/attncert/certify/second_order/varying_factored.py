@@ -70,7 +70,7 @@ FACTORED_LADDER = tuple((s, dict(o, tol_gap_abs=1e-8, tol_gap_rel=1e-8, tol_feas
 # origin near the optimum). The fixed query's CUT_STOP (1e-5) made most varying units solve 2-3 times to lower
 # the bound by ~1e-5 of the movement, a gap of 5-20% of it.
 VARYING_CUT_STOP = 1e-4
-_WEIGHT_PARAMS = ("c_lam", "c_V", "c_U", "n_lam", "kt", "th", "hV", "hU", "up_tau", "up_lam", "up_V", "up_U",
+_WEIGHT_PARAMS = ("c_lam", "c_V", "c_U", "n_lam", "kt", "hV", "hU", "up_tau", "up_lam", "up_V", "up_U",
                   "sec_tau", "sec_U", "sec_V")
 
 
@@ -330,7 +330,7 @@ def _solve(problem, D, monotone_points, ladder, second, upper_cone, fo, t0) -> S
             gap = best - primal
         return settle(best, status, solver, fo, t0, "varying", primal, 1, 0, log, "not_run", gap)
     chains, edges = linf_start_facets(D)
-    out = cutting_plane_solve(prob, P, V, box, chains, edges, SLOTS, D.scales[:, :2], np.ones(n), lambda b: _to_g(b, D),
+    out = cutting_plane_solve(prob, P, V, box, chains, edges, SLOTS, D.scales[:, :2], lambda b: _to_g(b, D),
                               ladder, base_of=lambda v: np.concatenate([np.asarray(v["bt"]).ravel(), [float(v["tau"])]]),
                               cut_stop=VARYING_CUT_STOP)
     return settle(out[0], out[1], out[2], fo, t0, "varying", *out[3:7], "not_run", out[7])
