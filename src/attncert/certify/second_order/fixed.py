@@ -202,7 +202,7 @@ def second_order_fixed(problem: HeadProblem, upper_cone: bool = False, monotone_
         why = representable(D.A, np.full(D.A.size, D.R_s), D.eps_s)
     n = D.A.size
     if why:
-        return settle(math.inf, "not_run", "none", fo, t0, "fixed", math.nan, 0, 0, [], why)
+        return settle(math.inf, fo, t0, "fixed", no_solve_reason=why)
 
     log, best, best_status, best_solver, primal, gap = [], math.inf, "not_run", "none", math.nan, math.nan
     rounds, n_facets = 0, 0
@@ -219,4 +219,5 @@ def second_order_fixed(problem: HeadProblem, upper_cone: bool = False, monotone_
     else:
         best, best_status, best_solver, primal, rounds, n_facets, log, gap = _solve_linf(
             problem, D, upper_cone, monotone_points, ladder)
-    return settle(best, best_status, best_solver, fo, t0, "fixed", primal, rounds, n_facets, log, "not_run", gap)
+    return settle(best, fo, t0, "fixed", status=best_status, solver=best_solver, primal=primal, rounds=rounds,
+                  n_facets=n_facets, log=log, dual_gap=gap)

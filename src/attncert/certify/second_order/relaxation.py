@@ -347,8 +347,9 @@ def fallback_bound(problem: HeadProblem) -> float:
     return min(finite) if finite else math.inf
 
 
-def settle(best: float, status: str, solver: str, fo: float, t0: float, mode: str, primal: float, rounds: int,
-           n_facets: int, log: list, no_solve_reason: str, dual_gap: float = math.nan) -> SecondOrderResult:
+def settle(best: float, fo: float, t0: float, mode: str, *, status: str = "not_run", solver: str = "none",
+           primal: float = math.nan, rounds: int = 0, n_facets: int = 0, log: list | None = None,
+           no_solve_reason: str = "not_run", dual_gap: float = math.nan) -> SecondOrderResult:
     """The certified bound if it is usable, else the first-order certificate `fo` (labelled fallback).
 
     The exact relaxation never exceeds the first-order certificate (its weights and values lie in the
@@ -359,6 +360,7 @@ def settle(best: float, status: str, solver: str, fo: float, t0: float, mode: st
     numerical looseness, and no solve at all is a failure: both return `fo` with fallback=True and the reason
     in `status`.
     """
+    log = [] if log is None else log
     scale = 1.0 + abs(fo) if math.isfinite(fo) else 1.0
     tie = FO_TIE * scale
     if math.isfinite(dual_gap) and 0.0 < dual_gap <= TIE_DUAL * scale:

@@ -89,7 +89,7 @@ def second_order_separable(problem, upper_cone: bool = False, monotone_points: i
         D = replace(D, g0=_origin(problem, D.g0, fo)).drop_negligible()
         why = representable(D.A, np.full(D.A.size, D.R_s), D.eps_s)
     if why:
-        return settle(math.inf, "not_run", "none", fo, t0, "fixed", math.nan, 0, 0, [], why)
+        return settle(math.inf, fo, t0, "fixed", no_solve_reason=why)
     if upper_cone and _both and D.deviation:
         # half-widths below DEVIATION_BELOW: the upper cone (C5) is as ill-conditioned as (C1) there (curvature
         # ~h^2 below the solver's resolution) and its solves can end looser than the paper-like program, whose
@@ -113,8 +113,8 @@ def second_order_separable(problem, upper_cone: bool = False, monotone_points: i
                                                   ladder, near, grid, rounds)
         val = _to_g(best, D)
         log = [(s, st, math.nan, sec) for (s, st, sec) in log]
-        return settle(val, best_status, "CLARABEL" if math.isfinite(val) else "none", fo, t0, "fixed",
-                      _to_g(t, D) if math.isfinite(t) else math.nan, 2, 0, log, "not_run", math.nan)
+        return settle(val, fo, t0, "fixed", status=best_status, solver="CLARABEL" if math.isfinite(val) else "none",
+                      primal=_to_g(t, D) if math.isfinite(t) else math.nan, rounds=2, log=log)
     if problem.norm == "l2":
         prog = build_program(D, upper_cone, monotone_points, None, None, None, None,
                              ellipse=ellipse_matrix(D.u_s, D.u_w, D.radius, D.R_s, D.rho_w))
@@ -141,5 +141,6 @@ def second_order_separable(problem, upper_cone: bool = False, monotone_points: i
     val = _to_g(best, D)
     gap = val - _to_g(primal, D) if math.isfinite(primal) else math.nan
     log = [(s, st, _to_g(b, D), sec) for (s, st, b, sec) in log]
-    return settle(val, best_status, "CLARABEL" if math.isfinite(val) else "none", fo, t0, "fixed",
-                  _to_g(primal, D) if math.isfinite(primal) else math.nan, n_rounds, n_facets, log, "not_run", gap)
+    return settle(val, fo, t0, "fixed", status=best_status, solver="CLARABEL" if math.isfinite(val) else "none",
+                  primal=_to_g(primal, D) if math.isfinite(primal) else math.nan, rounds=n_rounds, n_facets=n_facets,
+                  log=log, dual_gap=gap)

@@ -312,4 +312,5 @@ def second_order_varying(problem: HeadProblem, upper_cone: bool = False, monoton
             best, status, solver, primal, rounds, n_facets, log, gap = cutting_plane_solve(
                 prob, P, V, _box(V, D, tau_hi, tau_lo), chains, edges, SLOTS, D.scales[:, :2],
                 lambda b: _to_g(b, D), ladder)
-    return settle(best, status, solver, fo, t0, "varying", primal, rounds, n_facets, log, why or "not_run", gap)
+    return settle(best, fo, t0, "varying", status=status, solver=solver, primal=primal, rounds=rounds,
+                  n_facets=n_facets, log=log, no_solve_reason=why or "not_run", dual_gap=gap)

@@ -296,7 +296,7 @@ def second_order_varying_factored(problem: HeadProblem, monotone_points: int = M
         D = D.drop_negligible()
         why = representable(D.A, D.h, D.eps)
     if why:
-        return settle(math.inf, "not_run", "none", fo, t0, "varying", math.nan, 0, 0, [], why)
+        return settle(math.inf, fo, t0, "varying", no_solve_reason=why)
     Hf, hk = widths(D)
     if D.n < 2 or float(np.min(Hf[:-1])) < DEVIATION_BELOW or float(np.min(hk)) < DEVIATION_BELOW:
         return _unfactored(problem, upper_cone, monotone_points, ladder or SOLVER_LADDER, center, "tiny width", t0)
@@ -328,12 +328,15 @@ def _solve(problem, D, monotone_points, ladder, second, upper_cone, fo, t0) -> S
         if cert.converged:
             best, primal = _to_g(cert.bound, D), _to_g(cert.primal, D)
             gap = best - primal
-        return settle(best, status, solver, fo, t0, "varying", primal, 1, 0, log, "not_run", gap)
+        return settle(best, fo, t0, "varying", status=status, solver=solver, primal=primal, rounds=1, log=log,
+                      dual_gap=gap)
     chains, edges = linf_start_facets(D)
     out = cutting_plane_solve(prob, P, V, box, chains, edges, SLOTS, D.scales[:, :2], lambda b: _to_g(b, D),
                               ladder, base_of=lambda v: np.concatenate([np.asarray(v["bt"]).ravel(), [float(v["tau"])]]),
                               cut_stop=VARYING_CUT_STOP)
-    return settle(out[0], out[1], out[2], fo, t0, "varying", *out[3:7], "not_run", out[7])
+    best, status, solver, primal, rounds, n_facets, log, gap = out
+    return settle(best, fo, t0, "varying", status=status, solver=solver, primal=primal, rounds=rounds,
+                  n_facets=n_facets, log=log, dual_gap=gap)
 
 
 def second_order_varying_variant(problem: HeadProblem, name: str) -> SecondOrderResult:
