@@ -80,9 +80,9 @@ def run(args) -> dict:
     from attncert.head.units import specification_vectors
     from tqdm import tqdm
 
-    ns = QUICK_NS if args.quick else NS
-    radii = (0.002,) if args.quick else (0.002, 0.02)
-    norms = ("linf",) if args.quick else ("linf", "l2")
+    ns = tuple(args.ns) if args.ns else (QUICK_NS if args.quick else NS)
+    radii = tuple(args.radii) if args.radii else ((0.002,) if args.quick else (0.002, 0.02))
+    norms = tuple(args.norms) if args.norms else (("linf",) if args.quick else ("linf", "l2"))
     arrays = head_arrays(max(ns))
     qps = [n - 1 for n in ns]
     spec = specification_vectors(arrays, LAYER, qps, 0)
@@ -111,7 +111,7 @@ def run(args) -> dict:
                 row[f"{name}_status"] = (f"not run: n > {args.crown_max} (the bound_propagation head network's dense "
                                          "coefficients need about n^2 d memory: MemoryError from n = 128)")
         rows.append(row)
-    for h, n, r in tqdm([(h, n, r) for n in ns if n <= args.varying_max for h in range(min(args.heads, 2))
+    for h, n, r in tqdm([(h, n, r) for n in ns if n <= args.varying_max and not args.no_varying for h in range(min(args.heads, 2))
                          for r in radii], desc="varying-query units"):
         p = problem(arrays, spec, qps, h, n, r, "linf", "varying")
         row = dict(mode="varying", head=h, n=n, radius=r, norm="linf")
@@ -255,6 +255,11 @@ def main() -> None:
     ap.add_argument("--before-max", type=int, default=256, help="largest n for the monolithic program")
     ap.add_argument("--crown-max", type=int, default=64, help="largest n for CROWN / alpha-CROWN")
     ap.add_argument("--varying-max", type=int, default=64, help="largest n for the varying query")
+    ap.add_argument("--ns", type=int, nargs="+", help="numbers of keys (default: all of NS)")
+    ap.add_argument("--norms", nargs="+", choices=["linf", "l2"], help="default: both (--quick: linf)")
+    ap.add_argument("--radii", type=float, nargs="+", help="default: 0.002 0.02 (--quick: 0.002)")
+    ap.add_argument("--name", default="context_length", help="stem of the result files")
+    ap.add_argument("--no-varying", action="store_true", help="fixed query only")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     args = ap.parse_args()
     if args.quick:
@@ -265,10 +270,11 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     text = markdown(data, summ)
-    (out / "context_length.md").write_text(text)
-    (out / "context_length.json").write_text(json.dumps(dict(provenance=provenance(), summary=summ, **data),
+    stem = args.name
+    (out / f"{stem}.md").write_text(text)
+    (out / f"{stem}.json").write_text(json.dumps(dict(provenance=provenance(), summary=summ, **data),
                                                         indent=1, default=float))
-    figure(summ, out / "context_length.png")
+    figure(summ, out / f"{stem}.png")
     print(text)
 
 
