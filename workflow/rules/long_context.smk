@@ -67,6 +67,7 @@ rule long_context_certify:
 rule long_context_report:
     input:
         csv="data/long_context/{model}/units.csv",
+        claims="data/paper_claims.yaml",
     output:
         pdf=report("figures/long_context/{model}/gap_and_time_vs_keys.pdf", caption="../report/long_context.rst",
                    category="Paper A: long context (beyond the paper)"),

@@ -2,6 +2,7 @@
 import pandas as pd
 
 from attncert.certify.long_context import figure, markdown, summary
+from attncert.pipeline.claims import load_claims
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.model_source import model_label
 from attncert.pipeline.paper_comparison import write_measured
@@ -14,7 +15,10 @@ table, measured = summary(df)
 layer = int(df["layer"].iloc[0])
 label = (f"{model_label(sm.params.model)}: layer {layer}, {df['head'].nunique()} heads, query positions "
          f"{sorted(df['query_pos'].unique().tolist())}, passage data/long_context_passage.txt; {len(df)} units")
-figure(table, label, sm.output.pdf)
+claims = load_claims(sm.input.claims).by_id()
+paper = {r: float(claims[f"second_order_rel_gap_r{r:g}"].value) for r in table["radius"].unique()
+         if f"second_order_rel_gap_r{r:g}" in claims}
+figure(table, label, sm.output.pdf, paper)
 with open(sm.output.md, "w", encoding="utf-8") as fh:
     fh.write(markdown(table, label))
 write_measured(sm.output.measured, measured, label)

@@ -86,9 +86,13 @@ def summary(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     return table, measured
 
 
-def figure(table: pd.DataFrame, label: str, out_pdf) -> None:
-    """Relative gap and seconds per unit vs the number of keys, log-log, one line per certificate and radius."""
+def figure(table: pd.DataFrame, label: str, out_pdf, paper: dict | None = None) -> None:
+    """Relative gap and seconds per unit vs the number of keys, log-log, one line per certificate and radius.
+
+    paper: {radius: the paper's median relative gap of the second-order certificate at 5 keys (GPT-2, query
+    position 4)}, drawn as labelled stars."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -107,18 +111,31 @@ def figure(table: pd.DataFrame, label: str, out_pdf) -> None:
             axes[1].loglog(sub["n_keys"], sub[f"{cert}_s"], style, color=colors[cert], ms=4,
                            label=f"{names[cert]}, r = {r:g}")
         axes[1].loglog(sub["n_keys"], sub["exact_s"], style, color="0.4", ms=4, label=f"exact worst case, r = {r:g}")
-    axes[0].axvline(16, color="0.5", lw=0.8, ls=":")
-    axes[0].annotate("paper: at most 16 keys", (16, axes[0].get_ylim()[0]), xytext=(4, 6), textcoords="offset points",
-                     fontsize=8, color="0.35", rotation=90, va="bottom")
+    for r, val in sorted((paper or {}).items()):
+        axes[0].loglog([5], [val], "*", color="black", ms=11, label=f"paper (GPT-2, 5 keys), r = {r:g}")
+        axes[0].annotate(f"paper {val:g}", (5, val), xytext=(7, -3), textcoords="offset points", fontsize=8)
+    axes[0].axvspan(1, 16, color="0.85", alpha=0.5, lw=0)
+    axes[0].text(7.3, 0.97, "the paper's range\n(n <= 16)", transform=axes[0].get_xaxis_transform(), fontsize=8,
+                 color="0.3", va="top", ha="center")
+    ours = sorted(set(table["n_keys"].astype(int)))
+    for ax, ticks in zip(axes, (sorted(set(ours) | ({5} if paper else set())), ours)):
+        ax.set_xlim(ticks[0] / 1.5, ticks[-1] * 1.5)
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([str(t) for t in ticks])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     axes[0].set_ylabel("median gap / output movement range")
     axes[1].set_ylabel("median seconds per unit")
     for ax in axes:
         ax.set_xlabel("attended keys n")
         ax.grid(True, which="both", alpha=0.3)
     handles, labels = axes[1].get_legend_handles_labels()
+    h0, l0 = axes[0].get_legend_handles_labels()
+    extra = [(h, lab) for h, lab in zip(h0, l0) if lab.startswith("paper")]
+    handles += [h for h, _ in extra]
+    labels += [lab for _, lab in extra]
     fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=7.5, frameon=False)
     fig.suptitle(f"Long context, fixed query ({label}; not GPT-2)", fontsize=10)
-    fig.tight_layout(rect=(0, 0.14, 1, 0.95))
+    fig.tight_layout(rect=(0, 0.16, 1, 0.95))
     save_figure(fig, out_pdf)
     plt.close(fig)
 
