@@ -223,15 +223,16 @@ def figure(summ: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for m in METHODS:
-        pts = sorted((n, c[m]) for n, c in summ["fixed"].items() if m in c)
+    for k, m in enumerate(METHODS):
+        pts = sorted((int(n), c[m]) for n, c in summ["fixed"].items() if m in c)
         if not pts:
             continue
+        style = dict(color=f"C{k}", ms=4, ls="--" if m.startswith("before") else "-", marker="o")
         ns = [p[0] for p in pts]
-        axes[0].loglog(ns, [p[1]["median_s"] for p in pts], "o-", label=LABELS[m], ms=4)
+        axes[0].loglog(ns, [p[1]["median_s"] for p in pts], label=LABELS[m], **style)
         gaps = [(n, p.get("rel_gap_r0.002")) for n, p in pts if p.get("rel_gap_r0.002", 0) > 0]
         if gaps and m != "exact":
-            axes[1].loglog([g[0] for g in gaps], [g[1] for g in gaps], "o-", label=LABELS[m], ms=4)
+            axes[1].loglog([g[0] for g in gaps], [g[1] for g in gaps], label=LABELS[m], **style)
     axes[0].set_xlabel("attended keys n")
     axes[0].set_ylabel("median seconds per unit")
     axes[0].set_title("cost (fixed query)")
@@ -248,6 +249,12 @@ def figure(summ: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def replot(json_path: Path) -> None:
+    """Redraw the figure of a stored result (its JSON) without running anything."""
+    data = json.loads(json_path.read_text())
+    figure(data["summary"], json_path.with_suffix(".png"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="n in {5, 16, 64, 256, 1024}, one head, r = 0.002, linf")
@@ -261,7 +268,10 @@ def main() -> None:
     ap.add_argument("--name", default="context_length", help="stem of the result files")
     ap.add_argument("--no-varying", action="store_true", help="fixed query only")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
+    ap.add_argument("--replot", type=Path, help="only redraw the figure of a stored result JSON")
     args = ap.parse_args()
+    if args.replot:
+        return replot(args.replot)
     if args.quick:
         args.heads, args.before_max, args.crown_max, args.varying_max = 1, 64, 16, 16
     warnings.filterwarnings("ignore")
