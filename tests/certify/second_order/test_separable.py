@@ -81,3 +81,17 @@ def test_dispatch_uses_the_separable_path_for_long_contexts():
     res = second_order_certificate(problem)
     ex = exact_worst_case(problem)
     assert res.value >= ex.hi and res.rounds == 2  # the family path's two passes
+
+
+@pytest.mark.parametrize("radius,scale", [(1e-7, 1.0), (1e-4, 0.1), (1.0, 1.0), (3.0, 6.0)])
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+def test_separable_finite_and_sound_at_extreme_radii_and_scales(radius, scale, norm):
+    """Tiny score widths (deviation form), score widths beyond the representable band (labelled fallback) and
+    large weights: a finite value above every attained one, never an exception."""
+    problem = random_head_problem(np.random.default_rng(2), d=5, d_head=3, n=80, radius=radius, norm=norm,
+                                  scale=scale)
+    ex = exact_worst_case(problem)
+    for tight in (False, True):
+        res = sep.second_order_separable(problem, upper_cone=tight)
+        assert math.isfinite(res.value) and res.value >= ex.lo - 1e-9 * (1.0 + ex.value_spread)
+        assert not res.fallback or res.status.startswith("fallback")
