@@ -9,6 +9,8 @@ ball (`fixed_query`, `projected_ball`). The record holds
     eps_s, eps_w         per token, bounds on |float64 - exact| of s0_j + u_s . delta and w0_j + u_w . delta
     nominal              g at the nominal tokens
     image                P itself (`projected_ball`: the zonotope's upper chain or the ellipse), built on first use
+    kept_tokens()        the tokens that can carry weight, and a sound bound on the effect of the others
+                         (`negligible_tokens`)
 
 Data errors. Chain q = z_i W_Q + b_Q, u_s = W_K q / sqrt(d_h), s0 = Z0 u_s + b_K.q / sqrt(d_h), u_w = W_V c,
 w0 = Z0 u_w + b_V.c. A computed dot product of length k errs by at most gamma_k times the same product of
@@ -26,8 +28,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attncert.head.fixed_query import fixed_query_reduction
+from attncert.head.negligible_tokens import negligible_tokens
 from attncert.head.projected_ball import projected_ball
-from attncert.head.rounding import gamma
+from attncert.head.rounding import UNIT_ROUNDOFF, gamma
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ class ReducedGeometry:
     radius: float
     norm: str
     nominal: float
-    _image: list = field(default_factory=list, repr=False, compare=False)
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def n(self) -> int:
@@ -52,9 +55,18 @@ class ReducedGeometry:
     @property
     def image(self):
         """P, the 2-D image of the ball (built on first use)."""
-        if not self._image:
-            self._image.append(projected_ball(self.u_s, self.u_w, self.radius, self.norm))
-        return self._image[0]
+        if "image" not in self._cache:
+            self._cache["image"] = projected_ball(self.u_s, self.u_w, self.radius, self.norm)
+        return self._cache["image"]
+
+    def kept_tokens(self) -> tuple[np.ndarray, float]:
+        """(keep mask, tail): the tokens whose weight share can exceed e^-NEGLIGIBLE, and a sound bound on the
+        effect of the others on max g (`negligible_tokens`), for score half-width R_s (fixed query)."""
+        if "kept" not in self._cache:
+            lo, top = self.value_range()
+            h = np.full(self.n, self.R_s)
+            self._cache["kept"] = negligible_tokens(self.s0, h, self.eps_s, top + 4.0 * UNIT_ROUNDOFF * np.abs(top), lo)
+        return self._cache["kept"]
 
     def value_range(self) -> tuple[np.ndarray, np.ndarray]:
         """(W_lo, W_hi): every value w_j over the ball, rounding included."""

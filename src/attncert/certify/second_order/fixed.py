@@ -24,12 +24,12 @@ from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, solve_
 from attncert.certify.second_order.facets import (NEAR_EDGES, SLOTS, UpperChainFacets, cutting_plane_solve,
                                                   initial_edges, vertex_dinkelbach)
 from attncert.certify.second_order.relaxation import (DEVIATION_BELOW, MONOTONE_POINTS, SecondOrderResult,
-                                                      ellipse_matrix, fallback_bound, negligible_tokens,
+                                                      ellipse_matrix, fallback_bound,
                                                       nu_bound, objective, polygon_constraints, representable, settle,
                                                       weight_constraints, weight_parameters)
 from attncert.head.problem import HeadProblem
 from attncert.head.reduced_geometry import reduced_geometry
-from attncert.head.rounding import UNIT_ROUNDOFF, outward_affine
+from attncert.head.rounding import outward_affine
 
 _CACHE: dict = {}
 
@@ -51,6 +51,7 @@ class FixedRelaxationData:
     rho_o: float  # objective unit
     radius: float
     norm: str
+    kept: tuple = ()  # (keep mask, tail) of `ReducedGeometry.kept_tokens`
     tail: float = 0.0  # sound bound on the effect of the dropped (negligible) tokens, added to the bound
 
     @property
@@ -62,11 +63,8 @@ class FixedRelaxationData:
         return self.R_s < DEVIATION_BELOW
 
     def drop_negligible(self) -> "FixedRelaxationData":
-        """The same data without the tokens that can never carry weight (`relaxation.negligible_tokens`)."""
-        h = np.full(self.A.size, self.R_s)
-        top = self.w0 + self.R_w + self.eps_w
-        keep, tail = negligible_tokens(self.A, h, self.eps_s, top + 4.0 * UNIT_ROUNDOFF * np.abs(top),
-                                       self.w0 - self.R_w - self.eps_w)
+        """The same data without the tokens that can never carry weight (the record's `kept_tokens`)."""
+        keep, tail = self.kept
         if np.all(keep):
             return self
         return replace(self, A=self.A[keep], w0=self.w0[keep], eps_s=self.eps_s[keep], eps_w=self.eps_w[keep],
@@ -84,7 +82,7 @@ def relaxation_data(problem: HeadProblem, fo: float | None = None, origin: bool 
     g0 = _origin(problem, g_nom, fo) if origin else g_nom
     shift = float(np.max(s0 + eps_s))
     return FixedRelaxationData(s0 - shift, w0, g0, eps_s, eps_w, u_s, u_w, R_s, R_w, rho_w, rho_o, problem.radius,
-                               problem.norm)
+                               problem.norm, geo.kept_tokens())
 
 
 ORIGIN_POINTS = 65  # points of the ellipse arc (l2) for the origin's Dinkelbach estimate

@@ -61,7 +61,7 @@ perturbation is feasible (checked numerically in tests/certify/second_order), so
 The certificate is g0 + rho_o x the weak-duality bound of `dual_certificate` over a box containing every
 lifted true point; the solver's primal objective is never used as the answer.
 
-Representability (`representable`, `negligible_tokens`). Tokens whose weight share is below e^-60 under
+Representability (`representable`, `head.negligible_tokens`). Tokens whose weight share is below e^-60 under
 every perturbation are dropped and their effect bounded (`negligible_tokens`); a weight band e^{2h} above
 e^{2 MAX_HALF_WIDTH}, or a lower weight bound that underflows, is a labelled fallback (the first-order
 certificate capped by max_j W_j, `fallback_bound`) -- never an exception, never a weight forced to 0.
@@ -119,7 +119,7 @@ def representable(A: np.ndarray, h: np.ndarray, eps: np.ndarray, width_only: boo
     kappa = e^{2h + 2eps} - 1: it needs a finite, solvable band e^{2h} (beyond ~e^{36} no double-precision
     interior-point solve resolves both ends; e^{2h} overflows at h ~ 355) and E_l > 0 (a token whose lower
     weight bound underflows would be forced to weight 0, which is unsound when its upper bound is not
-    negligible; negligible tokens are dropped first, `negligible_tokens`). width_only: check the band only.
+    negligible; negligible tokens are dropped first, `head.negligible_tokens`). width_only: check the band only.
     """
     if not (np.all(np.isfinite(A)) and np.all(np.isfinite(h)) and np.all(np.isfinite(eps))):
         return "non-finite score data"
@@ -129,45 +129,6 @@ def representable(A: np.ndarray, h: np.ndarray, eps: np.ndarray, width_only: boo
     if not width_only and float(np.min(A - h - eps)) < -700.0:
         return "a lower weight bound e^(A - h) underflows"
     return ""
-
-
-NEGLIGIBLE = 60.0  # tokens whose weight share is below e^-NEGLIGIBLE under every perturbation are dropped
-
-
-def negligible_tokens(A: np.ndarray, h: np.ndarray, eps: np.ndarray, W_hi: np.ndarray, W_lo: np.ndarray,
-                      keep_always: int | None = None) -> tuple[np.ndarray, float]:
-    """(keep mask, tail) for dropping tokens that can never carry weight, with a sound bound on their effect.
-
-    Token j's weight share is at most e^{A_j + h_j + eps_j} / Z_lo, Z_lo = sum over kept tokens k of
-    e^{A_k - h_k - eps_k} (the smallest denominator). Tokens with share below e^-NEGLIGIBLE are dropped
-    (`keep_always`, e.g. the varying query token, never is). For every perturbation, with g' the head
-    restricted to the kept tokens, g - g' = sum_drop e_j (w_j - g') / Z <= sum_drop (e_j / Z_kept)(w_j - g')_+
-    <= tail = sum_drop e^{A_j + h_j + eps_j} / Z_lo * (W_hi_j - min_kept W_lo_k)_+, so a bound on max g' plus
-    tail bounds max g. Besides shrinking the program this removes lower weight bounds that underflow.
-    """
-    n = A.size
-    upper = A + h + eps
-    lower = A - h - eps
-    keep = np.ones(n, dtype=bool)
-    for _ in range(3):  # dropping lowers Z_lo: re-check until stable
-        m = float(np.max(lower[keep]))
-        logZ = m + math.log(float(np.sum(np.exp(lower[keep] - m))))
-        new = upper - logZ > -NEGLIGIBLE
-        if keep_always is not None:
-            new[keep_always] = True
-        if not np.any(new):
-            new[int(np.argmax(upper))] = True
-        if np.array_equal(new & keep, keep):
-            break
-        keep = new & keep
-    if np.all(keep):
-        return keep, 0.0
-    m = float(np.max(lower[keep]))
-    logZ = m + math.log(float(np.sum(np.exp(lower[keep] - m))))
-    floor = float(np.min(W_lo[keep]))
-    share = np.exp(upper[~keep] - logZ)
-    tail = float(np.sum(share * np.maximum(W_hi[~keep] - floor, 0.0)))
-    return keep, 4.0 * tail * (1.0 + 1e-6) + 1e-300
 
 
 def weight_constraints(P: dict, n: int, tau, lam, Us, Vs, upper_cone: bool, mono: int, nu=None) -> list:

@@ -59,11 +59,12 @@ from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, solve_
 from attncert.certify.second_order.facets import (SLOTS, UpperChainFacets, cutting_plane_solve, initial_edges,
                                                   vertex_dinkelbach)
 from attncert.certify.second_order.relaxation import (DEVIATION_BELOW, MONOTONE_POINTS, SecondOrderResult,
-                                                      ellipse_matrix, fallback_bound, negligible_tokens,
+                                                      ellipse_matrix, fallback_bound,
                                                       nu_bound, objective, polygon_constraints, representable, settle,
                                                       weight_constraints, weight_parameters)
 from attncert.head.fixed_query import fixed_query_reduction
 from attncert.head.problem import HeadProblem, cached_by_weights
+from attncert.head.negligible_tokens import negligible_tokens
 from attncert.head.reduced_geometry import reduced_geometry
 from attncert.head.rounding import UNIT_ROUNDOFF, gamma, outward_affine
 
@@ -154,7 +155,7 @@ class VaryingData:
         self.tail = 0.0  # sound bound on the effect of dropped (negligible) tokens
 
     def drop_negligible(self) -> "VaryingData":
-        """Drop the key tokens that can never carry weight (`relaxation.negligible_tokens`; never the query)."""
+        """Drop the key tokens that can never carry weight (`head.negligible_tokens`; never the query)."""
         top = self.w0 + self.R_w + self.eps_w
         keep, tail = negligible_tokens(self.A, self.h, self.eps, top + 4.0 * UNIT_ROUNDOFF * np.abs(top),
                                        self.w0 - self.R_w - self.eps_w, keep_always=self.n - 1)
