@@ -24,7 +24,7 @@ from attncert.head.fixed_query import fixed_query_reduction
 from attncert.head.projected_ball import Ellipse2D, Zonotope2D
 from attncert.certify.token_substitutions import token_substitution_worst_case
 
-SETTINGS = dict(deadline=None, derandomize=True)
+SETTINGS = dict(derandomize=True)
 GOLD = (np.sqrt(5.0) - 1.0) / 2.0
 
 

@@ -14,7 +14,7 @@ from attncert.head.problem import random_head_problem
 from attncert.certify.secant_slack_bound import fractional_knapsack_ratio, secant_error_factor, secant_slack_bound
 from attncert.certify.second_order import second_order_certificate
 
-SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+SETTINGS = dict(suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
 
 @pytest.mark.parametrize("L", [1e-6, 1e-3, 0.05, 0.3, 1.0, 3.0, 8.0])

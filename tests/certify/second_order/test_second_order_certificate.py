@@ -25,7 +25,7 @@ from attncert.certify.second_order.compiled import CompiledProgram
 
 from head_strategies import sampled_max, small_heads  # tests/head_strategies.py
 
-SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+SETTINGS = dict(suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
