@@ -53,6 +53,7 @@ rule certify_layer:
 rule certify_figure:
     input:
         tables=expand("data/certify/{{model}}/layer{layer}.csv", layer=LAYERS),
+        claims="data/paper_claims.yaml",
     output:
         pdf=report("figures/certify/{model}/{certify_figure}.pdf", caption="../report/certify_{certify_figure}.rst",
                    category="Paper A: certificates"),
