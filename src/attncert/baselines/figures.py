@@ -65,7 +65,7 @@ def figure_gap_vs_radius(m: pd.DataFrame, label: str, out_pdf, claims=()) -> Non
             q = g.groupby("radius")["rel_gap"].median()
             style = dict(lw=2.6, color="black") if method == "second_order" else (
                 dict(lw=2.0, color="dimgrey", ls="--") if method == TIGHT else {})
-            ax.plot(q.index, q.values, "o-", label=method, **style)
+            ax.plot(q.index, q.values, marker="o", **{"ls": "-", **style}, label=method)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("radius r")
