@@ -105,7 +105,8 @@ def test_baselines_figure_marks_the_papers_ratios(units, monkeypatch):
     fixed_ratio, varying_ratio = fig.axes[2], fig.axes[3]
     assert "gap / certificate" in fixed_ratio.get_title() and fixed_ratio.get_title().startswith("fixed")
     assert any("CROWN 3.8–4.7× at every radius" in t for t in _labels(fixed_ratio))
-    stars = [tuple(np.round(c.get_offsets()[0], 6)) for c in varying_ratio.collections if "paper" in str(c.get_label())]
+    stars = [tuple(np.round(xy, 6)) for c in varying_ratio.collections if "paper" in str(c.get_label())
+             for xy in c.get_offsets()]
     assert sorted(stars) == sorted([(0.001, _claim("crown_over_cert_varying_r0.001")),
                                     (0.01, float(_claim("crown_over_cert_varying_r0.01"))),
                                     (0.001, _claim("alpha_crown_over_cert_varying_r0.001")),

@@ -54,7 +54,8 @@ def paper_shares(claims, radii) -> list[tuple[str, list[float], float, str]]:
         else:
             continue
         op = ">" if c.get("strict") else "≥"
-        out.append((f"paper (GPT-2 small): {op} {c['value']:g} within {within} at {where}", at, float(c["value"]), within))
+        share = "every unit" if op == "≥" and c["value"] == 1 else f"{op} {c['value']:g} of the units"
+        out.append((f"paper (GPT-2 small): {share} within {within} at {where}", at, float(c["value"]), within))
     return out
 
 
