@@ -124,7 +124,7 @@ def summarize(res: dict) -> list[str]:
     return lines
 
 
-QUICK = {"units": 1, "configs": ["minilm-d384-n5", "synthetic-d768-n5"]}
+QUICK = {"units": 1, "configs": ["minilm-d384-n5"]}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -228,7 +228,7 @@ def fmt(x: float, digits: int = 3) -> str:
     return "—" if x is None or not math.isfinite(x) else f"{x:.{digits}g}"
 
 
-QUICK = {"sample": 8, "path": "after", "block_heads": 1, "minip_runs": 1}
+QUICK = {"sample": 8, "path": "after", "block_heads": 1, "minip_runs": 1, "stages": "certify,baselines,minip"}
 
 
 def build_parser() -> argparse.ArgumentParser:

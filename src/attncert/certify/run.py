@@ -16,7 +16,7 @@ Per unit (sense "max": the worst case is the largest value of g = c . head outpu
                    bound in a-scaled moments, beyond the paper), same weak-duality certification;
                    t_second_tight_s its time
 
-Columns added at the end (older tables lack them):
+Columns after `error`:
 
     best_feasible_from  "exact_witness" | "ascent_warm" (from the fixed-query maximiser) | "ascent" (cold)
     ascent_check        fixed query, on a deterministic sample of units (`ascent_check_fraction`, chosen
