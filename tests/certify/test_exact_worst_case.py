@@ -72,6 +72,7 @@ def _ball_grid(norm, r, m=3000, inner=25):
     return r * np.concatenate([bd, interior]) * (1 - 1e-12)
 
 
+@pytest.mark.slow
 @settings(max_examples=24, **SETTINGS)
 @given(seed=st.integers(0, 2**31), norm=st.sampled_from(["linf", "l2"]))
 def test_exact_matches_dense_grid_in_2d(seed, norm):

@@ -22,6 +22,7 @@ def _module():
     return mod
 
 
+@pytest.mark.slow
 def test_the_example_runs_from_the_command_line(tmp_path):
     # run from an empty directory: the example must need no data/ or figures/ of a run
     res = subprocess.run([sys.executable, str(EXAMPLE), "--layer", "1", "--head", "3", "--radius", "0.005"],

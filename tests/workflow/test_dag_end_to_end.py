@@ -47,6 +47,7 @@ def _snakemake(workdir, configfile, *targets, extra=(), timeout=900, **popen):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, **popen)
 
 
+@pytest.mark.slow
 def test_default_dag_dry_run_lists_every_stage():
     res = subprocess.run([SNAKEMAKE, "-n", "--forceall", "--cores", "all"], cwd=REPO, capture_output=True, text=True,
                          env=dict(os.environ, HF_HUB_OFFLINE="1"), timeout=300)
@@ -56,6 +57,7 @@ def test_default_dag_dry_run_lists_every_stage():
         assert rule in res.stdout, rule
 
 
+@pytest.mark.slow
 def test_lint_is_clean():
     res = subprocess.run([SNAKEMAKE, "--lint"], cwd=REPO, capture_output=True, text=True,
                          env=dict(os.environ, HF_HUB_OFFLINE="1"), timeout=300)
