@@ -293,7 +293,7 @@ def test_fixed_query_reduction_matches_float64():
 
 
 # ------------------------------------------------------------------------------------------------
-# extreme radii and score widths (issue 13, part 2): finite, sound and tight at any R_s
+# extreme radii and score widths: finite, sound and tight at any R_s
 def _extreme_problem(seed, norm, log_scale, log_r, n_hi=16, d_hi=6):
     rng = np.random.default_rng(seed)
     return random_head_problem(rng, d=int(rng.integers(1, d_hi + 1)), d_head=int(rng.integers(1, 5)),

@@ -429,7 +429,7 @@ def test_lifted_true_points_are_feasible_varying(norm, radius):
 
 
 # ---------------------------------------------------------------------------------------------
-# a finite, sound, labelled answer at every score width (issue 13, part 2)
+# a finite, sound, labelled answer at every score width
 # ---------------------------------------------------------------------------------------------
 def _scaled_head(seed, scale, radius, mode="fixed", norm="linf", n=4, d=5):
     return random_head_problem(np.random.default_rng(seed), d=d, d_head=2, n=n, radius=radius, norm=norm, mode=mode,
