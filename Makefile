@@ -1,13 +1,14 @@
 # Two entry points for a fresh machine (see README):
-#   make run    set up .venv and run the whole pipeline on the embedded default (snakemake --cores all)
-#   make test   set up .venv and run the test suite
+#   make run        set up .venv and run the whole pipeline on the embedded default (snakemake --cores all)
+#   make test       set up .venv and run the whole test suite (what CI runs)
+#   make test-fast  the same without the slow end-to-end tests (pytest marker `slow`), for daily work
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_VERBOSITY := error
 
-.PHONY: setup run test lint clean
+.PHONY: setup run test test-fast lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +26,9 @@ run: setup
 
 test: setup
 	$(BIN)/pytest -q
+
+test-fast: setup
+	$(BIN)/pytest -q -m "not slow"
 
 lint: setup
 	$(BIN)/snakemake --lint

@@ -1,13 +1,13 @@
 """alpha-CROWN with the convergence test against the fixed iteration count, side by side on the same units.
 
-    .venv/bin/python bench/bench_alpha_convergence.py [--config CFG] [--random-gpt2] [--layers L ...]
-                                                      [--groups G] [--settings TOL:PATIENCE ...] [--json OUT]
+    .venv/bin/python -m bench.bench_alpha_convergence [--config CFG] [--random-gpt2] [--layers L ...]
+                                                      [--groups G] [--settings TOL:PATIENCE:BETA1 ...] [--quick]
 
 For every baseline group of the grid of CFG (a head, prompt, query position, norm and mode; its radii in one
 call, as the pipeline bounds them) and every alpha-CROWN method of the grid, the same call is timed with
 
-    before   patience 0 and Adam betas (0.9, 0.99): the best of all `alpha_iterations` steps per stage (the former
-             method);
+    before   patience 0 and Adam betas (0.9, 0.99): the best of all `alpha_iterations` steps per stage (a fixed
+             iteration count);
     after    each TOL:PATIENCE:BETA1 (default: CFG's alpha_tolerance : alpha_patience : alpha_betas[0]; beta2 from
              CFG), the same iteration cap and lr,
 
@@ -31,7 +31,6 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import argparse  # noqa: E402
 import copy  # noqa: E402
-import json  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -40,16 +39,15 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
-sys.path.insert(0, str(REPO / "bench"))
 
 from attncert.baselines.linear_bound_baselines import METHOD_SPECS, baseline_upper_bounds  # noqa: E402
 from attncert.certify.run import certify_unit  # noqa: E402
 from attncert.head.units import Unit, head_problem, specification_vectors  # noqa: E402
 from attncert.pipeline.model_source import model_dimensions  # noqa: E402
 from attncert.pipeline.model_source import model_label  # noqa: E402
-from paper_cost import RANDOM_GPT2, extract, load, pick  # noqa: E402
-from paper_units import load_config  # noqa: E402
+from bench import common  # noqa: E402
+from bench.paper_cost import RANDOM_GPT2, extract, load, pick  # noqa: E402
+from bench.paper_units import load_config  # noqa: E402
 
 
 def groups_of(cfg: dict, layers: list[int], heads: int) -> list[list[Unit]]:
@@ -67,7 +65,10 @@ def attained(problem, cfg: dict) -> float:
     return float(np.nanmax([row["exact_lo"], row["best_feasible"]]))
 
 
-def main(argv=None) -> int:
+QUICK = {"layers": [3], "groups": 1}
+
+
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default=str(REPO / "workflow" / "config" / "default.yaml"))
     ap.add_argument("--random-gpt2", action="store_true", help="SYNTHETIC GPT-2-shaped model (not GPT-2)")
@@ -75,8 +76,10 @@ def main(argv=None) -> int:
     ap.add_argument("--groups", type=int, default=None, help="groups per mode (default: all)")
     ap.add_argument("--settings", nargs="*", default=None, help="TOL:PATIENCE:BETA1 of the after runs")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(args) -> dict:
     torch.set_num_threads(1)
     t_start, load_start = time.perf_counter(), load()
     cfg = copy.deepcopy(load_config(args.config))
@@ -140,10 +143,8 @@ def main(argv=None) -> int:
                              f"{len(sub) - len(ok)} |")
     lines.append(f"\nBench wall time {time.perf_counter() - t_start:.0f} s.")
     print("\n".join(lines))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"lines": lines, "rows": rows}, indent=1, default=str))
-    return 0
+    return {"model": model_label(cfg["model"]), "layers": layers, "settings": settings, "rows": rows}
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    common.run("bench_alpha_convergence", main, common.parse(build_parser(), QUICK))

@@ -16,7 +16,9 @@ units. Every configuration runs in a fresh subprocess whose peak RSS is reported
 Python + torch), together with the size of the largest dense coefficient matrix, m x n d with
 m = n^2 objectives (the exp stage): the n^2 d growth noted in SPEC.
 
-    .venv/bin/python bench/bench_baselines.py [--units 2] [--threads 1] [--json out.json]
+    .venv/bin/python -m bench.bench_baselines [--units 2] [--threads 1] [--quick]
+
+Needs `data/extract/all-MiniLM-L6-v2/layer3.npz` (`snakemake --cores 1 data/extract/all-MiniLM-L6-v2/layer3.npz`).
 """
 from __future__ import annotations
 
@@ -33,6 +35,8 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+
+from bench import common  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 MINILM = REPO / "data" / "extract" / "all-MiniLM-L6-v2" / "layer3.npz"
@@ -120,34 +124,43 @@ def summarize(res: dict) -> list[str]:
     return lines
 
 
-def main():
-    ap = argparse.ArgumentParser()
+QUICK = {"units": 1, "configs": ["minilm-d384-n5"]}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--units", type=int, default=2, help="units per configuration, mode and radius")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--configs", nargs="*", default=[c[0] for c in CONFIGS], help="default: all")
     ap.add_argument("--one", nargs=3, metavar=("CONFIG", "N", "MODE"), help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.one:
-        print(json.dumps(run_one(args.one[0], int(args.one[1]), args.one[2], args.units, args.threads)))
-        return
+    return ap
+
+
+def main(args) -> dict:
     results = []
     print("seconds, gap: medians over units; gap = (bound - best) / (best - nominal), best = exact (fixed) or "
           "ascent (varying); not_ok = status != ok; below = bounds below best (unsound; must be 0)")
     print(f"{'config':<18} {'mode':<7} {'radius':<6} {'units':>5} {'method':<22} {'seconds':>9} {'gap':>9} "
           f"{'not_ok':>6} {'below':>8}")
     for name, _, _, n in CONFIGS:
+        if name not in args.configs:
+            continue
         for mode in MODES:
-            out = subprocess.run([sys.executable, __file__, "--one", name, str(n), mode, "--units", str(args.units),
-                                  "--threads", str(args.threads)], capture_output=True, text=True, check=True)
+            out = subprocess.run([sys.executable, "-m", "bench.bench_baselines", "--one", name, str(n), mode, "--units",
+                                  str(args.units), "--threads", str(args.threads)], capture_output=True, text=True,
+                                 check=True, cwd=common.REPO)
             res = json.loads(out.stdout.strip().splitlines()[-1])
             results.append(res)
             print("\n".join(summarize(res)), flush=True)
     labels = {m: results[0]["rows"][0][m]["label"] for m in METHODS}
     for m, lab in labels.items():
         print(f"label {m}: {lab}")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+    return {"configs": results}
 
 
 if __name__ == "__main__":
-    main()
+    _args = common.parse(build_parser(), QUICK)
+    if _args.one:  # one configuration in a fresh process (its peak memory is its own): JSON on stdout
+        print(json.dumps(run_one(_args.one[0], int(_args.one[1]), _args.one[2], _args.units, _args.threads)))
+    else:
+        common.run("bench_baselines", main, _args)

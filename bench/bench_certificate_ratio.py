@@ -1,8 +1,9 @@
 """Certificate time vs CROWN time by number of tokens, and the equality checks of the faster certificate path.
 
-    .venv/bin/python bench/bench_certificate_ratio.py time  [--groups G] [--reps R] [--positions 1,4,8,15] [--modes fixed,varying]
-    .venv/bin/python bench/bench_certificate_ratio.py equal [--sample N] [--seed S]
-    .venv/bin/python bench/bench_certificate_ratio.py varying [--groups G] [--seed S]
+    .venv/bin/python -m bench.bench_certificate_ratio time  [--groups G] [--reps R] [--positions 1,4,8,15] [--modes fixed,varying]
+    .venv/bin/python -m bench.bench_certificate_ratio equal [--sample N] [--seed S]
+    .venv/bin/python -m bench.bench_certificate_ratio varying [--groups G] [--seed S]
+    (each also with --quick; the result is bench/results/bench_certificate_ratio-PART[-quick].md)
 
 Model: `random-gpt2` (GPT-2 small's shapes, seeded random weights: costs, not results), layer 5, the paper grid's
 prompts and specifications, built by bench/paper_cost.py's extraction and sampler.
@@ -15,14 +16,14 @@ time   per query position (n = position + 1 tokens) and mode, G groups of (head,
        Reported: medians over units of the per-unit minimum over R repetitions, and their ratio.
 equal  on units drawn by paper_cost.py's sampler (--sample, --seed): every certified number with the compiled
        solve path against cvxpy's (`dual_certificate.USE_COMPILED`, must be bit for bit equal), and the
-       fixed query's initial facets against the former rule (`facets.NEAR_EDGES` = 1: tighter or looser, by how
+       fixed query's initial facets against the two-edge rule (`facets.NEAR_EDGES` = 1: tighter or looser, by how
        much of the movement first order - nominal and of the gap to the exact bracket, how often beyond the
        solve's own reported dual gap), each certificate checked against the exact bracket.
 varying the factored varying-query program (n = 5, the 4 baseline radii, G groups of (head, prompt) drawn with
        --seed) with today's solver settings (`varying_factored.FACTORED_LADDER`, `VARYING_CUT_STOP`) against the
-       former ones (`SOLVER_LADDER` with SCS, the fixed query's `CUT_STOP`), side by side on the same units:
+       alternative (`SOLVER_LADDER` with SCS, the fixed query's `CUT_STOP`), side by side on the same units:
        seconds per unit (median, mean, p90), solves per unit, units that went to the unfactored program, and
-       (new - former) / movement (first order - nominal); each certificate checked against a short ascent.
+       (new - alternative) / movement (first order - nominal); each certificate checked against a short ascent.
 """
 from __future__ import annotations
 
@@ -31,14 +32,13 @@ import copy
 import dataclasses
 import math
 import os
-import sys
+
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import paper_cost as pc  # noqa: E402  (sets the thread variables, adds src/ to the path)
+import bench.paper_cost as pc  # noqa: E402  (sets the thread variables)
 
 import torch  # noqa: E402
 
@@ -52,6 +52,7 @@ from attncert.certify.exact_worst_case import exact_worst_case  # noqa: E402
 from attncert.certify.first_order_certificate import first_order_certificate  # noqa: E402
 from attncert.certify.second_order import second_order_certificate  # noqa: E402
 from attncert.head.units import Unit, head_problem, specification_vectors  # noqa: E402
+from bench import common  # noqa: E402
 
 L = 5
 
@@ -135,9 +136,9 @@ def run_equal(args):
                           d > max(new.dual_gap, 0.0) + 1e-12 * (1 + abs(old.value)), new.rounds, old.rounds))
     print(f"compiled solve path vs cvxpy's: {bitwise} of {checked} certificates bit for bit equal "
           f"({len(units)} units x paper and tight)\n")
-    print("Fixed query, initial facets with the consecutive edges vs the former rule (per variant and n):\n")
+    print("Fixed query, initial facets with the consecutive edges vs the two-edge rule NEAR_EDGES = 1 (per variant and n):\n")
     print("| variant | n | units | tighter | looser | looser beyond own dual gap | (new - old) / movement: min, max | "
-          "(new - old) / gap: min, max | solves per unit new / former |")
+          "(new - old) / gap: min, max | solves per unit new / two-edge |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for (var, n), s in sorted(stats.items()):
         a = np.array(s, dtype=float)
@@ -160,7 +161,7 @@ def run_varying(args):
     vf.second_order_varying_factored(dataclasses.replace(units[0]))  # builds the program of this shape
     now_stop = vf.VARYING_CUT_STOP
     out = {}
-    for name, ladder, stop in (("former", dc.SOLVER_LADDER, fc.CUT_STOP), ("new", None, now_stop)):
+    for name, ladder, stop in (("SCS ladder, fixed cut stop", dc.SOLVER_LADDER, fc.CUT_STOP), ("new", None, now_stop)):
         vf.VARYING_CUT_STOP = stop
         rows = []
         for p in units:
@@ -178,10 +179,12 @@ def run_varying(args):
         a = np.array(rows, dtype=float)
         print(f"| {name} | {len(a)} | {np.median(a[:, 0]):.4f} | {a[:, 0].mean():.4f} | {np.percentile(a[:, 0], 90):.4f} | "
               f"{a[:, 2].mean():.2f} | {int(a[:, 3].sum())} | {int(a[:, 4].sum())} | {int((a[:, 1] < best).sum())} |")
-    d = (np.array([r[1] for r in out["new"]]) - np.array([r[1] for r in out["former"]])) / move
-    print(f"\n(new - former) / movement: min {d.min():.2e}, median {np.median(d):.2e}, max {d.max():.2e}; "
+    d = (np.array([r[1] for r in out["new"]]) - np.array([r[1] for r in out["SCS ladder, fixed cut stop"]])) / move
+    print(f"\n(new - SCS ladder) / movement: min {d.min():.2e}, median {np.median(d):.2e}, max {d.max():.2e}; "
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
 
+
+QUICK = {"groups": 1, "reps": 1, "positions": "4", "sample": 4}
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -192,6 +195,7 @@ if __name__ == "__main__":
     ap.add_argument("--modes", default="fixed,varying")
     ap.add_argument("--sample", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1)
-    a = ap.parse_args()
+    a = common.parse(ap, QUICK)
     torch.set_num_threads(1)
-    {"time": run_time, "equal": run_equal, "varying": run_varying}[a.part](a)
+    common.run("bench_certificate_ratio", {"time": run_time, "equal": run_equal, "varying": run_varying}[a.part], a,
+               part=a.part)

@@ -6,7 +6,7 @@ gain ~ |N(0.25, 0.1)|, bias ~ N(0, 0.05), unit random specification c. Prints th
 per unit (single-threaded; max and min directions timed separately), the largest bracket width /
 value spread, and the first-order gap relative to the output movement range (exact.hi - nominal).
 
-    .venv/bin/python bench/bench_exact_first_order.py [--units 20] [--shortfall-units 40]
+    .venv/bin/python -m bench.bench_exact_first_order [--units 20] [--shortfall-units 40] [--quick]
 
 The second part measures how often multi-start ascent alone falls short of the exact value (fixed
 query, larger radii): shortfall = exact.lo - ascent > tol * (exact.lo - nominal value).
@@ -20,6 +20,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
 import time  # noqa: E402
+
+from bench import common  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -51,15 +53,22 @@ def timed(fn, *args, **kw):
     return out, time.process_time() - t
 
 
-def main():
-    torch.set_num_threads(1)
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--units", type=int, default=20)
+QUICK = {"units": 2, "ascent_units": 1, "shortfall_units": 3, "small_units": 10}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--units", type=int, default=20, help="units per (norm, radius)")
     ap.add_argument("--ascent-units", type=int, default=3)
     ap.add_argument("--shortfall-units", type=int, default=40)
     ap.add_argument("--shortfall-n", type=int, default=8)
     ap.add_argument("--small-units", type=int, default=200)
-    args = ap.parse_args()
+    return ap
+
+
+def main(args) -> dict:
+    torch.set_num_threads(1)
+    result = {"fixed": [], "varying": [], "shortfall": [], "shortfall_small": []}
 
     print("== CPU time per unit (median), GPT-2 dims d=768 d_head=64 n=16, fixed query ==")
     print(f"{'norm':5s} {'r':>6s} | {'exact max':>10s} {'exact min':>10s} {'iters':>5s} {'width/spread':>12s} |"
@@ -82,6 +91,10 @@ def main():
                     _, s4 = timed(best_feasible_ascent, P, restarts=16, steps=200, seed=u)
                     ta.append(s4)
             med = lambda v: float(np.median(v)) * 1e3  # noqa: E731
+            result["fixed"].append({"norm": norm, "radius": radius, "exact_max_ms": med(te), "exact_min_ms": med(tm),
+                                    "iterations": float(np.median(iters)), "width_over_spread": max(widths),
+                                    "first_order_ms": med(tf), "ascent_ms": med(ta),
+                                    "first_order_gap_over_range": float(np.median(fo_gap))})
             print(f"{norm:5s} {radius:6.3f} | {med(te):8.2f}ms {med(tm):8.2f}ms {np.median(iters):5.0f} "
                   f"{max(widths):12.1e} | {med(tf):9.3f}ms | {med(ta):6.0f}ms | {np.median(fo_gap):12.3f}")
 
@@ -104,11 +117,14 @@ def main():
                     assert fo >= asc.value
                     ta.append(s2)
                     gap.append((fo - asc.value) / (asc.value - P.nominal_value()))
+            result["varying"].append({"norm": norm, "radius": radius, "first_order_ms": np.median(tf) * 1e3,
+                                      "first_order_beta_cached_ms": np.median(tb) * 1e3, "ascent_ms": np.median(ta) * 1e3,
+                                      "first_order_gap_over_ascent_range": float(np.median(gap))})
             print(f"{norm:5s} {radius:6.3f} | {np.median(tf) * 1e3:9.3f}ms {np.median(tb) * 1e3:11.3f}ms |"
                   f" {np.median(ta) * 1e3:6.0f}ms | {np.median(gap):8.3f}")
 
     if args.shortfall_units <= 0:
-        return
+        return result
     print(f"\n== ascent alone vs exact (fixed query, GPT-2 dims, n={args.shortfall_n}, "
           f"{args.shortfall_units} units per cell, restarts=16, steps=200) ==")
     print(f"{'norm':5s} {'r':>6s} | short(>1e-6) short(>1e-3)  median shortfall/range  max shortfall/range")
@@ -123,11 +139,14 @@ def main():
                 assert asc.value <= ex.hi
                 rel.append((ex.lo - asc.value) / max(ex.lo - P.nominal_value(), 1e-300))
             rel = np.array(rel)
+            result["shortfall"].append({"norm": norm, "radius": radius, "short_1e-6": float(np.mean(rel > 1e-6)),
+                                        "short_1e-3": float(np.mean(rel > 1e-3)), "median": float(np.median(rel)),
+                                        "max": float(rel.max())})
             print(f"{norm:5s} {radius:6.3f} | {np.mean(rel > 1e-6):11.0%} {np.mean(rel > 1e-3):12.0%}"
                   f"  {np.median(rel):22.2e}  {rel.max():19.2e}")
 
     if args.small_units <= 0:
-        return
+        return result
     print(f"\n== the same on small random heads (d=6, d_head=3, n=5, weights N(0,1)), {args.small_units} units ==")
     print(f"{'norm':5s} {'r':>6s} | short(>1e-6) short(>1e-3)  median shortfall/range  max shortfall/range")
     for norm in ("linf", "l2"):
@@ -141,9 +160,14 @@ def main():
                 assert asc.value <= ex.hi
                 rel.append((ex.lo - asc.value) / max(ex.lo - P.nominal_value(), 1e-300))
             rel = np.array(rel)
+            result["shortfall_small"].append({"norm": norm, "radius": radius, "short_1e-6": float(np.mean(rel > 1e-6)),
+                                              "short_1e-3": float(np.mean(rel > 1e-3)), "median": float(np.median(rel)),
+                                              "max": float(rel.max())})
             print(f"{norm:5s} {radius:6.3f} | {np.mean(rel > 1e-6):11.0%} {np.mean(rel > 1e-3):12.0%}"
                   f"  {np.median(rel):22.2e}  {rel.max():19.2e}")
 
+    return result
+
 
 if __name__ == "__main__":
-    main()
+    common.run("bench_exact_first_order", main, common.parse(build_parser(), QUICK))

@@ -1,4 +1,4 @@
-"""Benchmark (not a test): finite, sound answers at extreme radii and score widths (issue 13, part 2).
+"""Benchmark (not a test): finite, sound answers at extreme radii and score widths.
 
 Random small heads (`random_head_problem`) with weight scale 10^U(-1, 1) (0.1-10), radius 10^U(-4, log10 3)
 (1e-4-3), n in 1..16 attended tokens, d in 1..8, d_h in 1..4, both norms, fixed and varying query
@@ -17,7 +17,7 @@ It prints one table of counts per function and, for the exact bracket, the large
 the number of units above 1e-10 of the value spread per bucket of the fixed-query score radius
 R_s = r ||u_s||_*.
 
-    .venv/bin/python bench/bench_extreme_radii.py [--units 500] [--seed 0] [--ref GIT_REF]
+    .venv/bin/python -m bench.bench_extreme_radii [--units 500] [--seed 0] [--ref GIT_REF] [--quick]
         [--scale 0.1 10] [--radius 1e-4 3]     (e.g. --scale 1 10 --radius 0.1 3: the large-R_s regime)
 
 --ref runs the same measurement on the source tree of a git revision (extracted with `git archive` into a
@@ -44,7 +44,9 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+from bench import common  # noqa: E402
+
+REPO = common.REPO
 BUCKETS = [0.0, 1.0, 10.0, 64.0, 370.0, 710.0, np.inf]
 FUNCTIONS = ["exact_max", "exact_min", "first_max", "first_min", "secant", "ascent"]
 
@@ -181,34 +183,43 @@ def print_tables(res: dict, label: str):
             print(f"  e.g. {f}: {e}")
 
 
-def main():
-    ap = argparse.ArgumentParser()
+QUICK = {"units": 40}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--units", type=int, default=500)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--scale", type=float, nargs=2, default=(0.1, 10.0), help="weight scale range (log-uniform)")
     ap.add_argument("--radius", type=float, nargs=2, default=(1e-4, 3.0), help="radius range (log-uniform)")
     ap.add_argument("--ref", default=None, help="also measure this git revision (before)")
-    ap.add_argument("--json", default=None, help="write the raw result here (used by --ref)")
-    args = ap.parse_args()
+    ap.add_argument("--raw", default=None, help=argparse.SUPPRESS)  # the --ref child: raw result to this file
+    return ap
+
+
+def main(args) -> dict:
+    out = {}
     if args.ref:
         with tempfile.TemporaryDirectory() as tmp:
             archive = subprocess.run(["git", "-C", str(REPO), "archive", args.ref, "src"], check=True,
                                      capture_output=True).stdout
             subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-            out = Path(tmp) / "res.json"
-            env = dict(os.environ, PYTHONPATH=str(Path(tmp) / "src"))
-            subprocess.run([sys.executable, __file__, "--units", str(args.units), "--seed", str(args.seed),
-                            "--scale", *map(str, args.scale), "--radius", *map(str, args.radius),
-                            "--json", str(out)], env=env, check=True, stdout=subprocess.DEVNULL)
-            print_tables(json.loads(out.read_text()), f"before ({args.ref})")
-    if args.json is None:  # the working tree (with --json: whatever PYTHONPATH points to)
-        sys.path.insert(0, str(REPO / "src"))
+            raw = Path(tmp) / "res.json"
+            env = dict(os.environ, PYTHONPATH=str(Path(tmp) / "src"))  # that revision's package first
+            subprocess.run([sys.executable, "-m", "bench.bench_extreme_radii", "--units", str(args.units), "--seed",
+                            str(args.seed), "--scale", *map(str, args.scale), "--radius", *map(str, args.radius),
+                            "--raw", str(raw)], env=env, check=True, stdout=subprocess.DEVNULL, cwd=REPO)
+            out["before"] = json.loads(raw.read_text())
+            print_tables(out["before"], f"before ({args.ref})")
     res = measure(args.units, args.seed, tuple(args.scale), tuple(args.radius))
-    if args.json:
-        Path(args.json).write_text(json.dumps(res))
-        return
     print_tables(res, "after (working tree)" if args.ref else "working tree")
+    out["working_tree"] = res
+    return out
 
 
 if __name__ == "__main__":
-    main()
+    _args = common.parse(build_parser(), QUICK)
+    if _args.raw:
+        Path(_args.raw).write_text(json.dumps(measure(_args.units, _args.seed, tuple(_args.scale), tuple(_args.radius))))
+    else:
+        common.run("bench_extreme_radii", main, _args)

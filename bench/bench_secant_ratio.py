@@ -20,7 +20,7 @@ exponentially outweighed) -- and the number of units with gap > B + tol (must be
 solve's own dual gap (certified bound - primal) subtracted: the relaxation's optimum lies between the primal and
 the certified bound, so only primal - t* > B + tol is a violation of the theorem beyond the solver's accuracy.
 
-    PYTHONPATH=src .venv/bin/python bench/bench_secant_ratio.py [--units 5000] [--tight] [--seed 0]
+    .venv/bin/python -m bench.bench_secant_ratio [--units 5000] [--tight] [--seed 0] [--quick]
 
 Default: 5,000 units of the default variant (about 5-10 min on one core); --tight adds the tight variant
 on the same units; --units for more.
@@ -39,6 +39,8 @@ import time  # noqa: E402
 import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
+
+from bench import common  # noqa: E402
 
 from attncert.head.problem import HeadProblem, random_head_problem  # noqa: E402
 
@@ -68,13 +70,19 @@ def regime_unit(rng: np.random.Generator) -> tuple[HeadProblem, str]:
     return p, f"R_s/R_w 1e{band:+d}..1e{band + 2:+d}"
 
 
-def main() -> None:
+QUICK = {"units": 150, "tight": True}
+
+
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--units", type=int, default=5000)
     ap.add_argument("--tight", action="store_true", help="also the tight variant (upper_cone=True)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--worst", type=int, default=5, help="print this many worst units per variant")
-    args = ap.parse_args()
+    return ap
+
+
+def main(args) -> dict:
     warnings.filterwarnings("ignore")
     from attncert.certify.exact_worst_case import exact_worst_case
     from attncert.certify.secant_slack_bound import secant_slack_bound
@@ -120,8 +128,16 @@ def main() -> None:
     elapsed = time.perf_counter() - t_start
     print(f"gap / secant-slack bound, fixed query, {args.units} random units (seed {args.seed}), {elapsed:.0f} s")
     print(f"tolerance of the check: gap <= B + {TOL_ABS:g} x value spread")
+    result = {"units": args.units, "seed": args.seed, "tol_abs": TOL_ABS, "variants": {}}
     for name, _ in variants:
         s = stats[name]
+        result["variants"][name] = {
+            "fallbacks": fallbacks[name], "first_order_attained": attained[name], "gap_above_B_tol": excess[name],
+            "primal_above_B_tol": beyond[name], "median_seconds": float(np.median(seconds[name])),
+            "bands": {band: {"units": len(v), "max_gap_over_B": float(np.max([x[0] for x in v])),
+                             "max_gap_minus_tol_over_B": float(np.max([x[1] for x in v])),
+                             "max_gap_minus_tol_minus_dual_gap_over_B": float(np.max([x[2] for x in v])),
+                             "median_gap_over_B": float(np.median([x[0] for x in v]))} for band, v in s.items()}}
         print(f"\nvariant {name}: fallbacks {fallbacks[name]} (first order attained: {attained[name]}), median {np.median(seconds[name]):.3f} s per unit "
               f"(max {np.max(seconds[name]):.2f}); units with gap > B + tol: {excess[name]}; with primal - t* > B + tol "
               f"(beyond the solve's accuracy): {beyond[name]}")
@@ -135,6 +151,8 @@ def main() -> None:
             within, ratio, k, band, norm, n, gap, B, tol, dg, status = row
             print(f"    worst: (gap-tol)/B {within:.4f} gap/B {ratio:.4g} unit {k} {band} {norm} n={n} gap {gap:.3e} "
                   f"B {B:.3e} tol {tol:.2e} dual-primal {dg:.2e} {status}")
+    return result
+
 
 if __name__ == "__main__":
-    main()
+    common.run("bench_secant_ratio", main, common.parse(build_parser(), QUICK))

@@ -14,7 +14,7 @@ start ascent, a lower bound of the true maximum, so this over-states the gap); t
 relative gap and gap / secant-slack bound for comparison; the per-unit log-log slope of the fixed-query
 gap over r in {0.001, 0.002, 0.005}.
 
-    .venv/bin/python bench/bench_second_order.py [--heads 6] [--varying-heads 4] [--tight]
+    .venv/bin/python -m bench.bench_second_order [--heads 6] [--varying-heads 4] [--tight] [--quick]
 
 BLAS runs single-threaded (set below, before numpy is imported): on a 2-core machine shared with other
 jobs, multi-threaded OpenBLAS spin-waits on the many tiny products and doubles the time per unit.
@@ -32,14 +32,18 @@ import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from attncert.certify.exact_worst_case import exact_worst_case
-from attncert.certify.first_order_certificate import first_order_certificate
-from attncert.head.problem import HeadProblem
-from attncert.certify.secant_slack_bound import secant_slack_bound
-from attncert.certify.second_order import second_order_certificate
+from attncert.certify.exact_worst_case import exact_worst_case  # noqa: E402
+from attncert.certify.first_order_certificate import first_order_certificate  # noqa: E402
+from attncert.certify.secant_slack_bound import secant_slack_bound  # noqa: E402
+from attncert.certify.second_order import second_order_certificate  # noqa: E402
+from attncert.head.problem import HeadProblem  # noqa: E402
+from attncert.pipeline.claims import load_claims  # noqa: E402
+from bench import common  # noqa: E402
 
-PAPER_SECONDS = {"fixed": 10.0, "varying": 22.0}
-PAPER_REL_GAP = {0.002: 0.004, 0.02: 0.048}
+_PAPER = {c.id: c.value for c in load_claims(common.REPO / "data" / "paper_claims.yaml").claims}
+PAPER_SECONDS = {"fixed": _PAPER["cert_seconds_fixed"], "varying": _PAPER["cert_seconds_varying"]}
+PAPER_REL_GAP = {0.002: _PAPER["second_order_rel_gap_r0.002"], 0.02: _PAPER["second_order_rel_gap_r0.02"]}
+PAPER_SLOPE = _PAPER["second_order_slope"]
 
 
 def gpt2_like_head(seed: int, radius: float, mode: str = "fixed", d: int = 768, d_head: int = 64, n: int = 16,
@@ -62,12 +66,18 @@ def _timed(problem: HeadProblem, tight: bool):
     return res, time.perf_counter() - t0
 
 
-def main() -> None:
+QUICK = {"heads": 1, "varying_heads": 1}
+
+
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--heads", type=int, default=6, help="random heads, fixed query")
     ap.add_argument("--varying-heads", type=int, default=4, help="random heads, varying query")
     ap.add_argument("--tight", action="store_true", help="add the upper exponential cone (tight variant)")
-    args = ap.parse_args()
+    return ap
+
+
+def main(args) -> dict:
     warnings.filterwarnings("ignore")
     variant = "tight (upper exponential cone)" if args.tight else "paper (lower cone + secant + couplings + monotone cuts)"
     print(f"second-order certificate, variant: {variant}; d=768, d_head=64, n=16, linf")
@@ -130,14 +140,21 @@ def main() -> None:
               f"   gap/secant-bound max {q.max():.3f}{paper}")
     s = np.array(slopes)
     print(f"  per-unit log-log slope of the SO gap over r in {radii_slope}: median {np.median(s):.2f} "
-          f"[{s.min():.2f}, {s.max():.2f}]   (paper 2.04)")
+          f"[{s.min():.2f}, {s.max():.2f}]   (paper {PAPER_SLOPE})")
     print()
     print("varying query: (SO - best feasible)/(best feasible - nominal), median [min, max]; best feasible = ascent")
     for r in (0.002, 0.02):
         a, f = np.array(rel_v[r]), np.array(rel_v_fo[r])
         print(f"  r={r:<6} SO {np.median(a):.4f} [{a.min():.4f}, {a.max():.4f}]   FO {np.median(f):.3f}")
     print(f"\nfallbacks to the first-order certificate: {fallbacks}")
+    med = lambda v: float(np.median(v))  # noqa: E731
+    return {"variant": variant, "seconds_median": {m: med(t) for m, t in times.items()},
+            "paper_seconds": PAPER_SECONDS, "fallbacks": int(fallbacks),
+            "fixed_rel_gap_median": {r: med(rel[r]) for r in radii}, "fixed_first_order_rel_gap_median":
+            {r: med(rel_fo[r]) for r in radii}, "fixed_gap_over_secant_max": {r: float(np.max(ratio_B[r])) for r in radii},
+            "fixed_slope_median": med(slopes), "varying_rel_gap_median": {r: med(rel_v[r]) for r in rel_v},
+            "paper_rel_gap": PAPER_REL_GAP, "paper_slope": PAPER_SLOPE}
 
 
 if __name__ == "__main__":
-    main()
+    common.run("bench_second_order", main, common.parse(build_parser(), QUICK))

@@ -16,7 +16,7 @@ second-order certificate (default variant, or --tight) is computed and classifie
 Printed: per mode and radius, the number of units, the fallback rate and the exceptions / non-finite /
 unsound counts; then the fallback reasons and the median seconds per unit.
 
-    PYTHONPATH=src .venv/bin/python bench/bench_second_order_fallback.py [--units 30] [--tight] [--seed 0]
+    .venv/bin/python -m bench.bench_second_order_fallback [--units 30] [--tight] [--seed 0] [--quick]
 
 `--units` is per (mode, radius); the default (30 x 7 radii x 2 modes = 420 units) takes a few minutes on
 one core. BLAS runs single-threaded.
@@ -38,6 +38,7 @@ import warnings  # noqa: E402
 import numpy as np  # noqa: E402
 
 from attncert.head.problem import random_head_problem  # noqa: E402
+from bench import common  # noqa: E402
 
 RADII = (1e-4, 1e-3, 0.01, 0.1, 0.5, 1.0, 3.0)
 
@@ -72,13 +73,19 @@ def reference(problem) -> float:
     return best_feasible_ascent(problem, restarts=4, steps=40).value
 
 
-def main() -> None:
+QUICK = {"units": 3}
+
+
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--units", type=int, default=30, help="units per (mode, radius)")
     ap.add_argument("--tight", action="store_true", help="the tight variant (upper exponential cone)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--modes", default="fixed,varying")
-    args = ap.parse_args()
+    return ap
+
+
+def main(args) -> dict:
     warnings.filterwarnings("ignore")
     from attncert.certify.second_order import second_order_certificate
 
@@ -136,7 +143,10 @@ def main() -> None:
         print(f"  {v:5d}  {k}")
     for mode, t in times.items():
         print(f"median seconds per unit ({mode}): {np.median(t):.3f} (max {np.max(t):.2f})")
+    return {"variant": "tight" if args.tight else "default",
+            "rows": [{"mode": m, "radius": r, **{k: int(v) for k, v in c.items()}} for m, r, c in rows],
+            "reasons": dict(reasons), "median_seconds": {m: float(np.median(t)) for m, t in times.items()}}
 
 
 if __name__ == "__main__":
-    main()
+    common.run("bench_second_order_fallback", main, common.parse(build_parser(), QUICK))

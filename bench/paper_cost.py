@@ -1,7 +1,7 @@
 """Measured cost of `workflow/config/paper.yaml`, on the SYNTHETIC GPT-2-shaped model `random-gpt2`.
 
-    .venv/bin/python bench/paper_cost.py [--sample N] [--path both|after|before] [--layer L]
-                                         [--block-heads K] [--minip-runs R] [--seed S] [--json OUT]
+    .venv/bin/python -m bench.paper_cost [--sample N] [--path both|after|before] [--layer L]
+                                         [--block-heads K] [--minip-runs R] [--seed S] [--quick]
 
 What runs (all with the paper config's settings; the model is `model.source: random-gpt2`, GPT-2 small's
 architecture with seeded random weights: NOT GPT-2, so these are costs, not results):
@@ -23,13 +23,13 @@ method x mode; Min-IP: setting kind) of mean seconds x the stratum's unit count 
 (bench/paper_units.py).
 
 "before" / "after" (certification only; every other stage runs once, its time counted in both totals and shown as
-"(not re-run)": their own changes are measured in their own files, alpha-CROWN's in
-bench/alpha_convergence_measured.md, the certificate solve path's in bench/paper_cost_ratio.md):
-  after   today's path: fixed query, best feasible = the exact witness, ascent only on the
+"(not re-run)"; alpha-CROWN's stopping rule is measured by bench_alpha_convergence, the certificate's solve path by
+bench_certificate_ratio):
+  after   the pipeline's path: fixed query, best feasible = the exact witness, ascent only on the
           `ascent_check_fraction` sample; varying query, ascent warm-started from the exact fixed-query
           maximiser, fused projections, early stop;
-  before  the former path (cold multi-start ascent with full projections on every unit,
-          `certify_unit(..., legacy_ascent=True)`).
+  before  the reference path `certify_unit(..., legacy_ascent=True)` (cold multi-start ascent with full
+          projections on every unit).
 `--path both` (default) runs the after path and, on the same units, only the legacy ascent; before =
 after - after's ascent time + the legacy ascent time (every other part of a unit is shared).
 `--path before` runs the whole legacy path instead.
@@ -50,7 +50,6 @@ os.environ.setdefault("TQDM_DISABLE", "1")  # the Min-IP runs draw progress bars
 
 import argparse  # noqa: E402
 import copy  # noqa: E402
-import json  # noqa: E402
 import math  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -58,11 +57,6 @@ from collections import defaultdict  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
-sys.path.insert(0, str(REPO / "bench"))
-
 import torch  # noqa: E402
 
 from attncert.baselines.linear_bound_baselines import EXTRA_METHODS, METHODS, baseline_upper_bounds  # noqa: E402
@@ -72,7 +66,10 @@ from attncert.head.units import Unit, grid, head_problem, specification_vectors 
 from attncert.pipeline.config import read_prompts  # noqa: E402
 from attncert.pipeline.extraction import extract_layers, load_model, tokenize_prompts  # noqa: E402
 from attncert.pipeline.model_source import model_label  # noqa: E402
-from paper_units import load_config, unit_counts  # noqa: E402
+from bench import common  # noqa: E402
+from bench.paper_units import load_config, unit_counts  # noqa: E402
+
+REPO = common.REPO
 
 RANDOM_GPT2 = {"name": "random-gpt2", "family": "gpt2", "source": "random-gpt2", "seed": 0}
 
@@ -231,7 +228,10 @@ def fmt(x: float, digits: int = 3) -> str:
     return "—" if x is None or not math.isfinite(x) else f"{x:.{digits}g}"
 
 
-def main(argv=None) -> int:
+QUICK = {"sample": 8, "path": "after", "block_heads": 1, "minip_runs": 1, "stages": "certify,baselines,minip"}
+
+
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sample", type=int, default=None, help="units per stage (default: the whole layer)")
     ap.add_argument("--path", choices=["both", "after", "before"], default="both")
@@ -244,8 +244,10 @@ def main(argv=None) -> int:
     ap.add_argument("--stages", default="certify,baselines,block,minip",
                     help="comma-separated subset to measure (a skipped stage counts 0 h)")
     ap.add_argument("--config", default=str(REPO / "workflow" / "config" / "paper.yaml"))
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(args) -> dict:
     torch.set_num_threads(1)
     t_start, load_start = time.perf_counter(), load()
     log = lambda msg: print(f"[{time.perf_counter() - t_start:7.0f} s] {msg}", file=sys.stderr, flush=True)  # noqa: E731
@@ -349,17 +351,11 @@ def main(argv=None) -> int:
 
         fs = [rel(r["row"]["exact_lo"], r["legacy_value"], r) for r in fx]
         vs = [rel(r["row"]["best_feasible"], r["legacy_value"], r) for r in vy]
-        lines += ["", f"Search quality: fixed query, the former cold ascent fell short of the exact witness by more than 1e-9 "
+        lines += ["", f"Search quality: fixed query, the reference path's cold ascent fell short of the exact witness by more than 1e-9 "
                   f"of the movement on {sum(v > 1e-9 for v in fs)}/{len(fx)} units (largest {max(fs, default=0):.1e}); "
-                  f"varying query, the warm-started ascent ended above the former cold ascent by more than 1e-9 of the "
+                  f"varying query, the warm-started ascent ended above the cold ascent by more than 1e-9 of the "
                   f"movement on {sum(v > 1e-9 for v in vs)}/{len(vy)} units and below it on {sum(v < -1e-9 for v in vs)} "
                   f"(largest shortfall {-min(vs + [0.0]):.1e} of the movement)."]
-    vb = st["before"].get(("varying", 4), stats([]))
-    extra = counts["certify_fixed"] - counts["certify_varying"]
-    if vb["n"]:
-        lines += ["", f"The former paper.yaml also certified the varying query at every position and radius (+{extra:,} units): at "
-                  f"the measured position-4 mean of the former path ({vb['mean']:.2f} s) that alone is another "
-                  f"{vb['mean'] * extra / 3600:.1f} h (a lower bound: more tokens cost more)."]
     bad = defaultdict(int)
     for r in cert:
         if r["status"] not in ("ok", "fallback"):
@@ -370,12 +366,11 @@ def main(argv=None) -> int:
     lines += ["", f"Rows not ok: {sum(bad.values())} " + (str(dict(bad)) if bad else "") +
               f". Total bench wall time {time.perf_counter() - t_start:.0f} s."]
     print("\n".join(lines))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"lines": lines, "hours": {"after": total["after"], "before": total["before"],
-                                                                           "certify": h_cert, "baselines": h_base,
-                                                                           "block": h_block, "minip": h_minip}}, indent=2))
-    return 0
+    return {"model": model_label(cfg["model"]), "layer": L, "sample": args.sample, "path": args.path,
+            "hours": {"total_after": total["after"], "total_before": total["before"], "certify": h_cert,
+                      "baselines": {m: h_base[m] for m in paper_methods}, "block": h_block, "minip": h_minip,
+                      "extraction": h_extract}}
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    common.run("paper_cost", main, common.parse(build_parser(), QUICK))

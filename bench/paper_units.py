@@ -1,6 +1,8 @@
 """Dry-run summary: the units every stage of a configuration computes, beside the papers' counts.
 
-    .venv/bin/python bench/paper_units.py [workflow/config/paper.yaml]
+    .venv/bin/python -m bench.paper_units [workflow/config/paper.yaml] [--quick]
+
+(A dry run: --quick changes nothing, it is always quick.)
 
 Reads the config (validated like the Snakefile does; no model weights are loaded: GPT-2's dimensions
 are known without the hub) and counts, per stage, the units the DAG would compute, with the same grid
@@ -13,22 +15,22 @@ witness suite of 1,272 inputs; no run counts of its sweeps are stated).
 """
 from __future__ import annotations
 
+import argparse
 import copy
-import sys
 from collections import Counter
 from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
+from attncert.block.build import transition_points
+from attncert.head.units import grid
+from attncert.minip.sweep import runs
+from attncert.minip.witness import witness_family
+from attncert.pipeline.config import selected, validate_config
+from attncert.pipeline.model_source import model_dimensions, model_label
+from bench import common
 
-from attncert.block.build import transition_points  # noqa: E402
-from attncert.head.units import grid  # noqa: E402
-from attncert.minip.sweep import runs  # noqa: E402
-from attncert.minip.witness import witness_family  # noqa: E402
-from attncert.pipeline.config import selected, validate_config  # noqa: E402
-from attncert.pipeline.model_source import model_dimensions, model_label  # noqa: E402
+REPO = common.REPO
 
 PAPER = {
     "certify_fixed": 17280, "certify_fixed_qp4": 2880, "certify_varying": 2880, "baselines": 5760,
@@ -117,11 +119,20 @@ def report(counts: dict) -> list[str]:
     return lines
 
 
-def main(argv: list[str]) -> int:
-    path = argv[0] if argv else str(REPO / "workflow" / "config" / "paper.yaml")
-    print("\n".join(report(unit_counts(load_config(path)))))
-    return 0
+QUICK: dict = {}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("config", nargs="?", default=str(REPO / "workflow" / "config" / "paper.yaml"))
+    return ap
+
+
+def main(args) -> dict:
+    counts = unit_counts(load_config(args.config))
+    print("\n".join(report(counts)))
+    return {"config": str(args.config), "counts": counts, "paper": PAPER}
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    common.run("paper_units", main, common.parse(build_parser(), QUICK))

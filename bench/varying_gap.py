@@ -1,4 +1,4 @@
-"""Varying-query gap by radius on GPT-2-sized random heads (issue 13 section 4; not a test).
+"""Varying-query gap by radius on GPT-2-sized random heads (not a test).
 
 Units: `bench_second_order.gpt2_like_head` (d = 768, d_head = 64, linf, random GPT-2-like weights) with
 n = 8 attended tokens (query = last token), mode "varying", radii 0.002 / 0.005 / 0.01 / 0.02.
@@ -10,7 +10,7 @@ seconds per unit (the one-time compile of a shape is excluded: one warm-up unit 
 the median score half-width components (R_s, H = max_j r ||p_j||_1, bb) and the median per-unit log-log
 slope of (cert - best) over the radii. All certificates of a unit run side by side in the same process.
 
-    PYTHONPATH=src .venv/bin/python bench/varying_gap.py [--heads 6] [--variants shift,factor]
+    .venv/bin/python -m bench.varying_gap [--heads 6] [--variants moment,tight] [--quick]
 
 BLAS runs single-threaded (set before numpy is imported).
 """
@@ -22,23 +22,16 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
-import importlib.util  # noqa: E402
 import math  # noqa: E402
-import pathlib  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from bench import common  # noqa: E402
+from bench.bench_second_order import gpt2_like_head  # noqa: E402
+
 RADII = (0.002, 0.005, 0.01, 0.02)
-
-
-def _gpt2_like_head():
-    path = pathlib.Path(__file__).with_name("bench_second_order.py")
-    spec = importlib.util.spec_from_file_location("bench_second_order", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.gpt2_like_head
 
 
 def certifiers(names):
@@ -55,7 +48,10 @@ def certifiers(names):
     return out
 
 
-def main() -> None:
+QUICK = {"heads": 1, "radii": "0.002,0.02", "restarts": 4, "steps": 40}
+
+
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--heads", type=int, default=6)
     ap.add_argument("--n", type=int, default=8)
@@ -63,7 +59,10 @@ def main() -> None:
     ap.add_argument("--radii", default=",".join(str(r) for r in RADII))
     ap.add_argument("--restarts", type=int, default=8)
     ap.add_argument("--steps", type=int, default=80)
-    args = ap.parse_args()
+    return ap
+
+
+def main(args) -> dict:
     warnings.filterwarnings("ignore")
     import torch
 
@@ -72,7 +71,7 @@ def main() -> None:
     from attncert.certify.first_order_certificate import first_order_certificate
     from attncert.certify.second_order.varying import VaryingData
 
-    head = _gpt2_like_head()
+    head = gpt2_like_head
     radii = tuple(float(x) for x in args.radii.split(","))
     cert = certifiers(args.variants.split(","))
     names = ["FO"] + list(cert)
@@ -119,6 +118,9 @@ def main() -> None:
               + "  ".join(f"{np.median(rel[nm][r]):9.4f} [{np.median(secs[nm][r]):6.3f}s] {falls[nm][r]:2d}fb"
                           for nm in names))
     print()
+    result = {"radii": list(radii), "n": args.n, "heads": args.heads, "median_rel_gap": {
+        nm: {r: float(np.median(rel[nm][r])) for r in radii} for nm in names}, "median_seconds": {
+        nm: {r: float(np.median(secs[nm][r])) for r in radii} for nm in names}, "fallbacks": falls, "slopes": {}}
     for rs in (radii, radii[:2]):
         print("median per-unit log-log slope of (cert - best) over r in", rs)
         for nm in names:
@@ -128,7 +130,9 @@ def main() -> None:
                 if np.all(g > 0):
                     sl.append(np.polyfit(np.log(rs), np.log(g), 1)[0])
             print(f"  {nm:8s} {np.median(sl) if sl else float('nan'):.2f}  ({len(sl)} heads)")
+            result["slopes"].setdefault(",".join(map(str, rs)), {})[nm] = float(np.median(sl)) if sl else None
+    return result
 
 
 if __name__ == "__main__":
-    main()
+    common.run("varying_gap", main, common.parse(build_parser(), QUICK))

@@ -9,6 +9,14 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 REPO = Path(__file__).resolve().parents[1]
 
+# One hypothesis policy for every property test: no per-example deadline (examples solve convex programs
+# or train small models, and the 2 cores are shared, so wall time per example is not a property of the
+# code). Tests set their own example counts; none sets a deadline (tests/test_hypothesis_policy.py).
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("attncert", deadline=None)
+_hypothesis_settings.load_profile("attncert")
+
 
 def _save_tiny(path: Path, family: str) -> Path:
     import torch

@@ -12,7 +12,7 @@ from attncert.head.problem import random_head_problem
 
 from attncert.head.ball_samples import feasible_perturbations
 
-SETTINGS = dict(deadline=None, derandomize=True)
+SETTINGS = dict(derandomize=True)
 
 
 def _problem(seed, norm, mode):

@@ -14,7 +14,7 @@ from attncert.head.problem import random_head_problem
 from attncert.certify.secant_slack_bound import fractional_knapsack_ratio, secant_error_factor, secant_slack_bound
 from attncert.certify.second_order import second_order_certificate
 
-SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+SETTINGS = dict(suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
 
 @pytest.mark.parametrize("L", [1e-6, 1e-3, 0.05, 0.3, 1.0, 3.0, 8.0])
@@ -111,7 +111,7 @@ def test_monotone_cuts_restore_the_bound_on_a_two_token_head():
 
 
 # ------------------------------------------------------------------------------------------------
-# extreme score widths (issue 13, part 2)
+# extreme score widths
 @pytest.mark.parametrize("L", [709.9, 710.0, 800.0, 5000.0])
 def test_secant_error_factor_not_nan_beyond_709(L):
     """phi(L) ~ e^L exceeds the double range above L ~ 709.8: +inf, not NaN (was inf - inf)."""
@@ -207,7 +207,7 @@ def test_bound_not_masked_by_an_unused_wide_key():
 
 
 # ---------------------------------------------------------------------------------------------
-# the theorem in every regime (issue 13, part 1)
+# the theorem in every regime
 # ---------------------------------------------------------------------------------------------
 TOL_SPREAD = 1e-9  # stated numerical tolerance of gap <= B, in units of the value spread (bench/bench_secant_ratio.py)
 DEFAULT_EXCESS = 1.05  # the default variant exceeded B by up to 2.2% (docs/certificate.md, section 7.3)

@@ -81,7 +81,7 @@ def test_gap_domination_inequality_on_random_heads():
     assert (kz2[ok] < kz[ok] / (b - a - 1)).all()
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(S=st.integers(3, 12), r=st.integers(1, 8), seed=st.integers(0, 2 ** 31 - 1))
 def test_rank_lemmas_on_random_nonnegative_factorizations(S, r, seed):
     rng = np.random.default_rng(seed)

@@ -42,7 +42,7 @@ def test_rank2_position_dependent_head_solves_the_one_order_family():
     assert (np.abs(head(both.sequences) - both.targets)[:, 0] >= 0.5).any()  # covered: it must fail
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(seed=st.integers(0, 2 ** 31 - 1), r=st.integers(1, 5))
 def test_position_dependent_predictions_are_separable(seed, r):
     # the identity behind Lemma 1': numerators and denominators of the query prediction add up

@@ -15,7 +15,7 @@ def test_targets_by_hand():
     assert minip_targets(X).tolist() == [[2, 2, 2]]
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(seed=st.integers(0, 2 ** 31 - 1), n=st.integers(1, 6), m=st.integers(1, 12))
 def test_targets_brute_force(seed, n, m):
     X = np.random.default_rng(seed).integers(0, 2, (5, n, m))

@@ -63,6 +63,7 @@ def _run_snakemake(args, env_extra=None, cwd=REPO):
     return subprocess.run([SNAKEMAKE, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_snakemake_rejects_bad_config_at_parse_time(tmp_path):
     cfg = _bad(lambda c: c["certify"].update(radii=[-0.5]))
     path = tmp_path / "bad.yaml"
@@ -85,6 +86,7 @@ def test_missing_weight_directory_message():
         validate_config(_bad(lambda c: c["model"].update(source="/nonexistent/gpt2")), base_dir=REPO)
 
 
+@pytest.mark.slow
 def test_unreachable_gpt2_stops_the_run_before_any_job(tmp_path):
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "prompts.txt").write_text((REPO / "data" / "prompts.txt").read_text())

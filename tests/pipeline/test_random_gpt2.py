@@ -19,6 +19,7 @@ from conftest import REPO
 CFG = {"name": "random-gpt2", "family": "gpt2", "source": "random-gpt2", "seed": 0}
 
 
+@pytest.mark.slow
 def test_random_gpt2_extraction_matches_the_models_own_attention():
     """GPT-2 small dimensions, 2 prompts x 8 tokens: every head recomputed from the stored arrays matches
     the head outputs of a freshly built float32 copy of the same seeded model."""

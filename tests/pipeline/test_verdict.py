@@ -1,4 +1,4 @@
-"""The verdict function (attncert.pipeline.verdict): issue 12's acceptance cases and every branch."""
+"""The verdict function (attncert.pipeline.verdict): the verdict kinds on real claims, and every branch."""
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -21,7 +21,7 @@ def claim(**kw) -> Claim:
     return Claim(**{**base, **kw})
 
 
-# --- issue 12's acceptance cases, on the claims of data/paper_claims.yaml ---------------------------------------
+# --- the verdict kinds, on the claims of data/paper_claims.yaml ---------------------------------------
 
 @pytest.mark.parametrize("ours", [32.0, [31.6, 34.5], [3.9, 32.0]])
 def test_32x_against_3_8_to_4_7x_is_not_reproduced(ours):

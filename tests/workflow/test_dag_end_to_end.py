@@ -47,6 +47,7 @@ def _snakemake(workdir, configfile, *targets, extra=(), timeout=900, **popen):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, **popen)
 
 
+@pytest.mark.slow
 def test_default_dag_dry_run_lists_every_stage():
     res = subprocess.run([SNAKEMAKE, "-n", "--forceall", "--cores", "all"], cwd=REPO, capture_output=True, text=True,
                          env=dict(os.environ, HF_HUB_OFFLINE="1"), timeout=300)
@@ -56,6 +57,7 @@ def test_default_dag_dry_run_lists_every_stage():
         assert rule in res.stdout, rule
 
 
+@pytest.mark.slow
 def test_lint_is_clean():
     res = subprocess.run([SNAKEMAKE, "--lint"], cwd=REPO, capture_output=True, text=True,
                          env=dict(os.environ, HF_HUB_OFFLINE="1"), timeout=300)
@@ -90,33 +92,51 @@ def test_tiny_gpt2_certify_and_baselines(tmp_path, tiny_gpt2_dir):
 
 @pytest.mark.slow
 def test_interrupted_run_resumes(tmp_path, tiny_gpt2_dir):
+    """A hard kill while a job runs, then a rerun: the killed job is redone, a finished one is not.
+
+    The proof that a job was interrupted is its log: every job opens its log when it starts and writes
+    "layer L: ... units" as its last line after the output is in place. The kill lands only when one table
+    is finished and another layer's job has started (log present, no table); after the kill that job's
+    log has no closing line and its table does not exist, and after the rerun both do."""
     wd, cfg = _workdir(tmp_path, tiny_gpt2_dir, layers=[0, 1, 2])
-    targets = [f"data/certify/tiny-gpt2/layer{L}.csv" for L in (0, 1, 2)]
+    layers = (0, 1, 2)
+    targets = [f"data/certify/tiny-gpt2/layer{L}.csv" for L in layers]
+    tables = {L: wd / f"data/certify/tiny-gpt2/layer{L}.csv" for L in layers}
+    logs = {L: wd / f"data/logs/tiny-gpt2/certify/layer{L}.log" for L in layers}
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     cmd = [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(wd), "--configfile", str(cfg),
            "--cores", "1", *targets]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    tables = [wd / f"data/certify/tiny-gpt2/layer{L}.csv" for L in (0, 1, 2)]
-    # one core: jobs run one after another (in any order), so once two tables exist the earlier one's
-    # job is finished and recorded; the kill lands while a later job is in flight
-    deadline = time.time() + 600
-    while sum(t.exists() for t in tables) < 2 and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    assert sum(t.exists() for t in tables) >= 2, "the certification jobs never finished"
+
+    def in_flight():  # one core: at most one certification job runs at a time
+        return [L for L in layers if logs[L].exists() and not tables[L].exists()]
+
+    give_up = time.time() + 600
+    while time.time() < give_up and proc.poll() is None:
+        if any(t.exists() for t in tables.values()) and in_flight():
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before a job could be interrupted"
     os.killpg(proc.pid, signal.SIGKILL)  # a hard kill mid-run (no clean-up by Snakemake)
     proc.wait()
-    first = min((t for t in tables if t.exists()), key=lambda t: t.stat().st_mtime)
-    done_before = first.stat().st_mtime
+    killed = in_flight()
+    finished = [L for L in layers if tables[L].exists()]
+    assert len(killed) == 1 and finished, (killed, finished)
+    killed = killed[0]
+    assert not re.search(rf"layer {killed}: \d+ units", logs[killed].read_text()), "the job had finished"
+    done_before = {L: tables[L].stat().st_mtime for L in finished}
     # whatever exists now must be complete: a csv that parses with every unit, never a partial file
     for f in (wd / "data/certify/tiny-gpt2").glob("layer*.csv"):  # hidden .tmp files of a killed job are not outputs
         assert len(pd.read_csv(f)) == 2 * 3 * 2
-    # a killed Snakemake leaves its lock behind; `--unlock` (documented in the README) releases it
+    # a killed Snakemake leaves its lock behind; `--unlock` (docs/scaling_out.md) releases it
     assert _snakemake(wd, cfg, *targets, extra=("--unlock",)).returncode == 0
     res = _snakemake(wd, cfg, *targets, extra=("--rerun-incomplete",))
     assert res.returncode == 0, res.stderr[-3000:]
-    assert first.stat().st_mtime == done_before, "a finished job was redone"
-    for L in (0, 1, 2):
-        assert len(pd.read_csv(wd / f"data/certify/tiny-gpt2/layer{L}.csv")) == 2 * 3 * 2
+    assert {L: tables[L].stat().st_mtime for L in finished} == done_before, "a finished job was redone"
+    assert tables[killed].exists() and re.search(rf"layer {killed}: \d+ units", logs[killed].read_text()), \
+        "the interrupted job was not redone"
+    for L in layers:
+        assert len(pd.read_csv(tables[L])) == 2 * 3 * 2
 
 
 def _planned_rules(dry_run_output: str) -> set[str]:

@@ -1,14 +1,10 @@
 """The paper configuration computes exactly the paper's unit counts (bench/paper_units.py, a dry run)."""
-import importlib.util
-
+from bench import paper_units
 from conftest import REPO
 
 
 def _paper_units():
-    spec = importlib.util.spec_from_file_location("paper_units", REPO / "bench" / "paper_units.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return paper_units
 
 
 def test_paper_config_unit_counts():

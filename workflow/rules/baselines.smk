@@ -68,6 +68,7 @@ rule baselines_figure:
     input:
         baselines=expand("data/baselines/{{model}}/layer{layer}.csv", layer=LAYERS),
         cert=expand("data/certify/{{model}}/layer{layer}.csv", layer=LAYERS),
+        claims="data/paper_claims.yaml",
     output:
         pdf=report(BASELINE_FIGURE, caption="../report/baselines_gap.rst", category="Paper A: baselines"),
         png=BASELINE_FIGURE.replace(".pdf", ".png"),

@@ -29,8 +29,8 @@ rule certify_layer:
         ascent_restarts=config["certify"]["ascent_restarts"],
         ascent_steps=config["certify"]["ascent_steps"],
         seed=config["certify"]["seed"],
-        second_order=config["certify"].get("second_order", True),
-        tight=config["certify"].get("tight", True),
+        second_order=config["certify"]["second_order"],
+        tight=config["certify"]["tight"],
         ascent_check_fraction=config["certify"]["ascent_check_fraction"],
         varying=config["certify"].get("varying", {}),
         device=config["device"],
@@ -53,6 +53,7 @@ rule certify_layer:
 rule certify_figure:
     input:
         tables=expand("data/certify/{{model}}/layer{layer}.csv", layer=LAYERS),
+        claims="data/paper_claims.yaml",
     output:
         pdf=report("figures/certify/{model}/{certify_figure}.pdf", caption="../report/certify_{certify_figure}.rst",
                    category="Paper A: certificates"),

@@ -1,5 +1,5 @@
 # Final stage: every claim of both papers beside ours with its verdict (figures/tables/paper_vs_reproduced.md);
-# the .json is the snapshot `python -m attncert.pipeline.readme_results` turns into the README's results.
+# the .json is the snapshot `python -m attncert.pipeline.readme_results` turns into the README's tally and docs/results.md.
 
 PAPER_VS_REPRODUCED = "figures/tables/paper_vs_reproduced.md"
 REPORT_OUTPUTS = [PAPER_VS_REPRODUCED]

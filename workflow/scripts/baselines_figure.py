@@ -2,6 +2,7 @@
 from attncert.baselines.comparison import merge
 from attncert.baselines.figures import figure_gap_vs_radius
 from attncert.pipeline.job_log import start_job_log
+from attncert.pipeline.paper_comparison import claim_dicts
 from attncert.pipeline.provenance import provenance, write_sidecar
 from attncert.pipeline.report_files import grid_label, load_tables
 from attncert.pipeline.model_source import model_label
@@ -10,6 +11,6 @@ sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
 base = load_tables(sm.input.baselines)
 label = grid_label(base.drop(columns=["method"]).drop_duplicates(), model_label(sm.params.model))
-figure_gap_vs_radius(merge(base, load_tables(sm.input.cert)), label, sm.output.pdf)
+figure_gap_vs_radius(merge(base, load_tables(sm.input.cert)), label, sm.output.pdf, claims=claim_dicts(sm.input.claims, "paper_a"))
 for out in sm.output:
     write_sidecar(out, provenance(sm.params, stage="baselines_figure", grid=label))

@@ -1,12 +1,14 @@
 """Snakemake entry point: one figure of the certification stage (attncert.certify.figures)."""
 from attncert.certify import figures
 from attncert.pipeline.job_log import start_job_log
+from attncert.pipeline.paper_comparison import claim_dicts
 from attncert.pipeline.provenance import provenance, write_sidecar
 from attncert.pipeline.report_files import load_tables
 from attncert.pipeline.model_source import model_label
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
-figures.draw(sm.wildcards.certify_figure, load_tables(sm.input.tables), model_label(sm.params.model), sm.output.pdf)
+figures.draw(sm.wildcards.certify_figure, load_tables(sm.input.tables), model_label(sm.params.model), sm.output.pdf,
+             claims=claim_dicts(sm.input.claims, "paper_a"))
 for out in sm.output:
     write_sidecar(out, provenance(sm.params, stage=f"certify_figure:{sm.wildcards.certify_figure}", inputs=list(sm.input.tables)))

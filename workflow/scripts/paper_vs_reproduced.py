@@ -1,7 +1,7 @@
 """Snakemake entry point: figures/tables/paper_vs_reproduced.{md,csv,json} from every stage's measurements.
 
 The verdict rule is attncert.pipeline.verdict; the JSON ({"model", "measured", "provenance"}) is the snapshot that
-`python -m attncert.pipeline.readme_results` adopts to regenerate the README's results section.
+`python -m attncert.pipeline.readme_results` adopts to regenerate the README's verdict tally and docs/results.md.
 """
 from attncert.pipeline.claims import load_claims
 from attncert.pipeline.job_log import start_job_log

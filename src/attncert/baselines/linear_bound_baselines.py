@@ -367,8 +367,8 @@ def baseline_upper_bounds(problems: list[HeadProblem], method: str, *, alpha_ite
     (`attncert.pipeline.device.resolve_device`; an absent GPU raises DeviceError, never a per-unit status).
 
     If that call fails (an exception) or leaves any bound non-finite, every radius is bounded again on
-    its own, so one radius can never erase the others (an exception in a batched call used to lose the
-    whole head; for alpha-CROWN a non-finite radius also stalls the shared optimization loss).
+    its own, so one radius can never erase the others (otherwise an exception in a batched call would lose
+    the whole head; for alpha-CROWN a non-finite radius also stalls the shared optimization loss).
     """
     if method not in METHOD_SPECS:
         raise ValueError(f"method must be one of {METHODS + EXTRA_METHODS}; got {method!r}")

@@ -15,7 +15,7 @@ The library's `BoundReciprocal` returns reversed bounds for a zero-width interva
 `PositiveReciprocal(floor=f)` declares a structural lower bound x >= f > 0 of its input (the softmax
 denominator sum_k exp(s_k - s_j) contains exp(0) = 1, so f = 1): every input interval is raised to
 [max(l, f), u] before the domain check and the relaxation, so a lower bound lost to rounding or to a
-loose relaxation (a tangent of exp far below 0) can no longer make 1/x undefined.
+loose relaxation (a tangent of exp far below 0) cannot make 1/x undefined.
 """
 from __future__ import annotations
 

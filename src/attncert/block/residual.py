@@ -287,8 +287,8 @@ def _distinct_second(vals: torch.Tensor, us: torch.Tensor, best: torch.Tensor) -
 
 
 def analyze_transition(tr: BlockTransition, C: np.ndarray, radii, *, qp_starts: int = 64, qp_steps: int = 50,
-                       qp_sweeps: int = 10, sdp_iterations: int = 10, ascent_restarts: int = 4,
-                       ascent_steps: int = 60, seed: int = 0, reference: np.ndarray | None = None,
+                       qp_sweeps: int = 10, sdp_iterations: int = 10, ascent_restarts: int = 8,
+                       ascent_steps: int = 120, seed: int = 0, reference: np.ndarray | None = None,
                        progress=None) -> tuple[list[dict], dict]:
     """All block-residual quantities of one transition for the specification rows C (m, d).
 

@@ -25,8 +25,8 @@ rounding of Z0 + Delta left a tiny ball, and the nominal value is the floor, so 
 Cost. g reads each token through few directions: the value w_j = z_j . (W_V c) + b_V . c always, and
 for a fixed query the score s_j = z_j . (W_K q0) / sqrt(d_h) + const, so one product Z [u_s | u_w]
 (d x 2) replaces the (d x d_h) projections (fixed query), and Z [W_K | u_w] (d x (d_h + 1)) plus the
-query's own z_i W_Q replace three of them (varying query). `fused=False` keeps the former three full
-projections (the code path before this change, kept for the cost benchmark). `stop_tol` ends the
+query's own z_i W_Q replace three of them (varying query). `fused=False` evaluates the three full
+projections (the reference path of the cost benchmark). `stop_tol` ends the
 polish phase once no start has gained more than stop_tol x (the best value's distance from the
 nominal value) over `patience` consecutive steps. `device` is resolved by
 `attncert.pipeline.device.resolve_device` (default cpu).
@@ -132,7 +132,7 @@ def best_feasible_ascent(problem: HeadProblem, restarts: int = 16, steps: int = 
     num_threads: torch intra-op threads for this call (restored afterwards); None leaves torch's setting;
     device: 'cpu' (default), 'cuda', 'cuda:N' (attncert.pipeline.device.resolve_device);
     fused: evaluate g through the few directions it reads (see the module docstring); False = the
-    former three full projections; stop_tol, patience: early end of the polish phase (0 = never).
+    three full projections; stop_tol, patience: early end of the polish phase (0 = never).
     """
     kw = dict(restarts=restarts, steps=steps, seed=seed, step_size=step_size, final_step_ratio=final_step_ratio,
               polish_fraction=polish_fraction, screen=screen, starts=starts, device=device, fused=fused,

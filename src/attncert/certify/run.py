@@ -16,7 +16,7 @@ Per unit (sense "max": the worst case is the largest value of g = c . head outpu
                    bound in a-scaled moments, beyond the paper), same weak-duality certification;
                    t_second_tight_s its time
 
-Columns added at the end (older tables lack them):
+Columns after `error`:
 
     best_feasible_from  "exact_witness" | "ascent_warm" (from the fixed-query maximiser) | "ascent" (cold)
     ascent_check        fixed query, on a deterministic sample of units (`ascent_check_fraction`, chosen
@@ -24,7 +24,7 @@ Columns added at the end (older tables lack them):
                         the exact solver (it must not exceed exact_hi; a value above is recorded UNSOUND)
     t_ascent_check_s    its time
 
-`legacy_ascent=True` restores the former path (cold ascent on every unit, full projections, no early
+`legacy_ascent=True` takes the reference path (cold ascent on every unit, full projections, no early
 stop; best_feasible from the ascent) for the cost benchmark (bench/paper_cost.py).
 
 Every certificate is computed without the exact value. Each quantity is computed in its own
@@ -50,11 +50,11 @@ from attncert.pipeline.unit_tables import soundness_check
 COLUMNS = ["layer", "head", "prompt", "query_pos", "radius", "norm", "mode", "n_tokens", "nominal",
            "exact_lo", "exact_hi", "value_spread", "best_feasible", "first_order", "second_order",
            "secant_bound", "t_exact_s", "t_first_s", "t_ascent_s", "t_second_s", "solver", "status", "error",
-           "exact_status", "second_order_tight", "t_second_tight_s",  # issue 13: bracket status, tight variant
-           "best_feasible_from", "ascent_check", "t_ascent_check_s"]     # issue 14: ascent only where needed
+           "exact_status", "second_order_tight", "t_second_tight_s",  # bracket status, tight variant
+           "best_feasible_from", "ascent_check", "t_ascent_check_s"]     # where the best feasible value comes from
 #: The polish phase of the ascent stops once no start gains more than ASCENT_STOP_TOL of the movement so
-#: far over ASCENT_PATIENCE steps (legacy path: never). With 10 steps a slow start was cut 3e-7 of the
-#: movement short on 1 of 39 GPT-2-sized units (bench/paper_cost.py, init std 0.08); 25 recovered it.
+#: far over ASCENT_PATIENCE steps (legacy_ascent: never). 10 steps cut a slow start 3e-7 of the movement
+#: short on 1 of 39 GPT-2-sized units (bench/paper_cost.py, init std 0.08); 25 do not.
 ASCENT_STOP_TOL = 1e-9
 ASCENT_PATIENCE = 25
 
@@ -69,7 +69,7 @@ def in_check_sample(meta: dict, fraction: float) -> bool:
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2.0**64 < fraction
 
 
-def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 8, ascent_steps: int = 150, seed: int = 0,
+def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 6, ascent_steps: int = 100, seed: int = 0,
                  second_order: bool = True, tight: bool = True, ascent_check_fraction: float = 0.05,
                  device: str = "cpu", legacy_ascent: bool = False) -> dict:
     resolve_device(device)  # a missing GPU stops the job with one line, it is not a per-unit failure

@@ -1,6 +1,6 @@
 """The verdict of one claim against our measured value.
 
-Kinds (issue 12):
+Kinds:
 
     reproduced      within tolerance, in the claim's own metric, on the claim's set-up
     stronger        better than the claim beyond its tolerance, in the claim's direction (`better`:

@@ -25,7 +25,7 @@ from attncert.certify.second_order.compiled import CompiledProgram
 
 from head_strategies import sampled_max, small_heads  # tests/head_strategies.py
 
-SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+SETTINGS = dict(suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
@@ -230,7 +230,7 @@ def test_near_edges_keep_the_global_sigma_grid():
     """With the consecutive edges (fixed query, near = NEAR_EDGES) the initial facets are capped; the global sigma
     grid comes before the local one, so the far parts of P stay covered. (When the local grid came first, a wide
     window at r = 0.02 pushed the global grid out and the tight certificate's median gap on the default run rose
-    from 0.00144 to 0.0025 of the movement: bench/paper_cost_ratio.md.)"""
+    from 0.00144 to 0.0025 of the movement: docs/history/paper_cost_ratio.md.)"""
     rng = np.random.default_rng(10)
     for d in (40, 384, 768):
         chains, R_s, k = _random_chains(rng, d, 0.02, 4)
@@ -426,7 +426,7 @@ def test_lifted_true_points_are_feasible_varying(norm, radius):
 
 
 # ---------------------------------------------------------------------------------------------
-# a finite, sound, labelled answer at every score width (issue 13, part 2)
+# a finite, sound, labelled answer at every score width
 # ---------------------------------------------------------------------------------------------
 def _scaled_head(seed, scale, radius, mode="fixed", norm="linf", n=4, d=5):
     return random_head_problem(np.random.default_rng(seed), d=d, d_head=2, n=n, radius=radius, norm=norm, mode=mode,

@@ -1,0 +1,48 @@
+"""Every benchmark script uses the one interface of bench/common.py: a module of the bench package (no
+sys.path edits), a QUICK size set that --quick applies, and its result written by common.run."""
+import argparse
+import re
+from pathlib import Path
+
+import pytest
+
+from bench import common
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+SCRIPTS = sorted(p for p in BENCH.glob("*.py") if p.name not in ("__init__.py", "common.py"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
+def test_script_uses_the_common_interface(script):
+    text = script.read_text()
+    assert "sys.path" not in text and "spec_from_file_location" not in text, "import shared code from the bench package"
+    assert re.search(r"^QUICK\b.*=", text, re.M), "a QUICK size set for --quick"
+    assert "common.run(" in text and "common.parse(" in text
+    assert f"python -m bench.{script.stem}" in text, "the docstring shows how to run it"
+    assert f"`{script.stem}`" in (BENCH / "README.md").read_text(), "bench/README.md lists it"
+
+
+def test_quick_replaces_the_sizes_and_names_the_result(tmp_path):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--units", type=int, default=500)
+    args = common.parse(ap, {"units": 3}, ["--quick", "--results", str(tmp_path)])
+    assert args.units == 3 and common.result_name("x", args, "time") == "x-time-quick"
+    full = common.parse(argparse.ArgumentParser(), {}, [])
+    assert common.result_name("x", full) == "x"
+    with pytest.raises(AttributeError, match="--sample"):
+        common.parse(argparse.ArgumentParser(), {"sample": 1}, ["--quick"])
+
+
+def test_run_writes_markdown_and_json_with_provenance(tmp_path, capsys):
+    args = common.parse(argparse.ArgumentParser(), {}, ["--quick", "--results", str(tmp_path)])
+
+    def main(a):
+        print("| a | b |")
+        return {"answer": 42}
+
+    record = common.run("demo", main, args)
+    assert "| a | b |" in capsys.readouterr().out
+    md, js = (tmp_path / "demo-quick.md").read_text(), (tmp_path / "demo-quick.json").read_text()
+    assert "| a | b |" in md and record["provenance"]["git_commit"][:12] in md
+    assert '"answer": 42' in js and record["report"] == ["| a | b |"]
+    assert {"command", "started_utc", "wall_seconds", "git_commit", "packages", "load_average"} <= set(record["provenance"])
