@@ -18,7 +18,7 @@ from attncert.head.problem import random_head_problem
 
 from head_strategies import sampled_max  # tests/head_strategies.py
 
-SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+SETTINGS = dict(suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
