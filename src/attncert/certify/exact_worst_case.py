@@ -68,8 +68,8 @@ Certified bracket.
       times the Taylor factors). The margins are thus relative to the value at the point, not to the
       largest score: no e^{2 R_s} blow-up.
   (iii) the sum over tokens: gamma_{n+2} sum_j |h_j| plus n 1e-300, in units of e^C (relative to the
-      largest token scale, not absolute: the old absolute 1e-290 dominated F_up once every weight at the
-      maximizer was below e^-667 and sent hi to 1e5-1e268).
+      largest token scale, not absolute: an absolute 1e-290 would dominate F_up once every weight at the
+      maximizer is below e^-667 and send hi to 1e5-1e268).
   Starting from lo, hi = lo + F_up(lo)/D (one Newton step, D = sum of attention numerators at the
   maximizers, in the same units), enlarged until F_up(hi) < 0 is verified, and capped by the trivial
   bound top = max_j (w0_j + R_w + eps_w,j) rounded outward (hi = top if F_up < 0 is never verified below

@@ -7,19 +7,19 @@ facets (`initial_edges`), in this order of priority until all but 2 + SLOTS // 8
 consecutive edges on each side of the vertex of the token's estimated optimum (vertex Dinkelbach), the edges
 at GRID_POINTS sigma values over [-R_s, R_s], the edges at LOCAL_POINTS sigma values around the vertex (the
 global grid before the local one: at r = 0.02 a local window can hold more edges than the cap leaves, and
-without the global grid the far parts of P stayed open: the tight certificate's median gap on the default run
-was 1.7x larger, bench/paper_cost_ratio.md). After each
+without the global grid the far parts of P stay open: the tight certificate's median gap on the default run
+is 1.7x larger, docs/history/paper_cost_ratio.md). After each
 solve, the edges under every point U_j / lam_j, V_j / (tau - lam_j) lying above the exact boundary are added
 (at most MAX_ROUNDS solves). Every round's bound is sound; the smallest is kept.
 
 The fixed query uses near = NEAR_EDGES: its relaxation's points sit within a few edges of the estimated vertex
 (GPT-2-shaped heads, d = 768: within +-8 edges at r <= 0.01), where the edges are short and a sigma grid skips
-most of them. With the two grids alone (near = 1, the former rule, still the varying query's) every solve added
-one or two edges per token, three rounds were usual, and the bound still ended ~1e-4 of the gap above the value
-with every edge; with the consecutive edges one solve reaches that value on ~97% of units. The varying query
-keeps the former rule: its query token's estimate ignores the query's effect on every score (its points can lie
-100+ edges away), and on the factored program the nearly parallel consecutive facets made Clarabel stall on a
-few units (SCS then takes seconds) (bench/paper_cost_ratio.md).
+most of them. With the two grids alone (near = 1) every solve adds one or two edges per token, three rounds are
+usual, and the bound still ends ~1e-4 of the gap above the value with every edge; with the consecutive edges one
+solve reaches that value on ~97% of units. The varying query uses near = 1: its query token's estimate ignores
+the query's effect on every score (its points can lie 100+ edges away), and on the factored program nearly
+parallel consecutive facets make Clarabel stall on a few units (SCS then takes seconds)
+(docs/history/paper_cost_ratio.md).
 """
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def initial_edges(chains: list, k: np.ndarray, slots: int = SLOTS, near: int = 1
     """Per token (k_j: the vertex of its estimated optimum), at most slots - 2 - slots // 8 edges (the rest of the
     slots: the two sigma-bounds and room for the cutting planes): the `near` consecutive edges on each side of
     vertex k_j, then the edges at a global sigma grid, then the edges at a fine sigma grid around the vertex (first
-    come, first kept). near = 1 is the former rule (the two edges at the vertex and both grids, <= 36 edges)."""
+    come, first kept). near = 1: the two edges at the vertex and both grids (<= 36 edges; the varying query's rule)."""
     out = []
     for j, ch in enumerate(chains):
         R = ch.R_s

@@ -12,8 +12,8 @@ per-token half-width h_j of the total score shift).
 
 Units. Every coordinate is measured in units of its own range: the score shift by h_j (the "unit score"
 shat = sigma / h_j in [-1, 1]), the value shift by rho_w = R_w, and the objective (g - g0) by rho_o. One
-common factor for both coordinates (the former rho = R_s + R_w) made the facet normals nearly parallel to an
-axis when R_s << R_w, so that a 1e-10 feasibility error moved the value coordinate by ~1e-6 R_w: the whole
+common factor for both coordinates (rho = R_s + R_w) would make the facet normals nearly parallel to an
+axis when R_s << R_w, so that a 1e-10 feasibility error moves the value coordinate by ~1e-6 R_w: the whole
 second-order gap.
 
 Lifting. With tau = 1 / sum_k e^{s_k} and a_j = tau e^{s_j} (so sum_j a_j = 1, g = sum_j a_j w_j), every

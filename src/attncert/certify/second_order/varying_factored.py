@@ -11,7 +11,7 @@ Factorization. With tau = 1 / sum_k e^{s_k}, every key weight is a product of a 
     a_j = b_j e^{A_j + sigma_j + beta_j + e_j},      b_j = tau e^{eta_j}                    (j < m),
     a_i = tau e^{A_i + sigma_i^+ + beta_i + e_i}                                           (query token).
 
-The old program sandwiches a_j / tau between e^{s} and the secant of exp over the whole score interval of
+The unfactored program (`varying`) sandwiches a_j / tau between e^{s} and the secant of exp over the whole score interval of
 half-width h_j = R_s + H_j + bb, whose band e^{2 h_j} (and secant error ~ h_j^2 / 2) is what the gap pays.
 Here the query factor b_j has its own exact convex envelope over [-H_j, H_j], and the key factor a_j / b_j
 is the fixed-query relaxation of `relaxation` with half-width hk_j = R_s + bb and *base* b_j instead of tau
@@ -63,7 +63,7 @@ _U = UNIT_ROUNDOFF
 # SCS. On GPT-2-shaped units (n = 5, d = 768) the last 1e-10 cost ~1/3 of the interior-point iterations for a
 # certified bound lower by a median 4e-6 of the movement (the bound is weak duality over the box, whatever the
 # tolerance), and SCS took 1.6-3.3 s where every Clarabel rung stalled; when they all fail the unfactored program
-# (with its own ladder, SCS included) is the next sound attempt (bench/paper_cost_ratio.md, "varying query").
+# (with its own ladder, SCS included) is the next sound attempt (docs/history/paper_cost_ratio.md, "varying query").
 FACTORED_LADDER = tuple((s, dict(o, tol_gap_abs=1e-8, tol_gap_rel=1e-8, tol_feas=1e-8))
                         for s, o in SOLVER_LADDER if s == "CLARABEL")
 # Cutting planes stop once the edges violated under the solution weigh <= this x the primal (objective units,
