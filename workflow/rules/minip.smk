@@ -24,6 +24,10 @@ MINIP_OUTPUTS = (
 )
 
 
+# small jobs (seconds): on a cluster they run on the submitting host, not through the scheduler
+localrules: minip_witness_bound, minip_constructions, minip_collect, minip_figure, minip_table, minip_measured
+
+
 rule minip_witness_bound:
     output:
         json="data/minip/witness_bound.json",
