@@ -209,12 +209,12 @@ def test_profile_runs_reduced_dag_on_slurm_like_a_local_run(slurm_env, tmp_path,
     local, cluster = tmp_path / "local", tmp_path / "cluster"
     cfg_local, cfg_cluster = _config(local, tiny_gpt2_dir), _config(cluster, tiny_gpt2_dir)
 
-    rc, out, secs = _snakemake(local, cfg_local, "--cores", "2", env=slurm_env, timeout=600)
+    rc, out, secs = _snakemake(local, cfg_local, "--cores", "2", env=slurm_env, timeout=300)
     assert rc == 0, out[-3000:]
     _log(f"local run: {secs:.0f} s")
 
     rc, out, secs = _snakemake(cluster, cfg_cluster, "--profile", str(PROFILE), "--slurm-status-command", "squeue",
-                               "--slurm-keep-successful-logs", env=slurm_env, timeout=600)
+                               "--slurm-keep-successful-logs", env=slurm_env, timeout=300)
     submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", out)
     assert rc == 0, out[-4000:]
     local_jobs = sorted(set(re.findall(r"^localrule (\w+):", out, re.M)))
