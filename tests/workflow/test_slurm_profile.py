@@ -162,7 +162,9 @@ def compare_outputs(local: Path, cluster: Path) -> tuple[int, list[str]]:
 
 
 def _fail(msg: str) -> None:
-    pytest.fail(msg.strip().splitlines()[-1] if msg.strip() else "no output", pytrace=False)
+    """Fail with one line: the script's "FAILED: why" line, else the last line it printed."""
+    lines = msg.strip().splitlines() or ["no output"]
+    pytest.fail(next((ln for ln in lines if "FAILED:" in ln), lines[-1]), pytrace=False)
 
 
 @pytest.fixture(scope="module")

@@ -169,7 +169,11 @@ cmd_start() {
         alive "$(pid_of "$dir/$f")" && die "$dir/$f names a live process: stop that cluster first ($0 stop $dir)"
         rm -f "$dir/$f"
     done
-    trap 'rc=$?; if (( rc != 0 )); then log "start failed: stopping what was started"; cmd_stop "$dir" >/dev/null 2>&1; fi' EXIT
+    if [[ -e $ETC_CONF ]] && ! head -n1 "$ETC_CONF" | grep -qxF "$MARKER"; then
+        die "$ETC_CONF exists and was not written by this script: a SLURM is configured on this machine already"
+    fi
+    # on failure: stop what was started, quietly, so that the FAILED line stays the last line
+    trap 'rc=$?; if (( rc != 0 )); then cmd_stop "$dir" >/dev/null 2>&1; fi' EXIT
     local t0=$SECONDS
 
     dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none && chmod 0400 "$dir/munge/munge.key" \
