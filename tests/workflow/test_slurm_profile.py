@@ -186,8 +186,8 @@ def slurm_env(request):
             _log(line)
         if start.returncode:
             _fail(start.stderr)
-        started = True
         pids = {n: int((state / f"{n}.pid").read_text()) for n in ("munged", "slurmctld", "slurmd")}
+        started = True
         yield dict(os.environ, SLURM_CONF=str(state / "slurm.conf"), SBATCH_PARTITION=PARTITION,
                    HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO / "src"))
     finally:
@@ -224,6 +224,14 @@ def test_profile_runs_reduced_dag_on_slurm_like_a_local_run(slurm_env, tmp_path,
     _log(f"cluster run: {secs:.0f} s, {len(submitted)} sbatch submissions (jobids {', '.join(submitted)}); "
          f"rules run on the submitting host: {', '.join(local_jobs)}")
     assert submitted, "no job went through sbatch"
+    # tables ran on the submitting host; each cluster job asked for its rule's threads (extract: 2)
+    assert {"certify_table", "baselines_table", "minip_table", "minip_collect"} <= set(local_jobs), local_jobs
+    queue = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i %C %k"], env=slurm_env, capture_output=True,
+                           text=True, timeout=60).stdout.split("\n")
+    cpus = {k: int(c) for i, c, k in (ln.split(None, 2) for ln in queue if ln.strip()) if i in submitted}
+    _log("cluster jobs (CPUs): " + ", ".join(f"{k} ({c})" for k, c in sorted(cpus.items())))
+    assert [c for k, c in cpus.items() if k.startswith("rule_extract")] == [2], cpus
+    assert all(c == 1 for k, c in cpus.items() if k.startswith(("rule_certify_layer", "rule_baselines_layer"))), cpus
     # the cluster jobs ran on SLURM: each submission left its SLURM log
     assert len(list((cluster / ".snakemake" / "slurm_logs").rglob("*.log"))) >= len(submitted)
 
