@@ -173,3 +173,46 @@ def test_missing_cuda_is_one_line_before_training():
         with pytest.raises(DeviceError) as info:
             run()
         assert "\n" not in str(info.value) and "fix: set device: cpu" in str(info.value)
+
+
+def test_foreach_adam_matches_torch_adam_bit_for_bit():
+    """The training loop's optimizer is torch.optim.Adam(foreach=True) step for step, with the learning
+    rate changed between steps as the cosine schedule does; every parameter is exactly equal."""
+    import torch
+
+    from attncert.minip.models import build_model
+    from attncert.minip.training import ForeachAdam, _cosine_lr
+
+    fam = witness_family(8, 3, 0)
+    X = torch.as_tensor(fam.sequences, dtype=torch.float32)
+    T = torch.as_tensor(fam.targets, dtype=torch.float32)
+    trained = []
+    for make in (lambda ps: torch.optim.Adam(ps, lr=0.01, foreach=True), lambda ps: ForeachAdam(ps, lr=0.01)):
+        torch.manual_seed(3)
+        model = build_model("kernel", fam.bits, 2, 16, 4)
+        start = [p.detach().clone() for p in model.parameters()]
+        opt = make(list(model.parameters()))
+        for step in range(60):
+            _cosine_lr(opt, 0.01, step, 60)
+            loss = torch.mean((model(X) - T) ** 2)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        trained.append([p.detach().clone() for p in model.parameters()])
+    assert not any(torch.equal(p, q) for p, q in zip(start, trained[1]))  # every parameter trained
+    assert all(torch.equal(p, q) for p, q in zip(*trained))
+
+
+def test_training_does_not_import_torch_dynamo():
+    """A short job's start-up: the training loop must not pull in torch._dynamo (about 1.4 CPU-s)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom attncert.minip.training import TrainConfig, run_witness\n"
+            "from attncert.minip.witness import witness_family\n"
+            "run_witness(family=witness_family(8, 3, 0), kind='kernel', rank=1, seed=0,"
+            " train=TrainConfig(steps=3, batch=0, lr=0.01, hidden=8, value_dim=2))\n"
+            "print('torch._dynamo' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"

@@ -6,6 +6,10 @@ BASELINE_FIGURE = "figures/baselines/{model}/gap_vs_radius.pdf"
 BASELINES_OUTPUTS = [BASELINE_TABLE.format(model=MODEL), BASELINE_FIGURE.format(model=MODEL)]
 
 
+# small jobs (seconds): on a cluster they run on the submitting host, not through the scheduler
+localrules: baselines_table, baselines_figure
+
+
 rule baselines_layer:
     input:
         npz="data/extract/{model}/layer{layer}.npz",

@@ -15,6 +15,10 @@ wildcard_constraints:
     block_figure="|".join(_BLOCK_FIGURE_NAMES),
 
 
+# small jobs (seconds): on a cluster they run on the submitting host, not through the scheduler
+localrules: block_merge, block_table, block_figure
+
+
 rule block_transition:
     input:
         npz="data/extract/{model}/layer{transition}.npz",

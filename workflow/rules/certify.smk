@@ -12,6 +12,10 @@ wildcard_constraints:
     certify_figure="|".join(_CERTIFY_FIGURE_NAMES),
 
 
+# small jobs (seconds): on a cluster they run on the submitting host, not through the scheduler
+localrules: certify_figure, certify_table
+
+
 rule certify_layer:
     input:
         npz="data/extract/{model}/layer{layer}.npz",

@@ -7,6 +7,9 @@ LONG_CONTEXT_OUTPUTS = [
 ] if LC else []
 
 
+localrules: long_context_report
+
+
 rule long_context_extract:
     input:
         passage=LC.get("passage", "data/long_context_passage.txt"),

@@ -1,5 +1,5 @@
 # Paper B (Min-IP): constructions checked exhaustively, the witness family and its proven rank bound,
-# one training job per (setting, model, seed), then tables (figures/tables/minip_*) and figures
+# one training job per (setting, model) running every seed, then tables (figures/tables/minip_*) and figures
 # (figures/minip/*). Everything is model-independent (no transformer weights are read).
 from attncert.minip.sweep import runs as _minip_runs, run_params as _minip_run_params, table_inputs as _minip_table_inputs
 from attncert.minip.codes import hadamard as _minip_hadamard
@@ -22,6 +22,10 @@ MINIP_OUTPUTS = (
     [f"{f}.{ext}" for f in MINIP_FIGURES for ext in ("pdf", "png")]
     + [f"figures/tables/minip_{t}.{ext}" for t in MINIP_TABLES for ext in ("csv", "md")]
 )
+
+
+# small jobs (seconds): on a cluster they run on the submitting host, not through the scheduler
+localrules: minip_witness_bound, minip_constructions, minip_collect, minip_figure, minip_table, minip_measured
 
 
 rule minip_witness_bound:
@@ -67,27 +71,33 @@ rule minip_constructions:
         "../scripts/minip_constructions.py"
 
 
+# One job per (setting, model) trains every seed in turn: a run takes seconds, and starting a job
+# (Python, torch, the script's imports) costs about as much again. Each seed still gets its own
+# record and sidecar, and each run starts from torch.manual_seed(seed) exactly as in its own process.
 rule minip_train:
     output:
-        json="data/minip/runs/{setting}/{model}_s{seed}.json",
-        sidecar="data/minip/runs/{setting}/{model}_s{seed}.json.json",
+        json=expand("data/minip/runs/{{setting}}/{{model}}_s{seed}.json", seed=MINIP["seeds"]),
+        sidecar=expand("data/minip/runs/{{setting}}/{{model}}_s{seed}.json.json", seed=MINIP["seeds"]),
     wildcard_constraints:
         setting=r"witness|m\d+-n\d+",
         model=r"r\d+|dense",
-        seed=r"\d+",
     params:
         run=lambda wc: _minip_run_params(MINIP, wc.setting, config["device"]),
+        seeds=MINIP["seeds"],
         code=code("minip_train.py"),
     threads: 1
+    # on a cluster, these short jobs are packed into one scheduler job (profile: group-components)
+    group:
+        "minip_train"
     conda:
         "../../environment.yml"
     resources:
         mem_mb=1000,
-        runtime=10,
+        runtime=2 + 2 * len(MINIP["seeds"]),  # minutes; a run takes seconds on the default grid
     log:
-        log_path("minip", "train/{setting}/{model}_s{seed}"),
+        log_path("minip", "train/{setting}/{model}"),
     benchmark:
-        bench_path("minip", "train/{setting}/{model}_s{seed}")
+        bench_path("minip", "train/{setting}/{model}")
     script:
         "../scripts/minip_train.py"
 

@@ -5,6 +5,10 @@ PAPER_VS_REPRODUCED = "figures/tables/paper_vs_reproduced.md"
 REPORT_OUTPUTS = [PAPER_VS_REPRODUCED]
 
 
+# small jobs (seconds): on a cluster they run on the submitting host, not through the scheduler
+localrules: paper_vs_reproduced
+
+
 rule paper_vs_reproduced:
     input:
         claims="data/paper_claims.yaml",

@@ -1,4 +1,6 @@
-"""Snakemake entry point: one Min-IP training run (setting, model, seed) -> a JSON record."""
+"""Snakemake entry point: the Min-IP training runs of one (setting, model), one per seed -> one JSON
+record (and sidecar) per run. The seeds run one after another in this process; each run seeds torch
+and numpy itself (attncert.minip.training), so its record is the one a process of its own would write."""
 import logging
 import sys
 
@@ -11,26 +13,35 @@ from attncert.pipeline.provenance import provenance, write_json, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
-run = sm.params.run  # attncert.minip.sweep.run_params: what this run depends on
-setting, model, seed = sm.wildcards.setting, sm.wildcards.model, int(sm.wildcards.seed)
+run = sm.params.run  # attncert.minip.sweep.run_params: what these runs depend on
+seeds = [int(s) for s in sm.params.seeds]
+setting, model = sm.wildcards.setting, sm.wildcards.model
 kind, rank = parse_model(model)
 what, bits, length = parse_setting(setting)
 train = TrainConfig(**run["train"])
+if len(sm.output.json) != len(seeds) or len(sm.output.sidecar) != len(seeds):
+    sys.exit(f"attncert: minip_train: {len(seeds)} seeds but {len(sm.output.json)} outputs")
 try:
     resolve_device(run["device"])
 except DeviceError as e:
     sys.exit(f"attncert: {e}")
-logging.info("setting %s model %s seed %d params %s", setting, model, seed, run)
+family = None
 if what == "witness":
     w = run["witness"]
-    record = run_witness(family=witness_family(w["bits"], w["queries"], w["ladder_step"]),
-                         kind=kind, rank=rank, seed=seed, train=train, device=run["device"])
-else:
-    s = run["scaling"]
-    record = run_scaling(bits=bits, length=length, kind=kind, rank=rank, seed=seed, train=train, device=run["device"], **s)
-record["setting"] = setting
-logging.info("record %s", record)
-write_json(sm.output.json, record)
-write_sidecar(sm.output.json, provenance(sm.params, stage="minip_train", model_id="minip",
-                                         seeds={"run": seed, **({"pool": run["scaling"]["pool_seed"]} if "scaling" in run else {})},
-                                         setting=setting, model=model, run_params=run))
+    family = witness_family(w["bits"], w["queries"], w["ladder_step"])
+for seed, out_json in zip(seeds, sm.output.json):
+    if not out_json.endswith(f"_s{seed}.json"):
+        sys.exit(f"attncert: minip_train: output {out_json} is not the run of seed {seed}")
+    logging.info("setting %s model %s seed %d params %s", setting, model, seed, run)
+    if what == "witness":
+        record = run_witness(family=family, kind=kind, rank=rank, seed=seed, train=train, device=run["device"])
+    else:
+        s = run["scaling"]
+        record = run_scaling(bits=bits, length=length, kind=kind, rank=rank, seed=seed, train=train,
+                             device=run["device"], **s)
+    record["setting"] = setting
+    logging.info("record %s", record)
+    write_json(out_json, record)
+    write_sidecar(out_json, provenance(sm.params, stage="minip_train", model_id="minip",
+                                       seeds={"run": seed, **({"pool": run["scaling"]["pool_seed"]} if "scaling" in run else {})},
+                                       setting=setting, model=model, run_params=run))

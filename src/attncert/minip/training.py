@@ -67,15 +67,56 @@ def _predict(model, X: np.ndarray, chunk: int = 4096) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros((0,) + X.shape[1:2])
 
 
+class ForeachAdam:
+    """`torch.optim.Adam(params, lr=lr, foreach=True)` with its defaults (betas (0.9, 0.999), eps 1e-8,
+    no weight decay, no amsgrad), without the `torch.optim.Optimizer` base class.
+
+    `step` calls the update that `torch.optim.Adam.step` calls for these settings,
+    `torch.optim.adam._multi_tensor_adam`, with the same arguments and the same state (step counters as
+    CPU scalars of `_get_scalar_dtype()`, zero moments), so the parameters after every step are bit for
+    bit those of `torch.optim.Adam` (tests/minip/test_training.py). Why not Adam itself: constructing a
+    `torch.optim.Optimizer` imports `torch._dynamo`, about 1.4 CPU-seconds per process, which is a
+    quarter of a short Min-IP training job; nothing here needs it.
+    """
+
+    def __init__(self, params, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+        from torch.optim.optimizer import _get_scalar_dtype
+
+        self.params = list(params)
+        self.param_groups = [{"lr": lr}]  # `_cosine_lr` sets the learning rate here, as on an optimizer
+        self.betas, self.eps = betas, eps
+        self.exp_avgs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
+        self.exp_avg_sqs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
+        self.state_steps = [torch.tensor(0.0, dtype=_get_scalar_dtype(), device="cpu") for _ in self.params]
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        from torch.optim.adam import _multi_tensor_adam
+
+        if any(p.grad is None for p in self.params):  # Adam would skip such a parameter; ours all train
+            raise RuntimeError("ForeachAdam: every parameter needs a gradient")
+        if any(torch.is_complex(p) or p.grad.is_sparse for p in self.params):
+            raise RuntimeError("ForeachAdam: real dense parameters only")
+        _multi_tensor_adam(self.params, [p.grad for p in self.params], self.exp_avgs, self.exp_avg_sqs, [],
+                           self.state_steps, None, None, amsgrad=False, has_complex=False,
+                           beta1=self.betas[0], beta2=self.betas[1], lr=self.param_groups[0]["lr"],
+                           weight_decay=0, eps=self.eps, maximize=False, capturable=False,
+                           differentiable=False, decoupled_weight_decay=False)
+
+
 def _fit(model, batches, steps: int, lr: float, desc: str) -> float:
-    opt = torch.optim.Adam(model.parameters(), lr=lr, foreach=True)
+    opt = ForeachAdam(model.parameters(), lr=lr)
     loss_value = float("nan")
     for step in tqdm(range(steps), desc=desc, mininterval=5.0, leave=False):
         X, T = batches(step)
         _cosine_lr(opt, lr, step, steps)
         pred = model(X)
         loss = torch.mean((pred - T) ** 2)
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad()
         loss.backward()
         opt.step()
         loss_value = float(loss.detach())
