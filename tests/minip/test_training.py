@@ -216,3 +216,24 @@ def test_training_does_not_import_torch_dynamo():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "False"
+
+
+def test_witness_figure_marks_the_papers_numbers(tmp_path, monkeypatch):
+    """The witness figure draws the paper's claims (from data/paper_claims.yaml) at their points: largest |y - t|
+    above 0.80 below the rank bound 8, and solved (< 1/2) at rank 32."""
+    from attncert.minip.figures import paper_marks
+    from attncert.pipeline.paper_comparison import claim_dicts
+
+    marks = paper_marks(claim_dicts(REPO / "data" / "paper_claims.yaml", "paper_b"))
+    assert marks == {"bound": 8.0, "fail_above": 0.8, "solve_rank": 32.0, "solve_below": 0.5}
+    drawn = {}
+    monkeypatch.setattr(plots, "_save", lambda fig, pdf, png: drawn.setdefault("fig", fig))
+    bound = {"bound": 8, "bits": 24, "n_queries": 10, "family_size": 190}
+    plots.witness_figure(_synthetic_records(), bound, tmp_path / "w.pdf", tmp_path / "w.png", marks)
+    ax = drawn["fig"].axes[1]
+    star = [ln for ln in ax.get_lines() if ln.get_label().startswith("paper: solved")][0]
+    assert list(star.get_xdata()) == [32.0] and list(star.get_ydata()) == [0.5]
+    fail = [c for c in ax.collections if c.get_label().startswith("paper: > 0.8")][0]
+    (x0, y0), (x1, y1) = fail.get_segments()[0]
+    assert y0 == y1 == 0.8 and x1 < 8.0
+    assert drawn["fig"].legends and not ax.get_legend()  # one legend below the panels, none over the data

@@ -132,7 +132,8 @@ wildcard_constraints:
 rule minip_figure:
     input:
         unpack(lambda wc: {"sweep": "data/minip/sweep.csv",
-                           **({"bound": "data/minip/witness_bound.json"} if "bound" in _MINIP_FIGURE_NAMES[wc.minip_figure] else {})}),
+                           **({"bound": "data/minip/witness_bound.json", "claims": "data/paper_claims.yaml"}
+                              if "bound" in _MINIP_FIGURE_NAMES[wc.minip_figure] else {})}),
     output:
         pdf=report("figures/minip/{minip_figure}.pdf", caption="../report/minip_{minip_figure}.rst", category="Paper B: Min-IP"),
         png="figures/minip/{minip_figure}.png",

@@ -19,10 +19,11 @@ FIGURES = {"witness_phase_transition": ("bound",), "scaling_error_vs_rank": (), 
 
 
 def draw(name: str, runs: pd.DataFrame, bound: dict | None, threshold: float, thresholds: list[float],
-         pdf: str, png: str) -> None:
-    """Draw the figure `name` from the sweep table `runs` (and the witness bound record)."""
+         pdf: str, png: str, claims: list[dict] | None = None) -> None:
+    """Draw the figure `name` from the sweep table `runs` (and the witness bound record; `claims`: Paper B's
+    claims, whose numbers the witness figure marks)."""
     if name == "witness_phase_transition":
-        plots.witness_figure(runs, bound, pdf, png)
+        plots.witness_figure(runs, bound, pdf, png, paper_marks(claims or []))
     elif name == "scaling_error_vs_rank":
         plots.scaling_figure(runs, threshold, pdf, png)
     elif name == "transition_rank_vs_size":
@@ -32,3 +33,15 @@ def draw(name: str, runs: pd.DataFrame, bound: dict | None, threshold: float, th
         plots.threshold_figure(criterion_transitions(runs, list(thresholds)), criteria, pdf, png)
     else:
         raise ValueError(f"unknown Min-IP figure {name!r}; known: {sorted(FIGURES)}")
+
+
+def paper_marks(claims: list[dict]) -> dict:
+    """The paper's witness-suite numbers from its claims: the rank bound below which it reports failure with
+    largest |y - t| above `fail_above`, and the rank that solves the suite (every |y - t| below `solve_below`)."""
+    by_id = {c["id"]: c for c in claims}
+    need = ("witness_bound", "witness_fail_below", "witness_solve_at")
+    if not all(k in by_id for k in need):
+        return {}
+    solve = by_id["witness_solve_at"]
+    return {"bound": float(by_id["witness_bound"]["value"]), "fail_above": float(by_id["witness_fail_below"]["value"]),
+            "solve_rank": float(solve["value"]), "solve_below": float(solve["target"])}

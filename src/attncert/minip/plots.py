@@ -50,7 +50,8 @@ def _seed_points(ax, k: pd.DataFrame, col: str, seeds, color="C0") -> None:
                    facecolors="none", edgecolors=color, alpha=0.8, label=f"seed {s}")
 
 
-def witness_figure(runs: pd.DataFrame, bound: dict, pdf_path, png_path) -> None:
+def witness_figure(runs: pd.DataFrame, bound: dict, pdf_path, png_path, paper: dict | None = None) -> None:
+    """paper: `figures.paper_marks` (the paper's numbers on the witness suite), drawn on the |y - t| panel."""
     w = runs[runs.setting == "witness"]
     k, d = w[w.kind == "kernel"], w[w.kind == "dense"]
     seeds = sorted(k.seed.unique())
@@ -75,14 +76,25 @@ def witness_figure(runs: pd.DataFrame, bound: dict, pdf_path, png_path) -> None:
     med_q = k.groupby("rank")["max_abs_error_query_position"].median()
     ax.plot(med_q.index, med_q.values, "-.", color="C1", lw=1.3, label="kernel, query position only (median)")
     ax.axhline(0.5, color="black", ls="-", lw=0.8, label="1/2: solved iff below (theorem's criterion)")
+    if paper:
+        lo = k["rank"].min() / 1.3
+        ax.hlines(paper["fail_above"], lo, paper["bound"] * 0.97, color="black", lw=2.2, ls="--",
+                  label=f"paper: > {paper['fail_above']:g} for r < {paper['bound']:g} (its 24-bit suite)")
+        ax.plot([paper["solve_rank"]], [paper["solve_below"]], "v", color="black", ms=10,
+                label=f"paper: solved (< {paper['solve_below']:g}) at r = {paper['solve_rank']:g}")
     ax.set_yscale("log")
-    ax.legend(fontsize=7, loc="lower left")
     axes[2].set_ylim(-0.03, 1.03)
-    axes[0].legend(fontsize=7, loc="upper right")
+    handles, labels = [], []
+    for a in axes:  # one legend below the panels, each entry once
+        for h, lab in zip(*a.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=7, frameon=False)
     fig.suptitle(f"Min-IP witness suite: {bound['family_size']} length-3 inputs over {{0,1}}^{bound['bits']}, "
                  f"{bound['n_queries']} queries (nonnegative kernel attention, exp features, full-batch training)",
                  fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
     _save(fig, pdf_path, png_path)
 
 
