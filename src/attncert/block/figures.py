@@ -94,8 +94,9 @@ def figure_distributions(df: pd.DataFrame, block: dict, claims: list, pdf: str, 
     axes[2].set_xlabel("per-op sum, softmax as one op / per-op sum")
     for ax in axes:
         ax.set_ylabel("units")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, frameon=False)  # below the axes
     fig.suptitle(f"Block residual: predicted looseness, effective rank, softmax as one op (r = {at_reference(df, block)[0]:g})\n{grid_label(df)}", fontsize=8)
+    fig.tight_layout(rect=(0, 0.04, 1, 0.92))
     save_figure(fig, pdf, png)
 
 
@@ -115,7 +116,7 @@ def figure_crown_over_perop(df: pd.DataFrame, claims: list, pdf: str, png: str) 
     boxes(axes[0], "crown_over_perop")
     _paper_band(axes[0], claim(claims, "block_crown_over_perop"), axis="y")
     axes[0].set_ylabel("CROWN bound / per-op sum")
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)  # below the axes
     boxes(axes[1], "crown_over_leading_order")
     axes[1].axhline(1.0, color="k", ls=":", lw=0.8)
     axes[1].set_ylabel("CROWN bound / CROWN leading order (r² term)")
