@@ -129,10 +129,11 @@ def scaling_figure(runs: pd.DataFrame, threshold: float, pdf_path, png_path) -> 
             if j == 0:
                 ax.set_ylabel("error (fraction of positions wrong)")
             ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=6, loc="upper right")
+    handles, labels = axes[0][-1].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=7, frameon=False)  # below the panels
     fig.suptitle("Min-IP on random tokens, disjoint train/test token pools: error vs feature rank "
                  "(nonnegative kernel attention, exp features; dense softmax as reference)", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     _save(fig, pdf_path, png_path)
 
 
