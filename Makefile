@@ -1,7 +1,7 @@
 # Two entry points for a fresh machine (see README):
 #   make run        set up .venv and run the whole pipeline on the embedded default (snakemake --cores all)
 #   make test       set up .venv and run the whole test suite (what CI runs)
-#   make test-fast  the same without the slow end-to-end tests (pytest marker `slow`), for daily work
+#   make test-fast  the same without the slow end-to-end tests and the SLURM cluster test (markers `slow`, `cluster`), for daily work
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -28,7 +28,7 @@ test: setup
 	$(BIN)/pytest -q
 
 test-fast: setup
-	$(BIN)/pytest -q -m "not slow"
+	$(BIN)/pytest -q -m "not slow and not cluster"
 
 lint: setup
 	$(BIN)/snakemake --lint
