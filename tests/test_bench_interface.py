@@ -46,3 +46,12 @@ def test_run_writes_markdown_and_json_with_provenance(tmp_path, capsys):
     assert "| a | b |" in md and record["provenance"]["git_commit"][:12] in md
     assert '"answer": 42' in js and record["report"] == ["| a | b |"]
     assert {"command", "started_utc", "wall_seconds", "git_commit", "packages", "load_average"} <= set(record["provenance"])
+
+
+def test_results_name_no_path_of_this_machine(tmp_path):
+    """Paths inside the repository are written relative to it (a result must read the same on any machine)."""
+    args = common.parse(argparse.ArgumentParser(), {}, ["--quick", "--results", str(tmp_path)])
+    record = common.run("where", lambda a: {"config": common.REPO / "workflow" / "config" / "default.yaml"}, args)
+    assert record["result"]["config"] == "workflow/config/default.yaml"
+    assert str(common.REPO) not in (tmp_path / "where-quick.json").read_text()
+    assert str(common.REPO) not in (tmp_path / "where-quick.md").read_text()
