@@ -31,32 +31,20 @@ from attncert.certify.second_order.relaxation import (MONOTONE_POINTS, SecondOrd
                                                       fallback_bound, representable, settle)
 from attncert.certify.second_order.support_bound import bound_from_dual, unit_generators
 from attncert.certify.second_order.token_family import FAMILY_ABOVE, family_bound
-from attncert.certify.second_order.token_program import (CUT_STOP, GRID, LADDER, MAX_EDGES, NEAR, ROUNDS,
-                                                         build_program, cuts, solve_program)
+from attncert.certify.second_order.token_program import (GRID, LADDER, NEAR, ROUNDS, build_program,
+                                                         cutting_plane_rounds, edge_window, solve_program)
 from attncert.head.reduced_geometry import reduced_geometry
 from attncert.head.rounding import gamma
 
 
-def _solve_and_bound(prog, gens, norm, ladder):
-    """(bound, status, primal, x, log [(solver, status, bound, seconds)]) of one solve of the whole program."""
-    status, primal, x, z, lg = solve_program(prog, ladder)
+def _bound_and_log(prog, z, gens, norm, solve_log):
+    """The certified bound from the dual z of one solve (inf without one), and its log
+    [(solver, status, bound, seconds)] with the bound on the converged attempt."""
     bound = bound_from_dual(prog, z, gens, norm)[0] if z is not None else math.inf
-    log = [(s, st, math.nan, sec) for s, st, sec in lg]
+    log = [(s, st, math.nan, sec) for s, st, sec in solve_log]
     if log:
         log[-1] = log[-1][:2] + (bound, log[-1][3])
-    return bound, status, primal, x, log
-
-
-def _initial_edges(D, chain, n_edges: int, near: int, grid: int) -> np.ndarray:
-    """(n, K) edge indices per token: `near` consecutive edges on each side of its estimated vertex, a global
-    sigma grid (padded by repetition; a repeated row is harmless)."""
-    n = D.A.size
-    _, kv = vertex_dinkelbach(D.A, D.w0, D.g0, np.tile(chain.sigma, (n, 1)), np.tile(chain.omega, (n, 1)))
-    off = np.arange(-near, near)
-    close = np.clip(kv[:, None] + off[None, :], 0, n_edges - 1)
-    gsig = np.linspace(-chain.R_s, chain.R_s, grid + 2)[1:-1]
-    glob = np.clip(np.searchsorted(chain.sigma, gsig, side="right") - 1, 0, n_edges - 1)
-    return np.concatenate([close, np.broadcast_to(glob, (n, glob.size))], axis=1)
+    return bound, log
 
 
 def _linf_rows(problem, D):
@@ -118,26 +106,23 @@ def second_order_separable(problem, upper_cone: bool = False, monotone_points: i
     if problem.norm == "l2":
         prog = build_program(D, upper_cone, monotone_points, None, None, None, None,
                              ellipse=ellipse_matrix(D.u_s, D.u_w, D.radius, D.R_s, D.rho_w))
-        best, best_status, p, _, log = _solve_and_bound(prog, gens, "l2", ladder)
-        primal, n_rounds = p, 1
+        best_status, primal, _, z, lg = solve_program(prog, ladder)
+        best, log = _bound_and_log(prog, z, gens, "l2", lg)
+        n_rounds = 1
     else:
         chain, hs, hw, hb = _linf_rows(problem, D)
-        edges = _initial_edges(D, chain, chain.d, near, grid) + 2  # rows 0, 1: the sigma bounds
-        edges = np.concatenate([np.zeros((D.A.size, 1), np.int64), np.ones((D.A.size, 1), np.int64), edges], axis=1)
-        for n_rounds in range(1, rounds + 1):
-            prog = build_program(D, upper_cone, monotone_points, edges, hs, hw, hb)
-            bound, status, p, x, lg = _solve_and_bound(prog, gens, "linf", ladder)
+        n = D.A.size
+        _, kv = vertex_dinkelbach(D.A, D.w0, D.g0, np.tile(chain.sigma, (n, 1)), np.tile(chain.omega, (n, 1)))
+        edges = edge_window(kv, chain, near, grid)
+        for prog, n_facets, status, p, x, z, lg in cutting_plane_rounds(D, upper_cone, monotone_points, edges,
+                                                                        (hs, hw, hb), chain, ladder, rounds):
+            bound, lg = _bound_and_log(prog, z, gens, "linf", lg)
             log += lg
+            n_rounds += 1
             if bound < best:
                 best, best_status = bound, status
-            n_facets = edges.shape[1]
-            if x is None:
-                break
-            primal = p
-            new, excess = cuts(prog, x, D, chain, edges - 2)
-            if excess <= CUT_STOP * (1.0 + abs(p)) or n_rounds == rounds or edges.shape[1] + 2 > MAX_EDGES:
-                break
-            edges = np.concatenate([edges, new + 2], axis=1)
+            if x is not None:
+                primal = p
     val = _to_g(best, D)
     gap = val - _to_g(primal, D) if math.isfinite(primal) else math.nan
     log = [(s, st, _to_g(b, D), sec) for (s, st, b, sec) in log]

@@ -20,8 +20,8 @@ import numpy as np
 
 from attncert.certify.second_order.relaxation import weight_coefficients
 from attncert.certify.second_order.support_bound import bound_from_dual
-from attncert.certify.second_order.token_program import (CUT_STOP, LAM, MAX_EDGES, UW, VW, build_program, cuts,
-                                                         solve_program)
+from attncert.certify.second_order.token_program import (LAM, UW, VW, build_program, cutting_plane_rounds,
+                                                         edge_window, solve_program)
 
 FAMILY_ABOVE = 48  # more kept tokens than this: duals from the one-parameter family of token programs
 FAMILY_TOP = 64  # grid points placed at the w of the tokens with the largest weight bounds ...
@@ -41,36 +41,24 @@ def _vertex_edges(D, chain, w: np.ndarray, near: int, grid: int) -> np.ndarray:
     e^sigma (w rho_o + omega) for each w, and a global sigma grid."""
     E = np.exp(chain.sigma - chain.sigma.max())
     kv = np.argmax(E[None, :] * (w[:, None] * D.rho_o + chain.omega[None, :]), axis=1)
-    off = np.arange(-near, near)
-    close = np.clip(kv[:, None] + off[None, :], 0, chain.d - 1)
-    gsig = np.linspace(-chain.R_s, chain.R_s, grid + 2)[1:-1]
-    glob = np.clip(np.searchsorted(chain.sigma, gsig, side="right") - 1, 0, chain.d - 1)
-    e = np.concatenate([close, np.broadcast_to(glob, (w.size, glob.size))], axis=1) + 2
-    return np.concatenate([np.zeros((w.size, 1), np.int64), np.ones((w.size, 1), np.int64), e], axis=1)
+    return edge_window(kv, chain, near, grid)
 
 
-def _solve_tokens(D, upper_cone, mono, geometry, gens, norm, ladder, near, grid, rounds, log):
+def _solve_tokens(D, upper_cone, mono, geometry, norm, ladder, near, grid, rounds, log):
     """Solve the (independent, tau = 1) token programs of D; returns (prog, z, per-token primal values)."""
+    k = weight_coefficients(D.A, np.full(D.A.size, D.R_s), D.eps_s, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w, mono)
     if norm == "l2":
-        prog = build_program(D, upper_cone, mono, ellipse=geometry, fix_tau=True)
+        prog = build_program(D, upper_cone, mono, ellipse=geometry, k=k, fix_tau=True)
         _, _, x, z, lg = solve_program(prog, ladder)
         log += lg
     else:
         chain, hs, hw, hb = geometry
         edges = _vertex_edges(D, chain, (D.w0 - D.g0) / D.rho_o, near, grid)
-        for rnd in range(1, rounds + 1):
-            prog = build_program(D, upper_cone, mono, edges, hs, hw, hb, fix_tau=True)
-            _, p, x, z, lg = solve_program(prog, ladder)
+        for prog, _, _, _, x, z, lg in cutting_plane_rounds(D, upper_cone, mono, edges, (hs, hw, hb), chain, ladder,
+                                                            rounds, k=k, fix_tau=True):
             log += lg
-            if x is None:
-                break
-            new, excess = cuts(prog, x, D, chain, edges - 2)
-            if excess <= CUT_STOP * (1.0 + abs(p)) or rnd == rounds or edges.shape[1] + 2 > MAX_EDGES:
-                break
-            edges = np.concatenate([edges, new + 2], axis=1)
     if x is None:
         return prog, None, None
-    k = weight_coefficients(D.A, np.full(D.A.size, D.R_s), D.eps_s, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w, mono)
     lam, Uw, Vw = x[prog.var(LAM)], x[prog.var(UW)], x[prog.var(VW)]
     psi = k["wt"] * (1.0 + k["kappa"] * lam) + k["c_V"] * Vw + k["c_U"] * Uw
     return prog, z, psi
@@ -118,8 +106,8 @@ def family_bound(D, upper_cone, mono, geometry, gens, norm, ladder, near, grid, 
     span = (float(wt.min()) - 1.5, float(wt.max()) + 0.5)
     for _ in range(2):
         gw = _grid(wt, El * k["Ehat"], t, span)
-        prog_v, z_v, psi = _solve_tokens(_virtual_data(D, gw), upper_cone, mono, geometry, gens, norm, ladder, near,
-                                         grid, rounds, log)
+        prog_v, z_v, psi = _solve_tokens(_virtual_data(D, gw), upper_cone, mono, geometry, norm, ladder, near, grid,
+                                         rounds, log)
         if z_v is None:
             return math.inf, "solver_error", math.nan, log
         t = _root(El, wt, gw, psi, -1.0, 2.0)

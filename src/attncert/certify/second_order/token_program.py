@@ -23,7 +23,6 @@ import scipy.sparse as sp
 
 from attncert.certify.second_order.dual_certificate import _CLARABEL_BASE, _CLARABEL_STATUS
 from attncert.certify.second_order.relaxation import nu_bound, weight_coefficients
-from attncert.head.rounding import UNIT_ROUNDOFF
 
 # Clarabel at 1e-8: the bound is computed from the dual with the exact P whatever the solver's accuracy; on the
 # long-context units 1e-8 gave the same bounds as 1e-10 (to 4 digits of the gap) in half the time or less.
@@ -36,11 +35,6 @@ GRID = 7  # global sigma grid of edges (linf)
 ROUNDS = 3  # solves with cutting planes (linf)
 MAX_EDGES = 40  # edges per token at most
 CUT_STOP = 1e-5  # stop cutting once the violated mass weighs <= this x (1 + |primal|)
-_U = UNIT_ROUNDOFF
-# variables of one token's block
-LAM, US, UW, VS, VW, NU = range(6)
-
-
 VIOLATION = 1e-9  # an atom this far above the boundary of P (unit value coordinate) gets a cut
 # variables of one token's block
 LAM, US, UW, VS, VW, NU = range(6)
@@ -68,49 +62,67 @@ class Program:
 
 
 class _Rows:
-    """Triplets of the constraint matrix, one row family at a time (rows counted per cone kind)."""
+    """The constraint matrix, one row family at a time: per token one row, or one cone of dimension `len(coords)`.
+
+    A family is (kind, coords, simple, name); each coordinate is a list of (variable k or "tau", coef (n,) or
+    scalar) terms and its row reads s = -(sum coef x), so a family states coords(x) in the cone. Rows are laid out
+    kind by kind (zero, nonneg, soc, exp; Clarabel's order), family by family, token-major inside a family. The
+    normalization row (one row for all tokens, right-hand side 1) is the first zero row.
+    """
+
+    KINDS = ("zero", "nonneg", "soc", "exp")
 
     def __init__(self, n: int, nv: int):
         self.n, self.nv = n, nv
-        self.blocks = {"zero": [], "nonneg": [], "soc": [], "exp": []}
+        self.families = []
+        self.normalization = None
 
-    def add(self, kind: str, terms: list, b=None, simple: bool = False, name: str = ""):
-        """One row per token: sum of coef * var for (var k or 'tau', coef (n,)) terms, as s = b - A x."""
-        self.blocks[kind].append((terms, b, simple, name))
+    def add(self, kind: str, coords: list, simple: bool = False, name: str = ""):
+        self.families.append((kind, coords, simple, name))
+
+    def _col(self, k):
+        tok = np.arange(self.n)
+        return np.zeros(self.n, dtype=np.int64) if k == "tau" else 1 + self.nv * tok + k
 
     def assemble(self):
-        rows, cols, vals, bvec, simple, counts, families = [], [], [], [], [], {}, {}
+        rows, cols, vals, simple, families = [], [], [], [], {}
+        counts = dict.fromkeys(self.KINDS, 0)
+        soc_sizes, tok = [], np.arange(self.n)
         r0 = 0
-        tok = np.arange(self.n)
-        for kind in ("zero", "nonneg", "soc", "exp"):
-            start = r0
-            for terms, b, simp, name in self.blocks[kind]:
-                if name:
-                    families[name] = (r0, 1)
-                if b == "normalization":  # one row for all tokens
-                    for k, coef in terms:
-                        col = np.zeros(1, dtype=np.int64) if k == "tau" else 1 + self.nv * tok + k
-                        rows.append(np.full(col.size, r0))
-                        cols.append(col)
-                        vals.append(np.broadcast_to(np.asarray(coef, dtype=np.float64), col.shape))
-                    bvec.append(np.ones(1))
-                    simple.append(np.zeros(1, dtype=bool))
-                    r0 += 1
+        if self.normalization is not None:  # sum of coef * var = 1: s = 1 - (sum coef x)
+            for k, coef in self.normalization:
+                col = np.zeros(1, dtype=np.int64) if k == "tau" else self._col(k)
+                rows.append(np.full(col.size, r0))
+                cols.append(col)
+                vals.append(np.broadcast_to(np.asarray(coef, dtype=np.float64), col.shape))
+            simple.append(np.zeros(1, dtype=bool))
+            families["norm"] = (0, 1)
+            counts["zero"] = r0 = 1
+        for kind in self.KINDS:
+            for fam_kind, coords, simp, name in self.families:
+                if fam_kind != kind:
                     continue
-                rr = r0 + tok
-                for k, coef in terms:
-                    col = np.zeros(self.n, dtype=np.int64) if k == "tau" else 1 + self.nv * tok + k
-                    rows.append(rr)
-                    cols.append(col)
-                    vals.append(-np.broadcast_to(np.asarray(coef, dtype=np.float64), (self.n,)))
-                bvec.append(np.zeros(self.n))
-                simple.append(np.full(self.n, simp))
-                r0 += self.n
-            counts[kind] = r0 - start
-        m = r0
+                dim = len(coords)
+                if name:
+                    families[name] = (r0, dim)
+                for coord, terms in enumerate(coords):
+                    for k, coef in terms:
+                        rows.append(r0 + dim * tok + coord)
+                        cols.append(self._col(k))
+                        vals.append(-np.broadcast_to(np.asarray(coef, dtype=np.float64), (self.n,)))
+                simple.append(np.full(dim * self.n, simp))
+                counts[kind] += dim * self.n
+                if kind == "soc":
+                    soc_sizes += [dim] * self.n
+                r0 += dim * self.n
         A = sp.coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                          shape=(m, 1 + self.nv * self.n)).tocsc()
-        return A, np.concatenate(bvec), np.concatenate(simple), counts, families
+                          shape=(r0, 1 + self.nv * self.n)).tocsc()
+        b = np.zeros(r0)
+        if self.normalization is not None:
+            b[0] = 1.0
+        dims = SimpleNamespace(zero=counts["zero"], nonneg=counts["nonneg"], soc=soc_sizes, exp=counts["exp"] // 3,
+                               psd=[], p3d=[])
+        return A, b, np.concatenate(simple), dims, families
 
 
 def build_program(D, upper_cone: bool, mono: int, edges: np.ndarray | None = None, hs=None, hw=None, hb=None,
@@ -126,77 +138,55 @@ def build_program(D, upper_cone: bool, mono: int, edges: np.ndarray | None = Non
     deviation = D.deviation
     nv = 6 if deviation else 5
     R = _Rows(n, nv)
-    if fix_tau:
-        R.add("zero", [("tau", 1.0)], b="normalization", name="norm")
-    else:
-        R.add("zero", [("tau", k["n_tau"]), (LAM, k["n_lam"])], b="normalization", name="norm")
-    R.add("nonneg", [(LAM, -1.0), ("tau", k["sec_tau"]), (US, k["sec_U"]), (VS, k["sec_V"])], name="secant")  # (C2)
-    R.add("nonneg", [(LAM, 1.0)], simple=True)
-    R.add("nonneg", [("tau", 1.0), (LAM, -1.0)], simple=True)
+    R.normalization = [("tau", 1.0)] if fix_tau else [("tau", k["n_tau"]), (LAM, k["n_lam"])]
+    R.add("nonneg", [[(LAM, -1.0), ("tau", k["sec_tau"]), (US, k["sec_U"]), (VS, k["sec_V"])]], name="secant")  # (C2)
+    R.add("nonneg", [[(LAM, 1.0)]], simple=True)
+    R.add("nonneg", [[("tau", 1.0), (LAM, -1.0)]], simple=True)
     for c in range(mono):  # (C4)
-        R.add("nonneg", [(VS, k["mV"][:, c]), (US, k["mU"][:, c]), (LAM, k["mlam"][:, c]), ("tau", k["mtau"][:, c])],
+        R.add("nonneg", [[(VS, k["mV"][:, c]), (US, k["mU"][:, c]), (LAM, k["mlam"][:, c]), ("tau", k["mtau"][:, c])]],
               name=f"mono{c}")
     if edges is not None:  # facets of P: U in lam P, V in (tau - lam) P
         for e in range(edges.shape[1]):
             idx = edges[:, e]
-            R.add("nonneg", [(LAM, hb[idx]), (US, -hs[idx]), (UW, -hw[idx])], simple=True)
-            R.add("nonneg", [("tau", hb[idx]), (LAM, -hb[idx]), (VS, -hs[idx]), (VW, -hw[idx])], simple=True)
-    if deviation:  # kappa lam = h y + h^2 nu, y = Us + Vs + tau
-        R.add("zero", [(LAM, k["dv_lam"]), (US, -1.0), (VS, -1.0), ("tau", -1.0), (NU, -k["dv_nu"])], name="dev")
-    A, b, simple, counts, families = R.assemble()
-    rows_A, b_parts, simple_parts, soc_sizes, exp_count = [A], [b], [simple], [], 0
-    cols = 1 + nv * n
-    tok = np.arange(n)
-    top = [A.shape[0]]
-
-    def block(name, triples_per_coord, kind_simple):
-        """Rows of cones of dimension len(triples_per_coord), one cone per token, token-major."""
-        dim = len(triples_per_coord)
-        rr, cc, vv = [], [], []
-        for coord, terms in enumerate(triples_per_coord):
-            for kk, coef in terms:
-                col = np.zeros(n, dtype=np.int64) if kk == "tau" else 1 + nv * tok + kk
-                rr.append(dim * tok + coord)
-                cc.append(col)
-                vv.append(-np.broadcast_to(np.asarray(coef, dtype=np.float64), (n,)))
-        M = sp.coo_matrix((np.concatenate(vv), (np.concatenate(rr), np.concatenate(cc))),
-                          shape=(dim * n, cols)).tocsc()
-        families[name] = (top[0], dim)
-        top[0] += dim * n
-        rows_A.append(M)
-        b_parts.append(np.zeros(dim * n))
-        simple_parts.append(np.full(dim * n, kind_simple))
-
-    if deviation:  # (nu + tau, nu - tau, sqrt2 y) in SOC: nu >= y^2 / (2 tau)
+            R.add("nonneg", [[(LAM, hb[idx]), (US, -hs[idx]), (UW, -hw[idx])]], simple=True)
+            R.add("nonneg", [[("tau", hb[idx]), (LAM, -hb[idx]), (VS, -hs[idx]), (VW, -hw[idx])]], simple=True)
+    if deviation:  # kappa lam = h y + h^2 nu, y = Us + Vs + tau;  (nu + tau, nu - tau, sqrt2 y) in SOC
+        R.add("zero", [[(LAM, k["dv_lam"]), (US, -1.0), (VS, -1.0), ("tau", -1.0), (NU, -k["dv_nu"])]], name="dev")
         s2 = math.sqrt(2.0)
-        block("dev_soc", [[(NU, 1.0), ("tau", 1.0)], [(NU, 1.0), ("tau", -1.0)], [(US, s2), (VS, s2), ("tau", s2)]],
-              False)
-        soc_sizes += [3] * n
+        R.add("soc", [[(NU, 1.0), ("tau", 1.0)], [(NU, 1.0), ("tau", -1.0)], [(US, s2), (VS, s2), ("tau", s2)]],
+              name="dev_soc")
     if ellipse is not None:
         G, cs = ellipse
-        block("ellU", [[(LAM, cs)], [(US, G[0, 0]), (UW, G[0, 1])], [(US, G[1, 0]), (UW, G[1, 1])]], True)
-        block("ellV", [[("tau", cs), (LAM, -cs)], [(VS, G[0, 0]), (VW, G[0, 1])], [(VS, G[1, 0]), (VW, G[1, 1])]],
-              True)
-        soc_sizes += [3] * (2 * n)
+        R.add("soc", [[(LAM, cs)], [(US, G[0, 0]), (UW, G[0, 1])], [(US, G[1, 0]), (UW, G[1, 1])]], simple=True)
+        R.add("soc", [[("tau", cs), (LAM, -cs)], [(VS, G[0, 0]), (VW, G[0, 1])], [(VS, G[1, 0]), (VW, G[1, 1])]],
+              simple=True)
     if not deviation:  # (C1) (h (S + tau), tau, tau + kappa lam) in K_exp
-        block("C1", [[(US, k["hU"]), (VS, k["hV"]), ("tau", k["hV"])], [("tau", 1.0)], [("tau", 1.0), (LAM, k["kt"])]],
-              False)
-        exp_count += n
+        R.add("exp", [[(US, k["hU"]), (VS, k["hV"]), ("tau", k["hV"])], [("tau", 1.0)], [("tau", 1.0), (LAM, k["kt"])]],
+              name="C1")
     if upper_cone:  # (C5) (-(h + 2 eps)(tau + kappa lam) - h (Vs + Ehat Us), tau + kappa lam, tau) in K_exp
-        block("C5", [[("tau", -k["up_tau"]), (LAM, -k["up_lam"]), (VS, -k["up_V"]), (US, -k["up_U"])],
-                     [("tau", 1.0), (LAM, k["kt"])], [("tau", 1.0)]], False)
-        exp_count += n
-    A = sp.vstack(rows_A, format="csc")
-    c = np.zeros(cols)
+        R.add("exp", [[("tau", -k["up_tau"]), (LAM, -k["up_lam"]), (VS, -k["up_V"]), (US, -k["up_U"])],
+                      [("tau", 1.0), (LAM, k["kt"])], [("tau", 1.0)]], name="C5")
+    A, b, simple, dims, families = R.assemble()
+    tok = np.arange(n)
+    c = np.zeros(A.shape[1])
     c[0] = -k["c_tau"]
     c[1 + nv * tok + LAM] = -k["c_lam"]
     c[1 + nv * tok + VW] = -k["c_V"]
     c[1 + nv * tok + UW] = -k["c_U"]
-    dims = SimpleNamespace(zero=counts["zero"], nonneg=counts["nonneg"], soc=soc_sizes, exp=exp_count, psd=[],
-                           p3d=[])
     nubar = nu_bound(h, D.eps_s, 1.0) if deviation else np.zeros(n)
-    return Program(c, A, np.concatenate(b_parts), dims, np.concatenate(simple_parts), nv, n, k["tau_lo"],
-                   k["tau_hi"], nubar, families)
+    return Program(c, A, b, dims, simple, nv, n, k["tau_lo"], k["tau_hi"], nubar, families)
+
+
+def edge_window(kv: np.ndarray, chain, near: int, grid: int) -> np.ndarray:
+    """(m, K) facet rows per token: the `near` consecutive edges on each side of vertex kv_j of the upper chain
+    and a global sigma grid of `grid` edges, plus 2 (rows 0, 1 are the sigma bounds, always included)."""
+    off = np.arange(-near, near)
+    close = np.clip(kv[:, None] + off[None, :], 0, chain.d - 1)
+    gsig = np.linspace(-chain.R_s, chain.R_s, grid + 2)[1:-1]
+    glob = np.clip(np.searchsorted(chain.sigma, gsig, side="right") - 1, 0, chain.d - 1)
+    e = np.concatenate([close, np.broadcast_to(glob, (kv.size, glob.size))], axis=1) + 2
+    bounds = np.broadcast_to(np.array([0, 1], dtype=np.int64), (kv.size, 2))
+    return np.concatenate([bounds, e], axis=1)
 
 
 def _clarabel(prog: Program, opts: dict):
@@ -254,3 +244,20 @@ def cuts(prog: Program, x: np.ndarray, D, chain, edges: np.ndarray) -> tuple[np.
     return np.stack(new_cols, axis=1), total
 
 
+def cutting_plane_rounds(D, upper_cone: bool, mono: int, edges: np.ndarray, facets: tuple, chain, ladder=LADDER,
+                         rounds: int = ROUNDS, k: dict | None = None, fix_tau: bool = False):
+    """Solve, add the edges under the atoms that lie above P, solve again (at most `rounds` solves, linf).
+
+    facets: (hs, hw, hb) of every edge (`separable.linf_rows`). Yields, per solve, (prog, facet rows per token,
+    status, primal, x, z, log); x and z are None when no attempt converged (then it stops)."""
+    hs, hw, hb = facets
+    for rnd in range(1, rounds + 1):
+        prog = build_program(D, upper_cone, mono, edges, hs, hw, hb, k=k, fix_tau=fix_tau)
+        status, primal, x, z, log = solve_program(prog, ladder)
+        yield prog, edges.shape[1], status, primal, x, z, log
+        if x is None:
+            return
+        new, excess = cuts(prog, x, D, chain, edges - 2)
+        if excess <= CUT_STOP * (1.0 + abs(primal)) or rnd == rounds or edges.shape[1] + 2 > MAX_EDGES:
+            return
+        edges = np.concatenate([edges, new + 2], axis=1)
