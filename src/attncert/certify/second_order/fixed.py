@@ -184,23 +184,31 @@ def _solve_linf(problem: HeadProblem, D: FixedRelaxationData, upper_cone: bool, 
     return cutting_plane_solve(prob, P, V, box, chains, edges, SLOTS, D.scales, lambda b: _to_g(b, D), ladder)
 
 
-def second_order_fixed(problem: HeadProblem, upper_cone: bool = False, monotone_points: int = MONOTONE_POINTS,
-                       ladder=SOLVER_LADDER) -> SecondOrderResult:
-    """Sound upper bound on max g for a fixed query (mode "fixed"); see the module docstring."""
+def prepared_data(problem: HeadProblem, t0: float):
+    """(fo, D, early) for a fixed-query relaxation: the fallback bound, the relaxation data with the objective
+    origin set and the negligible tokens dropped, and the result to return at once when there is nothing to
+    solve (scores that do not move, or a weight band beyond the program: a labelled fallback), else None."""
     if problem.mode != "fixed":
-        raise ValueError("second_order_fixed expects mode='fixed'")
-    t0 = time.perf_counter()
+        raise ValueError("the fixed-query relaxation expects mode='fixed'")
     fo = fallback_bound(problem)
     D = relaxation_data(problem, fo, origin=False)
     if not D.R_s > 1e-9 * max(1.0, D.R_w):  # scores (almost) do not move: nothing second order to gain
-        return SecondOrderResult(fo, "static_scores", "first_order_static", time.perf_counter() - t0, False)
+        return fo, D, SecondOrderResult(fo, "static_scores", "first_order_static", time.perf_counter() - t0, False)
     why = representable(D.A, np.full(D.A.size, D.R_s), D.eps_s, width_only=True)
     if not why:
         D = replace(D, g0=_origin(problem, D.g0, fo)).drop_negligible()
         why = representable(D.A, np.full(D.A.size, D.R_s), D.eps_s)
+    return fo, D, (settle(math.inf, fo, t0, "fixed", no_solve_reason=why) if why else None)
+
+
+def second_order_fixed(problem: HeadProblem, upper_cone: bool = False, monotone_points: int = MONOTONE_POINTS,
+                       ladder=SOLVER_LADDER) -> SecondOrderResult:
+    """Sound upper bound on max g for a fixed query (mode "fixed"); see the module docstring."""
+    t0 = time.perf_counter()
+    fo, D, early = prepared_data(problem, t0)
+    if early is not None:
+        return early
     n = D.A.size
-    if why:
-        return settle(math.inf, fo, t0, "fixed", no_solve_reason=why)
 
     log, best, best_status, best_solver, primal, gap = [], math.inf, "not_run", "none", math.nan, math.nan
     rounds, n_facets = 0, 0

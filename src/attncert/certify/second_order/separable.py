@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
 
 import numpy as np
 
 from attncert.certify.second_order.facets import unit_rows, vertex_dinkelbach
-from attncert.certify.second_order.fixed import _origin, _to_g, relaxation_data
-from attncert.certify.second_order.relaxation import (MONOTONE_POINTS, SecondOrderResult, ellipse_matrix,
-                                                      fallback_bound, representable, settle)
+from attncert.certify.second_order.fixed import _to_g, prepared_data
+from attncert.certify.second_order.relaxation import MONOTONE_POINTS, SecondOrderResult, ellipse_matrix, settle
 from attncert.certify.second_order.support_bound import bound_from_dual, unit_generators
 from attncert.certify.second_order.token_family import FAMILY_ABOVE, family_bound
 from attncert.certify.second_order.token_program import (GRID, LADDER, NEAR, ROUNDS, build_program,
@@ -65,19 +63,10 @@ def second_order_separable(problem, upper_cone: bool = False, monotone_points: i
                            ladder=LADDER, near: int = NEAR, grid: int = GRID, rounds: int = ROUNDS,
                            _both: bool = True) -> SecondOrderResult:
     """Sound upper bound on max g for a fixed query (mode "fixed"); see the module docstring."""
-    if problem.mode != "fixed":
-        raise ValueError("second_order_separable expects mode='fixed'")
     t0 = time.perf_counter()
-    fo = fallback_bound(problem)
-    D = relaxation_data(problem, fo, origin=False)
-    if not D.R_s > 1e-9 * max(1.0, D.R_w):
-        return SecondOrderResult(fo, "static_scores", "first_order_static", time.perf_counter() - t0, False)
-    why = representable(D.A, np.full(D.A.size, D.R_s), D.eps_s, width_only=True)
-    if not why:
-        D = replace(D, g0=_origin(problem, D.g0, fo)).drop_negligible()
-        why = representable(D.A, np.full(D.A.size, D.R_s), D.eps_s)
-    if why:
-        return settle(math.inf, fo, t0, "fixed", no_solve_reason=why)
+    fo, D, early = prepared_data(problem, t0)
+    if early is not None:
+        return early
     if upper_cone and _both and D.deviation:
         # half-widths below DEVIATION_BELOW: the upper cone (C5) is as ill-conditioned as (C1) there (curvature
         # ~h^2 below the solver's resolution) and its solves can end looser than the paper-like program, whose
