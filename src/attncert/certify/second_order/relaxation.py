@@ -200,9 +200,8 @@ def weight_coefficients(A: np.ndarray, h: np.ndarray, eps: np.ndarray, w0: np.nd
     half = (1.0 + e2m) / 2.0
     k = dict(El=El, Ehat=Ehat, kappa=kappa, wt=wt,
              c_tau=float(El @ wt) + 4.0 * _U * float(El @ np.abs(wt)) * n,
-             c_tau_token=El * wt + 4.0 * _U * np.abs(El * wt),  # per token: each >= its exact share of c_tau
              c_lam=El * kappa * wt, c_V=El * (rho_w / rho_o), c_U=El * Ehat * (rho_w / rho_o),
-             n_tau=float(El.sum()), n_tau_token=El, n_lam=El * kappa, kt=kappa, th=np.ones(n), hV=h, hU=h,
+             n_tau=float(El.sum()), n_lam=El * kappa, kt=kappa, hV=h, hU=h,
              up_tau=h + 2.0 * eps, up_lam=(h + 2.0 * eps) * kappa, up_V=h, up_U=h * Ehat,
              # secant of exp over [-h, h] in the unit score: kappa lam <= e2m tau + e^{2eps} (kappa / 2) (S + tau)
              sec_U=half, sec_V=half, sec_tau=_up(e2m / kappa + half))
