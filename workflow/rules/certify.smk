@@ -22,6 +22,7 @@ rule certify_layer:
     output:
         csv="data/certify/{model}/layer{layer}.csv",
         spec="data/certify/{model}/layer{layer}_spec.npz",
+        certificates="data/certify/{model}/layer{layer}_certificates.npz",
     params:
         model=MODEL_CFG,
         heads=HEADS,

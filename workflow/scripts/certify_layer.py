@@ -6,6 +6,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
+from attncert.certify.certificate_store import RowPool, flatten, write_certificates
 from attncert.certify.run import COLUMNS, certify_unit
 from attncert.head.units import grid, head_problem, specification_vectors, write_specification
 from attncert.pipeline.extraction import load_layer
@@ -27,11 +28,13 @@ qps = list(p.query_positions)
 spec = specification_vectors(arrays, layer, qps, p.spec_seed)
 write_specification(sm.output.spec, spec, qps, layer, p.spec_seed)
 units = grid(p.heads, p.prompts, qps, p.radii, p.norms, p.modes, layer, varying=p.varying)
-rows = []
+rows, entries, pool = [], {}, RowPool()
 for unit in tqdm(units, desc=f"certify layer {layer}", file=sys.stderr, mininterval=5):
+    certificates = {}
     row = certify_unit(head_problem(arrays, spec, qps, unit), ascent_restarts=p.ascent_restarts,
                        ascent_steps=p.ascent_steps, seed=p.seed, second_order=p.second_order, tight=p.tight,
-                       ascent_check_fraction=p.ascent_check_fraction, device=p.device)
+                       ascent_check_fraction=p.ascent_check_fraction, device=p.device, certificates=certificates)
+    entries.update(flatten(len(rows), unit.key(), certificates, pool))
     if row["status"] != "ok":
         level = logging.ERROR if row["status"] in ("UNSOUND", "error") else logging.WARNING
         logging.log(level, "%s %s: %s", row["status"], unit, row["error"])
@@ -39,6 +42,10 @@ for unit in tqdm(units, desc=f"certify layer {layer}", file=sys.stderr, mininter
             print(f"attncert: SOUNDNESS VIOLATION {unit}: {row['error']}", file=sys.stderr)
     rows.append(row)
 df = pd.DataFrame(rows, columns=COLUMNS)
+write_certificates(sm.output.certificates, entries, pool)
+write_sidecar(sm.output.certificates, provenance(
+    p, stage="certify", layer=layer, units=len(df), table=str(sm.output.csv), extract_file=str(sm.input.npz),
+    spec_file=str(sm.output.spec), seeds={"spec_seed": p.spec_seed, "ascent_seed": p.seed}))
 with atomic_path(sm.output.csv) as tmp:
     df.to_csv(tmp, index=False, float_format="%.17g")
 write_sidecar(sm.output.csv, provenance(

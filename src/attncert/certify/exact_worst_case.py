@@ -43,8 +43,9 @@ units of e^C, C = max_j c_j (`rescale`: never NaN, a log form below e^-700, +inf
 sign of F matters, so nothing depends on where the weights sit in the exponent range.
 
 Certified bracket.
-* lo = problem.value(Z) for an explicit perturbation Z (checked with problem.in_ball): a feasible
-  value, recomputed directly from the tokens.
+* lo = the lower end of problem.value(Z) for an explicit perturbation Z (checked with problem.in_ball): a
+  feasible value, recomputed directly from the tokens, minus a bound on its rounding (the reduction's data
+  errors and the softmax's), so that lo <= g(Z) in real arithmetic (`attncert audit` checks it).
 * hi = a t with F_up(t) < 0, where F_up is a sound upper bound on the exact F (exact real arithmetic
   on the float64 data of the problem). Then every feasible delta has sum_j e^{s_j}(w_j - t) < 0,
   i.e. g* < hi. F_up covers
@@ -88,6 +89,7 @@ attains the upper end hi).
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -193,11 +195,21 @@ def exact_worst_case(problem: HeadProblem, sense: str = "max", max_iter: int = M
             Z = _feasible(problem, np.zeros_like(problem.Z0) if point is None else point.delta())
         except RuntimeError:  # a ball below the rounding of Z0 + delta: the nominal point (lo stays sound)
             Z = problem.Z0.copy()
-        return Z, problem.value(Z)
+        return Z, attained_lower(problem.value(Z))
+
+    # the witness's value is computed in float64: its lower end below the rounding (the data errors eps of the
+    # reduction bound the scores and values of every point of the ball; the softmax and the weighted sum add
+    # gamma_{2n+10} relative to the largest value), so that exact_lo <= g(witness) in real arithmetic
+    w_abs = float(np.max(np.abs(w0) + R_w + eps_w))
+    value_err = (float(np.max(eps_w)) + math.expm1(2.0 * float(np.max(eps_s))) * 2.0 * w_abs
+                 + 4.0 * gamma(2 * problem.n + 10) * w_abs)
+
+    def attained_lower(value: float) -> float:
+        return math.nextafter(value - value_err * (1.0 + 1e-6), -math.inf)
 
     witness, lo = witness_of(best)
-    if problem.value(problem.Z0) > lo:  # cannot happen in exact arithmetic; guard the witness
-        witness, lo = problem.Z0.copy(), problem.value(problem.Z0)
+    if attained_lower(problem.value(problem.Z0)) > lo:  # cannot happen in exact arithmetic; guard the witness
+        witness, lo = problem.Z0.copy(), attained_lower(problem.value(problem.Z0))
 
     # certification: find hi with F_up(hi) < 0 (F_up in units of e^C, C the largest token scale)
     rel_err = gamma(32) * (4.0 + np.abs(A) + 3.0 * R_s)
@@ -257,7 +269,7 @@ def exact_worst_case(problem: HeadProblem, sense: str = "max", max_iter: int = M
         else:
             break
     hi = max(hi, lo)
-    res = ExactResult(float(lo), float(hi), witness, float(lo), "max", iters, evals,
+    res = ExactResult(float(lo), float(hi), witness, problem.value(witness), "max", iters, evals,
                       time.perf_counter() - t_start, spread)
     if res.relative_width > TARGET_RELATIVE_WIDTH:
         if not verified:

@@ -38,11 +38,15 @@ import math
 import time
 import traceback
 
+import numpy as np
+
 from attncert.certify.best_feasible_ascent import best_feasible_ascent
 from attncert.certify.exact_worst_case import exact_worst_case
-from attncert.certify.first_order_certificate import first_order_certificate
+from attncert.certify.first_order_certificate import bilinear_bound, first_order_certificate, score_value_intervals
 from attncert.certify.secant_slack_bound import secant_slack_bound
 from attncert.certify.second_order import second_order_certificate
+from attncert.certify.second_order.dual_certificate import recording_duals
+from attncert.head.reduced_geometry import reduced_geometry
 from attncert.head.problem import HeadProblem
 from attncert.pipeline.device import resolve_device
 from attncert.pipeline.unit_tables import soundness_check
@@ -71,7 +75,13 @@ def in_check_sample(meta: dict, fraction: float) -> bool:
 
 def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 6, ascent_steps: int = 100, seed: int = 0,
                  second_order: bool = True, tight: bool = True, ascent_check_fraction: float = 0.05,
-                 device: str = "cpu", legacy_ascent: bool = False) -> dict:
+                 device: str = "cpu", legacy_ascent: bool = False, certificates: dict | None = None) -> dict:
+    """One row of the certification table (see the module docstring).
+
+    certificates: if a dict is given, it is filled with what certifies each number of the row, for a checker
+    that trusts no solver (`certificate_store`): the reduction, the first-order intervals, the exact solver's
+    witness, and the weak-duality certificate (program, repaired dual, map to g) of each second-order value.
+    """
     resolve_device(device)  # a missing GPU stops the job with one line, it is not a per-unit failure
     row = {k: math.nan for k in COLUMNS}
     row.update(problem.meta)
@@ -98,6 +108,10 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 6, ascent_steps
         res = exact_worst_case(problem, sense="max")
         row.update(exact_lo=res.lo, exact_hi=res.hi, value_spread=res.value_spread, t_exact_s=res.seconds,
                    exact_status=res.status)
+        if certificates is not None:  # the witness as its perturbation (compresses well) when Z0 + delta is Z
+            delta = res.witness - problem.Z0
+            exact = np.array_equal(problem.Z0 + delta, res.witness)
+            certificates["exact"] = {"witness_delta": delta} if exact else {"witness": np.asarray(res.witness)}
         if not legacy_ascent:  # the witness is feasible and attains exact_lo: the best feasible point
             row.update(best_feasible=res.witness_value, best_feasible_from="exact_witness")
 
@@ -109,6 +123,13 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 6, ascent_steps
         t0 = time.perf_counter()
         row["first_order"] = first_order_certificate(problem, sense="max")
         row["t_first_s"] = time.perf_counter() - t0
+        if certificates is not None:
+            geo = reduced_geometry(problem)
+            certificates["reduction"] = {k: np.asarray(getattr(geo, k), dtype=np.float64) for k in
+                                         ("s0", "w0", "eps_s", "eps_w", "R_s", "R_w")}
+            beta = bilinear_bound(problem) if problem.mode == "varying" else math.nan
+            l, u, _, W = score_value_intervals(problem, None if problem.mode == "fixed" else beta)
+            certificates["first_order"] = {"l": l, "u": u, "W": W, "beta": np.float64(beta)}
 
     def run_ascent():
         starts, t_warm = (warm[0][0][None], warm[0][1]) if warm else (None, 0.0)
@@ -120,15 +141,28 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 6, ascent_steps
         res = best_feasible_ascent(problem, **ascent_kw)
         row.update(ascent_check=res.value, t_ascent_check_s=res.seconds)
 
+    def kept_dual(name, rec, value) -> float:
+        """Keep the certificate of a second-order value (its best dual, else the first-order bound it equals)."""
+        if certificates is None:
+            return value
+        best = rec.best
+        if best is None or not best.value <= value:
+            certificates[name] = {"kind": "first_order"}
+            return value
+        certificates[name] = {"kind": "dual", "cert": best}
+        return value
+
     def run_second():
-        res = second_order_certificate(problem, sense="max")
-        row.update(second_order=res.value, t_second_s=res.seconds, solver=res.solver)
+        with recording_duals() as rec:
+            res = second_order_certificate(problem, sense="max")
+        row.update(second_order=kept_dual("second_order", rec, res.value), t_second_s=res.seconds, solver=res.solver)
         if res.fallback:
             failures.append(f"second_order: fallback to first order ({res.status})")
 
     def run_tight():
-        res = second_order_certificate(problem, sense="max", upper_cone=True)
-        row.update(second_order_tight=res.value, t_second_tight_s=res.seconds)
+        with recording_duals() as rec:
+            res = second_order_certificate(problem, sense="max", upper_cone=True)
+        row.update(second_order_tight=kept_dual("second_order_tight", rec, res.value), t_second_tight_s=res.seconds)
         if res.fallback:
             failures.append(f"second_order_tight: fallback to first order ({res.status})")
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from attncert.certify.first_order_certificate import first_order_certificate
 from attncert.certify.second_order.compiled import assign
-from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, solve_and_certify
+from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, note_affine, solve_and_certify
 from attncert.certify.second_order.facets import (NEAR_EDGES, SLOTS, UpperChainFacets, cutting_plane_solve,
                                                   initial_edges, vertex_dinkelbach)
 from attncert.certify.second_order.relaxation import (DEVIATION_BELOW, MONOTONE_POINTS, SecondOrderResult,
@@ -159,6 +159,7 @@ def _box(V: dict, n: int, tau_lo: float, tau_hi: float, D: FixedRelaxationData) 
 
 def _to_g(bound: float, D: FixedRelaxationData) -> float:
     """g0 + rho_o * bound (+ the dropped tokens' tail), rounded outward."""
+    note_affine(D.g0, D.rho_o, D.tail)
     return outward_affine(D.g0, D.rho_o, bound, D.tail)
 
 

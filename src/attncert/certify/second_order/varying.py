@@ -55,7 +55,7 @@ import time
 import cvxpy as cp
 import numpy as np
 
-from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, solve_and_certify
+from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, note_affine, solve_and_certify
 from attncert.certify.second_order.facets import (SLOTS, UpperChainFacets, cutting_plane_solve, initial_edges,
                                                   vertex_dinkelbach)
 from attncert.certify.second_order.relaxation import (DEVIATION_BELOW, MONOTONE_POINTS, SecondOrderResult,
@@ -279,6 +279,7 @@ def linf_start_facets(D: VaryingData) -> tuple[list, list]:
 
 def _to_g(bound: float, D: VaryingData) -> float:
     """g0 + rho_o * bound (+ the dropped tokens' tail), rounded outward."""
+    note_affine(D.g0, D.rho_o, D.tail)
     return outward_affine(D.g0, D.rho_o, bound, D.tail)
 
 

@@ -1,0 +1,17 @@
+"""`attncert audit`: every certified number of the certification table, confirmed without trusting a solver.
+
+The checker reads the stored certificates (`certify.certificate_store`), the extracted weights and the
+specification vectors, and re-derives each number in ball arithmetic (python-flint) and error-bounded float64:
+
+    head_enclosure   the exact reduction of a unit, enclosed from the weights
+    dual_cone        z in K^* (nonnegative orthant, second-order cone, dual exponential cone)
+    weak_duality     the weak-duality bound of a stored program and dual, recomputed
+    first_order_check  the greedy LP's intervals enclose the exact ranges; the LP value bounds the ratio
+    witness_check    the witness lies in the ball and attains exact_lo
+    exact_upper      F(exact_hi) < 0 from per-token bounds of the inner maxima
+    row_audit        every number of one row: pass, fail (which check, by how much) or not certifiable
+    audit_table      the audit of a model's tables and the `attncert audit` command
+
+It imports no solver, no torch and none of the code that solves (an AST test enforces this). docs/audit.md
+states what is trusted and the math of every check.
+"""

@@ -1,0 +1,173 @@
+"""The exact head quantities of one unit, enclosed in ball arithmetic from the extracted weights alone.
+
+A unit's problem is defined by two files: `data/extract/{model}/layer{L}.npz` (W_Q, W_K, W_V, b_Q, b_K, b_V per
+head, the normalized tokens Z per prompt, `causal`) and `data/certify/{model}/layer{L}_spec.npz` (the
+specification c per head, prompt and query position). Reading them needs numpy only (this module does not use
+the pipeline's loaders, which import torch).
+
+With q0 = z_i W_Q + b_Q (the nominal query), in exact real arithmetic on the float64 data:
+
+    u_s = W_K q0 / sqrt(d_h),   s0_j = z_j . u_s + b_K . q0 / sqrt(d_h)      (score of key j; s_j = s0_j + u_s.delta_j)
+    u_w = W_V c,                w0_j = z_j . u_w + b_V . c                   (value of token j; w_j = w0_j + u_w.delta_j)
+
+`HeadEnclosure` holds flint `arb` balls that contain these exact numbers (precision `PREC` bits; a float64
+converts exactly). Products go through `arb_mat` (each entry a ball; the enclosure is rigorous).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+from flint import arb, arb_mat
+
+_BILINEAR: dict = {}  # per head's (W_Q, W_K) and norm
+PREC = 128  # bits of the ball arithmetic (float64 data convert exactly)
+
+
+def as_mat(a: np.ndarray) -> arb_mat:
+    a = np.atleast_2d(np.asarray(a, dtype=np.float64))
+    return arb_mat(a.tolist())
+
+
+def column(m: arb_mat) -> list:
+    """The entries of a one-column or one-row arb_mat as a list of balls."""
+    return [m[i, j] for i in range(m.nrows()) for j in range(m.ncols())]
+
+
+def norm_bound(balls: list, norm: str) -> arb:
+    """A ball containing the dual norm (l1 for the box, l2 for the ball) of an exact vector given as balls."""
+    if norm == "linf":
+        return sum((abs(x) for x in balls), arb(0))
+    return sum((x * x for x in balls), arb(0)).sqrt()
+
+
+def spectral_bound(W_Q: np.ndarray, W_K: np.ndarray) -> arb:
+    """A ball whose upper end bounds ||W_Q W_K^T||_2 = sqrt(lambda_max(G_Q G_K)), G = W^T W (d_h x d_h).
+
+    With V the float64 eigenvectors of G_Q G_K, Y = V^{-1} (G_Q G_K) V (computed in balls, V^{-1} enclosed) is
+    similar to G_Q G_K and nearly diagonal; by Gershgorin every eigenvalue lies in a disc
+    |lambda - Y_ii| <= sum_{j != i} |Y_ij|, so lambda_max <= max_i (Re Y_ii + radius_i).
+    """
+    GQ = as_mat(W_Q).transpose() * as_mat(W_Q)
+    GK = as_mat(W_K).transpose() * as_mat(W_K)
+    G = GQ * GK
+    Gf = np.array([[float(G[i, j].mid()) for j in range(G.ncols())] for i in range(G.nrows())])
+    _, V = np.linalg.eig(Gf)
+    V = np.real(V) if np.all(np.isreal(V)) else np.linalg.svd(Gf)[0]
+    Vm = as_mat(V)
+    Y = Vm.inv() * G * Vm
+    k = Y.nrows()
+    top = max(float((Y[i, i] + sum((abs(Y[i, j]) for j in range(k) if j != i), arb(0))).upper()) for i in range(k))
+    return arb(max(top, 0.0)).sqrt()
+
+
+class LayerFiles:
+    """The extracted arrays and specification vectors of one layer (read once; checked by the caller)."""
+
+    def __init__(self, extract_npz: str | Path, spec_npz: str | Path):
+        with np.load(extract_npz, allow_pickle=False) as f:
+            self.arrays = {k: f[k] for k in ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Z", "causal")}
+        with np.load(spec_npz, allow_pickle=False) as f:
+            self.spec, self.query_positions = f["c"], [int(q) for q in f["query_positions"]]
+        self._heads: dict = {}
+
+    def unit(self, head: int, prompt: int, query_pos: int) -> "HeadEnclosure":
+        key = (head, prompt, query_pos)
+        if key not in self._heads:
+            a = self.arrays
+            if not 0 <= head < a["W_Q"].shape[0]:
+                raise ValueError(f"head {head} out of range for {a['W_Q'].shape[0]} heads")
+            Z = a["Z"][prompt]
+            Z0 = Z[:query_pos + 1] if bool(a["causal"]) else Z
+            c = self.spec[head, prompt, self.query_positions.index(query_pos)]
+            self._heads[key] = HeadEnclosure(a["W_Q"][head], a["W_K"][head], a["W_V"][head], a["b_Q"][head],
+                                             a["b_K"][head], a["b_V"][head], Z0, query_pos, c)
+        return self._heads[key]
+
+
+@dataclass
+class HeadEnclosure:
+    """Balls around the exact fixed-query reduction of one (head, prompt, query) from its float64 data."""
+
+    W_Q: np.ndarray
+    W_K: np.ndarray
+    W_V: np.ndarray
+    b_Q: np.ndarray
+    b_K: np.ndarray
+    b_V: np.ndarray
+    Z0: np.ndarray
+    query_index: int
+    c: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return self.Z0.shape[0]
+
+    @cached_property
+    def sqrt_dh(self) -> arb:
+        return arb(self.W_Q.shape[1]).sqrt()
+
+    @cached_property
+    def q0(self) -> arb_mat:  # (1, d_h)
+        return as_mat(self.Z0[self.query_index]) * as_mat(self.W_Q) + as_mat(self.b_Q)
+
+    @cached_property
+    def u_s(self) -> list:
+        return [x / self.sqrt_dh for x in column(as_mat(self.W_K) * self.q0.transpose())]
+
+    @cached_property
+    def s0(self) -> list:
+        bq = column(as_mat(self.b_K) * self.q0.transpose())[0] / self.sqrt_dh
+        return [x + bq for x in column(as_mat(self.Z0) * arb_mat([[x] for x in self.u_s]))]
+
+    @cached_property
+    def u_w(self) -> list:
+        return column(as_mat(self.W_V) * as_mat(self.c).transpose())
+
+    @cached_property
+    def w0(self) -> list:
+        bc = column(as_mat(self.b_V) * as_mat(self.c).transpose())[0]
+        return [x + bc for x in column(as_mat(self.Z0) * arb_mat([[x] for x in self.u_w]))]
+
+    def key_query_norms(self, norm: str) -> list:
+        """||W_Q k0_j||_* per key j (k0_j = z_j W_K + b_K): the query's reach into key j's score."""
+        K0 = as_mat(self.Z0) * as_mat(self.W_K) + arb_mat([self.b_K.tolist()] * self.n)  # (n, d_h)
+        M = as_mat(self.W_Q) * K0.transpose()  # (d, n)
+        return [norm_bound([M[i, j] for i in range(M.nrows())], norm) for j in range(self.n)]
+
+    def bilinear_bound(self, norm: str) -> arb:
+        """An upper bound on beta = max_{||x||, ||y|| <= 1} x W_Q W_K^T y^T.
+
+        l2: ||W_Q W_K^T||_2. linf (x, y in the unit box): the smaller of sum_h ||W_Q[:, h]||_1 ||W_K[:, h]||_1
+        and d ||W_Q W_K^T||_2 (||x||_2 <= sqrt(d) for both).
+        """
+        key = (hashlib.sha256(self.W_Q.tobytes() + self.W_K.tobytes()).hexdigest(), norm)
+        if key not in _BILINEAR:
+            _BILINEAR[key] = self._bilinear_bound(norm)
+        return _BILINEAR[key]
+
+    def _bilinear_bound(self, norm: str) -> arb:
+        spec = spectral_bound(self.W_Q, self.W_K)
+        if norm == "l2":
+            return spec
+        cols = arb(0)
+        for h in range(self.W_Q.shape[1]):
+            cols += norm_bound([arb(x) for x in self.W_Q[:, h]], norm) * norm_bound([arb(x) for x in self.W_K[:, h]],
+                                                                                    norm)
+        d_spec = arb(self.W_Q.shape[0]) * spec
+        return cols if float(cols.upper()) <= float(d_spec.upper()) else d_spec
+
+    def value(self, Z: np.ndarray, mode: str) -> arb:
+        """g(Z) = c . sum_j a_j v_j in ball arithmetic (fixed query: q at the nominal tokens)."""
+        Zm = as_mat(Z)
+        q = self.q0 if mode == "fixed" else as_mat(Z[self.query_index]) * as_mat(self.W_Q) + as_mat(self.b_Q)
+        k = Zm * as_mat(self.W_K) + arb_mat([self.b_K.tolist()] * Z.shape[0])
+        s = [x / self.sqrt_dh for x in column(k * q.transpose())]
+        w = [x + column(as_mat(self.b_V) * as_mat(self.c).transpose())[0]
+             for x in column(Zm * arb_mat([[x] for x in self.u_w]))]
+        top = max(float(x.mid()) for x in s)
+        e = [(x - top).exp() for x in s]
+        return sum((ej * wj for ej, wj in zip(e, w)), arb(0)) / sum(e, arb(0))

@@ -1,0 +1,183 @@
+"""The certificates of a layer's table on disk: `data/certify/{model}/layer{L}_certificates.npz`.
+
+One file per layer, next to `layer{L}.csv`; row r of the table owns the keys `r{r}/...`:
+
+    r{r}/unit                   the row's unit key as JSON (layer, head, prompt, query_pos, radius, norm, mode)
+    r{r}/reduction/{s0, w0, eps_s, eps_w, R_s, R_w}
+                                the fixed-query reduction s_j = s0_j + u_s.delta_j, w_j = w0_j + u_w.delta_j: its
+                                nominal scores and values, error bounds and half-widths (`head.reduced_geometry`;
+                                u_s, u_w are recomputed from the weights by the checker)
+    r{r}/first_order/{l, u, W, beta}
+                                the score intervals [l_j, u_j] and value upper bounds W_j of the greedy LP, and the
+                                bilinear bound beta of a varying query (nan for a fixed one)
+    r{r}/exact/witness_delta    the perturbation delta (n, d) of the attended tokens whose value Z0 + delta (float64
+                                sum) is exact_lo (fixed query); `witness` (Z itself) when that sum is not Z
+    r{r}/{second_order, second_order_tight}/kind
+                                "dual": a weak-duality certificate follows; "first_order": the reported value is the
+                                first-order bound (a tie or a labelled fallback), certified by that certificate
+    r{r}/{...}/{c, A_rows, A_shape, b, dims, lo, hi, z, data_rel_err, bound, affine}
+                                the conic program in the units it was solved in (minimize c.x s.t. A x + s = b,
+                                s in K; K from dims = [zero, nonneg, exp, soc sizes...]), the box [lo, hi] that
+                                contains every lifted true point, the repaired dual z in K^*, its bound, and the map
+                                (origin, scale, tail) to g: value = origin + scale * bound + tail. Row i of A is
+                                row A_rows[i] of the layer's row pool (pool/{data, indices, indptr}, CSR): the
+                                rows the programs of a layer share are stored once
+
+Nothing here solves anything: `attncert.audit` reads these files with numpy alone.
+"""
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from attncert.pipeline.provenance import atomic_path
+
+FORMAT_VERSION = 1
+SECOND_ORDER_NUMBERS = ("second_order", "second_order_tight")
+
+
+class RowPool:
+    """The distinct rows of every stored program of a layer, each kept once (the paper-like and the tight
+    program of a unit share most rows; a program is its list of row ids)."""
+
+    def __init__(self):
+        self.ids: dict[bytes, int] = {}
+        self.data: list[np.ndarray] = []
+        self.indices: list[np.ndarray] = []
+
+    def add(self, A) -> np.ndarray:
+        A = sp.csr_matrix(A)
+        out = np.empty(A.shape[0], dtype=np.int32)
+        for i in range(A.shape[0]):
+            a, e = A.indptr[i], A.indptr[i + 1]
+            idx, dat = A.indices[a:e].astype(np.int32), A.data[a:e].astype(np.float64)
+            key = idx.tobytes() + dat.tobytes()
+            if key not in self.ids:
+                self.ids[key] = len(self.data)
+                self.data.append(dat)
+                self.indices.append(idx)
+            out[i] = self.ids[key]
+        return out
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        lengths = np.asarray([d.size for d in self.data], dtype=np.int64)
+        return {"pool/data": np.concatenate(self.data) if self.data else np.zeros(0),
+                "pool/indices": np.concatenate(self.indices) if self.indices else np.zeros(0, np.int32),
+                "pool/indptr": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)}
+
+
+def _dual_arrays(cert, pool: RowPool) -> dict:
+    dims = cert.dims
+    return {"kind": np.array("dual"), "c": cert.c, "A_rows": pool.add(cert.A),
+            "A_shape": np.asarray(cert.A.shape, dtype=np.int64), "b": cert.b,
+            "dims": np.asarray([dims["zero"], dims["nonneg"], dims["exp"], *dims["soc"]], dtype=np.int64),
+            "lo": cert.lo, "hi": cert.hi, "z": cert.z, "data_rel_err": np.float64(cert.data_rel_err),
+            "bound": np.float64(cert.bound), "affine": np.asarray(cert.affine, dtype=np.float64)}
+
+
+def flatten(row: int, unit: dict, certificates: dict, pool: RowPool) -> dict[str, np.ndarray]:
+    """The npz entries of one row from the dict `certify.run.certify_unit` fills (program rows go to `pool`)."""
+    out = {f"r{row}/unit": np.array(json.dumps(unit, sort_keys=True))}
+    for part in ("reduction", "first_order", "exact"):
+        for k, v in certificates.get(part, {}).items():
+            out[f"r{row}/{part}/{k}"] = np.asarray(v)
+    for name in SECOND_ORDER_NUMBERS:
+        entry = certificates.get(name)
+        if entry is None:
+            continue
+        arrays = _dual_arrays(entry["cert"], pool) if entry["kind"] == "dual" else {"kind": np.array(entry["kind"])}
+        out.update({f"r{row}/{name}/{k}": v for k, v in arrays.items()})
+    return out
+
+
+SHUFFLED = "@bytes"  # suffix of a float64 array stored as its 8 byte planes (shape in the suffix's entry)
+
+
+def write_certificates(path: str | Path, entries: dict[str, np.ndarray], pool: RowPool) -> None:
+    """All rows' entries into one npz (a zip of .npy members), written atomically.
+
+    Float arrays are stored as their byte planes (all first bytes, then all second bytes, ...: the exponent
+    bytes of similar numbers line up) and LZMA-compressed; `CertificateFile` restores them bit for bit.
+    """
+    entries = dict(entries)
+    entries.update(pool.arrays())
+    entries["format_version"] = np.int64(FORMAT_VERSION)
+    with atomic_path(path) as tmp:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_LZMA) as zf:
+            for key, value in entries.items():
+                value = np.asarray(value)
+                if value.dtype == np.float64 and value.size >= 16:
+                    shape = np.asarray(value.shape, dtype=np.int64)
+                    value = np.ascontiguousarray(value).reshape(-1).view(np.uint8).reshape(-1, 8).T.copy()
+                    _write_member(zf, key + SHUFFLED, shape)
+                _write_member(zf, key, value)
+
+
+def _write_member(zf: zipfile.ZipFile, key: str, value: np.ndarray) -> None:
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, value, allow_pickle=False)
+    zf.writestr(key + ".npy", buf.getvalue())
+
+
+class CertificateFile:
+    """Read access to one layer's certificates: `row(r)` gives {part: {field: array}} of row r."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._npz = np.load(self.path, allow_pickle=False)
+        version = int(self._npz["format_version"]) if "format_version" in self._npz.files else -1
+        if version != FORMAT_VERSION:
+            raise ValueError(f"{self.path}: certificate format {version}, expected {FORMAT_VERSION}; "
+                             "fix: regenerate it with the certify_layer rule")
+        self._by_row: dict[int, list[str]] = {}
+        for key in self._npz.files:
+            if key.startswith("r") and not key.endswith(SHUFFLED):
+                head, _, rest = key.partition("/")
+                self._by_row.setdefault(int(head[1:]), []).append(rest)
+
+    @property
+    def rows(self) -> list[int]:
+        return sorted(self._by_row)
+
+    def row(self, r: int) -> dict:
+        out: dict = {}
+        for rest in self._by_row.get(r, []):
+            value = self.array(f"r{r}/{rest}")
+            if rest == "unit":
+                out["unit"] = json.loads(str(value))
+                continue
+            part, _, field = rest.partition("/")
+            out.setdefault(part, {})[field] = value
+        return out
+
+    def array(self, key: str) -> np.ndarray:
+        value = self._npz[key]
+        if key + SHUFFLED in self._npz.files:
+            shape = tuple(int(x) for x in self._npz[key + SHUFFLED])
+            value = np.ascontiguousarray(value.T).reshape(-1).view(np.float64).reshape(shape)
+        return value
+
+    def matrix(self, rows: np.ndarray, shape) -> sp.csr_matrix:
+        """A program's constraint matrix from its row ids in the pool."""
+        if not hasattr(self, "_pool"):
+            self._pool = tuple(self.array(f"pool/{k}") for k in ("data", "indices", "indptr"))
+        data, indices, indptr = self._pool
+        starts, ends = indptr[rows], indptr[rows + 1]
+        lengths = ends - starts
+        take = np.concatenate([np.arange(a, e) for a, e in zip(starts, ends)]) if rows.size else np.zeros(0, int)
+        return sp.csr_matrix((data[take], indices[take], np.concatenate([[0], np.cumsum(lengths)])),
+                             shape=tuple(int(x) for x in shape))
+
+    def close(self):
+        self._npz.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
