@@ -17,6 +17,7 @@ include: "workflow/rules/baselines.smk"
 include: "workflow/rules/block.smk"
 include: "workflow/rules/minip.smk"
 include: "workflow/rules/long_context.smk"
+include: "workflow/rules/audit.smk"
 
 
 # every stage's measured values, joined with data/paper_claims.yaml by the final report
@@ -39,5 +40,6 @@ rule all:
         BLOCK_OUTPUTS,
         MINIP_OUTPUTS,
         LONG_CONTEXT_OUTPUTS,
+        AUDIT_OUTPUTS,
         REPORT_OUTPUTS,
     default_target: True

@@ -1,0 +1,30 @@
+# Audit: every certified number of the certification table re-derived from its stored certificate, without a
+# solver (attncert.audit; docs/audit.md). One table per model.
+AUDIT_OUTPUTS = [f"figures/tables/{MODEL}/audit.csv", f"figures/tables/{MODEL}/audit.md"]
+
+
+rule audit:
+    input:
+        tables=expand("data/certify/{{model}}/layer{layer}.csv", layer=LAYERS),
+        certificates=expand("data/certify/{{model}}/layer{layer}_certificates.npz", layer=LAYERS),
+        specs=expand("data/certify/{{model}}/layer{layer}_spec.npz", layer=LAYERS),
+        weights=expand("data/extract/{{model}}/layer{layer}.npz", layer=LAYERS),
+    output:
+        csv="figures/tables/{model}/audit.csv",
+        md="figures/tables/{model}/audit.md",
+    params:
+        model=MODEL_CFG,
+        layers=LAYERS,
+        code=code("audit.py"),
+    threads: 1
+    conda:
+        "../../environment.yml"
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    log:
+        "data/logs/{model}/audit.log",
+    benchmark:
+        "benchmarks/{model}/audit.tsv"
+    script:
+        "../scripts/audit.py"
