@@ -4,6 +4,8 @@ import pytest
 
 from attncert.head.specification import spec_seed, specification_direction
 from attncert.head.units import Unit, attended, grid, head_problem, load_unit, specification_vectors, write_specification
+from attncert.pipeline.intermediate_check import IntermediateError
+from attncert.pipeline.provenance import write_sidecar
 
 
 def _arrays(rng, causal: bool, H=2, P=2, T=5, d=4, dh=3):
@@ -56,12 +58,13 @@ def test_load_unit_rebuilds_the_problem_from_disk(tmp_path):
     arr = _arrays(rng, False)
     (tmp_path / "extract" / "m").mkdir(parents=True)
     np.savez(tmp_path / "extract" / "m" / "layer1.npz", **arr)
+    write_sidecar(tmp_path / "extract" / "m" / "layer1.npz", {"stage": "extract"})
     spec = specification_vectors(arr, 1, [2], base_seed=7)
     write_specification(tmp_path / "certify" / "m" / "layer1_spec.npz", spec, [2], 1, 7)
     p = load_unit("m", layer=1, head=0, prompt=1, query_pos=2, radius=0.05, mode="fixed", root=tmp_path)
     q = head_problem(arr, spec, [2], Unit(1, 0, 1, 2, 0.05, "linf", "fixed"))
     assert p.value(p.Z0) == q.value(q.Z0) and np.array_equal(p.c, q.c)
-    with pytest.raises(FileNotFoundError, match="fix: run `snakemake"):
+    with pytest.raises(IntermediateError, match="layer2.npz is missing: regenerate it with: snakemake"):
         load_unit("m", layer=2, head=0, prompt=0, query_pos=2, radius=0.05, root=tmp_path)
 
 

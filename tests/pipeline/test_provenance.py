@@ -1,4 +1,5 @@
 """Provenance records, atomic writes, and the source hash that keeps results from going stale."""
+import hashlib
 import json
 from pathlib import Path
 
@@ -21,6 +22,8 @@ def test_provenance_records_the_job_parameters(tmp_path):
     out.write_text("a\n")
     side = write_sidecar(out, rec)
     assert side == Path(str(out) + ".json") and json.loads(side.read_text())["stage"] == "certify"
+    assert json.loads(side.read_text())["sha256"] == hashlib.sha256(b"a\n").hexdigest()
+    assert json.loads(side.read_text())["size_bytes"] == 2
 
 
 def test_atomic_path_leaves_nothing_behind_on_failure(tmp_path):

@@ -2,13 +2,14 @@
 import logging
 import sys
 
-import numpy as np
 import pandas as pd
 import torch
 
 from attncert.baselines.layer import attained_by_unit, bound_layer
+from attncert.head.units import load_specification
 from attncert.pipeline.device import DeviceError, resolve_device
 from attncert.pipeline.extraction import load_layer
+from attncert.pipeline.intermediate_check import verify_intermediate
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
 
@@ -21,11 +22,11 @@ try:
 except DeviceError as e:
     sys.exit(f"attncert: {e}")
 layer = int(sm.wildcards.layer)
-with np.load(sm.input.spec) as s:
-    spec, qps = s["c"], [int(q) for q in s["query_positions"]]
+spec, qps = load_specification(sm.input.spec)
 grid = {k: list(p[k]) for k in ("heads", "prompts", "query_positions", "norms", "modes", "radii")}
-df = bound_layer(load_layer(sm.input.npz), spec, qps, layer, grid, list(p.methods),
-                 attained_by_unit(pd.read_csv(sm.input.cert)), alpha=dict(p.alpha), device=p.device)
+attained = attained_by_unit(pd.read_csv(verify_intermediate(sm.input.cert)))
+df = bound_layer(load_layer(sm.input.npz), spec, qps, layer, grid, list(p.methods), attained, alpha=dict(p.alpha),
+                 device=p.device)
 with atomic_path(sm.output.csv) as tmp:
     df.to_csv(tmp, index=False, float_format="%.17g")
 write_sidecar(sm.output.csv, provenance(

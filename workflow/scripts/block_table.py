@@ -2,6 +2,7 @@
 import pandas as pd
 
 from attncert.block import report
+from attncert.pipeline.intermediate_check import verify_intermediate
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.paper_comparison import claim_dicts, write_measured
 from attncert.pipeline.provenance import provenance, write_sidecar
@@ -9,7 +10,7 @@ from attncert.pipeline.provenance import provenance, write_sidecar
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
 block = sm.params.block
-df = report.derive(pd.read_csv(sm.input.units))
+df = report.derive(pd.read_csv(verify_intermediate(sm.input.units)))
 label = report.grid_label(df)
 r_ref, _ = report.at_reference(df, block)
 report.write_table(report.summary_table(df), sm.output.summary, sm.output.summary_md, f"Block residual per radius — {label}",

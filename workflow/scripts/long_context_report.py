@@ -3,6 +3,7 @@ import pandas as pd
 
 from attncert.certify.long_context import figure, markdown, summary
 from attncert.pipeline.claims import load_claims
+from attncert.pipeline.intermediate_check import verify_intermediate
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.model_source import model_label
 from attncert.pipeline.paper_comparison import write_measured
@@ -10,7 +11,7 @@ from attncert.pipeline.provenance import provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
-df = pd.read_csv(sm.input.csv)
+df = pd.read_csv(verify_intermediate(sm.input.csv))
 table, measured = summary(df)
 layer = int(df["layer"].iloc[0])
 label = (f"{model_label(sm.params.model)}: layer {layer}, {df['head'].nunique()} heads, query positions "
@@ -22,5 +23,5 @@ figure(table, label, sm.output.pdf, paper)
 with open(sm.output.md, "w", encoding="utf-8") as fh:
     fh.write(markdown(table, label))
 write_measured(sm.output.measured, measured, label)
-for out in (sm.output.pdf, sm.output.png, sm.output.md):
+for out in (sm.output.pdf, sm.output.png, sm.output.md, sm.output.measured):
     write_sidecar(out, provenance(sm.params, stage="long_context_report", inputs=[sm.input.csv]))

@@ -3,12 +3,13 @@ import json
 import logging
 
 from attncert.minip.sweep import collect
+from attncert.pipeline.intermediate_check import verify_intermediate
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
-records = [json.loads(open(p).read()) for p in sm.input.runs]
+records = [json.loads(verify_intermediate(p).read_text()) for p in sm.input.runs]
 df = collect(records)
 logging.info("%d runs collected", len(df))
 with atomic_path(sm.output.csv) as tmp:

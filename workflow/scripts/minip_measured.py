@@ -8,15 +8,16 @@ import json
 import pandas as pd
 
 from attncert.minip.measured import construction_measurements, maxerr_measurements, paper_measurements
+from attncert.pipeline.intermediate_check import verify_intermediate
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.paper_comparison import write_measured
 from attncert.pipeline.provenance import provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
-runs = pd.read_csv(sm.input.sweep)
-bound = json.loads(open(sm.input.bound).read())
-constructions = pd.read_csv(sm.input.constructions)
+runs = pd.read_csv(verify_intermediate(sm.input.sweep))
+bound = json.loads(verify_intermediate(sm.input.bound).read_text())
+constructions = pd.read_csv(verify_intermediate(sm.input.constructions))
 grid = (f"Min-IP default sweep: witness suite ({bound['family_size']} inputs, {bound['bits']}-bit), "
         f"random pools m ∈ {sorted(runs.loc[runs.setting != 'witness', 'bits'].dropna().unique().astype(int).tolist())}, "
         f"{runs['seed'].nunique()} seeds")

@@ -5,6 +5,7 @@ import logging
 import pandas as pd
 
 from attncert.minip import tables
+from attncert.pipeline.intermediate_check import verify_intermediate
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.paper_comparison import claim_dicts
 from attncert.pipeline.provenance import provenance, write_sidecar
@@ -14,15 +15,15 @@ start_job_log(sm.log[0])
 which, threshold = sm.wildcards.table, sm.params.threshold
 out = dict(csv_path=sm.output.csv, md_path=sm.output.md)
 if which == "constructions":
-    df = pd.read_csv(sm.input.constructions)
+    df = pd.read_csv(verify_intermediate(sm.input.constructions))
     df["rank"] = df["rank"].astype("Int64")
     tables.write_table(df, title="Min-IP constructions, checked exhaustively", notes=[
         "Every sequence of N tokens from {0,1}^m; error = fraction of positions with |y - t| >= 1/2.",
         "rank-1 kernel at N = 3 is the contrast row (no guarantee); the witness rows check the rank-(S+1) and rank-S "
         "constructions on every input of the family: its minimal rank lies in [proven bound, S]."], **out)
 else:
-    runs = pd.read_csv(sm.input.sweep)
-    bound = json.loads(open(sm.input.bound).read())
+    runs = pd.read_csv(verify_intermediate(sm.input.sweep))
+    bound = json.loads(verify_intermediate(sm.input.bound).read_text())
     if which == "witness":
         tables.write_table(tables.witness_table(runs, bound), title="Min-IP witness suite: error vs feature rank",
                            notes=tables.witness_notes(bound), **out)

@@ -4,6 +4,7 @@ The verdict rule is attncert.pipeline.verdict; the JSON ({"model", "measured", "
 `python -m attncert.pipeline.readme_results` adopts to regenerate the README's verdict tally and docs/results.md.
 """
 from attncert.pipeline.claims import load_claims
+from attncert.pipeline.intermediate_check import verify_intermediate
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.model_source import model_label
 from attncert.pipeline.paper_comparison import comparison_table, load_measured, to_markdown
@@ -13,7 +14,7 @@ sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
 model = model_label(sm.params.model)
 claims = load_claims(sm.input.claims)
-measured = load_measured(sm.input.measured)
+measured = load_measured([verify_intermediate(p) for p in sm.input.measured])
 table = comparison_table(claims, measured, model)
 table.to_csv(sm.output.csv, index=False)
 with open(sm.output.md, "w") as fh:

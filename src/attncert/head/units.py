@@ -7,7 +7,8 @@ determined by two files on disk:
     data/certify/{model}/layer{L}_spec.npz   the specification vectors c (H, P, Q, d_h)
 
 `load_unit` rebuilds the complete `HeadProblem` from those files alone, so anyone can re-check a
-row of `data/certify/{model}/layer{L}.csv` independently of this pipeline.
+row of `data/certify/{model}/layer{L}.csv` independently of this pipeline. Both files are checked
+against their sidecars first (`attncert.pipeline.intermediate_check`).
 
 Attended tokens: a causal head (GPT-2) at query position i reads positions 0..i; a bidirectional
 head (BERT) reads all T positions of the prompt. Every attended token is perturbed.
@@ -24,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from attncert.pipeline.extraction import load_layer
-from attncert.pipeline.provenance import atomic_path
+from attncert.pipeline.intermediate_check import verify_intermediate
+from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
 from attncert.head.problem import HeadProblem
 from attncert.head.specification import spec_seed, specification_direction
 
@@ -55,10 +57,19 @@ def specification_vectors(arrays: dict, layer: int, query_positions: list[int], 
 
 
 def write_specification(path: str | Path, c: np.ndarray, query_positions: list[int], layer: int, base_seed: int) -> None:
+    """The specification vectors of a layer and their sidecar (`path`.json)."""
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as fh:
             np.savez(fh, c=c, query_positions=np.asarray(query_positions), layer=np.int64(layer),
                      base_seed=np.int64(base_seed))
+    write_sidecar(path, provenance(None, stage="certify_spec", seeds={"spec_seed": int(base_seed)}, layer=int(layer),
+                                   query_positions=[int(q) for q in query_positions], shape=list(c.shape)))
+
+
+def load_specification(path: str | Path) -> tuple[np.ndarray, list[int]]:
+    """(c, query positions) of a layer's specification file, after checking it against its sidecar."""
+    with np.load(verify_intermediate(path), allow_pickle=False) as s:
+        return s["c"], [int(q) for q in s["query_positions"]]
 
 
 def attended(arrays: dict, prompt: int, query_pos: int) -> tuple[np.ndarray, int]:
@@ -94,14 +105,8 @@ def load_unit(model: str, layer: int, head: int, prompt: int, query_pos: int, ra
         p.W_Q, p.Z0, p.query_index, p.c, p.radius, p.norm, p.mode
     """
     root = Path(root)
-    npz = root / "extract" / model / f"layer{layer}.npz"
-    spec_file = root / stage / model / f"layer{layer}_spec.npz"
-    for f in (npz, spec_file):
-        if not f.is_file():
-            raise FileNotFoundError(f"{f} is missing; fix: run `snakemake --cores all {f}` first")
-    arrays = load_layer(npz)
-    with np.load(spec_file) as s:
-        spec, qps = s["c"], s["query_positions"]
+    arrays = load_layer(root / "extract" / model / f"layer{layer}.npz")
+    spec, qps = load_specification(root / stage / model / f"layer{layer}_spec.npz")
     return head_problem(arrays, spec, qps, Unit(layer, head, prompt, query_pos, float(radius), norm, mode))
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from attncert.pipeline.intermediate_check import verify_intermediate
 from attncert.pipeline.model_source import ModelSourceError, is_synthetic, resolve, unreachable_message
 
 
@@ -239,7 +240,9 @@ def recompute_head_output(arrays: dict, head: int, prompt: int) -> np.ndarray:
 
 
 def load_layer(path: str | Path) -> dict[str, np.ndarray]:
-    with np.load(path, allow_pickle=False) as f:
+    """The arrays of an extracted layer file, after checking it against its sidecar (`IntermediateError` if
+    it is missing, truncated or edited)."""
+    with np.load(verify_intermediate(path), allow_pickle=False) as f:
         return {k: f[k] for k in f.files}
 
 

@@ -2,12 +2,15 @@
 
 Each output `X` of the pipeline gets a JSON sidecar `X.json` holding: the job's parameters (every
 value the job used, as the rule passed them, with their hash), the hash of the source it ran
-(`code_hash`), model id and source, seeds, package versions, the time, and any stage-specific fields. Files are written to a temporary name in the same folder and renamed into
-place, so an interrupted job never leaves a file that looks complete.
+(`code_hash`), model id and source, seeds, package versions, the time, any stage-specific fields, and
+the byte size and sha256 of `X` as written (`write_sidecar` adds them, so every sidecar has them; a
+reader checks them with `attncert.pipeline.intermediate_check`). Files are written to a temporary name
+in the same folder and renamed into place, so an interrupted job never leaves a file that looks complete.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
 import platform
@@ -87,7 +90,19 @@ def write_json(path: str | Path, record: dict) -> None:
         tmp.write_text(json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def file_checksum(path: str | Path) -> dict:
+    """{"sha256": hex digest, "size_bytes": size} of a file's bytes."""
+    with open(path, "rb") as fh:
+        digest = hashlib.file_digest(fh, "sha256").hexdigest()
+    return {"sha256": digest, "size_bytes": os.path.getsize(path)}
+
+
 def write_sidecar(path: str | Path, record: dict) -> Path:
+    """Write `path`.json: `record` plus the size and sha256 of `path` as it is now on disk, so call it
+    after the file is in place (after `atomic_path` has renamed it)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"write_sidecar: {path} does not exist; write the file before its sidecar")
     side = sidecar_path(path)
-    write_json(side, record)
+    write_json(side, {**record, **file_checksum(path)})
     return side

@@ -14,12 +14,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from attncert.pipeline.intermediate_check import verify_intermediate  # noqa: E402
+
 GRID_KEYS = ["layer", "head", "prompt", "query_pos", "radius", "norm", "mode"]
 
 
 def load_tables(paths) -> pd.DataFrame:
-    """Concatenate per-layer CSV tables."""
-    return pd.concat([pd.read_csv(p) for p in paths], ignore_index=True)
+    """Concatenate per-layer CSV tables, each checked against its sidecar first."""
+    return pd.concat([pd.read_csv(verify_intermediate(p)) for p in paths], ignore_index=True)
 
 
 def grid_label(df: pd.DataFrame, model: str) -> str:
