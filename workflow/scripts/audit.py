@@ -3,7 +3,7 @@ import sys
 import time
 from pathlib import Path
 
-from attncert.audit.audit_table import AuditInputError, audit_layer, write_audit
+from attncert.audit.audit_table import audit_layer, write_audit
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.provenance import provenance, write_sidecar
 
@@ -11,10 +11,7 @@ sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
 model = sm.wildcards.model
 t0 = time.perf_counter()
-try:
-    records = [rec for layer in sm.params.layers for rec in audit_layer(Path("data"), model, int(layer))]
-except AuditInputError as e:
-    sys.exit(f"attncert audit: {e}")
+records = [rec for layer in sm.params.layers for rec in audit_layer(Path("data"), model, int(layer))]
 seconds = time.perf_counter() - t0
 write_audit(records, Path(sm.output.csv), Path(sm.output.md), model, seconds, list(sm.params.layers))
 fails = [r for r in records if r["status"] == "fail"]

@@ -2,13 +2,11 @@
 import logging
 import sys
 
-import pandas as pd
 import torch
-from tqdm import tqdm
 
-from attncert.certify.certificate_store import RowPool, flatten, write_certificates
-from attncert.certify.run import COLUMNS, certify_unit
-from attncert.head.units import grid, head_problem, specification_vectors, write_specification
+from attncert.certify.certificate_store import write_certificates
+from attncert.certify.layer_run import certify_layer_units
+from attncert.head.units import grid, specification_vectors, write_specification
 from attncert.pipeline.extraction import load_layer
 from attncert.pipeline.device import DeviceError, resolve_device
 from attncert.pipeline.job_log import start_job_log
@@ -28,20 +26,9 @@ qps = list(p.query_positions)
 spec = specification_vectors(arrays, layer, qps, p.spec_seed)
 write_specification(sm.output.spec, spec, qps, layer, p.spec_seed)
 units = grid(p.heads, p.prompts, qps, p.radii, p.norms, p.modes, layer, varying=p.varying)
-rows, entries, pool = [], {}, RowPool()
-for unit in tqdm(units, desc=f"certify layer {layer}", file=sys.stderr, mininterval=5):
-    certificates = {}
-    row = certify_unit(head_problem(arrays, spec, qps, unit), ascent_restarts=p.ascent_restarts,
-                       ascent_steps=p.ascent_steps, seed=p.seed, second_order=p.second_order, tight=p.tight,
-                       ascent_check_fraction=p.ascent_check_fraction, device=p.device, certificates=certificates)
-    entries.update(flatten(len(rows), unit.key(), certificates, pool))
-    if row["status"] != "ok":
-        level = logging.ERROR if row["status"] in ("UNSOUND", "error") else logging.WARNING
-        logging.log(level, "%s %s: %s", row["status"], unit, row["error"])
-        if row["status"] == "UNSOUND":
-            print(f"attncert: SOUNDNESS VIOLATION {unit}: {row['error']}", file=sys.stderr)
-    rows.append(row)
-df = pd.DataFrame(rows, columns=COLUMNS)
+df, entries, pool = certify_layer_units(arrays, spec, qps, units, layer, ascent_restarts=p.ascent_restarts,
+                                       ascent_steps=p.ascent_steps, seed=p.seed, second_order=p.second_order,
+                                       tight=p.tight, ascent_check_fraction=p.ascent_check_fraction, device=p.device)
 write_certificates(sm.output.certificates, entries, pool)
 write_sidecar(sm.output.certificates, provenance(
     p, stage="certify", layer=layer, units=len(df), table=str(sm.output.csv), extract_file=str(sm.input.npz),

@@ -2,7 +2,8 @@
 
 For every layer: `data/certify/{model}/layer{L}.csv` (the numbers), `layer{L}_certificates.npz` (what certifies
 them), `layer{L}_spec.npz` and `data/extract/{model}/layer{L}.npz` (what defines the unit). Each file is checked
-against the sha256 in its sidecar first. Writes one row per (table row, number): pass, fail (with the check
+against the sha256 in its sidecar first (`pipeline.intermediate_check`: one line naming the file and the command
+that regenerates it). Writes one row per (table row, number): pass, fail (with the check
 and its margin) or not certifiable by design (with the reason).
 
     attncert audit --model all-MiniLM-L6-v2 [--layer 0 ...] [--rows 0-9,17] [--out figures/tables/.../audit]
@@ -11,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import hashlib
-import json
 import sys
 import time
 from dataclasses import asdict
@@ -23,33 +22,13 @@ from tqdm import tqdm
 from attncert.audit.head_enclosure import LayerFiles
 from attncert.audit.row_audit import NUMBERS, audit_row
 from attncert.certify.certificate_store import CertificateFile
+from attncert.pipeline.intermediate_check import IntermediateError, verify_intermediate
 
 UNIT_COLUMNS = ["layer", "head", "prompt", "query_pos", "radius", "norm", "mode"]
 COLUMNS = ["layer", "row", *UNIT_COLUMNS[1:], "number", "reported", "status", "check", "margin", "reason"]
 BASELINE_NOTE = ("Baseline rows (IBP, CROWN, alpha-CROWN and their variants, `data/baselines/`) carry no certificate "
                  "of this kind: their bounds come from auto_LiRPA in floating point, without a dual that a checker "
                  "could confirm. They are not audited.")
-
-
-class AuditInputError(Exception):
-    """A file the audit needs is missing or does not match its sidecar (one line, naming the fix)."""
-
-
-def verified(path: Path) -> Path:
-    """The path, after its sha256 matches the one recorded in its sidecar (when the sidecar records one)."""
-    if not path.is_file():
-        raise AuditInputError(f"{path} is missing; fix: run `snakemake --cores all {path}` first")
-    side = Path(str(path) + ".json")
-    if side.is_file():
-        try:
-            record = json.loads(side.read_text())
-        except ValueError:
-            raise AuditInputError(f"{side} is not valid JSON; fix: regenerate {path} with snakemake") from None
-        want = record.get("sha256")
-        if want and hashlib.sha256(path.read_bytes()).hexdigest() != want:
-            raise AuditInputError(f"{path} does not match the sha256 in its sidecar; fix: regenerate it with "
-                                  f"`snakemake --cores all --forcerun {path}`")
-    return path
 
 
 def parse_rows(spec: str | None) -> set[int] | None:
@@ -65,10 +44,10 @@ def parse_rows(spec: str | None) -> set[int] | None:
 
 def audit_layer(root: Path, model: str, layer: int, rows: set[int] | None = None) -> list[dict]:
     base = root / "certify" / model
-    table = verified(base / f"layer{layer}.csv")
-    certs = verified(base / f"layer{layer}_certificates.npz")
-    files = LayerFiles(verified(root / "extract" / model / f"layer{layer}.npz"),
-                       verified(base / f"layer{layer}_spec.npz"))
+    table = verify_intermediate(base / f"layer{layer}.csv")
+    certs = verify_intermediate(base / f"layer{layer}_certificates.npz")
+    files = LayerFiles(verify_intermediate(root / "extract" / model / f"layer{layer}.npz"),
+                       verify_intermediate(base / f"layer{layer}_spec.npz"))
     with open(table, newline="") as fh:
         table_rows = list(csv.DictReader(fh))
     out = []
@@ -148,7 +127,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     try:
         records = [rec for L in layers for rec in audit_layer(root, a.model, L, parse_rows(a.rows))]
-    except AuditInputError as e:
+    except IntermediateError as e:
         print(f"attncert audit: {e}", file=sys.stderr)
         return 2
     seconds = time.perf_counter() - t0

@@ -98,14 +98,15 @@ def flatten(row: int, unit: dict, certificates: dict, pool: RowPool) -> dict[str
 SHUFFLED = "@bytes"  # suffix of a float64 array stored as its 8 byte planes (shape in the suffix's entry)
 
 
-def write_certificates(path: str | Path, entries: dict[str, np.ndarray], pool: RowPool) -> None:
+def write_certificates(path: str | Path, entries: dict[str, np.ndarray], pool: RowPool | None = None) -> None:
     """All rows' entries into one npz (a zip of .npy members), written atomically.
 
     Float arrays are stored as their byte planes (all first bytes, then all second bytes, ...: the exponent
     bytes of similar numbers line up) and LZMA-compressed; `CertificateFile` restores them bit for bit.
     """
     entries = dict(entries)
-    entries.update(pool.arrays())
+    if pool is not None:
+        entries.update(pool.arrays())
     entries["format_version"] = np.int64(FORMAT_VERSION)
     with atomic_path(path) as tmp:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_LZMA) as zf:
@@ -154,6 +155,11 @@ class CertificateFile:
             part, _, field = rest.partition("/")
             out.setdefault(part, {})[field] = value
         return out
+
+    @property
+    def keys(self) -> list[str]:
+        """Every stored entry (byte-plane parts merged into their arrays)."""
+        return [k for k in self._npz.files if not k.endswith(SHUFFLED) and k != "format_version"]
 
     def array(self, key: str) -> np.ndarray:
         value = self._npz[key]

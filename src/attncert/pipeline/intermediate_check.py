@@ -23,7 +23,7 @@ from attncert.pipeline.provenance import file_checksum, sidecar_path
 # in workflow/rules/*.smk; tests/pipeline/test_intermediate_check.py checks this list against the rules).
 PRODUCED_BY = (
     (r"data/extract/[^/]+/layer\d+\.npz", "extract"),
-    (r"data/certify/[^/]+/layer\d+(_spec\.npz|\.csv)", "certify_layer"),
+    (r"data/certify/[^/]+/layer\d+(_spec\.npz|_certificates\.npz|\.csv)", "certify_layer"),
     (r"data/baselines/[^/]+/layer\d+\.csv", "baselines_layer"),
     (r"data/block/[^/]+/transition\d+\.csv", "block_transition"),
     (r"data/block/[^/]+/units\.csv", "block_merge"),

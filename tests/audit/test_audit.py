@@ -1,0 +1,126 @@
+"""The audit confirms every certified number of a tiny certified layer, and each tampering makes it fail on the
+right row and check."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attncert.audit.audit_table import audit_layer, main
+from attncert.certify.certificate_store import CertificateFile, write_certificates
+from attncert.pipeline.intermediate_check import IntermediateError
+from attncert.pipeline.provenance import provenance, write_sidecar
+
+MODEL = "m"
+
+
+def outcomes(root, layer=0):
+    return pd.DataFrame(audit_layer(root, MODEL, layer))
+
+
+def failures(df):
+    return df[df.status == "fail"]
+
+
+def test_every_certified_number_passes(certified_root):
+    for layer in (0, 1):
+        df = outcomes(certified_root, layer)
+        assert len(df) == 16 * 5
+        assert failures(df).empty, failures(df)[["row", "number", "check", "margin", "reason"]].to_string()
+        fixed = df[df["mode"] == "fixed"]
+        assert (fixed.status == "pass").all()
+        varying_exact = df[(df["mode"] == "varying") & df.number.isin(["exact_lo", "exact_hi"])]
+        assert (varying_exact.status == "not applicable").all()
+
+
+def _edit_table(root, row, column, fn, layer=0):
+    path = root / "certify" / MODEL / f"layer{layer}.csv"
+    df = pd.read_csv(path)
+    df.loc[row, column] = fn(df.loc[row, column])
+    df.to_csv(path, index=False, float_format="%.17g")
+    write_sidecar(path, provenance({"code": "t"}, stage="certify"))  # a consistent tamperer: checksums match
+
+
+def _edit_certificates(root, fn, layer=0):
+    path = root / "certify" / MODEL / f"layer{layer}_certificates.npz"
+    with CertificateFile(path) as f:
+        entries = {k: np.array(f.array(k)) for k in f.keys}
+    fn(entries)
+    write_certificates(path, entries)
+    write_sidecar(path, provenance({"code": "t"}, stage="certify"))
+
+
+def _only_failure(df, row, number, check):
+    bad = failures(df)
+    assert len(bad) >= 1
+    hit = bad[(bad.row == row) & (bad.number == number)]
+    assert len(hit) == 1 and hit.iloc[0]["check"] == check, bad[["row", "number", "check", "reason"]].to_string()
+    assert set(bad.row) == {row}
+
+
+@pytest.mark.parametrize("number, check", [("second_order", "weak_duality"), ("second_order_tight", "weak_duality"),
+                                           ("first_order", "greedy_lp")])
+def test_lowered_bound_fails(data_root, number, check):
+    _edit_table(data_root, 0, number, lambda v: v - 1e-9 * abs(v))
+    _only_failure(outcomes(data_root), 0, number, check)
+
+
+def test_flipped_dual_entry_fails(data_root):
+    def flip(e):
+        z = e["r2/second_order/z"]
+        nonneg = slice(int(e["r2/second_order/dims"][0]), int(e["r2/second_order/dims"][0] + e["r2/second_order/dims"][1]))
+        k = nonneg.start + int(np.argmax(z[nonneg]))
+        z[k] = -z[k]
+    _edit_certificates(data_root, flip)
+    _only_failure(outcomes(data_root), 2, "second_order", "dual_cone")
+
+
+def test_witness_outside_the_ball_fails(data_root):
+    def move(e):
+        e["r0/exact/witness_delta"][0, 0] = 2 * 0.01
+    _edit_certificates(data_root, move)
+    _only_failure(outcomes(data_root), 0, "exact_lo", "witness_ball")
+
+
+def test_certificate_with_another_layers_weights_fails(data_root):
+    for suffix in ("", ".json"):  # layer 1's weights under layer 0's name, sidecar and all
+        (data_root / "extract" / MODEL / f"layer0.npz{suffix}").write_bytes(
+            (data_root / "extract" / MODEL / f"layer1.npz{suffix}").read_bytes())
+    bad = failures(outcomes(data_root))
+    certified = ("first_order", "second_order", "second_order_tight", "exact_lo", "exact_hi")
+    assert set(bad.row) == set(range(16)) and set(bad.number) == set(certified)
+    assert set(bad[bad.number == "first_order"].check) <= {"intervals", "reduction"}
+
+
+@pytest.mark.parametrize("damage", ["truncate", "edit"])
+def test_damaged_extracted_weights_stop_with_one_line(data_root, damage, capsys):
+    path = data_root / "extract" / MODEL / "layer0.npz"
+    raw = path.read_bytes()
+    path.write_bytes(raw[: len(raw) // 2] if damage == "truncate" else raw[:100] + bytes([raw[100] ^ 1]) + raw[101:])
+    with pytest.raises(IntermediateError, match="layer0.npz"):
+        audit_layer(data_root, MODEL, 0)
+    assert main(["--model", MODEL, "--layer", "0", "--data", str(data_root)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len([line for line in err if "attncert audit:" in line]) == 1
+    assert "regenerate it with: snakemake" in err[-1] and "layer0.npz" in err[-1]
+
+
+def test_command_line_rows_and_outputs(certified_root, tmp_path, capsys):
+    out = tmp_path / "audit"
+    assert main(["--model", MODEL, "--layer", "0", "--rows", "0-2,5", "--data", str(certified_root),
+                 "--out", str(out)]) == 0
+    df = pd.read_csv(str(out) + ".csv")
+    assert sorted(set(df.row)) == [0, 1, 2, 5]
+    md = (tmp_path / "audit.md").read_text()
+    assert "| **all** |" in md and "Baseline rows" in md
+    assert "Failures: 0." in capsys.readouterr().out
+
+
+def test_second_order_certificate_records_the_program(certified_root):
+    with CertificateFile(certified_root / "certify" / MODEL / "layer0_certificates.npz") as f:
+        row = f.row(0)
+    assert json.loads(json.dumps(row["unit"]))["mode"] in ("fixed", "varying")
+    so = row["second_order"]
+    if str(so["kind"]) == "dual":
+        A = f.matrix(so["A_rows"], so["A_shape"]) if False else None  # closed file: the matrix is read in audit_layer
+        assert so["z"].size == so["b"].size and so["lo"].size == so["c"].size and A is None
