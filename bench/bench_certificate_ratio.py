@@ -50,7 +50,7 @@ import attncert.head.fixed_query as fq  # noqa: E402
 from attncert.baselines.linear_bound_baselines import baseline_upper_bounds  # noqa: E402
 from attncert.certify.exact_worst_case import exact_worst_case  # noqa: E402
 from attncert.certify.first_order_certificate import first_order_certificate  # noqa: E402
-from attncert.certify.second_order import second_order_certificate  # noqa: E402
+from attncert.certify.second_order.certificate import second_order_certificate  # noqa: E402
 from attncert.head.units import Unit, head_problem, specification_vectors  # noqa: E402
 from bench import common  # noqa: E402
 

@@ -86,7 +86,7 @@ def main(args) -> dict:
     warnings.filterwarnings("ignore")
     from attncert.certify.exact_worst_case import exact_worst_case
     from attncert.certify.secant_slack_bound import secant_slack_bound
-    from attncert.certify.second_order import second_order_certificate
+    from attncert.certify.second_order.certificate import second_order_certificate
 
     variants = [("default", False)] + ([("tight", True)] if args.tight else [])
     rng = np.random.default_rng(args.seed)

@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 from attncert.certify.exact_worst_case import exact_worst_case  # noqa: E402
 from attncert.certify.first_order_certificate import first_order_certificate  # noqa: E402
 from attncert.certify.secant_slack_bound import secant_slack_bound  # noqa: E402
-from attncert.certify.second_order import second_order_certificate  # noqa: E402
+from attncert.certify.second_order.certificate import second_order_certificate  # noqa: E402
 from attncert.head.problem import HeadProblem  # noqa: E402
 from attncert.pipeline.claims import load_claims  # noqa: E402
 from bench import common  # noqa: E402

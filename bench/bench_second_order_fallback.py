@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(args) -> dict:
     warnings.filterwarnings("ignore")
-    from attncert.certify.second_order import second_order_certificate
+    from attncert.certify.second_order.certificate import second_order_certificate
 
     print(f"second-order fallback by radius; variant {'tight' if args.tight else 'default'}; "
           f"{args.units} units per (mode, radius); weight scale 0.1-10, d 2-8, d_h 1-4, n 2-8, linf/l2")

@@ -76,7 +76,7 @@ def run(args) -> dict:
     from attncert.certify.best_feasible_ascent import best_feasible_ascent
     from attncert.certify.exact_worst_case import exact_worst_case
     from attncert.certify.first_order_certificate import first_order_certificate
-    from attncert.certify.second_order import second_order_certificate
+    from attncert.certify.second_order.certificate import second_order_certificate
     from attncert.certify.second_order.fixed import second_order_fixed
     from attncert.head.units import specification_vectors
     from tqdm import tqdm

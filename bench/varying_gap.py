@@ -36,7 +36,7 @@ RADII = (0.002, 0.005, 0.01, 0.02)
 
 def certifiers(names):
     """name -> callable(problem) -> SecondOrderResult-like (value, fallback)."""
-    from attncert.certify.second_order import second_order_certificate
+    from attncert.certify.second_order.certificate import second_order_certificate
 
     out = {"SO": lambda p: second_order_certificate(p, factored=False)}  # the unfactored program (before)
     for name in names:

@@ -61,7 +61,7 @@ def certify(p) -> dict:
     from attncert.baselines.linear_bound_baselines import baseline_upper_bound
     from attncert.certify.exact_worst_case import exact_worst_case
     from attncert.certify.first_order_certificate import first_order_certificate
-    from attncert.certify.second_order import second_order_certificate
+    from attncert.certify.second_order.certificate import second_order_certificate
 
     out = {"nominal": p.nominal_value()}  # g at the unperturbed tokens
     if p.mode == "fixed":

@@ -124,3 +124,39 @@ def test_second_order_certificate_records_the_program(certified_root):
     if str(so["kind"]) == "dual":
         A = f.matrix(so["A_rows"], so["A_shape"]) if False else None  # closed file: the matrix is read in audit_layer
         assert so["z"].size == so["b"].size and so["lo"].size == so["c"].size and A is None
+
+
+def test_every_fixed_query_program_is_rebuilt(certified_root):
+    df = outcomes(certified_root)
+    so = df[df.number.isin(["second_order", "second_order_tight"]) & (df["mode"] == "fixed") & (df.status == "pass")]
+    dual = so[so.check != "first_order_bound"]
+    assert len(dual) > 0 and (dual.check == "program+dual_cone+weak_duality").all()
+
+
+@pytest.mark.parametrize("field", ["pool/data", "b", "c"])
+def test_edited_program_float_fails(data_root, field):
+    def edit(e):
+        if field == "pool/data":
+            rows = e["r0/second_order/A_rows"]
+            start = int(e["pool/indptr"][rows[len(rows) // 2]])
+            e["pool/data"][start] *= 1.0 + 1e-12
+        else:
+            vec = e[f"r0/second_order/{field}"]
+            k = int(np.argmax(np.abs(vec)))
+            vec[k] = np.nextafter(vec[k], np.inf)
+    _edit_certificates(data_root, edit)
+    bad = failures(outcomes(data_root))
+    hit = bad[(bad.row == 0) & (bad.number == "second_order")]
+    assert len(hit) == 1 and hit.iloc[0]["check"] == "program", bad[["row", "number", "check", "reason"]]
+
+
+def test_no_solver_runs_during_the_audit(certified_root, monkeypatch):
+    import clarabel
+    import cvxpy as cp
+
+    def refuse(*a, **k):
+        raise AssertionError("a solver was called during the audit")
+
+    monkeypatch.setattr(clarabel, "DefaultSolver", refuse)
+    monkeypatch.setattr(cp.Problem, "solve", refuse)
+    assert failures(outcomes(certified_root, 1)).empty

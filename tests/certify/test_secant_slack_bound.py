@@ -12,7 +12,7 @@ from attncert.certify.first_order_certificate import score_value_intervals
 from attncert.head.fixed_query import fixed_query_reduction
 from attncert.head.problem import random_head_problem
 from attncert.certify.secant_slack_bound import fractional_knapsack_ratio, secant_error_factor, secant_slack_bound
-from attncert.certify.second_order import second_order_certificate
+from attncert.certify.second_order.certificate import second_order_certificate
 
 SETTINGS = dict(suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 

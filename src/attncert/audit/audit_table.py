@@ -94,7 +94,7 @@ def summary_markdown(records: list[dict], model: str, seconds: float, layers: li
 
 
 def write_audit(records: list[dict], csv_path: Path, md_path: Path, model: str, seconds: float, layers: list[int]):
-    from attncert.pipeline.provenance import atomic_path
+    from attncert.pipeline.file_integrity import atomic_path
 
     with atomic_path(csv_path) as tmp:
         with open(tmp, "w", newline="") as fh:

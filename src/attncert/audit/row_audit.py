@@ -9,8 +9,9 @@ Numbers and their checks (docs/audit.md):
     exact_lo       witness_ball    the witness lies in the ball
                    witness_value   g(witness) >= exact_lo
     exact_hi       inner_maxima    F(exact_hi) < 0 from per-token bounds (`exact_upper`)
-    second_order,  dual_cone       the stored dual lies in K^*
-    ..._tight      weak_duality    origin + scale * (WD) + tail <= the reported value
+    second_order,  program         the stored program is the builder's for this unit (fixed query; `program_link`)
+    ..._tight      dual_cone       the stored dual lies in K^*
+                   weak_duality    origin + scale * (WD) + tail <= the reported value
                    (kind "first_order": the reported value is >= first_order, whose own checks pass)
 
 A number fails with the first check that fails and its margin (how far from holding, in that check's units).
@@ -27,6 +28,7 @@ from attncert.audit.dual_cone import dual_cone_margin
 from attncert.audit.exact_upper import exact_upper_check
 from attncert.audit.first_order_check import enclosure_margin, lp_margin
 from attncert.audit.head_enclosure import PREC, LayerFiles, norm_bound
+from attncert.audit.program_link import program_link
 from attncert.audit.weak_duality import weak_duality_upper
 from attncert.audit.witness_check import ball_margin, value_margin, witness_tokens
 
@@ -52,16 +54,25 @@ def _held(checks: list[tuple[str, float, str]], number: str, reported: float) ->
 
 
 def reduction_margin(head, red: dict, radius: float, norm: str) -> tuple[float, str]:
+    """Smallest margin of the reduction's enclosure, and where. With the exact s0*, u_s* (and w0*, u_w*) of the
+    weights, every point of the ball has s_j = s0*_j + u_s*.delta = s0_j + u_s.delta + e_j with
+    |e_j| <= |s0_j - s0*_j| + r ||u_s - u_s*||_*, which must be <= eps_s,j; and R_s >= r ||u_s||_* (the same for
+    the values)."""
     r = arb(radius)
     worst, where = math.inf, ""
-    for name, exact0, u, R, eps in (("score", head.s0, head.u_s, red["R_s"], red["eps_s"]),
-                                    ("value", head.w0, head.u_w, red["R_w"], red["eps_w"])):
-        stored = red["s0"] if name == "score" else red["w0"]
-        reach = r * norm_bound(u, norm)
+    for name, exact0, exact_u, s0, u, R, eps in (
+            ("score", head.s0, head.u_s, red["s0"], red["u_s"], red["R_s"], red["eps_s"]),
+            ("value", head.w0, head.u_w, red["w0"], red["u_w"], red["R_w"], red["eps_w"])):
+        if len(u) != len(exact_u) or len(s0) != len(exact0):
+            return -math.inf, f"{name} reduction has the wrong size"
+        direction = r * norm_bound([arb(float(a)) - b for a, b in zip(u, exact_u)], norm)
+        half = float((arb(float(R)) - r * norm_bound([arb(float(a)) for a in u], norm)).lower())
+        if half < worst:
+            worst, where = half, f"{name} half-width"
         for j in range(head.n):
-            m = arb(float(R)) + arb(float(eps[j])) - abs(arb(float(stored[j])) - exact0[j]) - reach
+            m = arb(float(eps[j])) - abs(arb(float(s0[j])) - exact0[j]) - direction
             if float(m.lower()) < worst:
-                worst, where = float(m.lower()), f"{name} of token {j}"
+                worst, where = float(m.lower()), f"{name} error bound of token {j}"
     return worst, where
 
 
@@ -106,7 +117,7 @@ def _audit_row(files: LayerFiles, row: dict, cert: dict) -> list[Outcome]:
                                    "first_order", values["first_order"])
 
     for name in ("second_order", "second_order_tight"):
-        out[name] = _second_order(name, values, cert.get(name), out["first_order"], reduction)
+        out[name] = _second_order(name, values, cert.get(name), out["first_order"], red, radius, norm)
 
     if mode == "fixed":
         ex = cert.get("exact")
@@ -135,7 +146,8 @@ def _audit_row(files: LayerFiles, row: dict, cert: dict) -> list[Outcome]:
     return [out[k] for k in NUMBERS]
 
 
-def _second_order(name: str, values: dict, stored: dict | None, first: Outcome, reduction) -> Outcome:
+def _second_order(name: str, values: dict, stored: dict | None, first: Outcome, red: dict | None, radius: float,
+                  norm: str) -> Outcome:
     value = values[name]
     if not math.isfinite(value):
         return Outcome(name, value, "not certifiable", "", math.nan, "no value (second order not run)")
@@ -150,17 +162,20 @@ def _second_order(name: str, values: dict, stored: dict | None, first: Outcome, 
         if first.status != "pass":
             return Outcome(name, value, "fail", f"first_order:{first.check}", first.margin, first.reason)
         return Outcome(name, value, "pass", "first_order_bound", margin, "the first-order certificate (tie or fallback)")
-    z, dims = stored["z"], stored["dims"]
-    cone, where = dual_cone_margin(z, dims)
-    if not cone >= 0:
-        return Outcome(name, value, "fail", "dual_cone", cone, where)
-    A = stored["A"]
-    wd = weak_duality_upper(stored["c"], A, stored["b"], z, stored["lo"], stored["hi"], float(stored["data_rel_err"]))
+    checks = []
+    link, why = program_link(stored, red, radius, norm) if red else (-math.inf, "no stored reduction")
+    if not math.isnan(link):
+        checks.append(("program", link, why))
+    checks.append(("dual_cone", *dual_cone_margin(stored["z"], stored["dims"])))
     origin, scale, tail = (float(x) for x in stored["affine"])
-    if not scale > 0:
-        return Outcome(name, value, "fail", "weak_duality", -math.inf, "the map to g has a nonpositive scale")
-    certified = arb(origin) + arb(scale) * wd + arb(tail)
-    margin = float((arb(value) - certified).lower())
-    if not margin >= 0:
-        return Outcome(name, value, "fail", "weak_duality", margin, "the recomputed bound exceeds the reported value")
-    return Outcome(name, value, "pass", "dual_cone+weak_duality", min(cone, margin))
+    if checks[-1][1] >= 0 and (not checks or checks[0][1] >= 0):
+        wd = weak_duality_upper(stored["c"], stored["A"], stored["b"], stored["z"], stored["lo"], stored["hi"],
+                                float(stored["data_rel_err"]))
+        certified = arb(origin) + arb(scale) * wd + arb(tail)
+        margin = float((arb(value) - certified).lower()) if scale > 0 else -math.inf
+        checks.append(("weak_duality", margin, "the recomputed bound exceeds the reported value"
+                       if scale > 0 else "the map to g has a nonpositive scale"))
+    out = _held(checks, name, value)
+    if out.status == "pass" and math.isnan(link):
+        out.reason = why
+    return out

@@ -3,10 +3,9 @@
 One file per layer, next to `layer{L}.csv`; row r of the table owns the keys `r{r}/...`:
 
     r{r}/unit                   the row's unit key as JSON (layer, head, prompt, query_pos, radius, norm, mode)
-    r{r}/reduction/{s0, w0, eps_s, eps_w, R_s, R_w}
-                                the fixed-query reduction s_j = s0_j + u_s.delta_j, w_j = w0_j + u_w.delta_j: its
-                                nominal scores and values, error bounds and half-widths (`head.reduced_geometry`;
-                                u_s, u_w are recomputed from the weights by the checker)
+    r{r}/reduction/{s0, w0, u_s, u_w, eps_s, eps_w, R_s, R_w}
+                                the fixed-query reduction s_j = s0_j + u_s.delta_j, w_j = w0_j + u_w.delta_j with
+                                its error bounds and half-widths (`head.reduced_geometry`)
     r{r}/first_order/{l, u, W, beta}
                                 the score intervals [l_j, u_j] and value upper bounds W_j of the greedy LP, and the
                                 bilinear bound beta of a varying query (nan for a fixed one)
@@ -22,6 +21,10 @@ One file per layer, next to `layer{L}.csv`; row r of the table owns the keys `r{
                                 (origin, scale, tail) to g: value = origin + scale * bound + tail. Row i of A is
                                 row A_rows[i] of the layer's row pool (pool/{data, indices, indptr}, CSR): the
                                 rows the programs of a layer share are stored once
+    r{r}/{...}/build/{path, key, norm, A, w0, g0, ..., edges}
+                                the builder's inputs (fixed query: `fixed_program`'s build key, the relaxation data
+                                `FixedRelaxationData` and the facet edges per token, -1 padded), from which a
+                                checker rebuilds the program without solving
 
 Nothing here solves anything: `attncert.audit` reads these files with numpy alone.
 """
@@ -35,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from attncert.pipeline.provenance import atomic_path
+from attncert.pipeline.file_integrity import atomic_path
 
 FORMAT_VERSION = 1
 SECOND_ORDER_NUMBERS = ("second_order", "second_order_tight")
@@ -71,9 +74,30 @@ class RowPool:
                 "pool/indptr": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)}
 
 
+FIXED_DATA_FIELDS = ("A", "w0", "g0", "eps_s", "eps_w", "R_s", "R_w", "rho_w", "rho_o", "radius", "tail")
+
+
+def _construction_arrays(construction: dict) -> dict:
+    """The builder's inputs of a program (`dual_certificate.note_construction`) as arrays."""
+    if construction.get("path") != "fixed":
+        return {}
+    D = construction["data"]
+    out = {"build/path": np.array("fixed"), "build/key": np.array(json.dumps(list(construction["key"]))),
+           "build/norm": np.array(D.norm)}
+    out.update({f"build/{k}": np.asarray(getattr(D, k), dtype=np.float64) for k in FIXED_DATA_FIELDS})
+    edges = construction.get("edges")
+    if edges is not None:
+        width = max((e.size for e in edges), default=0)
+        padded = np.full((len(edges), width), -1, dtype=np.int32)
+        for j, e in enumerate(edges):
+            padded[j, :e.size] = e
+        out["build/edges"] = padded
+    return out
+
+
 def _dual_arrays(cert, pool: RowPool) -> dict:
     dims = cert.dims
-    return {"kind": np.array("dual"), "c": cert.c, "A_rows": pool.add(cert.A),
+    return {**_construction_arrays(cert.construction),"kind": np.array("dual"), "c": cert.c, "A_rows": pool.add(cert.A),
             "A_shape": np.asarray(cert.A.shape, dtype=np.int64), "b": cert.b,
             "dims": np.asarray([dims["zero"], dims["nonneg"], dims["exp"], *dims["soc"]], dtype=np.int64),
             "lo": cert.lo, "hi": cert.hi, "z": cert.z, "data_rel_err": np.float64(cert.data_rel_err),

@@ -20,7 +20,7 @@ import numpy as np
 from tqdm import tqdm
 
 from attncert.certify.exact_worst_case import exact_worst_case
-from attncert.certify.second_order import second_order_certificate
+from attncert.certify.second_order.certificate import second_order_certificate
 from attncert.certify.token_substitutions import token_substitution_worst_case
 from attncert.head.problem import random_head_problem
 

@@ -44,7 +44,7 @@ from attncert.certify.best_feasible_ascent import best_feasible_ascent
 from attncert.certify.exact_worst_case import exact_worst_case
 from attncert.certify.first_order_certificate import bilinear_bound, first_order_certificate, score_value_intervals
 from attncert.certify.secant_slack_bound import secant_slack_bound
-from attncert.certify.second_order import second_order_certificate
+from attncert.certify.second_order.certificate import second_order_certificate
 from attncert.certify.second_order.dual_certificate import recording_duals
 from attncert.head.reduced_geometry import reduced_geometry
 from attncert.head.problem import HeadProblem
@@ -126,7 +126,7 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 6, ascent_steps
         if certificates is not None:
             geo = reduced_geometry(problem)
             certificates["reduction"] = {k: np.asarray(getattr(geo, k), dtype=np.float64) for k in
-                                         ("s0", "w0", "eps_s", "eps_w", "R_s", "R_w")}
+                                         ("s0", "w0", "u_s", "u_w", "eps_s", "eps_w", "R_s", "R_w")}
             beta = bilinear_bound(problem) if problem.mode == "varying" else math.nan
             l, u, _, W = score_value_intervals(problem, None if problem.mode == "fixed" else beta)
             certificates["first_order"] = {"l": l, "u": u, "W": W, "beta": np.float64(beta)}

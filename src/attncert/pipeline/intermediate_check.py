@@ -17,7 +17,7 @@ import json
 import re
 from pathlib import Path
 
-from attncert.pipeline.provenance import file_checksum, sidecar_path
+from attncert.pipeline.file_integrity import file_checksum, sidecar_path
 
 # The rule producing each kind of intermediate (paths relative to the working directory of the run, as
 # in workflow/rules/*.smk; tests/pipeline/test_intermediate_check.py checks this list against the rules).

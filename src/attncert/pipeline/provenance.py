@@ -10,16 +10,13 @@ in the same folder and renamed into place, so an interrupted job never leaves a 
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
-import os
 import platform
-import tempfile
-from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
 from attncert.pipeline.config import config_hash
+from attncert.pipeline.file_integrity import atomic_path, file_checksum, sidecar_path  # noqa: F401 - re-exported
 from attncert.pipeline.model_source import is_synthetic, model_label
 
 PACKAGES = ("attncert", "numpy", "scipy", "torch", "transformers", "cvxpy", "clarabel", "scs",
@@ -65,36 +62,9 @@ def provenance(params, *, stage: str, model_id: str | None = None, seeds: dict |
     return record
 
 
-def sidecar_path(path: str | Path) -> Path:
-    return Path(str(path) + ".json")
-
-
-@contextmanager
-def atomic_path(path: str | Path):
-    """Yield a temporary path in the same folder; on success rename it to `path`, else remove it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
 def write_json(path: str | Path, record: dict) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
-
-
-def file_checksum(path: str | Path) -> dict:
-    """{"sha256": hex digest, "size_bytes": size} of a file's bytes."""
-    with open(path, "rb") as fh:
-        digest = hashlib.file_digest(fh, "sha256").hexdigest()
-    return {"sha256": digest, "size_bytes": os.path.getsize(path)}
 
 
 def write_sidecar(path: str | Path, record: dict) -> Path:

@@ -20,7 +20,8 @@ from attncert.certify.best_feasible_ascent import best_feasible_ascent
 from attncert.certify.exact_worst_case import exact_worst_case
 from attncert.certify.first_order_certificate import first_order_certificate
 from attncert.head.problem import random_head_problem
-from attncert.certify.second_order import SecondOrderResult, second_order_certificate
+from attncert.certify.second_order.certificate import second_order_certificate
+from attncert.certify.second_order.relaxation import SecondOrderResult
 from attncert.certify.second_order.compiled import CompiledProgram
 
 from head_strategies import sampled_max, small_heads  # tests/head_strategies.py

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import attncert.certify.second_order.separable as sep
 from attncert.certify.exact_worst_case import exact_worst_case
 from attncert.certify.first_order_certificate import first_order_certificate
-from attncert.certify.second_order import second_order_certificate
+from attncert.certify.second_order.certificate import second_order_certificate
 from attncert.certify.second_order.fixed import _to_g, relaxation_data, second_order_fixed
 from attncert.certify.second_order.support_bound import bound_from_dual, unit_generators
 from attncert.certify.second_order.token_family import FAMILY_ABOVE

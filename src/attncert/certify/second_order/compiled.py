@@ -1,4 +1,4 @@
-"""The solve path of the relaxations: cvxpy's compiled data refilled from parameter values, Clarabel called directly.
+"""The relaxations' canonical conic data: cvxpy's compiled data refilled from parameter values (no solver here).
 
 The relaxations are parametrized cvxpy problems, built once per shape and solved thousands of times with new
 parameter values. cvxpy's `get_problem_data` re-runs its reduction chain on every call (~2 ms on these small
@@ -8,7 +8,9 @@ cvxpy's own parameter-to-data tensors, variable offsets and cone dimensions) and
 The compiled data are checked bit for bit against `get_problem_data` when compiled (any difference, or a cvxpy
 without these internals, keeps cvxpy's path), so every solve and every certified bound is unchanged.
 
-`assign` sets a parameter's value without cvxpy's per-assignment projection check (same stored value).
+`assign` sets a parameter's value without cvxpy's per-assignment projection check (same stored value);
+`box_vectors` lays a {Variable: (lo, hi)} box out in the canonical variable order. The solver call itself is in
+`dual_certificate`; `attncert.audit` rebuilds programs through this module without solving.
 """
 from __future__ import annotations
 
@@ -16,8 +18,7 @@ import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 
-_PLAIN = frozenset({"nonneg"})
-_SETTINGS: dict = {}  # Clarabel settings per ladder rung (the solver copies them)  # the only attribute the relaxations' parameters use
+_PLAIN = frozenset({"nonneg"})  # the only attribute the relaxations' parameters use
 
 
 def assign(param: cp.Parameter, value) -> None:
@@ -115,24 +116,6 @@ class CompiledProgram:
         c = (self.q @ vec)[:self.nvar]
         return c, A, b
 
-    def solve_clarabel(self, c, A, b, opts: dict):
-        """Clarabel on (c, A, b) with cvxpy's cones and settings (verbose off, then `opts`): its raw result."""
-        import clarabel
-
-        if self.cones is None:
-            from cvxpy.reductions.solvers.conic_solvers.clarabel_conif import dims_to_solver_cones
-
-            self.cones = dims_to_solver_cones(self.dims)
-        key = tuple(sorted(opts.items()))
-        settings = _SETTINGS.get(key)
-        if settings is None:
-            settings = clarabel.DefaultSettings()
-            settings.verbose = False
-            for name, val in opts.items():
-                setattr(settings, name, val)
-            _SETTINGS[key] = settings
-        return clarabel.DefaultSolver(self.P, c, A, b, self.cones, settings).solve()
-
 
 def compiled_program(problem: cp.Problem):
     """The problem's CompiledProgram (built on first use, stored on the problem), or None (cvxpy's path)."""
@@ -149,3 +132,25 @@ def var_offsets(inverse_data, variables):
         if isinstance(offs, dict) and ids <= set(offs):
             return offs
     raise RuntimeError("cannot locate variable offsets in the cvxpy inverse data")
+
+
+def box_vectors(box: dict, offsets: dict, nvar: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi) of a {Variable: (lo, hi)} box in cvxpy's canonical variable order (Fortran order per variable)."""
+    lo = np.empty(nvar)
+    hi = np.empty(nvar)
+    for v, (blo, bhi) in box.items():
+        o = offsets[v.id]
+        lo[o:o + v.size] = np.broadcast_to(np.asarray(blo, dtype=np.float64), v.shape).flatten(order="F")
+        hi[o:o + v.size] = np.broadcast_to(np.asarray(bhi, dtype=np.float64), v.shape).flatten(order="F")
+    return lo, hi
+
+
+def canonical_program(problem: cp.Problem, box: dict) -> dict | None:
+    """The problem's conic data as the solver receives them (c, A, b, dims) and the box as (lo, hi); None when
+    cvxpy's internals cannot be read (`CompiledProgram.compile`)."""
+    compiled = compiled_program(problem)
+    if compiled is None:
+        return None
+    c, A, b = compiled.data()
+    lo, hi = box_vectors(box, compiled.offsets, compiled.nvar)
+    return dict(c=c, A=A, b=b, dims=compiled.dims, lo=lo, hi=hi)

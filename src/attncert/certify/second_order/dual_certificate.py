@@ -56,7 +56,7 @@ import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 
-from attncert.certify.second_order.compiled import compiled_program, var_offsets
+from attncert.certify.second_order.compiled import box_vectors, compiled_program, var_offsets
 from attncert.head.rounding import UNIT_ROUNDOFF, round_up
 
 DATA_REL_ERR = 1e-12
@@ -144,6 +144,7 @@ class DualCertificate:
     data_rel_err: float
     affine: tuple = ()  # (origin, scale, tail) of the map to g, set by the caller's unit conversion
     value: float = math.inf  # the certified value in g units (outward_affine of bound)
+    construction: dict = field(default_factory=dict)  # what the program was built from (`note_construction`)
 
 
 class DualRecord:
@@ -157,6 +158,7 @@ class DualRecord:
     def __init__(self):
         self.pending: list[DualCertificate] = []
         self.best: DualCertificate | None = None
+        self.construction: dict = {}  # the current program's construction inputs
 
     def offer(self, cert: DualCertificate):
         self.pending.append(cert)
@@ -186,6 +188,16 @@ def recording_duals():
         _RECORD.reset(token)
 
 
+def note_construction(reset: bool = False, **fields):
+    """Called by a relaxation before its solves: what its program is built from (the builder's inputs, so that a
+    checker can rebuild the same program without solving; `attncert.audit.program_link`). reset: start anew."""
+    rec = _RECORD.get()
+    if rec is not None:
+        if reset:
+            rec.construction = {}
+        rec.construction.update(fields)
+
+
 def note_affine(origin: float, scale: float, tail: float = 0.0):
     """Called by a program's map to g units (value = origin + scale * bound + tail) after its solves."""
     rec = _RECORD.get()
@@ -203,7 +215,8 @@ def _offer(bound, c, A, b, dims, lo, hi, z, data_rel_err):
     if rec is not None and math.isfinite(bound):
         A = A if sp.issparse(A) and A.format == "csc" else sp.csc_matrix(A)
         rec.offer(DualCertificate(bound, np.array(c, dtype=np.float64), A.copy(), np.array(b, dtype=np.float64),
-                                  _dims_record(dims), np.array(lo), np.array(hi), np.array(z), data_rel_err))
+                                  _dims_record(dims), np.array(lo), np.array(hi), np.array(z), data_rel_err,
+                                  construction=dict(rec.construction)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -435,14 +448,9 @@ def solve_and_certify(problem: cp.Problem, box: dict, ladder=SOLVER_LADDER, stop
                 nvar = data["c"].size
             if nvar != sum(v.size for v in variables):
                 raise RuntimeError("cvxpy introduced auxiliary variables; the box cannot cover them")
-            lo = np.empty(nvar)
-            hi = np.empty(nvar)
-            for v, (blo, bhi) in box.items():
-                o = offs[v.id]
-                lo[o:o + v.size] = np.broadcast_to(np.asarray(blo, dtype=np.float64), v.shape).flatten(order="F")
-                hi[o:o + v.size] = np.broadcast_to(np.asarray(bhi, dtype=np.float64), v.shape).flatten(order="F")
+            lo, hi = box_vectors(box, offs, nvar)
             if fast:
-                raw = compiled.solve_clarabel(data["c"], data["A"], data["b"], opts)
+                raw = clarabel_solve(compiled, data["c"], data["A"], data["b"], opts)
             else:
                 raw = _quiet(lambda: chain.solve_via_data(problem, data, False, False, dict(opts)))
             status, ok, x, z, pobj = _raw_parts(solver, raw)
@@ -494,6 +502,28 @@ def solve_and_certify(problem: cp.Problem, box: dict, ladder=SOLVER_LADDER, stop
         result.solver, result.primal, result.values = solver, primal, vals
         result.dual_gap = result.bound - primal
     return result
+
+
+_SETTINGS: dict = {}  # Clarabel settings per ladder rung (the solver copies them)
+
+
+def clarabel_solve(compiled, c, A, b, opts: dict):
+    """Clarabel on (c, A, b) with cvxpy's cones and settings (verbose off, then `opts`): its raw result."""
+    import clarabel
+
+    if getattr(compiled, "cones", None) is None:
+        from cvxpy.reductions.solvers.conic_solvers.clarabel_conif import dims_to_solver_cones
+
+        compiled.cones = dims_to_solver_cones(compiled.dims)
+    key = tuple(sorted(opts.items()))
+    settings = _SETTINGS.get(key)
+    if settings is None:
+        settings = clarabel.DefaultSettings()
+        settings.verbose = False
+        for name, val in opts.items():
+            setattr(settings, name, val)
+        _SETTINGS[key] = settings
+    return clarabel.DefaultSolver(compiled.P, c, A, b, compiled.cones, settings).solve()
 
 
 def _quiet(fn):

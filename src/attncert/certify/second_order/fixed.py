@@ -13,63 +13,22 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-import cvxpy as cp
 import numpy as np
 
 from attncert.certify.first_order_certificate import first_order_certificate
-from attncert.certify.second_order.compiled import assign
-from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, note_affine, solve_and_certify
-from attncert.certify.second_order.facets import (NEAR_EDGES, SLOTS, UpperChainFacets, cutting_plane_solve,
-                                                  initial_edges, vertex_dinkelbach)
-from attncert.certify.second_order.relaxation import (DEVIATION_BELOW, MONOTONE_POINTS, SecondOrderResult,
-                                                      ellipse_matrix, fallback_bound,
-                                                      nu_bound, objective, polygon_constraints, representable, settle,
-                                                      weight_constraints, weight_parameters)
+from attncert.certify.second_order.dual_certificate import (SOLVER_LADDER, note_affine, note_construction,
+                                                            solve_and_certify)
+from attncert.certify.second_order.cutting_planes import cutting_plane_solve, vertex_dinkelbach
+from attncert.certify.second_order.facets import NEAR_EDGES, SLOTS, UpperChainFacets, initial_edges
+from attncert.certify.second_order.fixed_program import (FixedRelaxationData, build_fixed_program, fixed_box,
+                                                         set_fixed_parameters)
+from attncert.certify.second_order.relaxation import (MONOTONE_POINTS, SecondOrderResult, fallback_bound,
+                                                      representable, settle)
 from attncert.head.problem import HeadProblem
 from attncert.head.reduced_geometry import reduced_geometry
 from attncert.head.rounding import outward_affine
-
-_CACHE: dict = {}
-
-
-@dataclass
-class FixedRelaxationData:
-    """The fixed-query reduction in the relaxation's units (scores shifted, coordinates in units of their range)."""
-
-    A: np.ndarray  # shifted nominal scores s0 - shift
-    w0: np.ndarray
-    g0: float  # nominal value (objective origin)
-    eps_s: np.ndarray
-    eps_w: np.ndarray
-    u_s: np.ndarray
-    u_w: np.ndarray
-    R_s: float  # >= max |sigma| over P (rounded up): the score unit and half-width h
-    R_w: float  # >= max |omega| over P (rounded up)
-    rho_w: float  # value unit (R_w, or 1 when values do not move)
-    rho_o: float  # objective unit
-    radius: float
-    norm: str
-    kept: tuple = ()  # (keep mask, tail) of `ReducedGeometry.kept_tokens`
-    tail: float = 0.0  # sound bound on the effect of the dropped (negligible) tokens, added to the bound
-
-    @property
-    def scales(self) -> np.ndarray:
-        return np.tile([self.R_s, self.rho_w], (self.A.size, 1))
-
-    @property
-    def deviation(self) -> bool:
-        return self.R_s < DEVIATION_BELOW
-
-    def drop_negligible(self) -> "FixedRelaxationData":
-        """The same data without the tokens that can never carry weight (the record's `kept_tokens`)."""
-        keep, tail = self.kept
-        if np.all(keep):
-            return self
-        return replace(self, A=self.A[keep], w0=self.w0[keep], eps_s=self.eps_s[keep], eps_w=self.eps_w[keep],
-                       tail=tail)
-
 
 def relaxation_data(problem: HeadProblem, fo: float | None = None, origin: bool = True) -> FixedRelaxationData:
     """The reduction in the relaxation's units; origin=False keeps the nominal value as objective origin."""
@@ -117,60 +76,10 @@ def _origin(problem: HeadProblem, g_nom: float, fo: float) -> float:
     return est if math.isfinite(est) and g_nom <= est <= fo else g_nom
 
 
-def _build(n: int, norm: str, K: int, upper_cone: bool, mono: int, deviation: bool):
-    key = ("fixed", n, norm, K, upper_cone, mono, deviation)
-    if key in _CACHE:
-        return _CACHE[key]
-    tau = cp.Variable(name="tau")
-    lam = cp.Variable(n, name="lam")
-    U = cp.Variable((n, 2), name="U")
-    V = cp.Variable((n, 2), name="V")
-    nu = cp.Variable(n, name="nu") if deviation else None
-    P: dict = {}
-    tau_n = tau * np.ones(n)
-    cons = weight_constraints(P, n, tau, lam, U[:, 0], V[:, 0], upper_cone, mono, nu)
-    if norm == "l2":
-        P["G"] = cp.Parameter((2, 2), name="G")
-        P["cs"] = cp.Parameter(nonneg=True, name="cs")
-        cons += [cp.SOC(P["cs"] * lam, P["G"] @ U.T, axis=0),
-                 cp.SOC(P["cs"] * (tau_n - lam), P["G"] @ V.T, axis=0)]
-    else:
-        cons += polygon_constraints(P, n, K, U, V, lam, tau_n)
-    variables = dict(tau=tau, lam=lam, U=U, V=V)
-    if nu is not None:
-        variables["nu"] = nu
-    entry = (cp.Problem(objective(P, tau, lam, U[:, 1], V[:, 1]), cons), P, variables)
-    _CACHE[key] = entry
-    return entry
-
-
-def _box(V: dict, n: int, tau_lo: float, tau_hi: float, D: FixedRelaxationData) -> dict:
-    """A box containing every lifted true point (the certification box of `dual_certificate`)."""
-    inflate = 1.0 + 1e-9
-    wb = D.R_w / D.rho_w * inflate
-    up = np.full(n, tau_hi * inflate)  # lam <= tau
-    uv = np.stack([np.full(n, inflate), np.full(n, wb)], axis=1)
-    box = {V["tau"]: (tau_lo, tau_hi), V["lam"]: (np.zeros(n), up), V["U"]: (-uv * up[:, None], uv * up[:, None]),
-           V["V"]: (-uv * tau_hi, uv * tau_hi)}
-    if "nu" in V:
-        box[V["nu"]] = (np.zeros(n), nu_bound(np.full(n, D.R_s), D.eps_s, tau_hi))
-    return box
-
-
 def _to_g(bound: float, D: FixedRelaxationData) -> float:
     """g0 + rho_o * bound (+ the dropped tokens' tail), rounded outward."""
     note_affine(D.g0, D.rho_o, D.tail)
     return outward_affine(D.g0, D.rho_o, bound, D.tail)
-
-
-def _set_parameters(P: dict, D: FixedRelaxationData):
-    n = D.A.size
-    out = weight_parameters(P, D.A, np.full(n, D.R_s), D.eps_s, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w)
-    if "G" in P:
-        G, cs = ellipse_matrix(D.u_s, D.u_w, D.radius, D.R_s, D.rho_w)
-        assign(P["G"], G)
-        assign(P["cs"], cs)
-    return out
 
 
 def _solve_linf(problem: HeadProblem, D: FixedRelaxationData, upper_cone: bool, mono: int, ladder):
@@ -179,9 +88,10 @@ def _solve_linf(problem: HeadProblem, D: FixedRelaxationData, upper_cone: bool, 
     chains = [chain] * n
     _, k = vertex_dinkelbach(D.A, D.w0, D.g0, np.tile(chain.chain.sigma, (n, 1)), np.tile(chain.chain.omega, (n, 1)))
     edges = initial_edges(chains, k, SLOTS, near=NEAR_EDGES)
-    prob, P, V = _build(n, "linf", SLOTS, upper_cone, mono, D.deviation)
-    El, Ehat, tau_lo, tau_hi = _set_parameters(P, D)
-    box = _box(V, n, tau_lo, tau_hi, D)
+    prob, P, V = build_fixed_program(n, "linf", SLOTS, upper_cone, mono, D.deviation)
+    note_construction(reset=True, path="fixed", key=(n, "linf", SLOTS, upper_cone, mono, D.deviation), data=D)
+    El, Ehat, tau_lo, tau_hi = set_fixed_parameters(P, D)
+    box = fixed_box(V, n, tau_lo, tau_hi, D)
     return cutting_plane_solve(prob, P, V, box, chains, edges, SLOTS, D.scales, lambda b: _to_g(b, D), ladder)
 
 
@@ -214,9 +124,11 @@ def second_order_fixed(problem: HeadProblem, upper_cone: bool = False, monotone_
     log, best, best_status, best_solver, primal, gap = [], math.inf, "not_run", "none", math.nan, math.nan
     rounds, n_facets = 0, 0
     if problem.norm == "l2":
-        prob, P, V = _build(n, "l2", 0, upper_cone, monotone_points, D.deviation)
-        El, Ehat, tau_lo, tau_hi = _set_parameters(P, D)
-        cert = solve_and_certify(prob, _box(V, n, tau_lo, tau_hi, D), ladder=ladder)
+        prob, P, V = build_fixed_program(n, "l2", 0, upper_cone, monotone_points, D.deviation)
+        note_construction(reset=True, path="fixed", key=(n, "l2", 0, upper_cone, monotone_points, D.deviation),
+                          data=D)
+        El, Ehat, tau_lo, tau_hi = set_fixed_parameters(P, D)
+        cert = solve_and_certify(prob, fixed_box(V, n, tau_lo, tau_hi, D), ladder=ladder)
         rounds = 1
         log += [(s, st, _to_g(b, D), sec) for (s, st, b, sec) in cert.log]
         if cert.converged:

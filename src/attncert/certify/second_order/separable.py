@@ -24,7 +24,8 @@ import time
 
 import numpy as np
 
-from attncert.certify.second_order.facets import unit_rows, vertex_dinkelbach
+from attncert.certify.second_order.cutting_planes import vertex_dinkelbach
+from attncert.certify.second_order.facets import unit_rows
 from attncert.certify.second_order.fixed import _to_g, prepared_data
 from attncert.certify.second_order.relaxation import MONOTONE_POINTS, SecondOrderResult, ellipse_matrix, settle
 from attncert.certify.second_order.support_bound import bound_from_dual, unit_generators

@@ -49,7 +49,8 @@ import cvxpy as cp
 import numpy as np
 
 from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, solve_and_certify
-from attncert.certify.second_order.facets import SLOTS, cutting_plane_solve
+from attncert.certify.second_order.cutting_planes import cutting_plane_solve
+from attncert.certify.second_order.facets import SLOTS
 from attncert.certify.second_order.relaxation import (DEVIATION_BELOW, MONOTONE_POINTS, SecondOrderResult,
                                                       ellipse_matrix, fallback_bound, polygon_constraints,
                                                       representable, settle, softmax_bounds, weight_parameters)

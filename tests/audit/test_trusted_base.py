@@ -1,0 +1,94 @@
+"""The checker's trusted base, enforced on the source: every module `attncert.audit` can import (module level or
+inside a function, followed through attncert's own modules) is on this list, and none is a solver, torch, or the
+code that solves."""
+import ast
+import sys
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+# attncert modules the checker may reach: its own, the certificate format, the builders (no solver), the head's
+# reduction, the file checks and provenance
+ALLOWED = {
+    "attncert", "attncert.audit", "attncert.certify", "attncert.certify.second_order",
+    "attncert.certify.certificate_store", "attncert.certify.second_order.compiled",
+    "attncert.certify.second_order.facets", "attncert.certify.second_order.fixed_program",
+    "attncert.certify.second_order.relaxation", "attncert.certify.first_order_certificate",
+    "attncert.head", "attncert.head.problem", "attncert.head.rounding", "attncert.head.fixed_query",
+    "attncert.head.negligible_tokens", "attncert.head.projected_ball", "attncert.head.reduced_geometry",
+    "attncert.pipeline", "attncert.pipeline.intermediate_check", "attncert.pipeline.file_integrity",
+}
+# never: solvers, torch and its model code, and attncert's solving code
+FORBIDDEN_THIRD_PARTY = {"clarabel", "scs", "torch", "transformers", "auto_LiRPA", "bound_propagation", "ecos",
+                         "osqp", "highspy"}
+FORBIDDEN = {"attncert.certify.second_order.dual_certificate", "attncert.certify.second_order.cutting_planes",
+             "attncert.certify.dinkelbach", "attncert.certify.best_feasible_ascent",
+             "attncert.certify.exact_worst_case", "attncert.certify.token_max", "attncert.certify.run",
+             "attncert.certify.second_order.fixed", "attncert.certify.second_order.certificate"}
+
+
+def module_file(name: str) -> Path | None:
+    base = SRC / Path(*name.split("."))
+    for p in (base.with_suffix(".py"), base / "__init__.py"):
+        if p.is_file():
+            return p
+    return None
+
+
+def imports_of(path: Path, name: str) -> set[str]:
+    out = set()
+    pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = pkg.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names if module_file(f"{base}.{a.name}"))
+    return out
+
+
+def reached() -> tuple[set[str], set[str]]:
+    """(attncert modules, third-party top-level modules) reachable from attncert.audit."""
+    todo = [f"attncert.audit.{p.stem}" if p.stem != "__init__" else "attncert.audit"
+            for p in (SRC / "attncert" / "audit").glob("*.py")]
+    seen, third = set(), set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        todo += [".".join(parts[:k]) for k in range(1, len(parts))]  # parent packages run their __init__
+        path = module_file(name)
+        if path is None:
+            continue
+        for imp in imports_of(path, name):
+            if imp.split(".")[0] == "attncert":
+                todo.append(imp)
+            elif imp and imp.split(".")[0] not in sys.stdlib_module_names and imp != "__future__":
+                third.add(imp.split(".")[0])
+    return {m for m in seen if module_file(m)}, third
+
+
+def test_checker_reaches_only_the_trusted_base():
+    mods, third = reached()
+    assert not (mods & FORBIDDEN), sorted(mods & FORBIDDEN)
+    outside = {m for m in mods - ALLOWED if not m.startswith("attncert.audit")}
+    assert not outside, sorted(outside)
+    assert not (third & FORBIDDEN_THIRD_PARTY), sorted(third & FORBIDDEN_THIRD_PARTY)
+    assert third <= {"numpy", "scipy", "flint", "cvxpy", "tqdm"}, sorted(third)
+
+
+def test_the_scan_sees_a_forbidden_import(tmp_path, monkeypatch):
+    """The scan itself can fail: a module importing a solver inside a function is caught."""
+    bad = SRC / "attncert" / "audit" / "_scan_probe.py"
+    bad.write_text("def f():\n    import clarabel\n    from attncert.certify.dinkelbach import x\n")
+    try:
+        mods, third = reached()
+        assert "clarabel" in third and "attncert.certify.dinkelbach" in mods
+    finally:
+        bad.unlink()
