@@ -2,8 +2,9 @@
 
 Numbers and their checks (docs/audit.md):
 
-    all rows       reduction       the stored reduction encloses the exact one: |s0_j - s0*_j| + r ||u_s*||_* <=
-                                   R_s + eps_s,j and the same for the values (the data every relaxation reads)
+    all rows       reduction       the stored reduction encloses the exact one of the weights (`reduction_margin`):
+                                   the data every relaxation reads; when it fails, every number of the row fails
+                                   (the certificates are not for this unit)
     first_order    intervals       the stored [l_j, u_j], W_j enclose the exact score and value ranges
                    greedy_lp       F1(first_order) <= 0
     exact_lo       witness_ball    the witness lies in the ball
@@ -139,7 +140,7 @@ def _audit_row(files: LayerFiles, row: dict, cert: dict) -> list[Outcome]:
         for k in ("exact_lo", "exact_hi"):
             out[k] = Outcome(k, values[k], "not applicable", "", math.nan, "varying query: no exact value (NP-hard)")
 
-    for k in ("first_order", "second_order", "second_order_tight"):  # the reduction underlies the relaxations
+    for k in NUMBERS:  # a reduction that the weights do not give: the row's certificates are not for this unit
         o = out[k]
         if o.status == "pass" and not reduction[1] >= 0:
             out[k] = Outcome(k, o.reported, "fail", "reduction", reduction[1], reduction[2])

@@ -100,7 +100,7 @@ from attncert.certify.dinkelbach import DinkelbachStep, safeguarded_dinkelbach
 from attncert.head.fixed_query import fixed_query_reduction
 from attncert.certify.token_max import EXP_MAX, token_max, token_sum
 from attncert.head.projected_ball import projected_ball
-from attncert.head.rounding import gamma
+from attncert.head.rounding import LD, UNIT_ROUNDOFF, gamma, gamma_ld
 
 MAX_DINKELBACH = 200
 TARGET_RELATIVE_WIDTH = 1e-10  # the bracket width aimed at, relative to the value spread
@@ -140,6 +140,36 @@ def _feasible(problem: HeadProblem, delta: np.ndarray) -> np.ndarray:
         if problem.in_ball(Z):
             return Z
     raise RuntimeError("could not build a feasible witness (rounding)")
+
+
+def attained_lower_end(problem: HeadProblem, Z: np.ndarray) -> float:
+    """A float <= g(Z) in real arithmetic (fixed query): g evaluated in extended precision, less its error bound.
+
+    Each dot product of length k errs by at most gamma^L_k times the same product of absolute values (`rounding`):
+    scores by err_s (the chain q = z_i W_Q + b_Q, k_j = z_j W_K + b_K, q.k_j / sqrt(d_h)), values by err_w
+    (w_j = (z_j W_V + b_V).c). Score errors move g by at most (e^{2 max err_s} - 1)(max w - min w), value errors
+    by max err_w; the softmax and the weighted sum add 8 gamma^L_{2n+10} max |w|; the result is rounded down.
+    """
+    L = LD
+    ZL = np.asarray(Z, dtype=np.float64).astype(L)
+    i, dh = problem.query_index, problem.d_head
+    q = problem.Z0[i].astype(L) @ problem.W_Q.astype(L) + problem.b_Q.astype(L)
+    s = (ZL @ problem.W_K.astype(L) + problem.b_K.astype(L)) @ q / np.sqrt(L(dh))
+    w = (ZL @ problem.W_V.astype(L) + problem.b_V.astype(L)) @ problem.c.astype(L)
+    e = np.exp(s - s.max())
+    g = float((e @ w) / e.sum()) if np.all(np.isfinite(e)) else math.nan
+    absZ = np.abs(np.asarray(Z, dtype=np.float64))
+    q_abs = np.abs(problem.Z0[i]) @ np.abs(problem.W_Q) + np.abs(problem.b_Q)
+    s_abs = (absZ @ np.abs(problem.W_K) + np.abs(problem.b_K)) @ q_abs / math.sqrt(dh)
+    w_abs = (absZ @ np.abs(problem.W_V) + np.abs(problem.b_V)) @ np.abs(problem.c)
+    k = 2 * problem.d + dh + 10
+    err_s = 4.0 * gamma_ld(k) * float(np.max(s_abs))
+    err_w = 4.0 * gamma_ld(k) * float(np.max(w_abs))
+    wf = w.astype(np.float64)
+    err = (err_w + math.expm1(2.0 * err_s) * float(wf.max() - wf.min() + 2.0 * err_w)
+           + 8.0 * gamma_ld(2 * problem.n + 10) * float(np.max(np.abs(wf))))
+    out = g - err * (1.0 + 1e-6) - 2.0 * UNIT_ROUNDOFF * abs(g)  # the float64 rounding of g
+    return math.nextafter(out, -math.inf) if math.isfinite(out) else -math.inf
 
 
 def _ratio(A, sigma, w) -> float:
@@ -195,21 +225,11 @@ def exact_worst_case(problem: HeadProblem, sense: str = "max", max_iter: int = M
             Z = _feasible(problem, np.zeros_like(problem.Z0) if point is None else point.delta())
         except RuntimeError:  # a ball below the rounding of Z0 + delta: the nominal point (lo stays sound)
             Z = problem.Z0.copy()
-        return Z, attained_lower(problem.value(Z))
-
-    # the witness's value is computed in float64: its lower end below the rounding (the data errors eps of the
-    # reduction bound the scores and values of every point of the ball; the softmax and the weighted sum add
-    # gamma_{2n+10} relative to the largest value), so that exact_lo <= g(witness) in real arithmetic
-    w_abs = float(np.max(np.abs(w0) + R_w + eps_w))
-    value_err = (float(np.max(eps_w)) + math.expm1(2.0 * float(np.max(eps_s))) * 2.0 * w_abs
-                 + 4.0 * gamma(2 * problem.n + 10) * w_abs)
-
-    def attained_lower(value: float) -> float:
-        return math.nextafter(value - value_err * (1.0 + 1e-6), -math.inf)
+        return Z, attained_lower_end(problem, Z)
 
     witness, lo = witness_of(best)
-    if attained_lower(problem.value(problem.Z0)) > lo:  # cannot happen in exact arithmetic; guard the witness
-        witness, lo = problem.Z0.copy(), attained_lower(problem.value(problem.Z0))
+    if attained_lower_end(problem, problem.Z0) > lo:  # cannot happen in exact arithmetic; guard the witness
+        witness, lo = problem.Z0.copy(), attained_lower_end(problem, problem.Z0)
 
     # certification: find hi with F_up(hi) < 0 (F_up in units of e^C, C the largest token scale)
     rel_err = gamma(32) * (4.0 + np.abs(A) + 3.0 * R_s)

@@ -45,7 +45,7 @@ from attncert.certify.exact_worst_case import exact_worst_case
 from attncert.certify.first_order_certificate import bilinear_bound, first_order_certificate, score_value_intervals
 from attncert.certify.secant_slack_bound import secant_slack_bound
 from attncert.certify.second_order.certificate import second_order_certificate
-from attncert.certify.second_order.dual_certificate import recording_duals
+from attncert.certify.second_order.dual_record import recording_duals
 from attncert.head.reduced_geometry import reduced_geometry
 from attncert.head.problem import HeadProblem
 from attncert.pipeline.device import resolve_device

@@ -12,8 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import attncert.certify.second_order.dual_certificate as dc
+import attncert.certify.second_order.cutting_planes as cp_loop
 import attncert.certify.second_order.facets as fc
 import attncert.certify.second_order.fixed as so
+import attncert.certify.second_order.fixed_program as fp
 import attncert.certify.second_order.relaxation as rl
 import attncert.certify.second_order.varying as vq
 from attncert.certify.best_feasible_ascent import best_feasible_ascent
@@ -130,10 +132,10 @@ def test_result_fields_and_compile_cache():
     assert res.solver in ("CLARABEL", "SCS") and res.status in ("optimal", "optimal_inaccurate")
     assert res.seconds > 0 and not res.fallback
     assert res.primal <= res.value + 1e-6  # the certificate is never the primal objective itself
-    before = {k: v[0] for k, v in so._CACHE.items()}
+    before = {k: v[0] for k, v in fp._CACHE.items()}
     q = random_head_problem(np.random.default_rng(5), d=6, n=5, radius=0.03, norm="linf")
     second_order_certificate(q)
-    after = {k: v[0] for k, v in so._CACHE.items()}
+    after = {k: v[0] for k, v in fp._CACHE.items()}
     assert set(before) == set(after)  # same shape: no new compilation
     assert all(before[k] is after[k] for k in before)
 
@@ -163,7 +165,7 @@ def test_compiled_path_gives_the_same_certificate(problem):
             m.setattr(dc, "USE_COMPILED", False)
             slow = second_order_certificate(dataclasses.replace(problem), upper_cone=upper_cone)
         assert fast.value == slow.value and fast.status == slow.status and fast.rounds == slow.rounds
-    for prob, _, _ in list(so._CACHE.values()) + list(vq._CACHE.values()):
+    for prob, _, _ in list(fp._CACHE.values()) + list(vq._CACHE.values()):
         if hasattr(prob, "_attncert_compiled"):
             assert prob._attncert_compiled is not None  # the compiled data matched cvxpy's: the fast path ran
 
@@ -201,7 +203,7 @@ def test_initial_facets_same_certificate_as_the_sigma_grids(problem):
             m.setattr(so, "NEAR_EDGES", 1)
             old = second_order_certificate(dataclasses.replace(problem), upper_cone=upper_cone)
         reported = max(new.dual_gap, 0.0) if "loose_dual" in new.status else 0.0
-        assert new.value <= old.value + fc.CUT_STOP * movement + reported + 1e-12 * (1.0 + abs(old.value))
+        assert new.value <= old.value + cp_loop.CUT_STOP * movement + reported + 1e-12 * (1.0 + abs(old.value))
         assert new.value >= ex.hi - 1e-9 * (1.0 + ex.value_spread)
 
 
@@ -370,13 +372,13 @@ def test_lifted_true_points_are_feasible_fixed(norm, upper_cone, radius):
     p = random_head_problem(rng, d=6, d_head=4, n=5, radius=radius, norm=norm)
     D = so.relaxation_data(p)
     assert D.deviation == (radius < 1e-3)
-    prob, P, V = so._build(p.n, norm, fc.SLOTS if norm == "linf" else 0, upper_cone, rl.MONOTONE_POINTS,
+    prob, P, V = fp.build_fixed_program(p.n, norm, fc.SLOTS if norm == "linf" else 0, upper_cone, rl.MONOTONE_POINTS,
                            D.deviation)
-    El, Ehat, tau_lo, tau_hi = so._set_parameters(P, D)
+    El, Ehat, tau_lo, tau_hi = fp.set_fixed_parameters(P, D)
     if norm == "linf":
         chain = fc.UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)
         fc.fill_facets(P, [chain] * p.n, [np.arange(chain.d)] * p.n, fc.SLOTS, D.scales)
-    box = so._box(V, p.n, tau_lo, tau_hi, D)
+    box = fp.fixed_box(V, p.n, tau_lo, tau_hi, D)
     h = np.full(p.n, D.R_s)
     for _ in range(50):
         delta = _random_delta(p, rng)

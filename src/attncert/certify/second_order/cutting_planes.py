@@ -10,7 +10,8 @@ import math
 import cvxpy as cp
 import numpy as np
 
-from attncert.certify.second_order.dual_certificate import note_construction, solve_and_certify
+from attncert.certify.second_order.dual_certificate import solve_and_certify
+from attncert.certify.second_order.dual_record import note_construction
 from attncert.certify.second_order.facets import fill_facets
 
 MAX_ROUNDS = 3  # cutting-plane solves (linf)

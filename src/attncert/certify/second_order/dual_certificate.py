@@ -46,10 +46,8 @@ Solve path: Clarabel runs on cvxpy's data refilled by `compiled.CompiledProgram`
 """
 from __future__ import annotations
 
-import contextvars
 import math
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import cvxpy as cp
@@ -57,6 +55,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from attncert.certify.second_order.compiled import box_vectors, compiled_program, var_offsets
+from attncert.certify.second_order.dual_record import offer_dual
 from attncert.head.rounding import UNIT_ROUNDOFF, round_up
 
 DATA_REL_ERR = 1e-12
@@ -119,104 +118,6 @@ class CertifiedSolve:
     values: dict = field(default_factory=dict)  # Variable id -> primal value (from the converged solve)
     log: list = field(default_factory=list)  # (solver, status, bound, seconds) of every attempt
     dual_gap: float = math.nan  # bound - primal of the tightest converged attempt (nan if none converged)
-
-
-# ---------------------------------------------------------------------------------------------
-# the kept certificate: what a checker that trusts no solver needs to re-derive a bound
-# ---------------------------------------------------------------------------------------------
-@dataclass
-class DualCertificate:
-    """One weak-duality bound with everything that certifies it (objective units of the program).
-
-    A checker confirms `bound` >= the program's optimum over the box from (c, A, b, dims, lo, hi, z) alone
-    (z in K^*, then (WD) in rigorous arithmetic), and the reported value in g units from
-    g = origin + scale * bound + tail (`rounding.outward_affine`).
-    """
-
-    bound: float
-    c: np.ndarray
-    A: sp.csc_matrix
-    b: np.ndarray
-    dims: dict  # zero, nonneg, soc (list of sizes), exp (number of cones)
-    lo: np.ndarray
-    hi: np.ndarray
-    z: np.ndarray  # the repaired dual vector, exactly in K^*
-    data_rel_err: float
-    affine: tuple = ()  # (origin, scale, tail) of the map to g, set by the caller's unit conversion
-    value: float = math.inf  # the certified value in g units (outward_affine of bound)
-    construction: dict = field(default_factory=dict)  # what the program was built from (`note_construction`)
-
-
-class DualRecord:
-    """Collects the certified duals of one certificate computation; keeps the one with the smallest value in g.
-
-    Every bound `weak_duality_bound` certifies inside `solve_and_certify` is offered; the relaxation's unit
-    conversion (`note_affine`, called by each program's map to g units) attaches its affine map and the
-    smallest value in g units is kept: the certificate of the reported second-order number.
-    """
-
-    def __init__(self):
-        self.pending: list[DualCertificate] = []
-        self.best: DualCertificate | None = None
-        self.construction: dict = {}  # the current program's construction inputs
-
-    def offer(self, cert: DualCertificate):
-        self.pending.append(cert)
-
-    def note_affine(self, origin: float, scale: float, tail: float):
-        from attncert.head.rounding import outward_affine
-
-        for cert in self.pending:
-            cert.affine = (float(origin), float(scale), float(tail))
-            cert.value = outward_affine(origin, scale, cert.bound, tail)
-            if math.isfinite(cert.value) and (self.best is None or cert.value < self.best.value):
-                self.best = cert
-        self.pending = []
-
-
-_RECORD: contextvars.ContextVar = contextvars.ContextVar("dual_record", default=None)
-
-
-@contextmanager
-def recording_duals():
-    """Within this block every certified dual is offered to the yielded `DualRecord`."""
-    rec = DualRecord()
-    token = _RECORD.set(rec)
-    try:
-        yield rec
-    finally:
-        _RECORD.reset(token)
-
-
-def note_construction(reset: bool = False, **fields):
-    """Called by a relaxation before its solves: what its program is built from (the builder's inputs, so that a
-    checker can rebuild the same program without solving; `attncert.audit.program_link`). reset: start anew."""
-    rec = _RECORD.get()
-    if rec is not None:
-        if reset:
-            rec.construction = {}
-        rec.construction.update(fields)
-
-
-def note_affine(origin: float, scale: float, tail: float = 0.0):
-    """Called by a program's map to g units (value = origin + scale * bound + tail) after its solves."""
-    rec = _RECORD.get()
-    if rec is not None:
-        rec.note_affine(origin, scale, tail)
-
-
-def _dims_record(dims) -> dict:
-    return {"zero": int(dims.zero), "nonneg": int(dims.nonneg), "soc": [int(q) for q in dims.soc],
-            "exp": int(dims.exp)}
-
-
-def _offer(bound, c, A, b, dims, lo, hi, z, data_rel_err):
-    rec = _RECORD.get()
-    if rec is not None and math.isfinite(bound):
-        A = A if sp.issparse(A) and A.format == "csc" else sp.csc_matrix(A)
-        rec.offer(DualCertificate(bound, np.array(c, dtype=np.float64), A.copy(), np.array(b, dtype=np.float64),
-                                  _dims_record(dims), np.array(lo), np.array(hi), np.array(z), data_rel_err,
-                                  construction=dict(rec.construction)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -464,7 +365,7 @@ def solve_and_certify(problem: cp.Problem, box: dict, ladder=SOLVER_LADDER, stop
         if z is not None and z.size:
             try:
                 bound, zr = weak_duality_bound(data["c"], data["A"], data["b"], data["dims"], z, lo, hi, data_rel_err)
-                _offer(bound, data["c"], data["A"], data["b"], data["dims"], lo, hi, zr, data_rel_err)
+                offer_dual(bound, data["c"], data["A"], data["b"], data["dims"], lo, hi, zr, data_rel_err)
                 slack = bound - (-pobj)
                 if (polish and nvar <= POLISH_MAX_VARS and math.isfinite(pobj)
                         and not slack <= max(POLISH_ABOVE, POLISH_REL * abs(pobj))):
@@ -472,7 +373,7 @@ def solve_and_certify(problem: cp.Problem, box: dict, ladder=SOLVER_LADDER, stop
                     if zp is not None:
                         bound_p, zpr = weak_duality_bound(data["c"], data["A"], data["b"], data["dims"], zp, lo, hi,
                                                           data_rel_err)
-                        _offer(bound_p, data["c"], data["A"], data["b"], data["dims"], lo, hi, zpr, data_rel_err)
+                        offer_dual(bound_p, data["c"], data["A"], data["b"], data["dims"], lo, hi, zpr, data_rel_err)
                         bound = min(bound, bound_p)
             except (ValueError, FloatingPointError, OverflowError):
                 bound = math.inf

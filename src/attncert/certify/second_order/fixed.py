@@ -18,8 +18,8 @@ from dataclasses import replace
 import numpy as np
 
 from attncert.certify.first_order_certificate import first_order_certificate
-from attncert.certify.second_order.dual_certificate import (SOLVER_LADDER, note_affine, note_construction,
-                                                            solve_and_certify)
+from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, solve_and_certify
+from attncert.certify.second_order.dual_record import note_affine, note_construction
 from attncert.certify.second_order.cutting_planes import cutting_plane_solve, vertex_dinkelbach
 from attncert.certify.second_order.facets import NEAR_EDGES, SLOTS, UpperChainFacets, initial_edges
 from attncert.certify.second_order.fixed_program import (FixedRelaxationData, build_fixed_program, fixed_box,

@@ -55,7 +55,8 @@ import time
 import cvxpy as cp
 import numpy as np
 
-from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, note_affine, solve_and_certify
+from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, solve_and_certify
+from attncert.certify.second_order.dual_record import note_affine
 from attncert.certify.second_order.cutting_planes import cutting_plane_solve, vertex_dinkelbach
 from attncert.certify.second_order.facets import SLOTS, UpperChainFacets, initial_edges
 from attncert.certify.second_order.relaxation import (DEVIATION_BELOW, MONOTONE_POINTS, SecondOrderResult,

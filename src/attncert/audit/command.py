@@ -1,4 +1,4 @@
-"""The `attncert` command. Subcommands:
+"""The `attncert` command (console script). Subcommands:
 
     attncert audit --model M [--layer L ...] [--rows 0-9,17] [--data data] [--out PREFIX]
         check every certified number of the certification table from its stored certificate (docs/audit.md)
