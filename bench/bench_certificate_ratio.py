@@ -45,7 +45,7 @@ import torch  # noqa: E402
 import attncert.certify.first_order_certificate as foc  # noqa: E402
 import attncert.certify.second_order.dual_certificate as dc  # noqa: E402
 import attncert.certify.second_order.fixed as fx  # noqa: E402
-import attncert.certify.second_order.varying as vq  # noqa: E402
+import attncert.certify.second_order.varying_data as vq  # noqa: E402
 import attncert.head.fixed_query as fq  # noqa: E402
 from attncert.baselines.linear_bound_baselines import baseline_upper_bounds  # noqa: E402
 from attncert.certify.exact_worst_case import exact_worst_case  # noqa: E402

@@ -69,7 +69,7 @@ def main(args) -> dict:
     torch.set_num_threads(1)
     from attncert.certify.best_feasible_ascent import best_feasible_ascent
     from attncert.certify.first_order_certificate import first_order_certificate
-    from attncert.certify.second_order.varying import VaryingData
+    from attncert.certify.second_order.varying_data import VaryingData
 
     head = gpt2_like_head
     radii = tuple(float(x) for x in args.radii.split(","))

@@ -14,6 +14,7 @@ ALLOWED = {
     "attncert.certify.certificate_store", "attncert.certify.second_order.compiled",
     "attncert.certify.second_order.facets", "attncert.certify.second_order.fixed_program",
     "attncert.certify.second_order.relaxation", "attncert.certify.first_order_certificate",
+    "attncert.certify.second_order.varying_data", "attncert.certify.second_order.varying_factored_program",
     "attncert.head", "attncert.head.problem", "attncert.head.rounding", "attncert.head.fixed_query",
     "attncert.head.negligible_tokens", "attncert.head.projected_ball", "attncert.head.reduced_geometry",
     "attncert.pipeline", "attncert.pipeline.intermediate_check", "attncert.pipeline.file_integrity",

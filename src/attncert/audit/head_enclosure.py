@@ -24,6 +24,11 @@ import numpy as np
 from flint import arb, arb_mat
 
 _BILINEAR: dict = {}  # per head's (W_Q, W_K) and norm
+
+
+def _gamma(k: int) -> float:
+    """Higham's gamma_k = k u / (1 - k u), u = 2^-53 (IEEE double, round to nearest)."""
+    return k * 2.0 ** -53 / (1.0 - k * 2.0 ** -53)
 PREC = 128  # bits of the ball arithmetic (float64 data convert exactly)
 
 
@@ -131,6 +136,28 @@ class HeadEnclosure:
     def w0(self) -> list:
         bc = column(as_mat(self.b_V) * as_mat(self.c).transpose())[0]
         return [x + bc for x in column(as_mat(self.Z0) * arb_mat([[x] for x in self.u_w]))]
+
+    def key_query_directions(self) -> list:
+        """p*_j = W_Q k0_j / sqrt(d_h) per token j (k0_j = z_j W_K + b_K), as lists of balls (the query's direction
+        in key j's score)."""
+        if not hasattr(self, "_p"):
+            K0 = as_mat(self.Z0) * as_mat(self.W_K) + arb_mat([self.b_K.tolist()] * self.n)  # (n, d_h)
+            M = as_mat(self.W_Q) * K0.transpose()  # (d, n)
+            self._p = [[M[a, j] / self.sqrt_dh for a in range(M.nrows())] for j in range(self.n)]
+        return self._p
+
+    def entry_sum_bound(self) -> arb:
+        """An upper bound on sum_ab |(W_Q W_K^T)_ab| (the bilinear form's maximum over the unit box): the float64
+        sum plus its a-priori error bound (each entry errs by <= gamma_{d_h} (|W_Q| |W_K|^T)_ab, the sum of the
+        d^2 magnitudes by gamma_{d^2} times itself)."""
+        key = (hashlib.sha256(self.W_Q.tobytes() + self.W_K.tobytes()).hexdigest(), "entry")
+        if key not in _BILINEAR:
+            d, dh = self.W_Q.shape
+            M = np.abs(self.W_Q @ self.W_K.T)
+            err = (np.abs(self.W_Q) @ np.abs(self.W_K).T) * _gamma(dh + 2)
+            total = float(M.sum()) + float(err.sum())
+            _BILINEAR[key] = arb(total) * arb(1.0 + 2.0 * _gamma(d * d + dh + 4))
+        return _BILINEAR[key]
 
     def key_query_norms(self, norm: str) -> list:
         """||W_Q k0_j||_* per key j (k0_j = z_j W_K + b_K): the query's reach into key j's score."""

@@ -13,6 +13,11 @@ token. The check has two parts:
    cvxpy through `certify.second_order.compiled`) rebuilds (c, A, b, cones, lo, hi) from these inputs, and the
    result equals the stored program bit for bit.
 
+A varying-query (factored) certificate records the fields of `VaryingData` before its negligible tokens are
+dropped; part 1 is then `varying_data_from_weights` (the score model of the program covers the exact scores of
+the weights, checked in ball arithmetic), and part 2 rebuilds `VaryingData.from_fields`, drops the negligible
+tokens with the builder's own rule and rebuilds the factored program (`varying_factored_program`).
+
 Nothing here calls a solver: cvxpy only canonicalizes (`get_problem_data`).
 """
 from __future__ import annotations
@@ -22,10 +27,16 @@ import json
 import numpy as np
 import scipy.sparse as sp
 
+from flint import arb
+
+from attncert.audit.head_enclosure import norm_bound
 from attncert.certify.second_order.compiled import canonical_program
 from attncert.certify.second_order.facets import UpperChainFacets, fill_facets
 from attncert.certify.second_order.fixed_program import (FixedRelaxationData, build_fixed_program, fixed_box,
                                                          set_fixed_parameters)
+from attncert.certify.second_order.varying_data import VaryingData, start_chains
+from attncert.certify.second_order.varying_factored_program import (build_factored_program, factored_box,
+                                                                    set_factored_parameters)
 from attncert.head.negligible_tokens import negligible_tokens
 from attncert.head.projected_ball import projected_ball
 from attncert.head.rounding import UNIT_ROUNDOFF
@@ -72,15 +83,41 @@ def rebuild_fixed(build: dict, red: dict) -> dict | None:
     return canonical_program(prob, fixed_box(V, int(n), tau_lo, tau_hi, D))
 
 
-def program_link(stored: dict, red: dict, radius: float, norm: str) -> tuple[float, str]:
-    """(0, '') when the stored program is the construction's for this unit, else (-inf, what differs)."""
-    if str(stored.get("build/path", "")) != "fixed":
-        return float("nan"), "no builder inputs stored (varying query): the program is not rebuilt"
+def rebuild_varying(build: dict, red: dict) -> dict | None:
+    """The factored varying-query program the builder gives for the stored fields (negligible tokens dropped by
+    the builder's rule)."""
+    fields = {k: build[k] for k in VaryingData.FIELDS if k not in ("u_s", "u_w")}
+    fields.update(u_s=red["u_s"], u_w=red["u_w"])
+    for k in ("g0", "R_s", "R_q", "R_w", "bb", "rho_w", "rho_o", "radius", "tail", "shift"):
+        fields[k] = float(fields[k])
+    D = VaryingData.from_fields(fields).drop_negligible()
+    n, d, norm, K, mono, second, upper_cone = json.loads(str(build["key"]))
+    if D.n != int(n):
+        return None
+    prob, P, V = build_factored_program(int(n), int(d), norm, int(K), int(mono), bool(second), bool(upper_cone))
+    tau_lo, tau_hi, Hf = set_factored_parameters(P, D)
+    if norm == "linf":
+        edges = [row[row >= 0] for row in np.asarray(build["edges"])]
+        fill_facets(P, start_chains(D), edges, int(K), D.scales[:, :2])
+    return canonical_program(prob, factored_box(V, D, tau_lo, tau_hi, Hf))
+
+
+def program_link(stored: dict, red: dict, radius: float, norm: str, head=None) -> tuple[float, str]:
+    """(0, '') when the stored program is the construction's for this unit, else (-inf, what differs); nan when
+    no builder inputs are stored (the unfactored varying program, a fallback of the factored one)."""
+    path = str(stored.get("build/path", ""))
     build = {k[len("build/"):]: v for k, v in stored.items() if k.startswith("build/")}
-    why = data_from_reduction(build, red, radius, norm)
+    if path == "fixed":
+        why = data_from_reduction(build, red, radius, norm)
+        rebuild = rebuild_fixed
+    elif path == "varying_factored" and head is not None:
+        why = varying_data_from_weights(build, red, head, radius, norm)
+        rebuild = rebuild_varying
+    else:
+        return float("nan"), f"no builder inputs stored ({path or 'unknown program'}): the program is not rebuilt"
     if why:
         return -np.inf, why
-    prog = rebuild_fixed(build, red)
+    prog = rebuild(build, red)
     if prog is None:
         return -np.inf, "cvxpy's canonical data could not be read"
     A = sp.csr_matrix(stored["A"])
@@ -94,3 +131,70 @@ def program_link(stored: dict, red: dict, radius: float, norm: str) -> tuple[flo
         if not ok:
             return -np.inf, f"the stored program's {name} differs from the rebuilt one"
     return 0.0, ""
+
+
+def _lower(x) -> float:
+    return float(x.lower())
+
+
+def varying_data_from_weights(build: dict, red: dict, head, radius: float, norm: str) -> str:
+    """'' when the stored varying-query fields describe the unit's exact scores, else what fails.
+
+    The program reads key j's score (tokens in `order`, the query last) as A_j + shift + u_s.delta_j + p_j.delta_i
+    + beta_j + e_j and the query's as A_i + shift + u_q.delta_i + beta_i + e_i (u_q = u_s + p_i; after the
+    softmax-invariant shift of every score by -pbar.delta_i), with |beta_j| <= bb and |e_j| <= eps_j. With the
+    exact s0*, u_s*, p*_j = W_Q k0*_j / sqrt(d_h) of the weights, that holds for every delta in the ball when
+    |s0*_j - A_j - shift| + r ||u_s - u_s*||_* + r ||p_j - (p*_j - pbar)||_* <= eps_j (the query: with u_q and
+    u_s* + p*_i - pbar), bb >= r^2 beta / sqrt(d_h) (beta: `HeadEnclosure.bilinear_bound`, and for linf also the
+    entry sum of W_Q W_K^T), and the half-widths cover their directions: R_s >= r ||u_s||_*, R_q >= r ||u_q||_*,
+    R_w >= r ||u_w||_*, H_j >= r ||p_j||_*, h_j >= R_j + H_j + bb. The values and the remaining fields must be the
+    reduction's and the builder's (bit for bit).
+    """
+    r = arb(radius)
+    order = np.asarray(build["order"], dtype=int)
+    n, i = order.size, int(order[-1])
+    s0, eps_w, w0 = red["s0"], red["eps_w"], red["w0"]
+    p, pbar, A, eps = np.asarray(build["p"]), np.asarray(build["pbar"]), build["A"], build["eps"]
+    u_s, u_w = red["u_s"], red["u_w"]
+    u_q = u_s + p[-1]
+    if str(build["norm"]) != norm or float(build["radius"]) != radius or i != head.query_index:
+        return "varying data for another unit"
+    if not (_same(build["w0"], w0[order]) and _same(build["eps_w"], eps_w[order])):
+        return "varying data: values differ from the reduction's"
+    shift = float(build["shift"])
+    if not (shift == float(np.max(s0[order] + eps)) and _same(A, s0[order] - shift)):
+        return "varying data: shifted scores differ from the reduction's"
+    p_exact = head.key_query_directions()  # (n, d) balls: W_Q k0*_j / sqrt(d_h)
+    du_s = r * norm_bound([arb(float(a)) - b for a, b in zip(u_s, head.u_s)], norm)
+    for j in range(n):
+        o = int(order[j])
+        if j < n - 1:
+            diff = [arb(float(a)) - (pe - arb(float(pb))) for a, pe, pb in zip(p[j], p_exact[o], pbar)]
+            reach = du_s + r * norm_bound(diff, norm)
+        else:
+            diff = [arb(float(a)) - (us + pe - arb(float(pb))) for a, us, pe, pb in zip(u_q, head.u_s, p_exact[o], pbar)]
+            reach = r * norm_bound(diff, norm)
+        if _lower(arb(float(eps[j])) - abs(head.s0[o] - arb(float(A[j])) - arb(shift)) - reach) < 0:
+            return f"varying data: score error bound of token {o} too small"
+    beta = head.bilinear_bound(norm)
+    if norm == "linf":
+        entry = head.entry_sum_bound()
+        beta = entry if float(entry.upper()) < float(beta.upper()) else beta
+    bb = float(build["bb"])
+    checks = [("bilinear bound bb", arb(bb) - r * r * beta / head.sqrt_dh),
+              ("R_s", arb(float(build["R_s"])) - r * norm_bound([arb(float(a)) for a in u_s], norm)),
+              ("R_q", arb(float(build["R_q"])) - r * norm_bound([arb(float(a)) for a in u_q], norm)),
+              ("R_w", arb(float(build["R_w"])) - r * norm_bound([arb(float(a)) for a in u_w], norm))]
+    H, h = build["H"], build["h"]
+    for j in range(n - 1):
+        checks.append((f"H of token {int(order[j])}", arb(float(H[j])) - r * norm_bound([arb(float(a)) for a in p[j]], norm)))
+    R = [float(build["R_s"])] * (n - 1) + [float(build["R_q"])]
+    for j in range(n):
+        checks.append((f"h of token {int(order[j])}", arb(float(h[j])) - arb(R[j]) - arb(float(H[j])) - arb(bb)))
+    for label, m in checks:
+        if _lower(m) < 0:
+            return f"varying data: {label} too small"
+    rng = np.stack([np.array(R), np.full(n, float(build["R_w"])), H, np.full(n, bb)], axis=1)
+    if not (_same(build["active"], (rng > 0).astype(np.float64)) and _same(build["scales"], np.where(rng > 0, rng, 1.0))):
+        return "varying data: units differ from the half-widths"
+    return ""

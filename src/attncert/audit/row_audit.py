@@ -118,7 +118,7 @@ def _audit_row(files: LayerFiles, row: dict, cert: dict) -> list[Outcome]:
                                    "first_order", values["first_order"])
 
     for name in ("second_order", "second_order_tight"):
-        out[name] = _second_order(name, values, cert.get(name), out["first_order"], red, radius, norm)
+        out[name] = _second_order(name, values, cert.get(name), out["first_order"], red, radius, norm, head)
 
     if mode == "fixed":
         ex = cert.get("exact")
@@ -148,7 +148,7 @@ def _audit_row(files: LayerFiles, row: dict, cert: dict) -> list[Outcome]:
 
 
 def _second_order(name: str, values: dict, stored: dict | None, first: Outcome, red: dict | None, radius: float,
-                  norm: str) -> Outcome:
+                  norm: str, head) -> Outcome:
     value = values[name]
     if not math.isfinite(value):
         return Outcome(name, value, "not certifiable", "", math.nan, "no value (second order not run)")
@@ -164,7 +164,7 @@ def _second_order(name: str, values: dict, stored: dict | None, first: Outcome, 
             return Outcome(name, value, "fail", f"first_order:{first.check}", first.margin, first.reason)
         return Outcome(name, value, "pass", "first_order_bound", margin, "the first-order certificate (tie or fallback)")
     checks = []
-    link, why = program_link(stored, red, radius, norm) if red else (-math.inf, "no stored reduction")
+    link, why = program_link(stored, red, radius, norm, head) if red else (-math.inf, "no stored reduction")
     if not math.isnan(link):
         checks.append(("program", link, why))
     checks.append(("dual_cone", *dual_cone_margin(stored["z"], stored["dims"])))

@@ -21,10 +21,13 @@ One file per layer, next to `layer{L}.csv`; row r of the table owns the keys `r{
                                 (origin, scale, tail) to g: value = origin + scale * bound + tail. Row i of A is
                                 row A_rows[i] of the layer's row pool (pool/{data, indices, indptr}, CSR): the
                                 rows the programs of a layer share are stored once
-    r{r}/{...}/build/{path, key, norm, A, w0, g0, ..., edges}
-                                the builder's inputs (fixed query: `fixed_program`'s build key, the relaxation data
-                                `FixedRelaxationData` and the facet edges per token, -1 padded), from which a
-                                checker rebuilds the program without solving
+    r{r}/{...}/build/{path, key, ..., edges}
+                                the builder's inputs, from which a checker rebuilds the program without solving:
+                                the build key, the facet edges per token (-1 padded) and the relaxation data --
+                                fixed query: `FixedRelaxationData` (fixed_program); varying query: the fields of
+                                `VaryingData` before negligible tokens are dropped (varying_factored_program; u_s,
+                                u_w are the reduction's). A field `name@shared` holds the id of an array stored
+                                once per layer (`arrays/{id}`: p and pbar are the same at every radius)
 
 Nothing here solves anything: `attncert.audit` reads these files with numpy alone.
 """
@@ -52,6 +55,17 @@ class RowPool:
         self.ids: dict[bytes, int] = {}
         self.data: list[np.ndarray] = []
         self.indices: list[np.ndarray] = []
+        self.array_ids: dict[bytes, int] = {}  # whole arrays shared by several records (`add_array`)
+        self.shared: list[np.ndarray] = []
+
+    def add_array(self, a: np.ndarray) -> np.ndarray:
+        """The id of array `a` among the layer's shared arrays (stored once: `arrays/{id}`)."""
+        a = np.ascontiguousarray(a)
+        key = a.dtype.str.encode() + str(a.shape).encode() + a.tobytes()
+        if key not in self.array_ids:
+            self.array_ids[key] = len(self.shared)
+            self.shared.append(a)
+        return np.int64(self.array_ids[key])
 
     def add(self, A) -> np.ndarray:
         A = sp.csr_matrix(A)
@@ -69,22 +83,37 @@ class RowPool:
 
     def arrays(self) -> dict[str, np.ndarray]:
         lengths = np.asarray([d.size for d in self.data], dtype=np.int64)
-        return {"pool/data": np.concatenate(self.data) if self.data else np.zeros(0),
+        shared = {f"arrays/{k}": a for k, a in enumerate(self.shared)}
+        return shared | {"pool/data": np.concatenate(self.data) if self.data else np.zeros(0),
                 "pool/indices": np.concatenate(self.indices) if self.indices else np.zeros(0, np.int32),
                 "pool/indptr": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)}
 
 
 FIXED_DATA_FIELDS = ("A", "w0", "g0", "eps_s", "eps_w", "R_s", "R_w", "rho_w", "rho_o", "radius", "tail")
+SHARED = "@shared"  # suffix of a field stored as the id of a shared array (`RowPool.add_array`)
+REDUCTION_FIELDS = ("u_s", "u_w")  # fields of the varying data that are the reduction's (not stored twice)
 
 
-def _construction_arrays(construction: dict) -> dict:
-    """The builder's inputs of a program (`dual_certificate.note_construction`) as arrays."""
-    if construction.get("path") != "fixed":
-        return {}
-    D = construction["data"]
-    out = {"build/path": np.array("fixed"), "build/key": np.array(json.dumps(list(construction["key"]))),
-           "build/norm": np.array(D.norm)}
-    out.update({f"build/{k}": np.asarray(getattr(D, k), dtype=np.float64) for k in FIXED_DATA_FIELDS})
+def _construction_arrays(construction: dict, pool: RowPool) -> dict:
+    """The builder's inputs of a program (`dual_record.note_construction`) as arrays."""
+    path = construction.get("path")
+    if path == "fixed":
+        D = construction["data"]
+        out = {f"build/{k}": np.asarray(getattr(D, k), dtype=np.float64) for k in FIXED_DATA_FIELDS}
+        out["build/norm"] = np.array(D.norm)
+    elif path == "varying_factored" and "key" in construction:
+        out = {}
+        for k, v in construction["fields"].items():
+            if k in REDUCTION_FIELDS:
+                continue
+            v = np.asarray(v)
+            if v.ndim and v.size > 64:
+                out[f"build/{k}{SHARED}"] = pool.add_array(v)
+            else:
+                out[f"build/{k}"] = v
+    else:
+        return {"build/path": np.array(str(path))} if path else {}
+    out.update({"build/path": np.array(path), "build/key": np.array(json.dumps(list(construction["key"])))})
     edges = construction.get("edges")
     if edges is not None:
         width = max((e.size for e in edges), default=0)
@@ -97,7 +126,7 @@ def _construction_arrays(construction: dict) -> dict:
 
 def _dual_arrays(cert, pool: RowPool) -> dict:
     dims = cert.dims
-    return {**_construction_arrays(cert.construction),"kind": np.array("dual"), "c": cert.c, "A_rows": pool.add(cert.A),
+    return {**_construction_arrays(cert.construction, pool),"kind": np.array("dual"), "c": cert.c, "A_rows": pool.add(cert.A),
             "A_shape": np.asarray(cert.A.shape, dtype=np.int64), "b": cert.b,
             "dims": np.asarray([dims["zero"], dims["nonneg"], dims["exp"], *dims["soc"]], dtype=np.int64),
             "lo": cert.lo, "hi": cert.hi, "z": cert.z, "data_rel_err": np.float64(cert.data_rel_err),
@@ -176,6 +205,8 @@ class CertificateFile:
             if rest == "unit":
                 out["unit"] = json.loads(str(value))
                 continue
+            if rest.endswith(SHARED):
+                rest, value = rest[:-len(SHARED)], self.array(f"arrays/{int(value)}")
             part, _, field = rest.partition("/")
             out.setdefault(part, {})[field] = value
         return out

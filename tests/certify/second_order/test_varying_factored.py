@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 import attncert.certify.second_order.facets as fc
 import attncert.certify.second_order.relaxation as rl
 import attncert.certify.second_order.varying_factored as vf
+import attncert.certify.second_order.varying_factored_program as vfp
 from attncert.certify.best_feasible_ascent import best_feasible_ascent
 from attncert.certify.first_order_certificate import first_order_certificate
-from attncert.certify.second_order.varying import VaryingData
+from attncert.certify.second_order.varying_data import VaryingData
 from attncert.head.problem import random_head_problem
 
 from head_strategies import sampled_max, small_heads  # tests/head_strategies.py
@@ -45,7 +46,7 @@ def test_factored_sound_against_ascent(problem, upper_cone, negate):
 @pytest.mark.parametrize("H", [1e-3, 0.05, 0.4, 1.0, 3.0, 9.0])
 def test_quadratic_rows_lie_above_the_exponential(H):
     """1 + kb (qa + qb t + qc t^2) >= e^{H (t + 1)} on [-1, 1] for every tangent point (pointwise, so in moments)."""
-    qa, qb, qc = vf.quadratic_rows(np.array([H]))
+    qa, qb, qc = vfp.quadratic_rows(np.array([H]))
     kb = np.expm1(2 * H)
     t = np.linspace(-1.0, 1.0, 40001)
     f = np.exp(H * (t + 1.0))
@@ -60,8 +61,8 @@ def test_query_budget_covers_every_query_perturbation(norm):
     m, d = 6, 40
     Vt = rng.standard_normal((m, d)) * rng.uniform(0.2, 3.0, (m, 1))
     Vt /= (np.abs(Vt).sum(1, keepdims=True) if norm == "linf" else np.linalg.norm(Vt, axis=1, keepdims=True))
-    S = vf.budget_subsets(m)
-    L = vf.query_budget(Vt, norm, S)
+    S = vfp.budget_subsets(m)
+    L = vfp.query_budget(Vt, norm, S)
     for _ in range(300):
         if norm == "linf":  # box vertices, and local maximizers of the convex quadratic (sign iterations)
             x = np.sign(rng.standard_normal(d))
@@ -88,7 +89,7 @@ def _lift_factored(p, D, delta):
         x[j] = [D.u_s @ dp[j], D.u_w @ dp[j], di @ M @ dp[j]]
         eta[j] = D.p[j] @ di
     x[-1] = [D.u_q @ di, D.u_w @ di, di @ M @ di]
-    Hf, hk = vf.widths(D)
+    Hf, hk = vfp.widths(D)
     e = np.exp(D.A + x[:, 0] + x[:, 2] + eta)
     tau = 1.0 / e.sum()
     bt = tau * np.exp(eta[:m] + Hf[:m])
@@ -110,13 +111,13 @@ def test_lifted_true_points_are_feasible_factored(norm, upper_cone, center):
     rng = np.random.default_rng(11)
     p = random_head_problem(rng, d=6, d_head=4, n=5, radius=0.08, norm=norm, mode="varying")
     D = VaryingData(p, first_order_certificate(p), center)
-    prob, P, V = vf._build(p.n, D.d, norm, fc.SLOTS, rl.MONOTONE_POINTS, True, upper_cone)
-    tau_lo, tau_hi, Hf = vf._set_parameters(P, D)
+    prob, P, V = vfp.build_factored_program(p.n, D.d, norm, fc.SLOTS, rl.MONOTONE_POINTS, True, upper_cone)
+    tau_lo, tau_hi, Hf = vfp.set_factored_parameters(P, D)
     if norm == "linf":
         chains = [fc.UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)] * (p.n - 1)
         chains.append(fc.UpperChainFacets(D.u_q, D.u_w, D.radius, D.R_q))
         fc.fill_facets(P, chains, [np.arange(c.d) for c in chains], fc.SLOTS, D.scales[:, :2])
-    box = vf._box(V, D, tau_lo, tau_hi, Hf)
+    box = vfp.factored_box(V, D, tau_lo, tau_hi, Hf)
     for _ in range(50):
         delta = p.radius * (np.sign(rng.standard_normal(p.Z0.shape)) if norm == "linf" else
                             rng.standard_normal(p.Z0.shape))
@@ -162,12 +163,12 @@ def test_factored_is_second_order(norm):
 
 def test_budget_rows_depend_on_the_number_of_keys_only():
     """Beyond PAIRS_UP_TO keys only the pairs of the heaviest TOP_KEYS get a row: same shape for any order."""
-    m = vf.PAIRS_UP_TO + 6
+    m = vfp.PAIRS_UP_TO + 6
     order = np.random.default_rng(0).permutation(m)
-    S, S0 = vf.budget_subsets(m, order), vf.budget_subsets(m)
+    S, S0 = vfp.budget_subsets(m, order), vfp.budget_subsets(m)
     assert S.shape == S0.shape
-    assert np.all(S[-1] == 1) and set(np.flatnonzero(S[:-1].sum(0))) == set(order[:vf.TOP_KEYS])
-    assert vf.budget_subsets(7).shape[0] == 21 + 35 + 1
+    assert np.all(S[-1] == 1) and set(np.flatnonzero(S[:-1].sum(0))) == set(order[:vfp.TOP_KEYS])
+    assert vfp.budget_subsets(7).shape[0] == 21 + 35 + 1
 
 
 def test_factored_ladder_has_no_scs_and_failure_goes_to_the_unfactored_program(monkeypatch):

@@ -1,0 +1,166 @@
+"""The reduced data of a varying-query unit (`VaryingData`): what both varying-query programs are built from.
+
+Builder code only (no solver): `attncert.audit` rebuilds the data from their stored fields (`from_fields`).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from attncert.certify.second_order.facets import UpperChainFacets
+from attncert.certify.second_order.relaxation import DEVIATION_BELOW
+from attncert.head.fixed_query import fixed_query_reduction
+from attncert.head.negligible_tokens import negligible_tokens
+from attncert.head.problem import HeadProblem, cached_by_weights
+from attncert.head.reduced_geometry import reduced_geometry
+from attncert.head.rounding import UNIT_ROUNDOFF, gamma
+
+_LOW = -650.0  # lowest representable log lower weight of the (never dropped) query token
+
+
+@cached_by_weights()  # a per-head constant: computed once per head
+def bilinear_norm(W_Q: np.ndarray, W_K: np.ndarray, norm: str) -> float:
+    """beta >= max_{||x||, ||y|| <= 1} x W_Q W_K^T y^T (outward rounded)."""
+    d, dh = W_Q.shape
+    GQ, GK = W_Q.T @ W_Q, W_K.T @ W_K
+    jitter = 1e-12 * float(np.trace(GK)) + 1e-300
+    L = np.linalg.cholesky(GK + jitter * np.eye(dh))
+    lam = float(np.linalg.eigvalsh(L.T @ GQ @ L)[-1])
+    lam += 8.0 * gamma(d + 3 * dh + 10) * float(np.trace(GQ)) * float(np.trace(GK))
+    spec = math.sqrt(max(lam, 0.0)) * (1.0 + 1e-14)
+    if norm == "l2":
+        return spec
+    entry = float(np.abs(W_Q @ W_K.T).sum()) * (1.0 + 2.0 * gamma(dh + d * d + 4))
+    return min(entry, d * spec)
+
+
+class VaryingData:
+    """Reduced data of a varying-query unit, tokens permuted so that the query token is last.
+
+    Coordinates of token j: (sigma, omega, eta, beta), each in units of its own range `scales[j]`
+    (a coordinate whose range is 0 is identically 0: unit 1, `active` 0). The score shift
+    sigma + eta + beta lies in [-h_j, h_j]; the unit score is (R sigma_hat + H eta_hat + bb beta_hat) / h_j.
+    """
+
+    def __init__(self, problem: HeadProblem, fo: float, center: bool = False):
+        """center: subtract the common query direction pbar (coordinatewise median of the p_j) from every score.
+
+        Softmax is invariant under a common shift of the scores, so s_j - pbar.delta_i (every j, the query token
+        too) gives the same head for any fixed vector pbar: p_j becomes p_j - pbar and the query token's own
+        direction u_s + p_i - pbar. The rounding of the subtraction (<= u |p_j - pbar|.|delta_i| per token) is
+        added to the score error eps_j. It narrows H_j where the keys share a component (biases, common
+        directions of the tokens).
+        """
+        n, d, dh, r = problem.n, problem.d, problem.d_head, problem.radius
+        i = problem.query_index
+        self.order = np.array([j for j in range(n) if j != i] + [i])
+        dual = problem.dual_norm
+        up = 1.0 + gamma(d + 4)
+        s0, w0, u_s, u_w = fixed_query_reduction(problem).directions()
+        eps_w = reduced_geometry(problem).eps_w
+        sq = math.sqrt(dh)
+        K0 = problem.Z0 @ problem.W_K + problem.b_K
+        p = (K0 @ problem.W_Q.T) / sq  # (n, d): p_j = W_Q k0_j / sqrt(d_h)
+        shift_err = np.zeros(n)
+        pbar = np.zeros(d)
+        if center:
+            pbar = np.median(p, axis=0)
+            p = p - pbar
+            shift_err = 4.0 * UNIT_ROUNDOFF * r * np.array([dual(np.abs(p[j])) for j in range(n)]) + 1e-300
+        o = self.order
+        self.w0, self.eps_w = w0[o], eps_w[o]
+        self.g0 = problem.nominal_value()
+        self.u_s, self.u_w = u_s, u_w
+        self.u_q = u_s + p[i]  # score direction of the query token's own perturbation
+        self.p = p[o]
+        self.R_s = r * dual(u_s) * up
+        self.R_q = r * dual(self.u_q) * up
+        self.R_w = r * dual(u_w) * up
+        self.H = np.array([r * dual(self.p[j]) * up for j in range(n)])
+        self.H[-1] = 0.0  # the query token's eta is part of sigma_i^+
+        self.bb = r * r * bilinear_norm(problem.W_Q, problem.W_K, problem.norm) / sq * up
+        R = np.where(np.arange(n) < n - 1, self.R_s, self.R_q)
+        self.h = (R + self.H + self.bb) * (1.0 + 4.0 * UNIT_ROUNDOFF)  # total score shift in [-h_j, h_j]
+        rng = np.stack([R, np.full(n, self.R_w), self.H, np.full(n, self.bb)], axis=1)
+        self.active = (rng > 0).astype(np.float64)
+        self.scales = np.where(rng > 0, rng, 1.0)
+        # rounding envelope of every score term (absolute values), as for the first-order intervals
+        zi = np.abs(problem.Z0[i])
+        q_env = (zi + r) @ np.abs(problem.W_Q) + np.abs(problem.b_Q)
+        k_env = (np.abs(problem.Z0) + r) @ np.abs(problem.W_K) + np.abs(problem.b_K)
+        self.eps = (8.0 * gamma(3 * d + 3 * dh + 50) * (k_env @ q_env) / sq + shift_err)[o]
+        shift = float(np.max(s0[o] + self.eps))
+        self.A = s0[o] - shift
+        self.shift, self.pbar = shift, pbar
+        self.rho_w = self.scales[0, 1]
+        self.rho_o = max(fo - self.g0, self.R_w, 1e-300) if math.isfinite(fo) else max(self.R_w, 1.0)
+        self.radius, self.norm, self.n, self.d = r, problem.norm, n, d
+        self.Vt = self.query_map()
+        self.deviation = bool(np.min(self.h) < DEVIATION_BELOW)
+        self.tail = 0.0  # sound bound on the effect of dropped (negligible) tokens
+
+    # the fields that determine the relaxation data (`fields`, `from_fields`); Vt and u_q follow from them
+    FIELDS = ("order", "w0", "eps_w", "g0", "u_s", "u_w", "p", "R_s", "R_q", "R_w", "H", "bb", "h", "active", "scales",
+              "eps", "A", "rho_w", "rho_o", "radius", "norm", "n", "d", "deviation", "tail", "shift", "pbar")
+
+    def query_map(self) -> np.ndarray:
+        """The query-side map in unit coordinates, rows: eta_j (j != i), sigma_i^+, omega_i."""
+        r = self.radius
+        return np.vstack([self.p[:-1] * (r / self.scales[:-1, 2:3]) * self.active[:-1, 2:3],
+                          (self.u_q * (r / self.scales[-1, 0]))[None, :],
+                          (self.u_w * (r / self.rho_w))[None, :]])
+
+    def fields(self) -> dict:
+        """A copy of the fields (before `drop_negligible`, which changes the object in place)."""
+        return {k: (np.array(v) if isinstance(v, np.ndarray) else v) for k, v in
+                ((k, getattr(self, k)) for k in self.FIELDS)}
+
+    @classmethod
+    def from_fields(cls, fields: dict) -> "VaryingData":
+        """The data rebuilt from `fields()` (bit for bit: u_q = u_s + p_i and Vt by the same operations)."""
+        D = cls.__new__(cls)
+        for k in cls.FIELDS:
+            setattr(D, k, fields[k])
+        D.n, D.d, D.deviation = int(D.n), int(D.d), bool(D.deviation)
+        D.norm = str(D.norm)
+        D.u_q = D.u_s + D.p[-1]
+        D.Vt = D.query_map()
+        return D
+
+    def drop_negligible(self) -> "VaryingData":
+        """Drop the key tokens that can never carry weight (`head.negligible_tokens`; never the query)."""
+        top = self.w0 + self.R_w + self.eps_w
+        keep, tail = negligible_tokens(self.A, self.h, self.eps, top + 4.0 * UNIT_ROUNDOFF * np.abs(top),
+                                       self.w0 - self.R_w - self.eps_w, keep_always=self.n - 1)
+        q = self.n - 1
+        low = self.A[q] - self.h[q] - self.eps[q]
+        if np.all(keep) and low >= _LOW:
+            return self
+        if low < _LOW:
+            # the query token cannot be dropped (its perturbation moves every score): raise its nominal score
+            # so that its lower weight bound is representable. For any perturbation, with g' the head without
+            # it, |g - g'| <= e_q |w_q - g'| / Z' and the raised head's likewise with c e_q (c >= 1), so the bound
+            # of the raised head plus 2 c e_q^max / Z_lo (W_max - W_min) bounds max g.
+            A_new = _LOW + self.h[q] + self.eps[q]
+            lower = self.A[keep] - self.h[keep] - self.eps[keep]
+            m = float(np.max(lower))
+            logZ = m + math.log(float(np.sum(np.exp(lower - m))))
+            spread = float(np.max(top) - np.min(self.w0 - self.R_w - self.eps_w))
+            tail += 8.0 * math.exp(A_new + self.h[q] + self.eps[q] - logZ) * spread + 1e-300
+            self.A = self.A.copy()
+            self.A[q] = A_new
+        for name in ("order", "w0", "eps_w", "p", "H", "h", "active", "scales", "eps", "A"):
+            setattr(self, name, getattr(self, name)[keep])
+        self.Vt = np.vstack([self.Vt[: self.n - 1][keep[:-1]], self.Vt[self.n - 1:]])
+        self.n = int(keep.sum())
+        self.deviation = bool(np.min(self.h) < DEVIATION_BELOW)
+        self.tail = tail
+        return self
+
+
+def start_chains(D: VaryingData) -> list:
+    """linf: each token's upper facet chain, the keys' from u_s, the query position's from u_q."""
+    chains = [UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)] * (D.n - 1)
+    chains.append(UpperChainFacets(D.u_q, D.u_w, D.radius, D.R_q))
+    return chains
