@@ -138,7 +138,11 @@ def flatten(row: int, unit: dict, certificates: dict, pool: RowPool) -> dict[str
     out = {f"r{row}/unit": np.array(json.dumps(unit, sort_keys=True))}
     for part in ("reduction", "first_order", "exact"):
         for k, v in certificates.get(part, {}).items():
-            out[f"r{row}/{part}/{k}"] = np.asarray(v)
+            v = np.asarray(v)
+            if part == "reduction" and v.size > 64:  # u_s, u_w: the same at every radius and mode
+                out[f"r{row}/{part}/{k}{SHARED}"] = pool.add_array(v)
+            else:
+                out[f"r{row}/{part}/{k}"] = v
     for name in SECOND_ORDER_NUMBERS:
         entry = certificates.get(name)
         if entry is None:
@@ -189,6 +193,7 @@ class CertificateFile:
             raise ValueError(f"{self.path}: certificate format {version}, expected {FORMAT_VERSION}; "
                              "fix: regenerate it with the certify_layer rule")
         self._by_row: dict[int, list[str]] = {}
+        self._files = set(self._npz.files)
         for key in self._npz.files:
             if key.startswith("r") and not key.endswith(SHUFFLED):
                 head, _, rest = key.partition("/")
@@ -218,7 +223,7 @@ class CertificateFile:
 
     def array(self, key: str) -> np.ndarray:
         value = self._npz[key]
-        if key + SHUFFLED in self._npz.files:
+        if key + SHUFFLED in self._files:
             shape = tuple(int(x) for x in self._npz[key + SHUFFLED])
             value = np.ascontiguousarray(value.T).reshape(-1).view(np.float64).reshape(shape)
         return value
