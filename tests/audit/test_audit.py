@@ -208,3 +208,17 @@ def test_no_solver_runs_during_the_audit(certified_root, monkeypatch):
     monkeypatch.setattr(clarabel, "DefaultSolver", refuse)
     monkeypatch.setattr(cp.Problem, "solve", refuse)
     assert failures(outcomes(certified_root, 1)).empty
+
+
+def test_audit_one_row_example_prints_every_step(certified_root):
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    out = subprocess.run([sys.executable, str(REPO / "examples" / "audit_one_row.py"), "--model", MODEL, "--layer",
+                          "0", "--row", "0", "--data", str(certified_root)], capture_output=True, text=True,
+                         check=True).stdout
+    for step in ("1. reduction", "5a. first_order", "2. dual in K^*", "3. (WD)", "4. exact_lo", "5b. exact_hi"):
+        assert step in out, out
+    assert "rebuilt bit for bit: True" in out
