@@ -299,14 +299,11 @@ def test_the_audit_imports_no_solver():
 # ----------------------------------------------------------------------------------------------
 # a model-sized unit: correctness asserted, time only printed
 # ----------------------------------------------------------------------------------------------
-def minilm_sized_unit(seed, radius, norm, d=384, d_head=32, n=8):
-    rng = np.random.default_rng(seed)
-    W = [rng.standard_normal((d, d_head)) * 0.14 for _ in range(3)]
-    b = [rng.standard_normal(d_head) * 0.1 for _ in range(3)]
-    x = rng.standard_normal((n, d))
-    Z0 = (x - x.mean(1, keepdims=True)) / x.std(1, keepdims=True) * np.abs(rng.normal(0.25, 0.1, d))
-    c = rng.standard_normal(d_head)
-    return HeadProblem(W[0], W[1], W[2], b[0], b[1], b[2], Z0, n - 1, c / np.linalg.norm(c), radius, norm, "fixed")
+def minilm_sized_unit(seed, radius, norm):
+    """The benchmark's model-sized unit (d = 384, n = 8), from a seed."""
+    from bench.bench_exact_upper import minilm_sized_unit as unit
+
+    return unit(np.random.default_rng(seed), radius, norm)
 
 
 @pytest.mark.parametrize("norm", ["linf", "l2"])
