@@ -179,7 +179,9 @@ def write_certificates(path: str | Path, entries: dict[str, np.ndarray], pool: R
 def _write_member(zf: zipfile.ZipFile, key: str, value: np.ndarray) -> None:
     buf = io.BytesIO()
     np.lib.format.write_array(buf, value, allow_pickle=False)
-    zf.writestr(key + ".npy", buf.getvalue())
+    info = zipfile.ZipInfo(key + ".npy", date_time=(1980, 1, 1, 0, 0, 0))  # no clock: same data, same bytes
+    info.compress_type = zipfile.ZIP_LZMA
+    zf.writestr(info, buf.getvalue())
 
 
 class CertificateFile:
