@@ -47,6 +47,23 @@ def test_default_and_paper_configs_are_valid():
     assert PAPER["n_prompts"] == 5
 
 
+def test_command_line_model_numbers_are_numbers():
+    """`--config model='{..., seed: 0, init_std: 0.08}'` hands the nested values over as strings (Snakemake parses
+    them with YAML's base loader); they are converted, and a non-number still fails the schema."""
+    from snakemake.cli import parse_config
+
+    cfg = copy.deepcopy(PAPER)
+    cfg["model"] = parse_config(["model={name: random-gpt2, family: gpt2, source: random-gpt2, seed: 0, "
+                                 "init_std: 0.08}"])["model"]
+    assert cfg["model"]["init_std"] == "0.08"  # what Snakemake passes
+    validate_config(cfg, base_dir=REPO)
+    assert cfg["model"]["init_std"] == 0.08 and cfg["model"]["seed"] == 0
+    bad = copy.deepcopy(PAPER)
+    bad["model"] = dict(cfg["model"], init_std="wide")
+    with pytest.raises(ConfigError, match="init_std"):
+        validate_config(bad, base_dir=REPO)
+
+
 @pytest.mark.parametrize("case", sorted(BAD_CASES))
 def test_bad_config_one_line(case):
     mutate, key, fix = BAD_CASES[case]

@@ -85,8 +85,27 @@ def read_prompts(path: str | Path, n_prompts: int) -> list[str]:
     return prompts[:n_prompts]
 
 
+MODEL_NUMBERS = {"seed": int, "init_std": float}  # numeric keys of `model`
+
+
+def _model_numbers(config: dict) -> None:
+    """Snakemake's `--config model='{..., seed: 0, init_std: 0.08}'` reads nested values as strings (YAML's base
+    loader): convert the numeric keys of `model` that arrive as numeric strings (anything else is left to the schema)."""
+    model = config.get("model")
+    if not isinstance(model, dict):
+        return
+    for key, kind in MODEL_NUMBERS.items():
+        value = model.get(key)
+        if isinstance(value, str):
+            try:
+                model[key] = kind(value)
+            except ValueError:
+                pass
+
+
 def validate_config(config: dict, base_dir: str | Path = ".", check_model: bool = True) -> dict:
     """Validate a pipeline config in place (schema + semantic checks) and return it."""
+    _model_numbers(config)
     schema_validate(config)
     read_prompts(Path(base_dir) / config["prompts"], config["n_prompts"])
     for section in ("certify", "baselines"):
