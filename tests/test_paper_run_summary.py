@@ -1,0 +1,27 @@
+"""bench.paper_run_summary reads a run's directory: units against the config, lost units, violations, failed jobs."""
+from conftest import REPO
+
+from bench.paper_run_summary import merged_config, summarize
+
+MODEL = "all-MiniLM-L6-v2"
+
+
+def test_summary_counts_units_violations_and_failed_jobs(tmp_path):
+    cfg = merged_config([str(REPO / "workflow" / "config" / "default.yaml")])
+    certify = tmp_path / "data" / "certify" / MODEL
+    certify.mkdir(parents=True)
+    (certify / "layer0.csv").write_text("layer,status,error\n0,ok,\n0,UNSOUND,x\n0,fallback,second_order: fallback to "
+                                        "first order (why)\n")
+    bench = tmp_path / "benchmarks" / MODEL / "certify"
+    bench.mkdir(parents=True)
+    (bench / "layer0.tsv").write_text("s\th:m:s\tmax_rss\tcpu_time\n36.0\t0:00:36\t1\t30.0\n")
+    logs = tmp_path / ".snakemake" / "log"
+    logs.mkdir(parents=True)
+    (logs / "2026.snakemake.log").write_text("Error in rule certify_layer:\n    jobid: 3\n")
+    result, lines = summarize(tmp_path, cfg, {"hours": {"certify": {"after": 0.5}, "total_after": 1.0}})
+    assert result["present"]["certify"] == 3 and result["expected"]["certify"] == 1728
+    assert result["unsound"] == 1 and result["failed_jobs"] == ["certify_layer"]
+    assert result["fallbacks"] == {"second_order: fallback to first order": 1}
+    assert result["times"]["certify"]["jobs"] == 1 and abs(result["cpu_hours"] - 30.0 / 3600) < 1e-12
+    row = next(line for line in lines if line.startswith("| certify |"))
+    assert "3 / 1,728" in row and "| 1,725 |" in row and "0.50" in row
