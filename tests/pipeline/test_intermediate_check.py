@@ -26,6 +26,13 @@ def _message(exc_info) -> str:
     return msg
 
 
+def _load_message(path) -> str:
+    """The one-line message with which loading the extracted layer `path` stops."""
+    with pytest.raises(IntermediateError) as e:
+        load_layer(path)
+    return _message(e)
+
+
 def test_the_sidecar_records_size_and_sha256_of_the_file_as_written(tmp_path):
     path = write_extracted(tmp_path)
     side = json.loads((tmp_path / "data/extract/m/layer0.npz.json").read_text())
@@ -44,9 +51,7 @@ def test_a_truncated_extracted_layer_names_the_file_and_the_command(tmp_path):
     path = write_extracted(tmp_path)
     full = path.stat().st_size
     path.write_bytes(path.read_bytes()[: full // 2])
-    with pytest.raises(IntermediateError) as e:
-        load_layer(path)
-    assert _message(e) == (f"{path} is corrupted ({full // 2} bytes, its sidecar layer0.npz.json records {full}): "
+    assert _load_message(path) == (f"{path} is corrupted ({full // 2} bytes, its sidecar layer0.npz.json records {full}): "
                            + EXTRACT_CMD)
 
 
@@ -55,9 +60,7 @@ def test_an_edited_extracted_layer_names_the_file_and_the_command(tmp_path):
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
-    with pytest.raises(IntermediateError) as e:
-        load_layer(path)
-    assert _message(e) == f"{path} is corrupted (sha256 differs from its sidecar layer0.npz.json): " + EXTRACT_CMD
+    assert _load_message(path) == f"{path} is corrupted (sha256 differs from its sidecar layer0.npz.json): " + EXTRACT_CMD
 
 
 def test_a_missing_file_or_an_unusable_sidecar_each_say_so(tmp_path):
@@ -65,23 +68,15 @@ def test_a_missing_file_or_an_unusable_sidecar_each_say_so(tmp_path):
     side = tmp_path / "data/extract/m/layer0.npz.json"
     record = json.loads(side.read_text())
     side.write_text("{ half a rec")
-    with pytest.raises(IntermediateError) as e:
-        load_layer(path)
     assert re.fullmatch(rf"{re.escape(str(path))} cannot be checked \(its sidecar layer0.npz.json is unreadable: "
-                        rf".+\): {EXTRACT_CMD}", _message(e))
+                        rf".+\): {EXTRACT_CMD}", _load_message(path))
     side.write_text(json.dumps({k: v for k, v in record.items() if k not in ("sha256", "size_bytes")}))
-    with pytest.raises(IntermediateError) as e:
-        load_layer(path)
-    assert _message(e) == (f"{path} cannot be checked (its sidecar layer0.npz.json records no sha256 and size): "
+    assert _load_message(path) == (f"{path} cannot be checked (its sidecar layer0.npz.json records no sha256 and size): "
                            + EXTRACT_CMD)
     side.unlink()
-    with pytest.raises(IntermediateError) as e:
-        load_layer(path)
-    assert _message(e) == f"{path} cannot be checked (its sidecar layer0.npz.json is missing): " + EXTRACT_CMD
+    assert _load_message(path) == f"{path} cannot be checked (its sidecar layer0.npz.json is missing): " + EXTRACT_CMD
     path.unlink()
-    with pytest.raises(IntermediateError) as e:
-        load_layer(path)
-    assert _message(e) == f"{path} is missing: " + EXTRACT_CMD
+    assert _load_message(path) == f"{path} is missing: " + EXTRACT_CMD
 
 
 def test_the_specification_and_the_tables_are_checked_too(tmp_path):

@@ -23,12 +23,10 @@ from pathlib import Path
 import numpy as np
 from flint import arb, arb_mat
 
+from attncert.head.rounding import gamma
+
 _BILINEAR: dict = {}  # per head's (W_Q, W_K) and norm
 
-
-def _gamma(k: int) -> float:
-    """Higham's gamma_k = k u / (1 - k u), u = 2^-53 (IEEE double, round to nearest)."""
-    return k * 2.0 ** -53 / (1.0 - k * 2.0 ** -53)
 PREC = 128  # bits of the ball arithmetic (float64 data convert exactly)
 
 
@@ -133,9 +131,13 @@ class HeadEnclosure:
         return column(as_mat(self.W_V) * as_mat(self.c).transpose())
 
     @cached_property
+    def bias_value(self) -> arb:
+        """b_V . c: the value every token reads from the bias."""
+        return column(as_mat(self.b_V) * as_mat(self.c).transpose())[0]
+
+    @cached_property
     def w0(self) -> list:
-        bc = column(as_mat(self.b_V) * as_mat(self.c).transpose())[0]
-        return [x + bc for x in column(as_mat(self.Z0) * arb_mat([[x] for x in self.u_w]))]
+        return [x + self.bias_value for x in column(as_mat(self.Z0) * arb_mat([[x] for x in self.u_w]))]
 
     def key_query_directions(self) -> list:
         """p*_j = W_Q k0_j / sqrt(d_h) per token j (k0_j = z_j W_K + b_K), as lists of balls (the query's direction
@@ -154,16 +156,14 @@ class HeadEnclosure:
         if key not in _BILINEAR:
             d, dh = self.W_Q.shape
             M = np.abs(self.W_Q @ self.W_K.T)
-            err = (np.abs(self.W_Q) @ np.abs(self.W_K).T) * _gamma(dh + 2)
+            err = (np.abs(self.W_Q) @ np.abs(self.W_K).T) * gamma(dh + 2)
             total = float(M.sum()) + float(err.sum())
-            _BILINEAR[key] = arb(total) * arb(1.0 + 2.0 * _gamma(d * d + dh + 4))
+            _BILINEAR[key] = arb(total) * arb(1.0 + 2.0 * gamma(d * d + dh + 4))
         return _BILINEAR[key]
 
     def key_query_norms(self, norm: str) -> list:
-        """||W_Q k0_j||_* per key j (k0_j = z_j W_K + b_K): the query's reach into key j's score."""
-        K0 = as_mat(self.Z0) * as_mat(self.W_K) + arb_mat([self.b_K.tolist()] * self.n)  # (n, d_h)
-        M = as_mat(self.W_Q) * K0.transpose()  # (d, n)
-        return [norm_bound([M[i, j] for i in range(M.nrows())], norm) for j in range(self.n)]
+        """||W_Q k0_j||_* per key j: the query's reach into key j's score (sqrt(d_h) ||p*_j||_*)."""
+        return [norm_bound(p, norm) * self.sqrt_dh for p in self.key_query_directions()]
 
     def bilinear_bound(self, norm: str) -> arb:
         """An upper bound on beta = max_{||x||, ||y|| <= 1} x W_Q W_K^T y^T.
@@ -193,8 +193,7 @@ class HeadEnclosure:
         q = self.q0 if mode == "fixed" else as_mat(Z[self.query_index]) * as_mat(self.W_Q) + as_mat(self.b_Q)
         k = Zm * as_mat(self.W_K) + arb_mat([self.b_K.tolist()] * Z.shape[0])
         s = [x / self.sqrt_dh for x in column(k * q.transpose())]
-        w = [x + column(as_mat(self.b_V) * as_mat(self.c).transpose())[0]
-             for x in column(Zm * arb_mat([[x] for x in self.u_w]))]
+        w = [x + self.bias_value for x in column(Zm * arb_mat([[x] for x in self.u_w]))]
         top = max(float(x.mid()) for x in s)
         e = [(x - top).exp() for x in s]
         return sum((ej * wj for ej, wj in zip(e, w)), arb(0)) / sum(e, arb(0))

@@ -6,7 +6,7 @@ units rho_w, rho_o, the objective origin g0, the dropped tokens' tail) and, for 
 token. The check has two parts:
 
 1. the relaxation data follow from the unit's reduction (itself checked against the weights, `row_audit`):
-   shift = max_j (s0_j + eps_s,j), the kept tokens and the tail of `head.negligible_tokens`, A = (s0 - shift),
+   shift = max_j (s0_j + eps_s,j), the kept tokens and the tail of `ReducedGeometry.kept_tokens`, A = (s0 - shift),
    w0, eps_s, eps_w on the kept tokens, the same R_s, R_w and radius (bit for bit: the same float operations);
    g0, rho_w and rho_o are free (any origin and positive units give the same relaxation);
 2. the builder (`certify.second_order.fixed_program`, the facets of `certify.second_order.facets`, canonicalized by
@@ -37,9 +37,8 @@ from attncert.certify.second_order.fixed_program import (FixedRelaxationData, bu
 from attncert.certify.second_order.varying_data import VaryingData, start_chains
 from attncert.certify.second_order.varying_factored_program import (build_factored_program, factored_box,
                                                                     set_factored_parameters)
-from attncert.head.negligible_tokens import negligible_tokens
 from attncert.head.projected_ball import projected_ball
-from attncert.head.rounding import UNIT_ROUNDOFF
+from attncert.head.reduced_geometry import ReducedGeometry
 
 
 def _same(a, b) -> bool:
@@ -51,8 +50,8 @@ def data_from_reduction(build: dict, red: dict, radius: float, norm: str) -> str
     """'' when the stored relaxation data follow from the reduction, else what differs."""
     s0, w0, eps_s, eps_w = red["s0"], red["w0"], red["eps_s"], red["eps_w"]
     R_s, R_w = float(red["R_s"]), float(red["R_w"])
-    lo_w, top = w0 - (R_w + eps_w), w0 + (R_w + eps_w)
-    keep, tail = negligible_tokens(s0, np.full(s0.size, R_s), eps_s, top + 4.0 * UNIT_ROUNDOFF * np.abs(top), lo_w)
+    geo = ReducedGeometry(s0, w0, red["u_s"], red["u_w"], R_s, R_w, eps_s, eps_w, radius, norm, float("nan"))
+    keep, tail = geo.kept_tokens()  # the record's own rule for the tokens the relaxation drops
     shift = float(np.max(s0 + eps_s))
     expected = {"A": (s0 - shift)[keep], "w0": w0[keep], "eps_s": eps_s[keep], "eps_w": eps_w[keep], "R_s": R_s,
                 "R_w": R_w, "radius": radius, "tail": tail if not np.all(keep) else 0.0}

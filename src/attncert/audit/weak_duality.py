@@ -22,12 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 from flint import arb
 
-U = 2.0 ** -53
-
-
-def _gamma(k: np.ndarray) -> np.ndarray:
-    ku = k * U
-    return ku / (1.0 - ku)
+from attncert.head.rounding import gamma
 
 
 def weak_duality_upper(c: np.ndarray, A: sp.spmatrix, b: np.ndarray, z: np.ndarray, lo: np.ndarray,
@@ -39,7 +34,7 @@ def weak_duality_upper(c: np.ndarray, A: sp.spmatrix, b: np.ndarray, z: np.ndarr
     absA = abs(A)
     g = -(c + A.T @ z)
     k = np.diff(A.indptr).astype(np.float64)
-    err = _gamma(k + 2.0) * (np.abs(c) + absA.T @ np.abs(z)) * (1.0 + 1e-6) + 1e-300
+    err = gamma(k + 2.0) * (np.abs(c) + absA.T @ np.abs(z)) * (1.0 + 1e-6) + 1e-300
     total = arb(0)
     for gi, ei, l, h in zip(g.tolist(), err.tolist(), lo.tolist(), hi.tolist()):
         ball = arb(gi, ei)
