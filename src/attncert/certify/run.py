@@ -141,28 +141,26 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 6, ascent_steps
         res = best_feasible_ascent(problem, **ascent_kw)
         row.update(ascent_check=res.value, t_ascent_check_s=res.seconds)
 
-    def kept_dual(name, rec, value) -> float:
-        """Keep the certificate of a second-order value (its best dual, else the first-order bound it equals)."""
-        if certificates is None:
-            return value
-        best = rec.best
-        if best is None or not best.value <= value:
-            certificates[name] = {"kind": "first_order"}
-            return value
-        certificates[name] = {"kind": "dual", "cert": best}
-        return value
+    def keep_dual(name, rec, value):
+        """Keep the certificate of a second-order value: its best dual, else the first-order bound it equals."""
+        if certificates is not None:
+            best = rec.best
+            certificates[name] = ({"kind": "dual", "cert": best} if best is not None and best.value <= value
+                                  else {"kind": "first_order"})
 
     def run_second():
         with recording_duals() as rec:
             res = second_order_certificate(problem, sense="max")
-        row.update(second_order=kept_dual("second_order", rec, res.value), t_second_s=res.seconds, solver=res.solver)
+        keep_dual("second_order", rec, res.value)
+        row.update(second_order=res.value, t_second_s=res.seconds, solver=res.solver)
         if res.fallback:
             failures.append(f"second_order: fallback to first order ({res.status})")
 
     def run_tight():
         with recording_duals() as rec:
             res = second_order_certificate(problem, sense="max", upper_cone=True)
-        row.update(second_order_tight=kept_dual("second_order_tight", rec, res.value), t_second_tight_s=res.seconds)
+        keep_dual("second_order_tight", rec, res.value)
+        row.update(second_order_tight=res.value, t_second_tight_s=res.seconds)
         if res.fallback:
             failures.append(f"second_order_tight: fallback to first order ({res.status})")
 
