@@ -6,7 +6,7 @@
 
 Reads the config (validated like the Snakefile does; no model weights are loaded: GPT-2's dimensions
 are known without the hub) and counts, per stage, the units the DAG would compute, with the same grid
-functions the jobs use (`head.units.grid`, `block.build.transition_points`, `minip.sweep.runs`).
+functions the jobs use (`head.units.grid`, `block.transitions.transition_points`, `minip.sweep.runs`).
 
 The paper's counts (Paper A: 17,280 certification units = 144 heads x 4 query positions x 5 prompts
 x 6 radii, one query mode per unit; 2,880 units at query position 4; 5,760 baseline units = 144 x 5
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from attncert.block.build import transition_points
+from attncert.block.transitions import transition_points
 from attncert.head.units import grid
 from attncert.minip.sweep import runs
 from attncert.minip.witness import witness_family

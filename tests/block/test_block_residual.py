@@ -12,7 +12,8 @@ import torch
 
 from attncert.block.crown import crown_upper, residual_network
 from attncert.block.crown_modules import BoundScalarCurve, ScalarCurveModule, block_factory
-from attncert.block.build import reference_output, transition_from_model, transition_points
+from attncert.block.build import reference_output, transition_from_model
+from attncert.block.transitions import transition_points
 from attncert.block.map import (GELU_ERF, GELU_TANH, RSQRT, SQUARE, forward, specification_values)
 from attncert.block.residual import (QuadraticForms, analyze_transition, box_qp_max, box_qp_upper, curvature,
                                      effective_rank, max_bilinear_box, node_hessians, per_op_maxima,

@@ -1,8 +1,8 @@
 # Stage 4 (Paper A, block residual experiment): per block transition l -> l+1, every head of block
 # l+1 is a unit; data/block/{model}/transition{L}.csv (second-order term, ascent, CROWN, per-op sums),
 # merged into data/block/{model}/units.csv; then the tables and one rule for the figures.
-from attncert.block.figures import FIGURES as _BLOCK_FIGURE_NAMES
-from attncert.block.build import transition_points
+from attncert.block.figure_names import FIGURE_NAMES as _BLOCK_FIGURE_NAMES
+from attncert.block.transitions import transition_points
 
 BLOCK_TRANSITIONS = transition_points(_dims[0], LAYERS)
 BLOCK_TABLES = [f"figures/tables/{MODEL}/block_{name}.{ext}" for name in ("summary", "vs_paper") for ext in ("csv", "md")]

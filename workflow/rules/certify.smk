@@ -1,7 +1,7 @@
 # Stage 2: per layer, every unit's exact worst case, best feasible value and certificates
 # (data/certify/{model}/layer{L}.csv, the specification vectors in layer{L}_spec.npz); then the
 # stage's tables and one rule for its figures (wildcard: the figure's name).
-from attncert.certify.figures import FIGURES as _CERTIFY_FIGURE_NAMES
+from attncert.certify.figure_names import FIGURE_NAMES as _CERTIFY_FIGURE_NAMES
 
 CERTIFY_TABLES = expand("data/certify/{model}/layer{layer}.csv", model=MODEL, layer=LAYERS)
 CERTIFY_FIGURES = [f"figures/certify/{MODEL}/{name}.pdf" for name in _CERTIFY_FIGURE_NAMES]

@@ -3,7 +3,7 @@
 # (figures/minip/*). Everything is model-independent (no transformer weights are read).
 from attncert.minip.sweep import runs as _minip_runs, run_params as _minip_run_params, table_inputs as _minip_table_inputs
 from attncert.minip.codes import hadamard as _minip_hadamard
-from attncert.minip.figures import FIGURES as _MINIP_FIGURE_NAMES
+from attncert.minip.figure_names import FIGURES as _MINIP_FIGURE_NAMES
 
 MINIP = config["minip"]
 try:

@@ -127,12 +127,6 @@ def reference_output(model, family: str, layer: int, x: np.ndarray, position: in
     return out[0, position].numpy()
 
 
-def transition_points(n_layers: int, layers: list[int]) -> list[int]:
-    """Transitions l -> l+1 available when `layers` were extracted: l and l+1 both selected."""
-    sel = set(layers)
-    return [L for L in sorted(sel) if L + 1 in sel and L + 1 < n_layers]
-
-
 def specification_rows(W_V_next: np.ndarray, W_O_next: np.ndarray, layer_next: int, heads: list[int],
                        prompt: int, position: int, base_seed: int) -> np.ndarray:
     """Specification rows w_h (len(heads), d): the value the head of block l+1 reads along its own

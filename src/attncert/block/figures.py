@@ -131,7 +131,7 @@ def figure_crown_over_perop(df: pd.DataFrame, claims: list, pdf: str, png: str) 
     save_figure(fig, pdf, png)
 
 
-#: figure name (= file name under figures/block/{model}/) -> drawing function
+#: figure name (= file name under figures/block/{model}/) -> drawing function (names: `figure_names.FIGURE_NAMES`)
 FIGURES = {
     "crown_vs_predicted_looseness": lambda df, block, claims, pdf, png: figure_crown_vs_predicted(df, block, pdf, png),
     "looseness_and_rank": figure_distributions,

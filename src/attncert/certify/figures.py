@@ -157,7 +157,7 @@ def figure_certified_within(df: pd.DataFrame, model: str, out_pdf, claims=()):
     save_figure(fig, out_pdf)
 
 
-#: figure name (= file name under figures/certify/{model}/) -> drawing function
+#: figure name (= file name under figures/certify/{model}/) -> drawing function (names: `figure_names.FIGURE_NAMES`)
 FIGURES = {"relative_gap_vs_radius": figure_relative_gap, "gap_over_secant_bound": figure_gap_over_secant,
            "certified_within": figure_certified_within}
 

@@ -10,12 +10,9 @@ from __future__ import annotations
 import pandas as pd
 
 from attncert.minip import plots
+from attncert.minip.figure_names import FIGURES
 from attncert.minip.sweep import MAX_ERR_CRITERION, criterion_label, criterion_transitions
 from attncert.minip.tables import transition_table
-
-#: figure name -> the inputs it reads besides the sweep table
-FIGURES = {"witness_phase_transition": ("bound",), "scaling_error_vs_rank": (), "transition_rank_vs_size": (),
-           "transition_rank_by_criterion": ()}
 
 
 def draw(name: str, runs: pd.DataFrame, bound: dict | None, threshold: float, thresholds: list[float],

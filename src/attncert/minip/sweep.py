@@ -24,7 +24,7 @@ import re
 from dataclasses import asdict, dataclass
 
 from .task import HALF
-from .training import TrainConfig
+from .train_config import TrainConfig
 
 RUN_DIR = "data/minip/runs"
 SETTING_RE = re.compile(r"^(witness|m(\d+)-n(\d+))$")

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 import torch
@@ -37,16 +37,7 @@ from attncert.pipeline.device import resolve_device
 from .models import NONNEGATIVITY, build_model
 from .pools import sample_sequences, split_pool
 from .task import max_abs_error, minip_targets, wrong
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    steps: int
-    batch: int
-    lr: float
-    hidden: int
-    value_dim: int
-    depth: int = 1
+from .train_config import TrainConfig
 
 
 def _cosine_lr(opt, base_lr: float, step: int, steps: int) -> None:
