@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
+from bench.slurm_profile import TARGETS, reduced_config
 from conftest import REPO
 
 pytestmark = pytest.mark.cluster
@@ -32,13 +32,6 @@ SCRIPT = REPO / "workflow" / "cluster" / "slurm_single_node.sh"
 PROFILE = REPO / "workflow" / "profiles" / "slurm"
 PARTITION = "attncert"  # the script's partition; not the default, so the profile must pass it on
 
-# extraction, one certification layer, one baselines layer, the Min-IP runs, and the tables on them
-TARGETS = [
-    "figures/tables/tiny-gpt2/certification.csv",
-    "figures/tables/tiny-gpt2/baselines.csv",
-    "figures/tables/minip_witness.csv",
-    "figures/tables/minip_transition.csv",
-]
 # columns and keys that hold wall-clock time or a timestamp (they differ between any two runs):
 # seconds, median_seconds, certificate_seconds_over_method_seconds, t_exact_s, median_t_first_s, created_utc
 TIMING = re.compile(r"seconds|(^|_)t_\w+_s$|(^|_)(time|created_utc|elapsed)(_|$)", re.I)
@@ -53,24 +46,6 @@ def _log(line: str) -> None:
             print(f"[cluster test] {line}", file=sys.stderr, flush=True)
     else:
         print(f"[cluster test] {line}", file=sys.stderr, flush=True)
-
-
-def _config(tmp: Path, model_dir: Path) -> Path:
-    (tmp / "data").mkdir(parents=True, exist_ok=True)
-    for f in ("prompts.txt", "paper_claims.yaml"):
-        shutil.copy(REPO / "data" / f, tmp / "data" / f)
-    cfg = yaml.safe_load((REPO / "workflow" / "config" / "default.yaml").read_text())
-    cfg["model"] = {"name": "tiny-gpt2", "family": "gpt2", "source": str(model_dir)}
-    cfg.update(n_prompts=1, max_tokens=6, layers=[0], heads=[1])
-    cfg["certify"].update(prompts=[0], query_positions=[3], radii=[0.001, 0.01], ascent_restarts=2, ascent_steps=20)
-    cfg["baselines"].update(query_positions=[3], radii=[0.001], methods=["ibp", "crown"])
-    m = cfg["minip"]
-    m["seeds"] = [0]
-    m["witness"].update(bits=8, queries=2, ranks=[1], steps=40)
-    m["scaling"].update(sizes=[4], lengths=[{"length": 2, "ranks": [1], "steps": 40}], eval_sequences=64, batch=16)
-    path = tmp / "reduced.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
 
 
 def _snakemake(workdir: Path, configfile: Path, *extra: str, env: dict, timeout: int) -> tuple[int, str, float]:
@@ -212,7 +187,7 @@ def _alive(pid: int) -> bool:
 
 def test_profile_runs_reduced_dag_on_slurm_like_a_local_run(slurm_env, tmp_path, tiny_gpt2_dir):
     local, cluster = tmp_path / "local", tmp_path / "cluster"
-    cfg_local, cfg_cluster = _config(local, tiny_gpt2_dir), _config(cluster, tiny_gpt2_dir)
+    cfg_local, cfg_cluster = (reduced_config(REPO, d, tiny_gpt2_dir) for d in (local, cluster))
 
     rc, out, secs = _snakemake(local, cfg_local, "--cores", "2", env=slurm_env, timeout=300)
     assert rc == 0, out[-3000:]
@@ -233,7 +208,9 @@ def test_profile_runs_reduced_dag_on_slurm_like_a_local_run(slurm_env, tmp_path,
     cpus = {k: int(c) for i, c, k in (ln.split(None, 2) for ln in queue if ln.strip()) if i in submitted}
     _log("cluster jobs (CPUs): " + ", ".join(f"{k} ({c})" for k, c in sorted(cpus.items())))
     assert [c for k, c in cpus.items() if k.startswith("rule_extract")] == [2], cpus
-    assert all(c == 1 for k, c in cpus.items() if k.startswith(("rule_certify_layer", "rule_baselines_layer"))), cpus
+    # a layer's certification and baselines: one cluster job of 1 CPU (group layer_{model}_{layer})
+    assert [c for k, c in cpus.items() if k.startswith("rule_layer_tiny-gpt2_0")] == [1], cpus
+    assert not any(k.startswith(("rule_certify_layer", "rule_baselines_layer")) for k in cpus), cpus
     # the cluster jobs ran on SLURM: each submission left its SLURM log
     assert len(list((cluster / ".snakemake" / "slurm_logs").rglob("*.log"))) >= len(submitted)
 
