@@ -319,11 +319,15 @@ def main(args) -> dict:
         x = m_st[g]
         lines.append(f"| Min-IP | {g} (per run) | {n} | {x['n']} | {fmt(x['median'])} | {fmt(x['p90'])} | {fmt(x['mean'])} | "
                      f"{fmt(x['mean'] * n / 3600 if x['n'] else math.nan)} | (not re-run) | |")
-    lines += ["", f"Extrapolated CPU-hours of paper.yaml: after {total['after']:.1f} h, before {total['before']:.1f} h "
-              f"(certification {h_cert['after']:.2f} h vs {h_cert['before']:.2f} h; baselines "
+    # with --path after the legacy path is not measured: no "before" figures
+    measured_before = args.path != "after"
+    lines += ["", f"Extrapolated CPU-hours of paper.yaml: after {total['after']:.1f} h"
+              + (f", before {total['before']:.1f} h" if measured_before else "")
+              + f" (certification {h_cert['after']:.2f} h" + (f" vs {h_cert['before']:.2f} h" if measured_before else "")
+              + "; baselines "
               f"{sum(h_base[m] for m in paper_methods):.2f} h [{', '.join(f'{m} {h_base[m]:.2f}' for m in paper_methods)}]; "
               f"block {h_block:.2f} h; Min-IP {h_minip:.2f} h; extraction {h_extract:.3f} h). Ideal wall time on 2 cores: "
-              f"{total['after'] / 2:.1f} h after, {total['before'] / 2:.1f} h before.",
+              f"{total['after'] / 2:.1f} h after" + (f", {total['before'] / 2:.1f} h before." if measured_before else "."),
               f"Longest single jobs (paper.yaml sharding: certification and baselines per layer, block per transition, "
               f"Min-IP per run): certification {h_cert['after'] / counts['certify_jobs']:.2f} h, baselines "
               f"{sum(h_base[m] for m in paper_methods) / counts['certify_jobs']:.2f} h, block {t_block / len(heads) * 12 / 3600:.2f} h, "
