@@ -17,6 +17,7 @@ rule audit:
         layers=LAYERS,
         code=code("audit.py"),
     threads: 1
+    priority: 1  # on the longest path (extract.smk)
     conda:
         "../../environment.yml"
     resources:

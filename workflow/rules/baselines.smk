@@ -30,6 +30,7 @@ rule baselines_layer:
         device=config["device"],
         code=code("baselines_layer.py"),
     threads: 1
+    priority: 1  # on the longest path (extract.smk)
     conda:
         "../../environment.yml"
     resources:

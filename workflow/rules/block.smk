@@ -32,6 +32,7 @@ rule block_transition:
         spec_seed=config["spec_seed"],
         code=code("block_transition.py"),
     threads: 1
+    priority: 1  # on the longest path (extract.smk)
     conda:
         "../../environment.yml"
     resources:

@@ -42,6 +42,7 @@ rule certify_layer:
         spec_seed=config["spec_seed"],
         code=code("certify_layer.py"),
     threads: 1
+    priority: 1  # on the longest path (extract.smk)
     conda:
         "../../environment.yml"
     resources:

@@ -21,6 +21,7 @@ rule long_context_extract:
         lengths=LC.get("lengths", []),
         code=code("long_context_extract.py"),
     threads: 2
+    priority: 1  # on the longest path (extract.smk)
     conda:
         "../../environment.yml"
     resources:
@@ -54,6 +55,7 @@ rule long_context_certify:
         spec_seed=config["spec_seed"],
         code=code("long_context_certify.py"),
     threads: 1
+    priority: 1  # on the longest path (extract.smk)
     conda:
         "../../environment.yml"
     resources:
