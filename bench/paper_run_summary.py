@@ -5,7 +5,7 @@ extrapolation of `bench.paper_cost`, with soundness violations, fallbacks by rea
         [--extrapolation bench/results/paper_cost.json] [--results DIR]
 
 RUN_DIR is the working directory of the run (its data/, benchmarks/, figures/ and .snakemake/log/); the config
-files are the ones the run used (later files override earlier ones, as `snakemake --configfile A B` does). Per
+files are the ones the run used (merged into default.yaml in order, as `snakemake --configfile A B` does). Per
 stage: jobs and their summed wall and CPU seconds (Snakemake `benchmark:` files), units present against the
 units the config defines (`bench.paper_units.unit_counts`), and the stage's CPU-hours from `bench.paper_cost`
 (`--extrapolation`, its JSON result) when given. A model built from random weights (`random-gpt2`) is labelled
@@ -33,7 +33,8 @@ STAGES = ("extract", "certify", "baselines", "block", "minip", "long_context", "
 
 
 def merged_config(paths: list[str]) -> dict:
-    """The run's config: the files merged in order (nested dicts key by key), then validated."""
+    """The run's config as Snakemake builds it: workflow/config/default.yaml (the Snakefile's `configfile:`),
+    then the files in order, merged key by key (nested dicts too), then validated."""
     def merge(a: dict, b: dict) -> dict:
         out = copy.deepcopy(a)
         for k, v in b.items():
@@ -41,7 +42,7 @@ def merged_config(paths: list[str]) -> dict:
         return out
 
     cfg: dict = {}
-    for p in paths:
+    for p in [common.REPO / "workflow" / "config" / "default.yaml", *paths]:
         cfg = merge(cfg, yaml.safe_load(Path(p).read_text()) or {})
     return validate_config(cfg, base_dir=common.REPO)
 

@@ -25,3 +25,12 @@ def test_summary_counts_units_violations_and_failed_jobs(tmp_path):
     assert result["times"]["certify"]["jobs"] == 1 and abs(result["cpu_hours"] - 30.0 / 3600) < 1e-12
     row = next(line for line in lines if line.startswith("| certify |"))
     assert "3 / 1,728" in row and "| 1,725 |" in row and "0.50" in row
+
+
+def test_merged_config_starts_from_the_default_like_snakemake(tmp_path):
+    """A key the given files leave out keeps default.yaml's value, as in the run itself."""
+    partial = tmp_path / "partial.yaml"
+    partial.write_text("certify:\n  query_positions: [1]\n")
+    cfg = merged_config([str(partial)])
+    assert cfg["certify"]["query_positions"] == [1]
+    assert cfg["certify"]["prompts"] == [0, 1]  # default.yaml's, not every prompt

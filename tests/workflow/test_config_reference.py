@@ -45,3 +45,21 @@ def test_every_schema_key_is_documented_with_its_default():
 def test_the_walker_sees_nested_and_array_keys():
     keys = schema_keys()
     assert {"model.source", "certify.method_checks.seed", "minip.scaling.lengths[].ranks", "device"} <= set(keys)
+
+
+def _unset_in(cfg: dict, default: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key, value in default.items():
+        if key not in cfg:
+            out.append(prefix + key)
+        elif isinstance(value, dict) and isinstance(cfg[key], dict):
+            out += _unset_in(cfg[key], value, f"{prefix}{key}.")
+    return out
+
+
+def test_paper_config_sets_every_key_of_the_default():
+    """Snakemake reads default.yaml (the Snakefile's configfile) and merges `--configfile paper.yaml` into it:
+    a key paper.yaml leaves out keeps the default's value (the default certifies 2 prompts, the paper 5)."""
+    default = yaml.safe_load((REPO / "workflow" / "config" / "default.yaml").read_text())
+    paper = yaml.safe_load((REPO / "workflow" / "config" / "paper.yaml").read_text())
+    assert _unset_in(paper, default) == []
