@@ -30,7 +30,7 @@ def test_summary_counts_units_violations_and_failed_jobs(tmp_path):
 def test_merged_config_starts_from_the_default_like_snakemake(tmp_path):
     """A key the given files leave out keeps default.yaml's value, as in the run itself."""
     partial = tmp_path / "partial.yaml"
-    partial.write_text("certify:\n  query_positions: [1]\n")
+    partial.write_text("certify:\n  radii: [0.0005, 0.001, 0.002, 0.005, 0.01]\n")
     cfg = merged_config([str(partial)])
-    assert cfg["certify"]["query_positions"] == [1]
+    assert cfg["certify"]["radii"] == [0.0005, 0.001, 0.002, 0.005, 0.01]
     assert cfg["certify"]["prompts"] == [0, 1]  # default.yaml's, not every prompt
