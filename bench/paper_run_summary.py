@@ -14,7 +14,6 @@ synthetic everywhere: its numbers are costs, never GPT-2 results.
 from __future__ import annotations
 
 import argparse
-import copy
 import csv
 import json
 import re
@@ -22,6 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 import yaml
+from snakemake.utils import update_config
 
 from bench import common
 from bench.paper_units import unit_counts
@@ -34,16 +34,10 @@ STAGES = ("extract", "certify", "baselines", "block", "minip", "long_context", "
 
 def merged_config(paths: list[str]) -> dict:
     """The run's config as Snakemake builds it: workflow/config/default.yaml (the Snakefile's `configfile:`),
-    then the files in order, merged key by key (nested dicts too), then validated."""
-    def merge(a: dict, b: dict) -> dict:
-        out = copy.deepcopy(a)
-        for k, v in b.items():
-            out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-        return out
-
+    then the files in order, merged by Snakemake's own `update_config`, then validated."""
     cfg: dict = {}
     for p in [common.REPO / "workflow" / "config" / "default.yaml", *paths]:
-        cfg = merge(cfg, yaml.safe_load(Path(p).read_text()) or {})
+        update_config(cfg, yaml.safe_load(Path(p).read_text()) or {})
     return validate_config(cfg, base_dir=common.REPO)
 
 
@@ -139,8 +133,8 @@ def summarize(run: Path, cfg: dict, extrapolation: dict | None) -> tuple[dict, l
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", help="the run's working directory")
-    ap.add_argument("--configfile", nargs="+", default=["workflow/config/default.yaml"],
-                    help="the config files the run used, in order")
+    ap.add_argument("--configfile", nargs="+", default=[],
+                    help="the --configfile files the run used, in order (none: default.yaml alone)")
     ap.add_argument("--extrapolation", help="bench.paper_cost's JSON result (bench/results/paper_cost.json)")
     return ap
 
