@@ -21,7 +21,9 @@ rule long_context_extract:
         lengths=LC.get("lengths", []),
         code=code("long_context_extract.py"),
     threads: 2
-    priority: 1  # on the longest path (extract.smk)
+    # a job asking for both cores starts only when both are free at once; among the one-core jobs that
+    # follow extraction that moment comes at the very end, so it runs first, next to extraction
+    priority: 2
     conda:
         "../../environment.yml"
     resources:

@@ -155,32 +155,36 @@ def flatten(row: int, unit: dict, certificates: dict, pool: RowPool) -> dict[str
 SHUFFLED = "@bytes"  # suffix of a float64 array stored as its 8 byte planes (shape in the suffix's entry)
 
 
-def write_certificates(path: str | Path, entries: dict[str, np.ndarray], pool: RowPool | None = None) -> None:
+def write_certificates(path: str | Path, entries: dict[str, np.ndarray], pool: RowPool | None = None,
+                       compression: int = zipfile.ZIP_DEFLATED) -> None:
     """All rows' entries into one npz (a zip of .npy members), written atomically.
 
     Float arrays are stored as their byte planes (all first bytes, then all second bytes, ...: the exponent
-    bytes of similar numbers line up) and LZMA-compressed; `CertificateFile` restores them bit for bit.
+    bytes of similar numbers line up) and deflate-compressed; `CertificateFile` restores them bit for bit.
+    Deflate, not LZMA: a layer has tens of thousands of small members, and an LZMA compressor costs
+    milliseconds to set up per member (10x the write time for files about 5% smaller;
+    `python -m bench.certificate_compression`). `compression` is a zipfile constant; readers take any.
     """
     entries = dict(entries)
     if pool is not None:
         entries.update(pool.arrays())
     entries["format_version"] = np.int64(FORMAT_VERSION)
     with atomic_path(path) as tmp:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_LZMA) as zf:
+        with zipfile.ZipFile(tmp, "w", compression=compression) as zf:
             for key, value in entries.items():
                 value = np.asarray(value)
                 if value.dtype == np.float64 and value.size >= 16:
                     shape = np.asarray(value.shape, dtype=np.int64)
                     value = np.ascontiguousarray(value).reshape(-1).view(np.uint8).reshape(-1, 8).T.copy()
-                    _write_member(zf, key + SHUFFLED, shape)
-                _write_member(zf, key, value)
+                    _write_member(zf, key + SHUFFLED, shape, compression)
+                _write_member(zf, key, value, compression)
 
 
-def _write_member(zf: zipfile.ZipFile, key: str, value: np.ndarray) -> None:
+def _write_member(zf: zipfile.ZipFile, key: str, value: np.ndarray, compression: int) -> None:
     buf = io.BytesIO()
     np.lib.format.write_array(buf, value, allow_pickle=False)
     info = zipfile.ZipInfo(key + ".npy", date_time=(1980, 1, 1, 0, 0, 0))  # no clock: same data, same bytes
-    info.compress_type = zipfile.ZIP_LZMA
+    info.compress_type = compression
     zf.writestr(info, buf.getvalue())
 
 
