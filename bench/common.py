@@ -34,7 +34,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
-PACKAGES = ("numpy", "scipy", "cvxpy", "clarabel", "scs", "torch", "bound-propagation", "transformers")
+PACKAGES = ("numpy", "scipy", "cvxpy", "clarabel", "scs", "torch", "bound-propagation", "python-flint", "transformers")
 
 
 def single_threaded_blas() -> None:

