@@ -235,3 +235,25 @@ def test_certificate_file_is_byte_reproducible(certified_root, tmp_path):
     time.sleep(2.1)  # zip timestamps have a 2 s resolution
     write_certificates(tmp_path / "b.npz", entries)
     assert (tmp_path / "a.npz").read_bytes() == (tmp_path / "b.npz").read_bytes()
+
+
+@pytest.mark.parametrize("compression", ["ZIP_LZMA", "ZIP_STORED"])
+def test_certificate_file_reads_back_whatever_its_compression(certified_root, tmp_path, compression):
+    """Files written with another zip compression (LZMA: the format's earlier default) read back bit for bit
+    and pass the audit like the deflate file the pipeline writes."""
+    import zipfile
+
+    root = tmp_path / "data"
+    shutil.copytree(certified_root, root)
+    path = root / "certify" / MODEL / "layer0_certificates.npz"
+    with CertificateFile(path) as f:
+        entries = {k: np.array(f.array(k)) for k in f.keys}
+    write_certificates(path, entries, compression=getattr(zipfile, compression))
+    sidecar = json.loads(path.with_name(path.name + ".json").read_text())
+    write_sidecar(path, {k: v for k, v in sidecar.items() if k not in ("sha256", "size_bytes")})
+    with zipfile.ZipFile(path) as z:
+        assert {i.compress_type for i in z.infolist()} == {getattr(zipfile, compression)}
+    with CertificateFile(path) as f:
+        assert all(f.array(k).tobytes() == v.tobytes() and f.array(k).dtype == v.dtype for k, v in entries.items())
+    records = audit_layer(root, MODEL, 0)
+    assert records and all(r["status"] in ("pass", "not applicable") for r in records)
