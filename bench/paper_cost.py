@@ -371,7 +371,8 @@ def main(args) -> dict:
               f". Total bench wall time {time.perf_counter() - t_start:.0f} s."]
     print("\n".join(lines))
     return {"model": model_label(cfg["model"]), "layer": L, "sample": args.sample, "path": args.path,
-            "hours": {"total_after": total["after"], "total_before": total["before"], "certify": h_cert,
+            "hours": {"total_after": total["after"], "total_before": total["before"] if measured_before else None,
+                      "certify": h_cert if measured_before else {"after": h_cert["after"], "before": None},
                       "baselines": {m: h_base[m] for m in paper_methods}, "block": h_block, "minip": h_minip,
                       "extraction": h_extract}}
 
