@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from attncert.certify.certificate_store import CertificateFile, write_certificates
 from bench import common
 
 QUICK = {"reps": 1}
@@ -38,8 +39,6 @@ def _identical(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def read_all(path: Path) -> float:
-    from attncert.certify.certificate_store import CertificateFile
-
     t0 = time.perf_counter()
     with CertificateFile(path) as cf:
         for r in cf.rows:
@@ -48,8 +47,6 @@ def read_all(path: Path) -> float:
 
 
 def main(args) -> dict:
-    from attncert.certify.certificate_store import CertificateFile, write_certificates
-
     if not args.file.is_file():
         raise SystemExit(f"bench.certificate_compression: {args.file} not found; fix: run "
                          f"`snakemake --cores all {args.file.relative_to(common.REPO) if args.file.is_absolute() else args.file}` first")
