@@ -57,16 +57,19 @@ def main():
         if str(so["kind"]) != "dual":
             print(f"{name} = {value!r}: the first-order bound (tie or fallback), {value - U:.3e} above it")
             continue
-        link, why = program_link(so, red, radius, norm, head)
+        link = program_link(so, red, radius, norm, mode, head)
+        if link.margin < 0:
+            print(f"{name} = {value!r}: the program is not the construction's for this unit: {link.why}")
+            continue
         cone, where = dual_cone_margin(so["z"], so["dims"])
-        wd = weak_duality_upper(so["c"], so["A"], so["b"], so["z"], so["lo"], so["hi"], float(so["data_rel_err"]))
-        origin, scale, tail = (float(x) for x in so["affine"])
+        wd = weak_duality_upper(so["c"], so["A"], so["b"], so["z"], so["lo"], so["hi"], link.data_rel_err)
+        origin, scale, tail = link.affine  # the rebuilt data's map to g, not the stored one
         certified = arb(origin) + arb(scale) * wd + arb(tail)
         dims = so["dims"]
         print(f"{name} = {value!r}: program {so['A'].shape[0]} rows x {so['A'].shape[1]} variables "
               f"({int(dims[0])} zero, {int(dims[1])} nonnegative, {int(dims[2])} exponential cones, "
               f"{len(dims) - 3} second-order cones), {so['A'].nnz} nonzeros; "
-              f"rebuilt bit for bit: {link == 0} {why}")
+              f"rebuilt bit for bit: True")
         print(f"   2. dual in K^*: smallest margin {cone:.3e} ({where})")
         print(f"   3. (WD) in balls: {wd.str(17)} (objective units); g = {origin!r} + {scale!r} x (WD) + {tail!r} "
               f"= {certified.str(17)}; reported - certified upper end = {float((arb(value) - certified).lower()):.3e}")

@@ -19,7 +19,7 @@ MODEL = "m"
 QP = 3
 
 
-def write_layer(root, layer: int, seed: int = 0):
+def write_layer(root, layer: int, seed: int = 0, qps=(QP,)):
     arrays = tiny_layer_arrays()
     if seed:
         rng = np.random.default_rng(seed)
@@ -30,10 +30,10 @@ def write_layer(root, layer: int, seed: int = 0):
             np.savez_compressed(fh, **arrays)
     write_sidecar(ext, provenance({"code": "t"}, stage="extract", model_id=MODEL, layer=layer))
     base = root / "certify" / MODEL
-    spec = specification_vectors(arrays, layer, [QP], 0)
-    write_specification(base / f"layer{layer}_spec.npz", spec, [QP], layer, 0)
-    units = grid([0, 1], [0], [QP], [0.01, 0.2], ["linf", "l2"], ["fixed", "varying"], layer)
-    df, entries, pool = certify_layer_units(arrays, spec, [QP], units, layer, ascent_check_fraction=0.0)
+    spec = specification_vectors(arrays, layer, list(qps), 0)
+    write_specification(base / f"layer{layer}_spec.npz", spec, list(qps), layer, 0)
+    units = grid([0, 1], [0], list(qps), [0.01, 0.2], ["linf", "l2"], ["fixed", "varying"], layer)
+    df, entries, pool = certify_layer_units(arrays, spec, list(qps), units, layer, ascent_check_fraction=0.0)
     write_certificates(base / f"layer{layer}_certificates.npz", entries, pool)
     write_sidecar(base / f"layer{layer}_certificates.npz", provenance({"code": "t"}, stage="certify"))
     with atomic_path(base / f"layer{layer}.csv") as tmp:
@@ -70,17 +70,19 @@ def failures(df):
 def test_every_certified_number_passes(certified_root):
     for layer in (0, 1):
         df = outcomes(certified_root, layer)
-        assert len(df) == 16 * 5
+        assert len(df) == 16 * 6
         assert failures(df).empty, failures(df)[["row", "number", "check", "margin", "reason"]].to_string()
         fixed = df[df["mode"] == "fixed"]
         assert (fixed.status == "pass").all()
         varying_exact = df[(df["mode"] == "varying") & df.number.isin(["exact_lo", "exact_hi"])]
         assert (varying_exact.status == "not applicable").all()
+        assert (df[(df["mode"] == "varying") & ~df.number.isin(["exact_lo", "exact_hi"])].status == "pass").all()
 
 
 def _edit_table(root, row, column, fn, layer=0):
     path = root / "certify" / MODEL / f"layer{layer}.csv"
     df = pd.read_csv(path)
+    df[column] = df[column].astype(object)  # a tamperer may write any text
     df.loc[row, column] = fn(df.loc[row, column])
     df.to_csv(path, index=False, float_format="%.17g")
     write_sidecar(path, provenance({"code": "t"}, stage="certify"))  # a consistent tamperer: checksums match
@@ -132,7 +134,7 @@ def test_certificate_with_another_layers_weights_fails(data_root):
         (data_root / "extract" / MODEL / f"layer0.npz{suffix}").write_bytes(
             (data_root / "extract" / MODEL / f"layer1.npz{suffix}").read_bytes())
     bad = failures(outcomes(data_root))
-    certified = ("first_order", "second_order", "second_order_tight", "exact_lo", "exact_hi")
+    certified = ("first_order", "second_order", "second_order_tight", "exact_lo", "exact_hi", "best_feasible")
     assert set(bad.row) == set(range(16)) and set(bad.number) == set(certified)
     assert set(bad[bad.number == "first_order"].check) <= {"intervals", "reduction"}
 
@@ -256,3 +258,301 @@ def test_certificate_file_reads_back_whatever_its_compression(certified_root, tm
         assert all(f.array(k).tobytes() == v.tobytes() and f.array(k).dtype == v.dtype for k, v in entries.items())
     records = audit_layer(root, MODEL, 0)
     assert records and all(r["status"] in ("pass", "not applicable") for r in records)
+
+
+# --- forgeries a skeptic would try: each must fail the right check -------------------------------------------------
+
+FIXED_LINF, FIXED_L2, VARYING_LINF = 0, 4, 2  # rows of the tiny grid (head 0, r = 0.01)
+
+
+def _row_of(df, head=0, radius=0.01, norm="linf", mode="fixed"):
+    hit = df[(df["head"] == head) & (df["radius"] == radius) & (df["norm"] == norm) & (df["mode"] == mode)]
+    return int(hit.index[0])
+
+
+def test_grid_rows_are_where_the_tamper_tests_expect_them(certified_root):
+    df = pd.read_csv(certified_root / "certify" / MODEL / "layer0.csv")
+    assert _row_of(df) == FIXED_LINF and _row_of(df, norm="l2") == FIXED_L2
+    assert _row_of(df, mode="varying") == VARYING_LINF
+
+
+def _hit(df, row, number):
+    hit = df[(df.row == row) & (df.number == number)]
+    assert len(hit) == 1
+    return hit.iloc[0]
+
+
+@pytest.mark.parametrize("field, value", [("affine", lambda a: a + np.array([0.0, 0.0, -0.4])),
+                                          ("affine", lambda a: a + np.array([-0.4, 0.0, 0.0])),
+                                          ("data_rel_err", lambda e: np.float64(-1e-3))])
+@pytest.mark.parametrize("row", [FIXED_LINF, VARYING_LINF])
+def test_stored_map_to_g_or_data_error_model_is_not_trusted(data_root, field, value, row):
+    """The tail, origin and data-error model are re-derived: a forged one fails `program`, whatever value the
+    table then reports."""
+    def edit(e):
+        key = f"r{row}/second_order/{field}"
+        e[key] = value(e[key])
+    _edit_certificates(data_root, edit)
+    _edit_table(data_root, row, "second_order", lambda v: v - 0.4)
+    got = _hit(outcomes(data_root), row, "second_order")
+    assert got.status == "fail" and got.check == "program", got.reason
+
+
+def _drop_build(e, row, name="second_order"):
+    for k in [k for k in e if k.startswith(f"r{row}/{name}/build/")]:
+        del e[k]
+
+
+def test_certificate_without_builder_inputs_fails(data_root):
+    _edit_certificates(data_root, lambda e: _drop_build(e, FIXED_LINF))
+    got = _hit(outcomes(data_root), FIXED_LINF, "second_order")
+    assert got.status == "fail" and got.check == "program" and "cannot be rebuilt" in got.reason
+
+
+def test_certificate_of_a_smaller_radius_without_builder_inputs_fails_on_the_larger_radius_row(data_root):
+    """r = 0.01's certificate (unit and builder inputs removed) on the r = 0.2 row of the same unit."""
+    df = pd.read_csv(data_root / "certify" / MODEL / "layer0.csv")
+    big = _row_of(df, radius=0.2)
+
+    def swap(e):
+        for k in [k for k in e if k.startswith(f"r{big}/second_order/")]:
+            del e[k]
+        for k in [k for k in e if k.startswith(f"r{FIXED_LINF}/second_order/")]:
+            e[k.replace(f"r{FIXED_LINF}/", f"r{big}/", 1)] = e[k]
+        _drop_build(e, big)
+    _edit_certificates(data_root, swap)
+    _edit_table(data_root, big, "second_order", lambda v: float(df.loc[FIXED_LINF, "second_order"]))
+    got = _hit(outcomes(data_root), big, "second_order")
+    assert got.status == "fail" and got.check == "program"
+
+
+def _replace_program(root, row, name, cert, layer=0):
+    """Row `row`'s `name` certificate replaced by the DualCertificate `cert` (the layer's row pool rebuilt)."""
+    from attncert.certify.certificate_store import RowPool, _dual_arrays
+
+    path = root / "certify" / MODEL / f"layer{layer}_certificates.npz"
+    pool = RowPool()
+    with CertificateFile(path) as f:
+        entries = {k: np.array(f.array(k)) for k in f.keys if not k.startswith("pool/")}
+        for k in [k for k in entries if k.endswith("/A_rows")]:
+            entries[k] = pool.add(f.matrix(entries[k], entries[k[:-len("A_rows")] + "A_shape"]))
+    for k in [k for k in entries if k.startswith(f"r{row}/{name}/")]:
+        del entries[k]
+    entries.update({f"r{row}/{name}/{k}": v for k, v in _dual_arrays(cert, pool).items()})
+    write_certificates(path, entries, pool)
+    write_sidecar(path, provenance({"code": "t"}, stage="certify"))
+
+
+def test_l2_program_honestly_solved_fails_on_the_linf_row(data_root):
+    """The l_inf row's own relaxation data, built into the l2 program (the ellipse inside the zonotope) and
+    honestly solved and certified: rebuilt bit for bit, but not the row's unit."""
+    from attncert.certify.second_order.compiled import canonical_program  # noqa: F401 - the builders' path
+    from attncert.certify.second_order.dual_certificate import solve_and_certify
+    from attncert.certify.second_order.dual_record import note_affine, note_construction, recording_duals
+    from attncert.certify.second_order.fixed_program import (FixedRelaxationData, build_fixed_program, fixed_box,
+                                                             set_fixed_parameters)
+
+    with CertificateFile(data_root / "certify" / MODEL / "layer0_certificates.npz") as f:
+        row = f.row(FIXED_LINF)
+    b, red = row["second_order"], row["reduction"]
+    n, _, _, upper_cone, mono, deviation = json.loads(str(b["build/key"]))
+    D = FixedRelaxationData(A=b["build/A"], w0=b["build/w0"], g0=float(b["build/g0"]), eps_s=b["build/eps_s"],
+                            eps_w=b["build/eps_w"], u_s=red["u_s"], u_w=red["u_w"], R_s=float(b["build/R_s"]),
+                            R_w=float(b["build/R_w"]), rho_w=float(b["build/rho_w"]), rho_o=float(b["build/rho_o"]),
+                            radius=float(b["build/radius"]), norm="linf", tail=float(b["build/tail"]))
+    with recording_duals() as rec:
+        note_construction(reset=True, path="fixed", key=(n, "l2", 0, upper_cone, mono, deviation), data=D)
+        prob, P, V = build_fixed_program(int(n), "l2", 0, upper_cone, mono, deviation)
+        _, _, tau_lo, tau_hi = set_fixed_parameters(P, D)
+        cert = solve_and_certify(prob, fixed_box(V, int(n), tau_lo, tau_hi, D))
+        note_affine(D.g0, D.rho_o, D.tail)
+    assert cert.converged and rec.best is not None
+    _replace_program(data_root, FIXED_LINF, "second_order", rec.best)
+    _edit_table(data_root, FIXED_LINF, "second_order", lambda v: rec.best.value)
+    got = _hit(outcomes(data_root), FIXED_LINF, "second_order")
+    assert got.status == "fail" and got.check == "program" and "l2" in got.reason
+
+
+@pytest.mark.parametrize("src, dst", [(FIXED_LINF, VARYING_LINF), (VARYING_LINF, FIXED_LINF)])
+def test_certificate_of_the_other_query_mode_fails(data_root, src, dst):
+    """A fixed-query certificate in the varying-query row of the same unit (and the reverse), value and all."""
+    value = float(pd.read_csv(data_root / "certify" / MODEL / "layer0.csv").loc[src, "second_order"])
+
+    def swap(e):
+        for k in [k for k in e if k.startswith(f"r{dst}/second_order/")]:
+            del e[k]
+        for k in [k for k in e if k.startswith(f"r{src}/second_order/")]:
+            e[k.replace(f"r{src}/", f"r{dst}/", 1)] = e[k]
+    _edit_certificates(data_root, swap)
+    _edit_table(data_root, dst, "second_order", lambda v: value)
+    got = _hit(outcomes(data_root), dst, "second_order")
+    assert got.status == "fail" and got.check == "program" and "query row" in got.reason
+
+
+def test_table_status_unsound_fails_the_row(data_root):
+    _edit_table(data_root, FIXED_LINF, "status", lambda v: "UNSOUND")
+    df = outcomes(data_root)
+    row = df[df.row == FIXED_LINF]
+    assert (row.status == "fail").all() and set(row.check) == {"table_status"}
+    assert set(failures(df).row) == {FIXED_LINF}
+
+
+def test_a_builder_bug_shared_by_certifier_and_checker_is_caught_by_the_cross_checks(tmp_path, monkeypatch):
+    """A wrong dropped-token rule (it drops the token with the largest score, with no tail): the certifier and
+    the audit build the same wrong programs, and only the cross-checks against the audited witnesses catch the
+    certificates that lie below the attained value."""
+    from attncert.head.reduced_geometry import ReducedGeometry
+
+    def buggy(self):
+        keep = np.ones(len(self.s0), dtype=bool)
+        keep[int(np.argmax(np.asarray(self.s0) + np.asarray(self.w0)))] = False
+        return keep, 0.0
+    monkeypatch.setattr(ReducedGeometry, "kept_tokens", buggy)
+    root = tmp_path / "data"
+    df_table = write_layer(root, 0)
+    df = outcomes(root)
+    bad_rows = set(df_table.index[df_table.status == "UNSOUND"])
+    assert bad_rows, "the simulated bug must make some certificate wrong"
+    so = df[(df["mode"] == "fixed") & df.number.isin(["second_order", "second_order_tight"])]
+    wrong = so[so.row.isin(bad_rows)]
+    assert len(wrong) and (wrong.status == "fail").all()
+    assert set(wrong.check) <= {"covers_attained", "table_status"} and "covers_attained" in set(wrong.check)
+
+
+@pytest.mark.parametrize("edit, check", [
+    ("delete", "certificate"), ("-inf", "reported"), ("nan", "reported"), ("text", "reported")])
+def test_missing_or_non_finite_second_order_fails(data_root, edit, check):
+    if edit == "delete":
+        def drop(e):
+            for k in [k for k in e if k.startswith(f"r{FIXED_LINF}/second_order/")]:
+                del e[k]
+        _edit_certificates(data_root, drop)
+        _edit_table(data_root, FIXED_LINF, "second_order", lambda v: 1.0)
+    else:
+        _edit_table(data_root, FIXED_LINF, "second_order", lambda v: {"-inf": -np.inf, "nan": np.nan,
+                                                                       "text": "abc"}[edit])
+    got = _hit(outcomes(data_root), FIXED_LINF, "second_order")
+    assert got.status == "fail" and got.check == check
+
+
+@pytest.mark.parametrize("number", ["exact_lo", "exact_hi"])
+def test_made_up_exact_value_in_a_varying_row_fails(data_root, number):
+    _edit_table(data_root, VARYING_LINF, number, lambda v: 0.5)
+    got = _hit(outcomes(data_root), VARYING_LINF, number)
+    assert got.status == "fail" and got.check == "empty_cell"
+
+
+def test_non_finite_exact_hi_fails_without_a_traceback(data_root):
+    _edit_table(data_root, FIXED_LINF, "exact_hi", lambda v: np.inf)
+    got = _hit(outcomes(data_root), FIXED_LINF, "exact_hi")
+    assert got.status == "fail" and got.check == "reported"
+
+
+def _coverage(**over):
+    from attncert.audit.table_coverage import CoverageConfig
+
+    cfg = {"n_prompts": 1, "certify": {"query_positions": [QP], "radii": [0.01, 0.2], "norms": ["linf", "l2"],
+                                       "modes": ["fixed", "varying"]} | over}
+    return CoverageConfig.from_config(cfg, layers=[0], heads=[0, 1])
+
+
+def test_the_configured_grid_is_complete(certified_root):
+    df = pd.DataFrame(audit_layer(certified_root, MODEL, 0, coverage=_coverage()))
+    assert failures(df).empty and len(df) == 16 * 6
+
+
+def test_a_table_that_lost_rows_fails(data_root):
+    path = data_root / "certify" / MODEL / "layer0.csv"
+    pd.read_csv(path).iloc[:10].to_csv(path, index=False, float_format="%.17g")
+    write_sidecar(path, provenance({"code": "t"}, stage="certify"))
+    df = pd.DataFrame(audit_layer(data_root, MODEL, 0, coverage=_coverage()))
+    missing = df[(df.number == "row") & (df.status == "fail")]
+    assert len(missing) == 6 and set(missing.check) == {"completeness"}
+
+
+def test_a_grid_radius_the_table_does_not_hold_fails(certified_root):
+    df = pd.DataFrame(audit_layer(certified_root, MODEL, 0, coverage=_coverage(radii=[0.01, 0.05])))
+    reasons = set(df[(df.number == "row")].reason)
+    assert {"row not in the configuration's grid", "unit of the configuration missing from the table"} <= reasons
+
+
+def test_unfactored_varying_program_is_rebuilt(tmp_path, monkeypatch):
+    """Varying units below the factored program's width threshold take the unfactored program (here every unit:
+    the threshold raised): its builder inputs are stored and the audit rebuilds it."""
+    import attncert.certify.second_order.varying_factored as vf
+
+    monkeypatch.setattr(vf, "DEVIATION_BELOW", 1e9)
+    root = tmp_path / "data"
+    write_layer(root, 0)
+    with CertificateFile(root / "certify" / MODEL / "layer0_certificates.npz") as f:
+        paths = {str(f.row(r)["second_order"].get("build/path", "")) for r in f.rows
+                 if f.row(r)["unit"]["mode"] == "varying" and str(f.row(r)["second_order"]["kind"]) == "dual"}
+    assert paths == {"varying_unfactored"}
+    df = outcomes(root)
+    dual = df[(df["mode"] == "varying") & df.number.isin(["second_order", "second_order_tight"])
+              & (df.check != "first_order_bound")]
+    assert len(dual) and (dual.check == "program+dual_cone+weak_duality").all(), dual[["row", "check", "reason"]]
+
+
+# --- bad input: one line, exit 2, no traceback --------------------------------------------------------------------
+
+def _one_line_exit_2(args, capsys):
+    assert main(args) == 2
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if line.strip() and "%|" not in line]
+    assert len(err) == 1 and err[0].startswith("attncert audit:") and ("fix" in err[0] or "regenerate" in err[0]), err
+    return err[0]
+
+
+@pytest.mark.parametrize("rows", ["a-b", "5-2", "-3", "99999"])
+def test_malformed_or_empty_row_selection(certified_root, rows, capsys):
+    line = _one_line_exit_2(["--model", MODEL, "--layer", "0", "--rows", rows, "--data", str(certified_root)], capsys)
+    assert "--rows" in line
+
+
+@pytest.mark.parametrize("damage", ["truncate", "no_format_version"])
+def test_damaged_certificate_file_with_a_resigned_sidecar(data_root, damage, capsys):
+    import zipfile
+
+    path = data_root / "certify" / MODEL / "layer0_certificates.npz"
+    if damage == "truncate":
+        raw = path.read_bytes()
+        path.write_bytes(raw[: len(raw) // 2])
+    else:
+        tmp = path.with_suffix(".tmp")
+        with zipfile.ZipFile(path) as src, zipfile.ZipFile(tmp, "w") as dst:
+            for info in src.infolist():
+                if info.filename != "format_version.npy":
+                    dst.writestr(info, src.read(info.filename))
+        tmp.replace(path)
+    write_sidecar(path, provenance({"code": "t"}, stage="certify"))
+    line = _one_line_exit_2(["--model", MODEL, "--layer", "0", "--data", str(data_root)], capsys)
+    assert "layer0_certificates.npz" in line and "regenerate it with: snakemake" in line
+
+
+@pytest.mark.parametrize("field, value", [("A_shape", lambda s: np.array([s[0], 10 ** 9], dtype=np.int64)),
+                                          ("A_shape", lambda s: np.array([-1, 3], dtype=np.int64)),
+                                          ("A_rows", lambda r: r + 10 ** 9),
+                                          ("z", lambda z: z[:3])])
+def test_malformed_stored_program_fails_its_row_without_a_crash(data_root, field, value):
+    def edit(e):
+        key = f"r{FIXED_LINF}/second_order/{field}"
+        e[key] = value(e[key])
+    _edit_certificates(data_root, edit)
+    df = outcomes(data_root)
+    assert set(failures(df).row) == {FIXED_LINF}
+    assert set(failures(df).check) == {"certificate"}
+
+
+def test_configfile_of_another_model_is_refused(certified_root, capsys):
+    from conftest import REPO
+
+    line = _one_line_exit_2(["--model", MODEL, "--configfile", str(REPO / "workflow/config/default.yaml"),
+                             "--data", str(certified_root)], capsys)
+    assert "all-MiniLM-L6-v2" in line
+
+
+def test_margin_column_is_the_decisive_slack(certified_root):
+    df = outcomes(certified_root)
+    wd = df[df.check == "program+dual_cone+weak_duality"]
+    assert (wd.margin > 0).all() and (wd.margin < 1e-6).all()
+    assert wd.margins.str.contains("weak_duality=").all() and wd.margins.str.contains("program=ok").all()

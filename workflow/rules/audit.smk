@@ -1,5 +1,6 @@
-# Audit: every certified number of the certification table re-derived from its stored certificate, without a
-# solver (attncert.audit; docs/audit.md). One table per model.
+# Audit: every certified number of the certification tables re-derived from its stored certificate, without a
+# solver, every unit of the configured grid present; the long-context and block tables listed with their
+# coverage (attncert.audit; docs/audit.md). One table per model.
 AUDIT_OUTPUTS = [f"figures/tables/{MODEL}/audit.csv", f"figures/tables/{MODEL}/audit.md"]
 
 
@@ -9,12 +10,17 @@ rule audit:
         certificates=expand("data/certify/{{model}}/layer{layer}_certificates.npz", layer=LAYERS),
         specs=expand("data/certify/{{model}}/layer{layer}_spec.npz", layer=LAYERS),
         weights=expand("data/extract/{{model}}/layer{layer}.npz", layer=LAYERS),
+        long_context="data/long_context/{model}/units.csv",
+        block="data/block/{model}/units.csv",
     output:
         csv="figures/tables/{model}/audit.csv",
         md="figures/tables/{model}/audit.md",
     params:
         model=MODEL_CFG,
         layers=LAYERS,
+        heads=HEADS,
+        certify=config["certify"],
+        n_prompts=config["n_prompts"],
         code=code("audit.py"),
     threads: 1
     priority: 1  # on the longest path (extract.smk)

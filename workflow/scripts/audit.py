@@ -1,23 +1,27 @@
-"""Snakemake entry point: audit every certified number of the model's certification tables (attncert.audit)."""
+"""Snakemake entry point: audit every certified number of the model's tables (attncert.audit)."""
 import sys
 import time
 from pathlib import Path
 
-from attncert.audit.audit_table import audit_layer, write_audit
+from attncert.audit.audit_table import audit_model, write_audit
+from attncert.audit.table_coverage import CoverageConfig
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.provenance import provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
 model = sm.wildcards.model
+layers = [int(layer) for layer in sm.params.layers]
+coverage = CoverageConfig.from_config({"certify": dict(sm.params.certify), "n_prompts": sm.params.n_prompts},
+                                      layers=layers, heads=list(sm.params.heads))
 t0 = time.perf_counter()
-records = [rec for layer in sm.params.layers for rec in audit_layer(Path("data"), model, int(layer))]
+records = audit_model(Path("data"), model, layers, coverage=coverage)
 seconds = time.perf_counter() - t0
-write_audit(records, Path(sm.output.csv), Path(sm.output.md), model, seconds, list(sm.params.layers))
+write_audit(records, Path(sm.output.csv), Path(sm.output.md), model, seconds, layers, coverage)
 fails = [r for r in records if r["status"] == "fail"]
 for r in fails:
-    print(f"attncert: AUDIT FAILURE layer {r['layer']} row {r['row']} {r['number']}: {r['check']} "
+    print(f"attncert: AUDIT FAILURE {r['table']} layer {r['layer']} row {r['row']} {r['number']}: {r['check']} "
           f"(margin {r['margin']:.3g}) {r['reason']}", file=sys.stderr)
-counts = {s: sum(r["status"] == s for r in records) for s in ("pass", "fail", "not certifiable", "not applicable")}
+counts = {s: sum(r["status"] == s for r in records) for s in ("pass", "fail", "not applicable", "not covered")}
 write_sidecar(sm.output.csv, provenance(sm.params, stage="audit", seconds=seconds, counts=counts))
 write_sidecar(sm.output.md, provenance(sm.params, stage="audit", seconds=seconds, counts=counts))

@@ -1,48 +1,82 @@
-"""The audit of a model's certification tables, and the `attncert audit` command.
+"""The audit of a model's certified numbers, and the `attncert audit` command.
 
 For every layer: `data/certify/{model}/layer{L}.csv` (the numbers), `layer{L}_certificates.npz` (what certifies
 them), `layer{L}_spec.npz` and `data/extract/{model}/layer{L}.npz` (what defines the unit). Each file is checked
 against the sha256 in its sidecar first (`pipeline.intermediate_check`: one line naming the file and the command
-that regenerates it). Writes one row per (table row, number): pass, fail (with the check
-and its margin) or not certifiable by design (with the reason).
+that regenerates it); a certificate file that does not read as one stops the audit the same way. Writes one
+row per (table row, number): pass, fail (with the check and its margin), not applicable (an empty cell by
+configuration) or not covered (a table whose numbers have no stored certificate, with the reason).
 
-    attncert audit --model all-MiniLM-L6-v2 [--layer 0 ...] [--rows 0-9,17] [--out figures/tables/.../audit]
+The units the configuration defines (`table_coverage.expected_units`) must all be in the table, once each, and
+nothing else: a missing, duplicated or foreign row fails. The long-context table and the block table are listed
+row by row (`table_coverage`).
+
+    attncert audit --model all-MiniLM-L6-v2 [--configfile FILE ...] [--layer 0 ...] [--rows 0-9,17] [--out PREFIX]
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import math
 import sys
 import time
+import zipfile
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
 from tqdm import tqdm
 
 from attncert.audit.head_enclosure import LayerFiles
-from attncert.audit.row_audit import NUMBERS, audit_row
-from attncert.certify.certificate_store import CertificateFile
-from attncert.pipeline.intermediate_check import IntermediateError, verify_intermediate
+from attncert.audit.row_audit import NUMBERS, Expect, Outcome, audit_row
+from attncert.audit.table_coverage import (AuditInputError, CoverageConfig, block_records, completeness_records, long_context_records,
+                                           read_grid_config)
+from attncert.certify.certificate_store import SECOND_ORDER_NUMBERS, CertificateFile, check_program_shapes
+from attncert.pipeline.intermediate_check import IntermediateError, regenerate_command, verify_intermediate
 
 UNIT_COLUMNS = ["layer", "head", "prompt", "query_pos", "radius", "norm", "mode"]
-COLUMNS = ["layer", "row", *UNIT_COLUMNS[1:], "number", "reported", "status", "check", "margin", "reason"]
+COLUMNS = ["table", "layer", "row", *UNIT_COLUMNS[1:], "number", "reported", "status", "check", "margin", "reason",
+           "margins"]
+STATUSES = ("pass", "fail", "not applicable", "not covered")
 BASELINE_NOTE = ("Baseline rows (IBP, CROWN, alpha-CROWN and their variants, `data/baselines/`) carry no certificate "
-                 "of this kind: their bounds come from auto_LiRPA in floating point, without a dual that a checker "
-                 "could confirm. They are not audited.")
+                 "of this kind: their bounds come from bound propagation in floating point, without a dual that a "
+                 "checker could confirm. They are not audited.")
+#: what reading a damaged certificate file can raise (zip, npy or json structure; shapes and ids are validated)
+MALFORMED = (zipfile.BadZipFile, ValueError, KeyError, IndexError, TypeError, EOFError, OSError)
 
 
 def parse_rows(spec: str | None) -> set[int] | None:
-    """'0-9,17' -> {0..9, 17}; None -> all rows."""
+    """'0-9,17' -> {0..9, 17}; None -> all rows. A malformed selection raises AuditInputError."""
     if not spec:
         return None
     out: set[int] = set()
     for part in spec.split(","):
-        a, _, b = part.strip().partition("-")
-        out.update(range(int(a), int(b or a) + 1))
+        a, dash, b = part.strip().partition("-")
+        try:
+            lo, hi = int(a), int(b) if dash else int(a)
+        except ValueError:
+            raise AuditInputError(f"--rows {spec!r}: {part.strip()!r} is not a row or a range; fix: use e.g. "
+                                  "--rows 0-9,17") from None
+        if lo < 0 or hi < lo:
+            raise AuditInputError(f"--rows {spec!r}: {part.strip()!r} is not an increasing range of rows >= 0; "
+                                  "fix: use e.g. --rows 0-9,17")
+        out.update(range(lo, hi + 1))
     return out
 
 
-def audit_layer(root: Path, model: str, layer: int, rows: set[int] | None = None) -> list[dict]:
+def _damaged(path: Path, e: Exception) -> IntermediateError:
+    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return IntermediateError(" ".join(f"{path} does not read as a certificate file ({type(e).__name__}: {msg}): "
+                                      f"regenerate it with: {regenerate_command(path)}".split()))
+
+
+def _record(layer: int, r: int, row: dict, o: Outcome) -> dict:
+    return {"table": "certify", "layer": layer, "row": r, **{k: row.get(k, "") for k in UNIT_COLUMNS[1:]}, **asdict(o)}
+
+
+def audit_layer(root: Path, model: str, layer: int, rows: set[int] | None = None,
+                coverage: CoverageConfig | None = None) -> list[dict]:
+    """Every number of the layer's table (rows: a selection; coverage: the configured grid, checked complete)."""
     base = root / "certify" / model
     table = verify_intermediate(base / f"layer{layer}.csv")
     certs = verify_intermediate(base / f"layer{layer}_certificates.npz")
@@ -50,50 +84,73 @@ def audit_layer(root: Path, model: str, layer: int, rows: set[int] | None = None
                        verify_intermediate(base / f"layer{layer}_spec.npz"))
     with open(table, newline="") as fh:
         table_rows = list(csv.DictReader(fh))
-    out = []
-    with CertificateFile(certs) as store:
+    expect = coverage.expect if coverage else Expect()
+    out = [] if coverage is None or rows is not None else completeness_records(table_rows, coverage, layer, files)
+    try:
+        store = CertificateFile(certs)
+    except MALFORMED as e:
+        raise _damaged(certs, e) from None
+    with store:
         for r, row in enumerate(tqdm(table_rows, desc=f"audit layer {layer}", file=sys.stderr, mininterval=5)):
             if rows is not None and r not in rows:
                 continue
-            cert = store.row(r)
-            for name in ("second_order", "second_order_tight"):
-                part = cert.get(name)
-                if part is not None and "A_rows" in part:
-                    part["A"] = store.matrix(part["A_rows"], part["A_shape"])
-            for o in audit_row(files, row, cert):
-                out.append({"layer": layer, "row": r, **{k: row[k] for k in UNIT_COLUMNS[1:]}, **asdict(o)})
+            try:
+                cert = store.row(r)
+                for name in SECOND_ORDER_NUMBERS:
+                    part = cert.get(name)
+                    if part is not None and str(part.get("kind")) == "dual":
+                        check_program_shapes(part)
+                        part["A"] = store.matrix(part["A_rows"], part["A_shape"])
+                outcomes = audit_row(files, row, cert, expect)
+            except (zipfile.BadZipFile, EOFError, OSError) as e:
+                raise _damaged(certs, e) from None
+            except MALFORMED as e:  # one row's certificate is malformed: that row fails, the audit goes on
+                why = f"malformed certificate ({type(e).__name__}: {str(e)[:160]})"
+                outcomes = [Outcome(k, math.nan, "fail", "certificate", -math.inf, why) for k in NUMBERS]
+            out.extend(_record(layer, r, row, o) for o in outcomes)
     return out
 
 
-def summary_markdown(records: list[dict], model: str, seconds: float, layers: list[int]) -> str:
-    from collections import Counter
-
-    by = Counter((r["number"], r["status"]) for r in records)
-    statuses = ["pass", "fail", "not certifiable", "not applicable"]
-    lines = [f"# Audit of the certification table: {model}", "",
-             f"Model **{model}**, layers {', '.join(map(str, layers))}; {len({(r['layer'], r['row']) for r in records})} "
-             f"units. Every number re-derived from its stored certificate in ball arithmetic, without a solver "
-             f"(docs/audit.md). Audit time {seconds:.1f} s.", "",
-             "| number | " + " | ".join(statuses) + " |", "|---|" + "---|" * len(statuses)]
-    for k in NUMBERS:
-        lines.append(f"| {k} | " + " | ".join(str(by[(k, s)]) for s in statuses) + " |")
-    lines.append("| **all** | " + " | ".join(str(sum(by[(k, s)] for k in NUMBERS)) for s in statuses) + " |")
-    reasons = Counter((r["number"], r["status"], r["reason"]) for r in records if r["status"] in ("not certifiable",
-                                                                                                 "not applicable"))
+def summary_markdown(records: list[dict], model: str, seconds: float, layers: list[int],
+                     coverage: CoverageConfig | None = None) -> str:
+    by = Counter((r["table"], r["number"], r["status"]) for r in records)
+    units = len({(r["layer"], r["row"]) for r in records if r["table"] == "certify" and r["number"] in NUMBERS})
+    lines = [f"# Audit of the certified numbers: {model}", "",
+             f"Model **{model}**, layers {', '.join(map(str, layers))}; {units} certification units. Every number "
+             f"re-derived from its stored certificate and the extracted weights in ball arithmetic, without a solver "
+             f"(docs/audit.md). **Audit time {seconds:.1f} s** (one process).", "",
+             "| table | number | " + " | ".join(STATUSES) + " |", "|---|---|" + "---|" * len(STATUSES)]
+    keys = sorted({(r["table"], r["number"]) for r in records}, key=lambda k: (k[0] != "certify", k[0],
+                                                                               (NUMBERS + (k[1],)).index(k[1])))
+    for t, k in keys:
+        lines.append(f"| {t} | {k} | " + " | ".join(str(by[(t, k, s)]) for s in STATUSES) + " |")
+    lines.append("| **all** | | " + " | ".join(str(sum(1 for r in records if r["status"] == s)) for s in STATUSES) + " |")
+    checks = Counter((r["table"], r["number"], r["check"]) for r in records if r["status"] == "pass")
+    if checks:
+        lines += ["", "Passes per check:", ""]
+        lines += [f"- {t} {k}: {c} — {n}" for (t, k, c), n in sorted(checks.items())]
+    reasons = Counter((r["table"], r["number"], r["status"], r["reason"]) for r in records
+                      if r["status"] in ("not applicable", "not covered"))
     if reasons:
-        lines += ["", "Not certified by design:", ""]
-        lines += [f"- {k} ({s}): {why} — {n}" for (k, s, why), n in sorted(reasons.items())]
+        lines += ["", "Not audited, and why:", ""]
+        lines += [f"- {t} {k} ({s}): {why} — {n}" for (t, k, s, why), n in sorted(reasons.items())]
     fails = [r for r in records if r["status"] == "fail"]
     lines += ["", f"Failures: {len(fails)}."]
     if fails:
-        lines += ["", "| layer | row | number | check | margin | reason |", "|---|---|---|---|---|---|"]
-        lines += [f"| {r['layer']} | {r['row']} | {r['number']} | {r['check']} | {r['margin']:.3g} | {r['reason']} |"
-                  for r in fails[:50]]
+        per = Counter((r["check"], r["reason"][:80]) for r in fails)
+        lines += ["", "| check | reason | count |", "|---|---|---|"]
+        lines += [f"| {c} | {why} | {n} |" for (c, why), n in per.most_common()]
+        lines += ["", "| table | layer | row | number | check | margin | reason |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['table']} | {r['layer']} | {r['row']} | {r['number']} | {r['check']} | {r['margin']:.3g} | "
+                  f"{r['reason']} |" for r in fails[:50]]
+    if coverage is None:
+        lines += ["", "Completeness not checked: no configuration given (`--configfile`), or a row selection."]
     lines += ["", BASELINE_NOTE, ""]
     return "\n".join(lines)
 
 
-def write_audit(records: list[dict], csv_path: Path, md_path: Path, model: str, seconds: float, layers: list[int]):
+def write_audit(records: list[dict], csv_path: Path, md_path: Path, model: str, seconds: float, layers: list[int],
+                coverage: CoverageConfig | None = None):
     from attncert.pipeline.file_integrity import atomic_path
 
     with atomic_path(csv_path) as tmp:
@@ -102,38 +159,53 @@ def write_audit(records: list[dict], csv_path: Path, md_path: Path, model: str, 
             w.writeheader()
             w.writerows(records)
     with atomic_path(md_path) as tmp:
-        tmp.write_text(summary_markdown(records, model, seconds, layers))
+        tmp.write_text(summary_markdown(records, model, seconds, layers, coverage))
 
 
 def layers_on_disk(root: Path, model: str) -> list[int]:
     return sorted(int(p.stem[5:]) for p in (root / "certify" / model).glob("layer*.csv") if p.stem[5:].isdigit())
 
 
+def audit_model(root: Path, model: str, layers: list[int], rows: set[int] | None = None,
+                coverage: CoverageConfig | None = None) -> list[dict]:
+    """Every layer's numbers, then the long-context and block tables' rows (listed with their coverage)."""
+    records = [rec for L in layers for rec in audit_layer(root, model, L, rows, coverage)]
+    if rows is None:
+        records += long_context_records(root, model) + block_records(root, model)
+    return records
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="attncert audit", description="Check every certified number of the "
-                                 "certification table from its stored certificate, without a solver.")
+    ap = argparse.ArgumentParser(prog="attncert audit", description="Check every certified number from its stored "
+                                 "certificate and the extracted weights, without a solver.")
     ap.add_argument("--model", required=True, help="model label, as in data/certify/{model}/")
+    ap.add_argument("--configfile", action="append", help="the run's configuration file(s), in Snakemake's order: "
+                    "every unit they define must be in the tables (default: not checked)")
     ap.add_argument("--layer", type=int, action="append", help="layer(s) to audit (default: every layer on disk)")
     ap.add_argument("--rows", help="table rows to audit, e.g. 0-9,17 (default: all)")
     ap.add_argument("--data", default="data", help="the data folder (default: data)")
     ap.add_argument("--out", help="write {out}.csv and {out}.md (default: print the summary)")
     a = ap.parse_args(argv)
     root = Path(a.data)
-    layers = a.layer or layers_on_disk(root, a.model)
-    if not layers:
-        print(f"attncert audit: no tables under {root / 'certify' / a.model}; fix: run snakemake first",
-              file=sys.stderr)
-        return 2
     t0 = time.perf_counter()
     try:
-        records = [rec for L in layers for rec in audit_layer(root, a.model, L, parse_rows(a.rows))]
-    except IntermediateError as e:
+        rows = parse_rows(a.rows)
+        coverage = read_grid_config(a.configfile, a.model) if a.configfile else None
+        layers = a.layer or (coverage.layers if coverage and coverage.layers else layers_on_disk(root, a.model))
+        if not layers:
+            raise AuditInputError(f"no certification tables under {root / 'certify' / a.model}; fix: run snakemake "
+                                  "first, or pass --data and --model of a run")
+        records = audit_model(root, a.model, layers, rows, coverage)
+        if not records:
+            raise AuditInputError(f"the selection --rows {a.rows} holds no row of layer(s) {layers}; fix: choose rows "
+                                  "that exist (each layer's table: data/certify/{model}/layer{L}.csv)")
+    except (AuditInputError, IntermediateError) as e:
         print(f"attncert audit: {e}", file=sys.stderr)
         return 2
     seconds = time.perf_counter() - t0
     if a.out:
-        write_audit(records, Path(a.out + ".csv"), Path(a.out + ".md"), a.model, seconds, layers)
-    print(summary_markdown(records, a.model, seconds, layers))
+        write_audit(records, Path(a.out + ".csv"), Path(a.out + ".md"), a.model, seconds, layers, coverage)
+    print(summary_markdown(records, a.model, seconds, layers, coverage))
     return 1 if any(r["status"] == "fail" for r in records) else 0
 
 

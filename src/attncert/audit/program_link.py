@@ -18,11 +18,27 @@ dropped; part 1 is then `varying_data_from_weights` (the score model of the prog
 the weights, checked in ball arithmetic), and part 2 rebuilds `VaryingData.from_fields`, drops the negligible
 tokens with the builder's own rule and rebuilds the factored program (`varying_factored_program`).
 
+The unfactored varying program (`varying_program`, used for tiny widths, a single token, or when the factored
+solve fails) records the same fields and is rebuilt the same way.
+
+The link also ties the certificate to the row and fixes what the audit does not take from the file:
+
+* the program's kind to the row's mode (path "fixed" only on a fixed-query row, a varying path only on a
+  varying-query row), the build key's norm to the row's norm and its sizes to the unit's (n kept tokens,
+  width d);
+* the map to g units: (origin, scale, tail) = (g0, rho_o, tail) of the data the program was rebuilt from
+  (the objective is (g - g0) / rho_o; tail covers the dropped tokens), never the stored `affine`;
+* the data-error model: `compiled.DATA_REL_ERR`, never the stored `data_rel_err`.
+
+A certificate without builder inputs, or with an unknown builder path, is not rebuilt and fails.
+
 Nothing here calls a solver: cvxpy only canonicalizes (`get_problem_data`).
 """
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
@@ -30,13 +46,15 @@ import scipy.sparse as sp
 from flint import arb
 
 from attncert.audit.head_enclosure import norm_bound
-from attncert.certify.second_order.compiled import canonical_program
+from attncert.certify.certificate_store import VARYING_PATHS
+from attncert.certify.second_order.compiled import DATA_REL_ERR, canonical_program
 from attncert.certify.second_order.facets import UpperChainFacets, fill_facets
 from attncert.certify.second_order.fixed_program import (FixedRelaxationData, build_fixed_program, fixed_box,
                                                          set_fixed_parameters)
 from attncert.certify.second_order.varying_data import VaryingData, start_chains
 from attncert.certify.second_order.varying_factored_program import (build_factored_program, factored_box,
                                                                     set_factored_parameters)
+from attncert.certify.second_order.varying_program import build_varying_program, set_varying_parameters, varying_box
 from attncert.head.projected_ball import projected_ball
 from attncert.head.reduced_geometry import ReducedGeometry
 
@@ -65,10 +83,13 @@ def data_from_reduction(build: dict, red: dict, radius: float, norm: str) -> str
     return ""
 
 
-def rebuild_fixed(build: dict, red: dict) -> dict | None:
-    """The canonical program (c, A, b, dims, lo, hi) the builder gives for the stored inputs (None: cvxpy's internals
-    cannot be read)."""
+def rebuild_fixed(build: dict, red: dict, norm_row: str) -> tuple[dict | None, tuple, str]:
+    """(the canonical program (c, A, b, dims, lo, hi) the builder gives for the stored inputs, the map (origin,
+    scale, tail) to g units of that data, '' or why the key does not fit the row). None: cvxpy's internals
+    cannot be read."""
     n, norm, K, upper_cone, mono, deviation = json.loads(str(build["key"]))
+    if norm != norm_row or int(n) != np.asarray(build["A"]).size:
+        return None, (), f"build key for n = {n}, {norm}; the row's unit has n = {np.asarray(build['A']).size}, {norm_row}"
     D = FixedRelaxationData(A=build["A"], w0=build["w0"], g0=float(build["g0"]), eps_s=build["eps_s"],
                             eps_w=build["eps_w"], u_s=red["u_s"], u_w=red["u_w"], R_s=float(build["R_s"]),
                             R_w=float(build["R_w"]), rho_w=float(build["rho_w"]), rho_o=float(build["rho_o"]),
@@ -79,46 +100,73 @@ def rebuild_fixed(build: dict, red: dict) -> dict | None:
         chain = UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s, chain=projected_ball(D.u_s, D.u_w, D.radius, norm))
         edges = [row[row >= 0] for row in np.asarray(build["edges"])]
         fill_facets(P, [chain] * int(n), edges, int(K), D.scales)
-    return canonical_program(prob, fixed_box(V, int(n), tau_lo, tau_hi, D))
+    return canonical_program(prob, fixed_box(V, int(n), tau_lo, tau_hi, D)), (D.g0, D.rho_o, D.tail), ""
 
 
-def rebuild_varying(build: dict, red: dict) -> dict | None:
-    """The factored varying-query program the builder gives for the stored fields (negligible tokens dropped by
-    the builder's rule)."""
+def rebuild_varying(build: dict, red: dict, norm_row: str, path: str, d_unit: int) -> tuple[dict | None, tuple, str]:
+    """The varying-query program (`path`: factored or unfactored) the builder gives for the stored fields, with
+    negligible tokens dropped by the builder's rule; its map to g units; '' or why the key does not fit the row."""
     fields = {k: build[k] for k in VaryingData.FIELDS if k not in ("u_s", "u_w")}
     fields.update(u_s=red["u_s"], u_w=red["u_w"])
     for k in ("g0", "R_s", "R_q", "R_w", "bb", "rho_w", "rho_o", "radius", "tail", "shift"):
         fields[k] = float(fields[k])
     D = VaryingData.from_fields(fields).drop_negligible()
-    n, d, norm, K, mono, second, upper_cone = json.loads(str(build["key"]))
-    if D.n != int(n):
-        return None
-    prob, P, V = build_factored_program(int(n), int(d), norm, int(K), int(mono), bool(second), bool(upper_cone))
-    tau_lo, tau_hi, Hf = set_factored_parameters(P, D)
+    key = json.loads(str(build["key"]))
+    n, d, norm = int(key[0]), int(key[1]), key[2]
+    if norm != norm_row or D.n != n or d != d_unit or D.d != d_unit:
+        return None, (), f"build key for n = {n}, d = {d}, {norm}; the row's unit has n = {D.n}, d = {d_unit}, {norm_row}"
+    affine = (D.g0, D.rho_o, D.tail)
+    if path == "varying_factored":
+        K, mono, second, upper_cone = (int(key[3]), int(key[4]), bool(key[5]), bool(key[6]))
+        prob, P, V = build_factored_program(n, d, norm, K, mono, second, upper_cone)
+        tau_lo, tau_hi, Hf = set_factored_parameters(P, D)
+        box = factored_box(V, D, tau_lo, tau_hi, Hf)
+    else:
+        K, upper_cone, mono, deviation = int(key[3]), bool(key[4]), int(key[5]), bool(key[6])
+        if deviation != D.deviation:
+            return None, (), "build key's deviation form differs from the data's"
+        prob, P, V = build_varying_program(n, d, norm, K, upper_cone, mono, deviation)
+        _, _, (tau_lo, tau_hi) = set_varying_parameters(P, D)
+        box = varying_box(V, D, tau_hi, tau_lo)
     if norm == "linf":
         edges = [row[row >= 0] for row in np.asarray(build["edges"])]
-        fill_facets(P, start_chains(D), edges, int(K), D.scales[:, :2])
-    return canonical_program(prob, factored_box(V, D, tau_lo, tau_hi, Hf))
+        fill_facets(P, start_chains(D), edges, K, D.scales[:, :2])
+    return canonical_program(prob, box), affine, ""
 
 
-def program_link(stored: dict, red: dict, radius: float, norm: str, head=None) -> tuple[float, str]:
-    """(0, '') when the stored program is the construction's for this unit, else (-inf, what differs); nan when
-    no builder inputs are stored (the unfactored varying program, a fallback of the factored one)."""
+@dataclass
+class ProgramLink:
+    """Whether the stored program is the construction's for the row's unit (`margin` 0 yes, -inf no, with `why`),
+    and the map to g units and data-error model the audit uses for it (never the stored ones)."""
+
+    margin: float
+    why: str = ""
+    affine: tuple = ()  # (origin, scale, tail) of the rebuilt data
+    data_rel_err: float = DATA_REL_ERR
+
+
+def program_link(stored: dict, red: dict, radius: float, norm: str, mode: str, head) -> ProgramLink:
+    """Rebuild the stored program from its builder's inputs for this row's unit and compare it bit for bit."""
     path = str(stored.get("build/path", ""))
     build = {k[len("build/"):]: v for k, v in stored.items() if k.startswith("build/")}
+    if path not in ("fixed", *VARYING_PATHS) or "key" not in build:
+        return ProgramLink(-np.inf, f"no builder inputs stored ({path or 'unknown program'}): the program cannot "
+                                    "be rebuilt")
+    if (path == "fixed") != (mode == "fixed"):
+        return ProgramLink(-np.inf, f"a {path} program on a {mode}-query row")
     if path == "fixed":
         why = data_from_reduction(build, red, radius, norm)
-        rebuild = rebuild_fixed
-    elif path == "varying_factored" and head is not None:
-        why = varying_data_from_weights(build, red, head, radius, norm)
-        rebuild = rebuild_varying
+        rebuild = lambda: rebuild_fixed(build, red, norm)  # noqa: E731
     else:
-        return float("nan"), f"no builder inputs stored ({path or 'unknown program'}): the program is not rebuilt"
+        why = varying_data_from_weights(build, red, head, radius, norm)
+        rebuild = lambda: rebuild_varying(build, red, norm, path, head.W_Q.shape[0])  # noqa: E731
     if why:
-        return -np.inf, why
-    prog = rebuild(build, red)
+        return ProgramLink(-np.inf, why)
+    prog, affine, why = rebuild()
+    if why:
+        return ProgramLink(-np.inf, why)
     if prog is None:
-        return -np.inf, "cvxpy's canonical data could not be read"
+        return ProgramLink(-np.inf, "cvxpy's canonical data could not be read")
     A = sp.csr_matrix(stored["A"])
     ref = sp.csr_matrix(prog["A"])
     dims = prog["dims"]
@@ -128,8 +176,18 @@ def program_link(stored: dict, red: dict, radius: float, norm: str, head=None) -
                      ("hi", _same(stored["hi"], prog["hi"])),
                      ("A", A.shape == ref.shape and (A != ref).nnz == 0)):
         if not ok:
-            return -np.inf, f"the stored program's {name} differs from the rebuilt one"
-    return 0.0, ""
+            return ProgramLink(-np.inf, f"the stored program's {name} differs from the rebuilt one")
+    affine = tuple(float(x) for x in affine)
+    if not _same(np.asarray(stored["affine"], dtype=np.float64), np.asarray(affine)):
+        return ProgramLink(-np.inf, f"the stored map to g {tuple(np.asarray(stored['affine']).tolist())} is not the "
+                                    f"one its program was built with {affine}", affine)
+    if float(stored["data_rel_err"]) != DATA_REL_ERR:
+        return ProgramLink(-np.inf, f"the stored data-error model {float(stored['data_rel_err'])} is not the "
+                                    f"certifier's {DATA_REL_ERR}", affine)
+    if not (math.isfinite(affine[0]) and affine[1] > 0 and math.isfinite(affine[1]) and affine[2] >= 0
+            and math.isfinite(affine[2])):
+        return ProgramLink(-np.inf, f"the map to g {affine} is not finite with a positive scale", affine)
+    return ProgramLink(0.0, "", affine)
 
 
 def _lower(x) -> float:

@@ -229,12 +229,16 @@ def best_feasible_ascent(problem: HeadProblem, restarts: int = 16, steps: int = 
     # always feasible: the result is finite even when rounding keeps every candidate outside a tiny ball)
     value, Z_best = problem.value(problem.Z0), problem.Z0.copy()
     best_np, order = best_delta.cpu().numpy(), torch.argsort(best_val, descending=True)[:4].tolist()
+    # inside the ball in exact arithmetic, not only in float64: the float difference Z - Z0 and a norm of d
+    # entries err by at most (d + 4) u relative, so a point inside by that margin is inside exactly (the audit
+    # checks it in ball arithmetic)
+    margin = -problem.radius * (problem.Z0.shape[1] + 4) * 2.0 ** -53
     for b in order:
         D = best_np[b]
         # Z0 + D rounds by ~u |Z0| per coordinate: relative to r that needs a shrink of ~u |Z0| / r
         for shrink in (0.0, 4e-16, 1e-14, 1e-12, 1e-9, 1e-6):
             Z = problem.Z0 + D * (1.0 - shrink)
-            if problem.in_ball(Z):
+            if problem.in_ball(Z, tol=margin):
                 v = problem.value(Z)
                 if v > value:
                     value, Z_best = v, Z

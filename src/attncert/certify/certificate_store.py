@@ -11,6 +11,7 @@ One file per layer, next to `layer{L}.csv`; row r of the table owns the keys `r{
                                 bilinear bound beta of a varying query (nan for a fixed one)
     r{r}/exact/witness_delta    the perturbation delta (n, d) of the attended tokens whose value Z0 + delta (float64
                                 sum) is exact_lo (fixed query); `witness` (Z itself) when that sum is not Z
+    r{r}/best_feasible/witness  the tokens Z (n, d) the ascent found, whose value is best_feasible (varying query)
     r{r}/{second_order, second_order_tight}/kind
                                 "dual": a weak-duality certificate follows; "first_order": the reported value is the
                                 first-order bound (a tie or a labelled fallback), certified by that certificate
@@ -25,8 +26,9 @@ One file per layer, next to `layer{L}.csv`; row r of the table owns the keys `r{
                                 the builder's inputs, from which a checker rebuilds the program without solving:
                                 the build key, the facet edges per token (-1 padded) and the relaxation data --
                                 fixed query: `FixedRelaxationData` (fixed_program); varying query: the fields of
-                                `VaryingData` before negligible tokens are dropped (varying_factored_program; u_s,
-                                u_w are the reduction's). A field `name@shared` holds the id of an array stored
+                                `VaryingData` before negligible tokens are dropped (path varying_factored:
+                                varying_factored_program; varying_unfactored: varying_program; u_s, u_w are the
+                                reduction's). A field `name@shared` holds the id of an array stored
                                 once per layer (`arrays/{id}`: p and pbar are the same at every radius)
 
 Nothing here solves anything: `attncert.audit` reads these files with numpy alone.
@@ -92,6 +94,7 @@ class RowPool:
 FIXED_DATA_FIELDS = ("A", "w0", "g0", "eps_s", "eps_w", "R_s", "R_w", "rho_w", "rho_o", "radius", "tail")
 SHARED = "@shared"  # suffix of a field stored as the id of a shared array (`RowPool.add_array`)
 REDUCTION_FIELDS = ("u_s", "u_w")  # fields of the varying data that are the reduction's (not stored twice)
+VARYING_PATHS = ("varying_factored", "varying_unfactored")  # the two varying-query programs (same fields)
 
 
 def _construction_arrays(construction: dict, pool: RowPool) -> dict:
@@ -101,7 +104,7 @@ def _construction_arrays(construction: dict, pool: RowPool) -> dict:
         D = construction["data"]
         out = {f"build/{k}": np.asarray(getattr(D, k), dtype=np.float64) for k in FIXED_DATA_FIELDS}
         out["build/norm"] = np.array(D.norm)
-    elif path == "varying_factored" and "key" in construction:
+    elif path in VARYING_PATHS and "key" in construction:
         out = {}
         for k, v in construction["fields"].items():
             if k in REDUCTION_FIELDS:
@@ -136,7 +139,7 @@ def _dual_arrays(cert, pool: RowPool) -> dict:
 def flatten(row: int, unit: dict, certificates: dict, pool: RowPool) -> dict[str, np.ndarray]:
     """The npz entries of one row from the dict `certify.run.certify_unit` fills (program rows go to `pool`)."""
     out = {f"r{row}/unit": np.array(json.dumps(unit, sort_keys=True))}
-    for part in ("reduction", "first_order", "exact"):
+    for part in ("reduction", "first_order", "exact", "best_feasible"):
         for k, v in certificates.get(part, {}).items():
             v = np.asarray(v)
             if part == "reduction" and v.size > 64:  # u_s, u_w: the same at every radius and mode
@@ -188,6 +191,30 @@ def _write_member(zf: zipfile.ZipFile, key: str, value: np.ndarray, compression:
     zf.writestr(info, buf.getvalue())
 
 
+PROGRAM_FIELDS = ("c", "A_rows", "A_shape", "b", "dims", "lo", "hi", "z", "data_rel_err", "affine")
+
+
+def check_program_shapes(part: dict) -> None:
+    """ValueError unless a stored dual certificate's arrays have consistent shapes: c, lo, hi one entry per column,
+    b and z one per row, the cone sizes summing to the rows, a 3-entry affine map."""
+    missing = [k for k in PROGRAM_FIELDS if k not in part]
+    if missing:
+        raise ValueError(f"stored program without {', '.join(missing)}")
+    shape, dims = np.asarray(part["A_shape"]), np.asarray(part["dims"])
+    if shape.shape != (2,) or dims.ndim != 1 or dims.size < 3 or not np.issubdtype(dims.dtype, np.integer) \
+            or np.any(dims < 0):
+        raise ValueError("stored program with a malformed shape or cone list")
+    m, n = int(shape[0]), int(shape[1])
+    n_rows = int(dims[0] + dims[1] + 3 * dims[2] + dims[3:].sum())
+    sizes = {"c": n, "lo": n, "hi": n, "b": m, "z": m}
+    for k, want in sizes.items():
+        a = np.asarray(part[k])
+        if a.shape != (want,) or a.dtype != np.float64:
+            raise ValueError(f"stored program's {k} has shape {a.shape} ({a.dtype}), expected ({want},) float64")
+    if n_rows != m or np.asarray(part["affine"]).shape != (3,) or np.asarray(part["data_rel_err"]).shape != ():
+        raise ValueError("stored program's cones, affine map or data-error model do not fit its shape")
+
+
 class CertificateFile:
     """Read access to one layer's certificates: `row(r)` gives {part: {field: array}} of row r."""
 
@@ -235,13 +262,28 @@ class CertificateFile:
         return value
 
     def matrix(self, rows: np.ndarray, shape) -> sp.csr_matrix:
-        """A program's constraint matrix from its row ids in the pool."""
+        """A program's constraint matrix from its row ids in the pool; ids, shape and the pool's structure are
+        validated first (ValueError), so that no array is built from an inconsistent file."""
         if not hasattr(self, "_pool"):
-            self._pool = tuple(self.array(f"pool/{k}") for k in ("data", "indices", "indptr"))
+            data, indices, indptr = (self.array(f"pool/{k}") for k in ("data", "indices", "indptr"))
+            if not (data.ndim == indices.ndim == indptr.ndim == 1 and data.size == indices.size and indptr.size >= 1
+                    and np.issubdtype(indptr.dtype, np.integer) and np.issubdtype(indices.dtype, np.integer)
+                    and indptr[0] == 0 and indptr[-1] == data.size and np.all(np.diff(indptr) >= 0)):
+                raise ValueError("the row pool is not a valid CSR structure")
+            self._pool = (data, indices, indptr)
         data, indices, indptr = self._pool
+        shape = np.asarray(shape)
+        rows = np.asarray(rows)
+        if shape.shape != (2,) or not np.issubdtype(shape.dtype, np.integer) or np.any(shape < 0) \
+                or rows.shape != (int(shape[0]),) or (rows.size and not np.issubdtype(rows.dtype, np.integer)):
+            raise ValueError(f"stored matrix shape {shape.tolist()} does not fit its {rows.size} row ids")
+        if rows.size and (rows.min() < 0 or rows.max() >= indptr.size - 1):
+            raise ValueError("stored matrix row ids outside the row pool")
         starts, ends = indptr[rows], indptr[rows + 1]
         lengths = ends - starts
         take = np.concatenate([np.arange(a, e) for a, e in zip(starts, ends)]) if rows.size else np.zeros(0, int)
+        if take.size and (indices[take].min() < 0 or indices[take].max() >= int(shape[1])):
+            raise ValueError(f"stored matrix column indices outside its {int(shape[1])} columns")
         return sp.csr_matrix((data[take], indices[take], np.concatenate([[0], np.cumsum(lengths)])),
                              shape=tuple(int(x) for x in shape))
 

@@ -136,6 +136,8 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 6, ascent_steps
         res = best_feasible_ascent(problem, starts=starts, **ascent_kw)  # t_ascent_s includes the warm start's solve
         row.update(best_feasible=res.value, t_ascent_s=res.seconds + t_warm,
                    best_feasible_from="ascent_warm" if warm else "ascent")
+        if certificates is not None:  # the attained point, so that a checker can confirm best_feasible
+            certificates["best_feasible"] = {"witness": np.asarray(res.Z, dtype=np.float64)}
 
     def run_check():
         res = best_feasible_ascent(problem, **ascent_kw)

@@ -19,7 +19,6 @@ stream drawn from the seed `spec_seed(base, layer, head, prompt, query_pos)`.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,21 +28,7 @@ from attncert.pipeline.intermediate_check import verify_intermediate
 from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
 from attncert.head.problem import HeadProblem
 from attncert.head.specification import spec_seed, specification_direction
-
-
-@dataclass(frozen=True)
-class Unit:
-    layer: int
-    head: int
-    prompt: int
-    query_pos: int
-    radius: float
-    norm: str
-    mode: str
-
-    def key(self) -> dict:
-        return {"layer": self.layer, "head": self.head, "prompt": self.prompt, "query_pos": self.query_pos,
-                "radius": self.radius, "norm": self.norm, "mode": self.mode}
+from attncert.head.unit_grid import Unit, grid  # noqa: F401 - re-exported: the grid is part of the units' API
 
 
 def specification_vectors(arrays: dict, layer: int, query_positions: list[int], base_seed: int) -> np.ndarray:
@@ -108,14 +93,3 @@ def load_unit(model: str, layer: int, head: int, prompt: int, query_pos: int, ra
     arrays = load_layer(root / "extract" / model / f"layer{layer}.npz")
     spec, qps = load_specification(root / stage / model / f"layer{layer}_spec.npz")
     return head_problem(arrays, spec, qps, Unit(layer, head, prompt, query_pos, float(radius), norm, mode))
-
-
-def grid(heads, prompts, query_positions, radii, norms, modes, layer: int, varying: dict | None = None) -> list[Unit]:
-    """Every unit of the product grid; `varying` (optional keys query_positions, radii) keeps only the
-    varying-query units on that sub-grid (config `certify.varying`)."""
-    varying = varying or {}
-    v_qps = [int(q) for q in varying.get("query_positions", query_positions)]
-    v_radii = [float(r) for r in varying.get("radii", radii)]
-    return [Unit(layer, h, p, qp, float(r), nm, md)
-            for h, p, qp, nm, md, r in itertools.product(heads, prompts, query_positions, norms, modes, radii)
-            if md != "varying" or (int(qp) in v_qps and any(abs(float(r) - v) <= 1e-12 * v for v in v_radii))]

@@ -396,18 +396,19 @@ def test_lifted_true_points_are_feasible_fixed(norm, upper_cone, radius):
 @pytest.mark.parametrize("radius", [0.05, 1e-5])
 def test_lifted_true_points_are_feasible_varying(norm, radius):
     import attncert.certify.second_order.varying as sv
+    import attncert.certify.second_order.varying_program as vp
 
     rng = np.random.default_rng(8)
     p = random_head_problem(rng, d=6, d_head=4, n=5, radius=radius, norm=norm, mode="varying")
     D = sv.VaryingData(p, first_order_certificate(p))
-    prob, P, V = sv._build(p.n, D.d, norm, fc.SLOTS if norm == "linf" else 0, True, rl.MONOTONE_POINTS,
+    prob, P, V = vp.build_varying_program(p.n, D.d, norm, fc.SLOTS if norm == "linf" else 0, True, rl.MONOTONE_POINTS,
                            D.deviation)
-    El, Ehat, (tau_lo, tau_hi) = sv._set_parameters(P, D)
+    El, Ehat, (tau_lo, tau_hi) = vp.set_varying_parameters(P, D)
     if norm == "linf":
         chains = [fc.UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)] * (p.n - 1)
         chains.append(fc.UpperChainFacets(D.u_q, D.u_w, D.radius, D.R_q))
         fc.fill_facets(P, chains, [np.arange(c.d) for c in chains], fc.SLOTS, D.scales[:, :2])
-    box = sv._box(V, D, tau_hi, tau_lo)
+    box = vp.varying_box(V, D, tau_hi, tau_lo)
     M = p.W_Q @ p.W_K.T / np.sqrt(p.d_head)
     for _ in range(50):
         delta = _random_delta(p, rng)

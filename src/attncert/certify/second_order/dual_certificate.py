@@ -54,11 +54,10 @@ import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 
-from attncert.certify.second_order.compiled import box_vectors, compiled_program, var_offsets
+from attncert.certify.second_order.compiled import DATA_REL_ERR, box_vectors, compiled_program, var_offsets
 from attncert.certify.second_order.dual_record import offer_dual
 from attncert.head.rounding import UNIT_ROUNDOFF, round_up
 
-DATA_REL_ERR = 1e-12
 POLISH_ABOVE = 1e-10  # polish the dual when (bound - primal) exceeds this and ...
 POLISH_REL = 1e-3  # ... this x |primal| (an objective whose origin is near the optimum measures the gap)
 POLISH_SECONDS = 1.0  # time limit of the polishing LP

@@ -24,7 +24,8 @@ import math
 
 import numpy as np
 
-from attncert.certify.second_order.dual_certificate import DATA_REL_ERR, repair_dual
+from attncert.certify.second_order.compiled import DATA_REL_ERR
+from attncert.certify.second_order.dual_certificate import repair_dual
 from attncert.certify.second_order.token_program import LAM, NU, US, UW, VS, VW, Program
 from attncert.head.rounding import UNIT_ROUNDOFF, gamma, round_up
 
