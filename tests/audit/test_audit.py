@@ -2,6 +2,7 @@
 right row and check."""
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -556,3 +557,29 @@ def test_margin_column_is_the_decisive_slack(certified_root):
     wd = df[df.check == "program+dual_cone+weak_duality"]
     assert (wd.margin > 0).all() and (wd.margin < 1e-6).all()
     assert wd.margins.str.contains("weak_duality=").all() and wd.margins.str.contains("program=ok").all()
+
+
+def test_console_script_with_the_run_configuration(certified_root, tmp_path):
+    """The README's `attncert audit --model M --configfile FILE` (and `--layer L --rows ...`) as a user runs it."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from conftest import REPO
+
+    cfg = yaml.safe_load((REPO / "workflow" / "config" / "default.yaml").read_text())
+    cfg["model"]["name"] = MODEL
+    cfg.update(n_prompts=1, layers=[0, 1], heads=[0, 1])
+    cfg["certify"].update(prompts=[0], query_positions=[QP], radii=[0.01, 0.2], norms=["linf", "l2"],
+                          modes=["fixed", "varying"])
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    exe = str(Path(sys.executable).with_name("attncert"))
+    res = subprocess.run([exe, "audit", "--model", MODEL, "--configfile", str(path), "--data", str(certified_root)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "Failures: 0." in res.stdout and "Completeness not checked" not in res.stdout
+    res = subprocess.run([exe, "audit", "--model", MODEL, "--layer", "0", "--rows", "0-3", "--data",
+                          str(certified_root)], capture_output=True, text=True)
+    assert res.returncode == 0 and "Completeness not checked" in res.stdout, res.stderr[-2000:]

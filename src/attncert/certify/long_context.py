@@ -145,5 +145,6 @@ def markdown(table: pd.DataFrame, label: str) -> str:
             "exact_s", "first_order_s", "second_order_s", "second_order_tight_s", "fallbacks", "violations"]
     head = (f"# Long context, fixed query (beyond the paper)\n\n{label}. Medians per number of attended keys; "
             "relative gap = (certificate - exact bracket's upper end) / output movement range. The paper certifies "
-            "at most 16 keys.\n\n")
+            "at most 16 keys. **Not audited**: the long-context rows keep no stored certificate, so `attncert audit` "
+            "lists them as not covered (audit.md beside this table).\n\n")
     return head + table[cols].to_markdown(index=False, floatfmt=".4g") + "\n"

@@ -138,7 +138,8 @@ def write_stage_tables(df: pd.DataFrame, model: str, out) -> tuple[str, dict, in
     number of violations)."""
     label = grid_label(df, model)
     table, slopes = summary_table(df, model)
-    write_table(table, out.table, f"Certification per radius — {label}")
+    write_table(table, out.table, f"Certification per radius — {label}. Every certified number of the rows is "
+                                  f"checked by the audit (`attncert audit`, audit.md beside this table)")
     write_table(slopes, out.slopes, f"Per-unit log-log slopes (medians) — {label}")
     write_table(paper_comparison(table, slopes, df, model), out.paper, f"Paper A (GPT-2 small) vs reproduced ({label})")
     viol = violations_table(df)
