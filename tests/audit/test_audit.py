@@ -299,6 +299,14 @@ def test_stored_map_to_g_or_data_error_model_is_not_trusted(data_root, field, va
     assert got.status == "fail" and got.check == "program", got.reason
 
 
+def _copy_program(e, src, dst, name="second_order"):
+    """Row src's certificate `name` in place of row dst's (every entry of it)."""
+    for k in [k for k in e if k.startswith(f"r{dst}/{name}/")]:
+        del e[k]
+    for k in [k for k in e if k.startswith(f"r{src}/{name}/")]:
+        e[k.replace(f"r{src}/", f"r{dst}/", 1)] = e[k]
+
+
 def _drop_build(e, row, name="second_order"):
     for k in [k for k in e if k.startswith(f"r{row}/{name}/build/")]:
         del e[k]
@@ -316,10 +324,7 @@ def test_certificate_of_a_smaller_radius_without_builder_inputs_fails_on_the_lar
     big = _row_of(df, radius=0.2)
 
     def swap(e):
-        for k in [k for k in e if k.startswith(f"r{big}/second_order/")]:
-            del e[k]
-        for k in [k for k in e if k.startswith(f"r{FIXED_LINF}/second_order/")]:
-            e[k.replace(f"r{FIXED_LINF}/", f"r{big}/", 1)] = e[k]
+        _copy_program(e, FIXED_LINF, big)
         _drop_build(e, big)
     _edit_certificates(data_root, swap)
     _edit_table(data_root, big, "second_order", lambda v: float(df.loc[FIXED_LINF, "second_order"]))
@@ -379,12 +384,7 @@ def test_certificate_of_the_other_query_mode_fails(data_root, src, dst):
     """A fixed-query certificate in the varying-query row of the same unit (and the reverse), value and all."""
     value = float(pd.read_csv(data_root / "certify" / MODEL / "layer0.csv").loc[src, "second_order"])
 
-    def swap(e):
-        for k in [k for k in e if k.startswith(f"r{dst}/second_order/")]:
-            del e[k]
-        for k in [k for k in e if k.startswith(f"r{src}/second_order/")]:
-            e[k.replace(f"r{src}/", f"r{dst}/", 1)] = e[k]
-    _edit_certificates(data_root, swap)
+    _edit_certificates(data_root, lambda e: _copy_program(e, src, dst))
     _edit_table(data_root, dst, "second_order", lambda v: value)
     got = _hit(outcomes(data_root), dst, "second_order")
     assert got.status == "fail" and got.check == "program" and "query row" in got.reason
