@@ -17,7 +17,7 @@ import attncert.certify.second_order.facets as fc
 import attncert.certify.second_order.fixed as so
 import attncert.certify.second_order.fixed_program as fp
 import attncert.certify.second_order.relaxation as rl
-import attncert.certify.second_order.varying as vq
+import attncert.certify.second_order.varying_program as vq
 from attncert.certify.best_feasible_ascent import best_feasible_ascent
 from attncert.certify.exact_worst_case import exact_worst_case
 from attncert.certify.first_order_certificate import first_order_certificate
