@@ -1,4 +1,4 @@
-"""Maximizing a quadratic form over the box [-1, 1]^d: best found (a lower bound), a certified SDP-dual
+"""Maximizing a quadratic form over the box [-1, 1]^d: best found (a lower bound), an SDP-dual
 upper bound, and spectral summaries of the curvature (see `residual` for where they are used).
 
     box_qp_max      multi-start projected gradient ascent, then exact coordinate ascent (1-flip vertex
@@ -90,12 +90,13 @@ def box_qp_max(Q: QuadraticForms, starts: torch.Tensor, pga_steps: int = 100, sw
 
 
 def box_qp_upper(H: torch.Tensor, iterations: int = 20) -> torch.Tensor:
-    """Certified upper bound on max over u in [-1,1]^d of 1/2 u^T H u, per matrix H (P, d, d).
+    """Upper bound on max over u in [-1,1]^d of 1/2 u^T H u, per matrix H (P, d, d), not audited.
 
     For every diagonal D: u^T H u = u^T (H - D - mu I) u + sum_k (D_kk + mu) u_k^2 with
     mu = lambda_max(H - D), so 1/2 u^T H u <= 1/2 sum_k max(D_kk + mu, 0) on the box (the SDP dual
     with y_k = max(D_kk + mu, 0)). D starts at diag(H) and takes projected subgradient steps; the
-    smallest bound seen is returned, raised by an outward rounding margin (eigvalsh error ~ d eps ||H||).
+    smallest bound seen is returned, raised by a rounding margin (eigvalsh error ~ d eps ||H||); the margin is a
+    floating-point estimate, not interval arithmetic, and `attncert audit` lists this number as not covered.
     """
     P, d, _ = H.shape
     D = torch.diagonal(H, dim1=-2, dim2=-1).clone()

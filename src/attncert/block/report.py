@@ -149,7 +149,7 @@ def paper_table(df: pd.DataFrame, block: dict, claims: list) -> pd.DataFrame:
         ("Spearman ρ with softmax as one op (subset / all)", sm1.get("sentence", "n/a"),
          f"{rss:.3f} (p = {pss:.2g}) / {rsa:.3f} (p = {psa:.2g})", f"at r = {r_ref:g}"),
         ("joint second-order maximum: SDP-dual upper bound / best found", "n/a (paper: exact second-order term)",
-         spread(ref["upper_over_best"]), "brackets the NP-hard box maximum of 1/2 δᵀHδ"),
+         spread(ref["upper_over_best"]), "brackets the NP-hard box maximum of 1/2 δᵀHδ; not covered by attncert audit"),
         (f"CROWN bound / CROWN leading order (r = {sorted(df['radius'].unique())[0]:g})", "n/a",
          spread(df.loc[np.isclose(df["radius"], sorted(df["radius"].unique())[0]), "crown_over_leading_order"]),
          "leading order: Σ unary M_n + Σ products |λ| ‖j_x‖₁‖j_y‖₁ (docs/block_residual.md §5)"),

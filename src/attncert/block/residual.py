@@ -18,7 +18,7 @@ Quantities (all second-order maxima scale exactly as r^2; they are computed at r
 * joint maximum   M  = max_{u in [-1,1]^d} 1/2 u^T H u. Maximizing an indefinite quadratic over a box
   is NP-hard: `box_qp_max` returns a best-found value (a lower bound on M: multi-start projected
   gradient ascent, then exact coordinate ascent, i.e. 1-flip vertex search at the box faces) and
-  `box_qp_upper` a certified upper bound from the dual of the SDP relaxation,
+  `box_qp_upper` an upper bound from the dual of the SDP relaxation (not audited),
       1/2 u^T H u <= 1/2 sum_k max(D_kk + lambda_max(H - D), 0)   for every diagonal D,
   minimized over D by projected subgradient steps.
 * per-operation maxima M_n = max_{u in box} 1/2 u^T H_n u, exact in closed form:
