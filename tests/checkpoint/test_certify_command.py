@@ -83,6 +83,7 @@ def test_human_and_json_output(tiny_gpt2_dir, capsys):
     assert main(common + ["--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["request"]["layer"] == 0 and doc["attended_tokens"] == 6
+    assert doc["request"]["family"] == "gpt2" and doc["request"]["model_dir"] == str(tiny_gpt2_dir)  # inferred
     table = {k: float(v) for k, v in re.findall(r"^  (\w+)\s+(-?[\d.e+-]+)", out, re.M)}
     for key, value in table.items():  # the two outputs report the same numbers
         assert value == pytest.approx(doc[key], rel=1e-9), key

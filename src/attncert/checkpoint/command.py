@@ -16,15 +16,15 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from attncert.checkpoint.checkpoint_input import CheckpointInputError
 from attncert.checkpoint.family import FAMILIES
 from attncert.checkpoint.head_bounds import BOUNDS, head_bounds
-from attncert.checkpoint.one_head import DEFAULT_TEXT, HeadRequest, checkpoint_head
+from attncert.checkpoint.one_head import DEFAULT_TEXT, HeadRequest, check_request, checkpoint_head
 from attncert.head.problem import MODES, NORMS
-from attncert.pipeline.model_source import ModelSourceError
+from attncert.pipeline.model_source import ModelSourceError, embedded_model_dir
 
 
 def parser() -> argparse.ArgumentParser:
@@ -63,8 +63,8 @@ def request(a: argparse.Namespace) -> HeadRequest:
 
 def human(req: HeadRequest, p, res: dict) -> str:
     """The table `attncert certify` prints: one line of what was certified, then one value per line."""
-    where = req.model_dir or "embedded all-MiniLM-L6-v2"
-    lines = [f"{where}: layer {req.layer} head {req.head}, query token {req.query_position} of {p.n} attended, "
+    where = "embedded all-MiniLM-L6-v2" if Path(req.model_dir) == embedded_model_dir() else req.model_dir
+    lines = [f"{where} ({req.family}): layer {req.layer} head {req.head}, query token {req.query_position} of {p.n} attended, "
              f"{req.norm} radius {req.radius:g}, {req.mode} query. Upper bounds on max g "
              f"(exact_lo <= max g <= exact_hi for a fixed query):",
              f"  {'nominal':19s} {res['nominal']:.10g}"]
@@ -92,6 +92,8 @@ def main(argv=None) -> int:
     a = parser().parse_args(argv)
     try:
         req = request(a)
+        model_dir, family, _ = check_request(req)
+        req = replace(req, model_dir=str(model_dir), family=family)  # what was certified, family read from the config
         p = checkpoint_head(req)
     except (CheckpointInputError, ModelSourceError, ValueError) as e:
         print(f"attncert certify: {' '.join(str(e).split())}", file=sys.stderr)

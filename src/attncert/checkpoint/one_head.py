@@ -83,7 +83,7 @@ def checkpoint_head(req: HeadRequest) -> HeadProblem:
     from attncert.pipeline.extraction import extract_layers, load_model
 
     model_dir, family, (_, _, positions) = check_request(req)
-    source = EMBEDDED if req.model_dir is None else str(model_dir)
+    source = str(model_dir) if req.model_dir is not None and model_dir != embedded_model_dir() else EMBEDDED
     loaded = load_model({"name": model_dir.name, "source": source, "family": family})
     ids = loaded.tokenizer(req.text)["input_ids"][:min(positions, req.max_tokens or positions)]
     if not ids:
