@@ -10,6 +10,8 @@ Stages (subpackages of `attncert`) and what each may import besides itself:
     block      block-residual analysis (reuses the baselines' bound modules)          -> baselines, head, pipeline
     minip      Paper B                                                               -> pipeline
     audit      independent checks of the certified numbers (numpy, python-flint)     -> certify, head, pipeline
+    checkpoint certify one head of a local checkpoint (attncert certify)            -> baselines, certify, head, pipeline
+    cli        the `attncert` command: dispatches to its subcommands                 -> audit, checkpoint, pipeline
                (the certificate format and the program builders only, never a solver:
                tests/audit/test_trusted_base.py lists every module it may reach)
 
@@ -30,6 +32,8 @@ ALLOWED = {
     "block": {"baselines", "head", "pipeline"},
     "minip": {"pipeline"},
     "audit": {"certify", "head", "pipeline"},
+    "checkpoint": {"baselines", "certify", "head", "pipeline"},
+    "cli": {"audit", "checkpoint", "pipeline"},
 }
 MAX_MODULE_LINES = 450
 MAX_SCRIPT_LINES = 60

@@ -504,7 +504,7 @@ def _one_line_exit_2(args, capsys):
     return err[0]
 
 
-@pytest.mark.parametrize("rows", ["a-b", "5-2", "-3", "99999"])
+@pytest.mark.parametrize("rows", ["a-b", "5-2", "-3", "99999", "0-2,99999", "", ","])
 def test_malformed_or_empty_row_selection(certified_root, rows, capsys):
     line = _one_line_exit_2(["--model", MODEL, "--layer", "0", "--rows", rows, "--data", str(certified_root)], capsys)
     assert "--rows" in line

@@ -38,3 +38,32 @@ def test_bound_layer_marks_a_bound_below_the_attained_value_unsound():
     assert len(df) == 2  # every unit keeps its row
     status = dict(zip(df["radius"], df["status"]))
     assert status[0.01] == "ok" and status[0.02].startswith("UNSOUND")
+
+
+def test_the_certificate_is_timed_beside_the_baselines_of_the_first_fixed_group():
+    """The first fixed-query group of a layer gets the certificate's seconds, measured in the same call; the other
+    groups do not; `beside_medians` reads medians over the same units."""
+    from attncert.baselines.seconds_beside import COLUMN, beside_medians
+    from attncert.certify.second_order.certificate import second_order_certificate
+
+    rng = np.random.default_rng(1)
+    H, T, d, dh = 2, 3, 4, 2
+    arrays = {"W_Q": rng.standard_normal((H, d, dh)), "W_K": rng.standard_normal((H, d, dh)),
+              "W_V": rng.standard_normal((H, d, dh)), "b_Q": np.zeros((H, dh)), "b_K": np.zeros((H, dh)),
+              "b_V": np.zeros((H, dh)), "Z": rng.standard_normal((1, T, d)), "causal": np.bool_(True)}
+    spec = np.ones((H, 1, 1, dh)) / np.sqrt(dh)
+    grid = {"heads": [0, 1], "prompts": [0], "query_positions": [2], "norms": ["linf"], "modes": ["varying", "fixed"],
+            "radii": [0.01, 0.02]}
+    df = bound_layer(arrays, spec, [2], 0, grid, ["ibp", "crown"], {}, certificate=second_order_certificate)
+    timed = df[df[COLUMN].notna()]
+    assert set(timed["mode"]) == {"fixed"} and set(timed["head"]) == {0} and len(timed) == 2 * 2  # radii x methods
+    assert (timed[COLUMN] > 0).all()
+    per_unit = timed.groupby("radius")[COLUMN].nunique()
+    assert (per_unit == 1).all()  # one certificate time per unit, shared by its methods' rows
+    got = beside_medians(df.assign(status="ok"), {"crown": "crown", "ibp": "ibp"})
+    assert got["seconds_beside_units"] == 2
+    assert got["cert_seconds_beside"] == timed.drop_duplicates("radius")[COLUMN].median()
+    assert got["crown_seconds_beside"] == timed.loc[timed["method"] == "crown", "seconds"].median()
+    assert beside_medians(df.drop(columns=[COLUMN]), {"crown": "crown"})["cert_seconds_beside"] is None
+    without = bound_layer(arrays, spec, [2], 0, grid, ["ibp"], {})
+    assert without[COLUMN].isna().all()

@@ -15,6 +15,18 @@ def test_the_claims_file_loads_and_every_claim_states_tolerance_and_why():
     assert {c.paper for c in claims.claims} == {"A", "B"}
     for c in claims.claims:
         assert c.why.endswith(".") and c.sentence, c.id
+        assert c.english and not any("\uac00" <= ch <= "\ud7a3" for ch in c.english), c.id  # English, no Hangul
+    for x in claims.not_checked["A"] + claims.not_checked["B"]:
+        assert x["english"] and not any("\uac00" <= ch <= "\ud7a3" for ch in x["english"]), x["sentence"]
+    # the same quoted text is one sentence, so it has one translation
+    english = {}
+    for c in claims.claims:
+        assert english.setdefault(c.sentence, c.english) == c.english, c.id
+    assert {c.id for c in claims.claims if c.beyond} == {
+        "tight_rel_gap_r0.002", "tight_rel_gap_r0.02", "tight_gap_le_secant_everywhere", "tight_cert_seconds_fixed",
+        "long_context_largest_n", "long_context_rel_gap_r0.002", "long_context_rel_gap_r0.02"}
+    timing = claims.by_id()["baselines_faster_than_cert"]
+    assert timing.tolerance == ("factor", 1.5) and all(k.endswith("_seconds_beside") for k in timing.measured)
     # every magnitude of GPT-2's heads depends on the model row, so another model caps it
     by_id = claims.by_id()
     assert by_id["paper_a_model"].form == "setup"
@@ -40,6 +52,11 @@ MALFORMED = {
     "factor below 1": (lambda d: _first(d).update(tolerance={"factor": 0.5}), "factor"),
     "unknown form": (lambda d: _first(d).update(form="roughly"), "second_order_slope.*form"),
     "no why": (lambda d: _first(d).pop("why"), "second_order_slope.*why"),
+    "no english": (lambda d: _first(d).pop("english"), "second_order_slope.*english"),
+    "beyond not a flag": (lambda d: _first(d).update(beyond="yes"), "second_order_slope.*beyond"),
+    "ordered with a rel tolerance": (lambda d: _first(d, "baselines_faster_than_cert").update(tolerance={"rel": 0.1}),
+                                     "baselines_faster_than_cert.*ordered"),
+    "not_checked without english": (lambda d: d["paper_a"]["not_checked"][0].pop("english"), "not_checked"),
     "band lo > hi": (lambda d: _first(d, "crown_over_cert_fixed").update(value=[4.7, 3.8]), "crown_over_cert_fixed"),
     "text where a number is compared": (lambda d: _first(d).update(value="about two"), "second_order_slope.*number"),
     "better against the limit": (lambda d: _first(d, "exact_bracket_width").update(better="higher"), "contradicts"),

@@ -19,7 +19,8 @@ def measured(tmp_path):
                    "certify grid label")
     write_measured(tmp_path / "baselines_measured.json",
                    {"crown_over_cert_fixed": [31.6, 34.5], "crown_seconds": [0.01, 0.02],
-                    "alpha_crown_seconds": [0.7, 0.8]}, "baselines grid label")
+                    "alpha_crown_seconds": [0.7, 0.8], "crown_seconds_beside": 0.015, "alpha_crown_seconds_beside": 0.75,
+                    "cert_seconds_beside": 0.06}, "baselines grid label")
     write_measured(tmp_path / "minip_measured.json", {"witness_suite_size": 190, "witness_bound": 8}, "minip grid")
     return load_measured(sorted(tmp_path.glob("*_measured.json")))
 
@@ -55,8 +56,21 @@ def test_counts_and_markdown_agree_with_the_table(measured):
     counts = verdict_counts(t)
     assert sum(counts.values()) == len(t) and counts["n/a"] == (t["verdict"] == "n/a").sum()
     md = to_markdown(t, CLAIMS, measured, "all-MiniLM-L6-v2")
-    assert f"**Verdicts ({len(t)} claims):** " + ", ".join(f"{k} {n}" for k, n in counts.items()) in md
+    assert f"**Verdicts per claim ({len(t)} claims):** " + ", ".join(f"{k} {n}" for k, n in counts.items()) in md
     assert "certify grid label" in md and "statements no measurement checks" in md
+
+
+def test_the_markdown_shows_every_sentence_in_english_beside_the_korean(measured):
+    t = comparison_table(CLAIMS, measured, "all-MiniLM-L6-v2")
+    md = to_markdown(t, CLAIMS, measured, "all-MiniLM-L6-v2")
+    sentences = md.split("## Sentences")[1]
+    for c in CLAIMS.claims:
+        line = next(x for x in sentences.splitlines() if c.id in x.split(":")[0])
+        assert c.sentence in line and f"*{c.english}*" in line, c.id
+    for x in CLAIMS.not_checked["A"] + CLAIMS.not_checked["B"]:
+        assert f"{x['sentence']} ({x['english']})" in md
+    # the effective-rank sentence is judged by three claims and listed once
+    assert sum("유효 랭크는 중앙값 11" in x for x in sentences.splitlines()) == 1
 
 
 def test_a_key_emitted_twice_is_an_error(tmp_path):

@@ -128,6 +128,14 @@ def test_holds_ordered_and_setup_forms():
     assert verdict(faster, [[0.01, 0.02], [0.03, 0.05], 0.04]).kind == DIFFERS     # overlaps the one before it
     assert verdict(faster, [[0.03, 0.05], [0.01, 0.02], 10.0]).kind == DIFFERS     # the others out of order
     assert verdict(ordered, [2.0, 1.0]).kind == DIFFERS                            # better = none: no stronger
+    # a factor tolerance: values within the factor of each other are in no order
+    beside = claim(form="ordered", value=[0.02, 0.7, 10], measured=("a", "b", "c"), better="lower",
+                   tolerance=("factor", 1.5))
+    assert verdict(beside, [0.010, 0.020, 0.031]).kind == REPRODUCED
+    assert verdict(beside, [0.010, 0.014, 0.031]).kind == DIFFERS                  # CROWN and α-CROWN within 1.5×
+    assert verdict(beside, [0.010, 0.020, 0.025]).kind == DIFFERS                  # certificate within 1.5× of α
+    assert verdict(beside, [0.010, 0.020, 0.012]).kind == STRONGER                 # certificate 1.7× faster than α
+    assert verdict(faster, [0.010, 0.020, 0.025]).kind == REPRODUCED               # no factor: any order counts
     setup = claim(form="setup", value="GPT-2 small")
     assert verdict(setup, "gpt-2 small").kind == REPRODUCED and verdict(setup, "all-MiniLM-L6-v2").kind == SETUP_DIFFERS
 

@@ -99,9 +99,9 @@ rule block_figure:
         units="data/block/{model}/units.csv",
         claims="data/paper_claims.yaml",
     output:
-        pdf=report("figures/block/{model}/{block_figure}.pdf", caption="../report/block_{block_figure}.rst",
-                   category="Paper A: block residual"),
-        png="figures/block/{model}/{block_figure}.png",
+        pdf="figures/block/{model}/{block_figure}.pdf",
+        png=report("figures/block/{model}/{block_figure}.png", caption="../report/block.rst",
+                   category="Paper A, block residual"),
     params:
         block=config["block"],
         code=code("block_figure.py"),

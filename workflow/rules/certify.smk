@@ -61,9 +61,9 @@ rule certify_figure:
         tables=expand("data/certify/{{model}}/layer{layer}.csv", layer=LAYERS),
         claims="data/paper_claims.yaml",
     output:
-        pdf=report("figures/certify/{model}/{certify_figure}.pdf", caption="../report/certify_{certify_figure}.rst",
-                   category="Paper A: certificates"),
-        png="figures/certify/{model}/{certify_figure}.png",
+        pdf="figures/certify/{model}/{certify_figure}.pdf",
+        png=report("figures/certify/{model}/{certify_figure}.png", caption="../report/certify.rst",
+                   category="Paper A, certificates"),
     params:
         model=MODEL_CFG,
         code=code("certify_figure.py"),

@@ -135,8 +135,8 @@ rule minip_figure:
                            **({"bound": "data/minip/witness_bound.json", "claims": "data/paper_claims.yaml"}
                               if "bound" in _MINIP_FIGURE_NAMES[wc.minip_figure] else {})}),
     output:
-        pdf=report("figures/minip/{minip_figure}.pdf", caption="../report/minip_{minip_figure}.rst", category="Paper B: Min-IP"),
-        png="figures/minip/{minip_figure}.png",
+        pdf="figures/minip/{minip_figure}.pdf",
+        png=report("figures/minip/{minip_figure}.png", caption="../report/minip.rst", category="Paper B, Min-IP"),
     params:
         threshold=MINIP_THRESHOLD,
         thresholds=MINIP_REPORT_THRESHOLDS,

@@ -46,9 +46,11 @@ MALFORMED = (zipfile.BadZipFile, ValueError, KeyError, IndexError, TypeError, EO
 
 
 def parse_rows(spec: str | None) -> set[int] | None:
-    """'0-9,17' -> {0..9, 17}; None -> all rows. A malformed selection raises AuditInputError."""
-    if not spec:
+    """'0-9,17' -> {0..9, 17}; None -> all rows. A malformed or empty selection raises AuditInputError."""
+    if spec is None:
         return None
+    if not spec.strip():
+        raise AuditInputError("--rows '' selects no row; fix: use e.g. --rows 0-9,17, or leave --rows out for all rows")
     out: set[int] = set()
     for part in spec.split(","):
         a, dash, b = part.strip().partition("-")
@@ -84,6 +86,10 @@ def audit_layer(root: Path, model: str, layer: int, rows: set[int] | None = None
                        verify_intermediate(base / f"layer{layer}_spec.npz"))
     with open(table, newline="") as fh:
         table_rows = list(csv.DictReader(fh))
+    beyond = sorted(r for r in rows or () if r >= len(table_rows))
+    if beyond:  # a selection is audited whole or not at all: a row it names that does not exist is an error
+        raise AuditInputError(f"--rows selects row {beyond[0]}{' and more' if len(beyond) > 1 else ''}, but {table} has "
+                              f"{len(table_rows)} rows; fix: choose rows in 0-{len(table_rows) - 1}")
     expect = coverage.expect if coverage else Expect()
     out = [] if coverage is None or rows is not None else completeness_records(table_rows, coverage, layer, files)
     try:

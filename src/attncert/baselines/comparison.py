@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from attncert.baselines.seconds_beside import beside_medians
 from attncert.pipeline.unit_tables import UNIT_KEYS, add_gaps, per_unit_slopes
 
 KEYS = UNIT_KEYS + ["radius"]
@@ -234,7 +235,14 @@ def stage_report(base: pd.DataFrame, cert: pd.DataFrame, model: str) -> dict:
           f"({n_units} units × {base['method'].nunique()} methods).\n"]
     if len(lost):
         md.append(lost.to_markdown(index=False))
+    measured = paper_measurements(table, slopes, head, first_order, lost, n_units)
+    measured.update(beside_medians(base, {"crown": PAPER_CROWN_METHOD, "alpha_crown": PAPER_ALPHA_METHOD}))
+    beside = pd.DataFrame([{"measured key": k, "median seconds per unit": v} for k, v in measured.items()
+                           if k.endswith("_seconds_beside")])
+    md += ["\n## Seconds per unit measured side by side\n",
+           f"Medians over the same {measured['seconds_beside_units']} units, timed in the baseline job's process one "
+           "after the other (`attncert.baselines.seconds_beside`); the paper's order of speeds is judged on these.\n",
+           beside.to_markdown(index=False, floatfmt=".3g"), ""]
     return {"table": table, "slopes": slopes, "headline": head, "md": "\n".join(md), "label": label,
-            "labels": labels, "measured": paper_measurements(table, slopes, head, first_order, lost, n_units),
-            "merged": m}
+            "labels": labels, "measured": measured, "merged": m}
 

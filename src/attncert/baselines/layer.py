@@ -10,12 +10,15 @@ from __future__ import annotations
 import itertools
 import logging
 import sys
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
 from attncert.baselines.linear_bound_baselines import baseline_upper_bounds
+from attncert.baselines.seconds_beside import BESIDE_GROUPS, COLUMN, certificate_seconds
+from attncert.head.problem import HeadProblem
 from attncert.head.units import Unit, head_problem
 from attncert.pipeline.unit_tables import UNIT_KEYS, attained_value, below_attained
 
@@ -30,8 +33,12 @@ def attained_by_unit(cert: pd.DataFrame) -> dict:
 
 
 def bound_layer(arrays: dict, spec: np.ndarray, qps: list[int], layer: int, grid: dict, methods: list[str],
-                attained: dict, alpha: dict | None = None, device: str = "cpu") -> pd.DataFrame:
-    """Rows (unit keys, method, upper, attained, seconds, status, label) for the grid of one layer.
+                attained: dict, alpha: dict | None = None, device: str = "cpu",
+                certificate: Callable[[HeadProblem], object] | None = None) -> pd.DataFrame:
+    """Rows (unit keys, method, upper, attained, seconds, status, label, seconds_certificate_beside) for the grid of
+    one layer. The last column is the seconds of `certificate` (the job passes the paper-like second-order
+    certificate) on the same unit, timed in this process right after the baselines, for the first
+    `seconds_beside.BESIDE_GROUPS` fixed-query groups (NaN elsewhere, and everywhere without `certificate`).
 
     grid: heads, prompts, query_positions, norms, modes, radii (lists). All radii of one head and
     method are bounded in one call of `baseline_upper_bounds`. alpha: its alpha-CROWN keyword
@@ -43,9 +50,11 @@ def bound_layer(arrays: dict, spec: np.ndarray, qps: list[int], layer: int, grid
     rows = []
     groups = list(itertools.product(grid["heads"], grid["prompts"], grid["query_positions"], grid["norms"],
                                     grid["modes"]))
+    timed_groups = 0
     for h, pr, qp, norm, mode in tqdm(groups, desc=f"baselines layer {layer}", file=sys.stderr, mininterval=5):
         units = [Unit(layer, h, pr, qp, float(r), norm, mode) for r in grid["radii"]]
         problems = [head_problem(arrays, spec, qps, u) for u in units]
+        first = len(rows)
         for method in methods:
             for u, res in zip(units, baseline_upper_bounds(problems, method, device=device, **alpha)):
                 ref = attained.get((u.layer, u.head, u.prompt, u.query_pos, u.norm, u.mode, round(u.radius, 12)),
@@ -58,5 +67,10 @@ def bound_layer(arrays: dict, spec: np.ndarray, qps: list[int], layer: int, grid
                 if status != "ok" and not status.startswith("UNSOUND"):
                     logging.warning("%s %s: no bound (%s)", u, method, status)
                 rows.append({**u.key(), "method": method, "upper": res.upper, "attained": ref,
-                             "seconds": res.seconds, "status": status, "label": res.label})
+                             "seconds": res.seconds, "status": status, "label": res.label, COLUMN: np.nan})
+        if certificate is not None and mode == "fixed" and timed_groups < BESIDE_GROUPS:
+            timed_groups += 1
+            beside = dict(zip((u.radius for u in units), certificate_seconds(problems, certificate)))
+            for row in rows[first:]:
+                row[COLUMN] = beside[row["radius"]]
     return pd.DataFrame(rows)

@@ -38,7 +38,10 @@ class HeadProblem:
     """A complete certification unit: maximize g(Z) over the perturbation set.
 
     Arrays are float64. `Z0` holds only the attended tokens (positions 0..query_index for a causal
-    head, all positions for a bidirectional one); `query_index` indexes into `Z0`.
+    head, all positions for a bidirectional one); `query_index` indexes into `Z0`. The constructor rejects,
+    with one `ValueError` line, what would give a meaningless bound: an empty head (d = 0, d_h = 0 or
+    n = 0), shapes that do not agree, NaN or infinite entries, a query index outside `Z0`, a radius that is
+    not positive and finite, an unknown norm or mode.
     """
 
     W_Q: np.ndarray  # (d, d_h)
@@ -58,13 +61,26 @@ class HeadProblem:
     def __post_init__(self):
         for name in ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Z0", "c"):
             object.__setattr__(self, name, np.asarray(getattr(self, name), dtype=np.float64))
+        if self.W_Q.ndim != 2 or 0 in self.W_Q.shape:
+            raise ValueError(f"W_Q must be (d, d_h) with d >= 1 and d_h >= 1 (an empty head has nothing to certify); "
+                             f"got {self.W_Q.shape}")
         d, dh = self.W_Q.shape
         if self.W_K.shape != (d, dh) or self.W_V.shape != (d, dh):
             raise ValueError(f"W_Q, W_K, W_V must all be (d, d_h) = {(d, dh)}; got {self.W_K.shape}, {self.W_V.shape}")
-        if self.Z0.ndim != 2 or self.Z0.shape[1] != d:
-            raise ValueError(f"Z0 must be (n, {d}); got {self.Z0.shape}")
+        for name in ("b_Q", "b_K", "b_V"):
+            if getattr(self, name).shape != (dh,):
+                raise ValueError(f"{name} must be ({dh},); got {getattr(self, name).shape}")
+        if self.Z0.ndim != 2 or self.Z0.shape[1] != d or self.Z0.shape[0] == 0:
+            raise ValueError(f"Z0 must be (n, {d}) with n >= 1 attended tokens; got {self.Z0.shape}")
         if self.c.shape != (dh,):
             raise ValueError(f"c must be ({dh},); got {self.c.shape}")
+        for name in ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Z0", "c"):
+            bad = ~np.isfinite(getattr(self, name))
+            if bad.any():
+                raise ValueError(f"{name} holds {int(bad.sum())} NaN or infinite entr{'y' if bad.sum() == 1 else 'ies'} "
+                                 f"(first at index {tuple(int(i) for i in np.argwhere(bad)[0])}); every input must be finite")
+        if isinstance(self.query_index, bool) or not isinstance(self.query_index, (int, np.integer)):
+            raise ValueError(f"query_index must be an integer; got {self.query_index!r}")
         if not 0 <= self.query_index < self.Z0.shape[0]:
             raise ValueError(f"query_index {self.query_index} out of range for {self.Z0.shape[0]} attended tokens")
         if not (np.isfinite(self.radius) and self.radius > 0):

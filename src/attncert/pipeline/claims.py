@@ -22,7 +22,11 @@ One claim:
     depends_on  ids of `setup` claims whose difference makes ours a different set-up (caps the verdict)
     our_metric  set only when our measured key is a different metric than the claim's: what ours measures
     why         one sentence: why this tolerance (and direction)
-    sentence    the sentence of the paper (summary) the claim comes from
+    sentence    the sentence of the paper (summary, in Korean) the claim comes from, quoted; claims quoting the
+                same text are one statement of the paper and get one verdict in the tally (`sentence_tally`)
+    english     the same sentence in English (a faithful translation, shown beside the quote)
+    beyond      true for a variant beyond the paper (our tight certificate, long contexts) judged against a
+                sentence of the paper: tallied apart, never as the paper's statement
 
 Every malformed entry raises `ClaimsError` with one line naming the file, the claim and the field.
 """
@@ -57,6 +61,8 @@ class Claim:
     better: str
     why: str
     sentence: str
+    english: str = ""
+    beyond: bool = False
     target: object = None
     direction: tuple[float, float] | None = None
     strict: bool = False
@@ -92,12 +98,19 @@ def _numeric_value(v) -> bool:
     return _number(v)
 
 
+def _flag(raw: dict, key: str, at: str) -> bool:
+    value = raw.get(key, False)
+    if not isinstance(value, bool):
+        raise ClaimsError(f"{at}: `{key}` must be true or false (got {value!r})")
+    return value
+
+
 def _parse_claim(raw, paper: str, where: str) -> Claim:
     if not isinstance(raw, dict) or not isinstance(raw.get("id"), str):
         raise ClaimsError(f"{where}: every claim needs a string `id` (got {raw!r:.60})")
     cid = raw["id"]
     at = f"{where}: claim {cid!r}"
-    for key in ("unit", "why", "sentence"):
+    for key in ("unit", "why", "sentence", "english"):
         if not isinstance(raw.get(key), str) or not raw[key].strip():
             raise ClaimsError(f"{at}: `{key}` must be a non-empty string")
     if "value" not in raw:
@@ -131,6 +144,8 @@ def _parse_claim(raw, paper: str, where: str) -> Claim:
         tolerance = (kind, float(amount))
     else:
         raise ClaimsError(f"{at}: `tolerance` must be none or one of {{abs: x}}, {{rel: x}}, {{factor: x}} with x >= 0 (got {tol!r})")
+    if form == "ordered" and tolerance is not None and tolerance[0] != "factor":
+        raise ClaimsError(f"{at}: form ordered takes tolerance none or {{factor: f}} (got {tol!r})")
     better = raw.get("better", "none")
     if better not in BETTER:
         raise ClaimsError(f"{at}: `better` must be one of {', '.join(BETTER)} (got {better!r})")
@@ -149,12 +164,13 @@ def _parse_claim(raw, paper: str, where: str) -> Claim:
     if our_metric is not None and (not isinstance(our_metric, str) or not our_metric.strip()):
         raise ClaimsError(f"{at}: `our_metric` must be a non-empty string when given")
     known = {"id", "value", "target", "unit", "form", "measured", "tolerance", "better", "direction", "strict",
-             "depends_on", "our_metric", "why", "sentence"}
+             "depends_on", "our_metric", "why", "sentence", "english", "beyond"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ClaimsError(f"{at}: unknown field(s) {', '.join(unknown)}")
     return Claim(id=cid, paper=paper, value=raw["value"], unit=raw["unit"], form=form, measured=measured,
                  tolerance=tolerance, better=better, why=raw["why"].strip(), sentence=raw["sentence"].strip(),
+                 english=raw["english"].strip(), beyond=_flag(raw, "beyond", at),
                  target=target, direction=direction, strict=bool(raw.get("strict", False)),
                  depends_on=tuple(depends), our_metric=our_metric)
 
@@ -180,9 +196,10 @@ def load_claims(path: str | Path) -> Claims:
         models[paper] = sec["grid"]["model"]
         claims += [_parse_claim(raw, paper, where) for raw in sec["claims"]]
         nc = sec.get("not_checked", [])
-        if not (isinstance(nc, list) and all(isinstance(x, dict) and isinstance(x.get("sentence"), str)
-                                             and isinstance(x.get("reason"), str) for x in nc)):
-            raise ClaimsError(f"{where}: `not_checked` must be a list of {{sentence, reason}}")
+        if not (isinstance(nc, list) and all(isinstance(x, dict) and all(isinstance(x.get(k), str) and x[k].strip()
+                                                                          for k in ("sentence", "english", "reason"))
+                                             for x in nc)):
+            raise ClaimsError(f"{where}: `not_checked` must be a list of {{sentence, english, reason}}")
         not_checked[paper] = nc
     ids = [c.id for c in claims]
     dup = sorted({i for i in ids if ids.count(i) > 1})

@@ -21,12 +21,13 @@ import numpy as np
 import pandas as pd
 
 from attncert.pipeline.claims import Claim, Claims, load_claims
+from attncert.pipeline.sentence_tally import beyond_table, sentence_table
 from attncert.pipeline.verdict import KINDS, REPRODUCED, verdict
 
 #: measured files whose values come from random small heads, not from the run's model
 MODEL_FREE_SOURCES = {"method_checks"}
 COLUMNS = ["paper", "id", "claim", "paper value", "ours", "our model/grid", "verdict", "uncapped", "note", "tolerance", "why",
-           "sentence"]
+           "sentence", "english", "beyond"]
 
 
 def fmt(v) -> str:
@@ -65,6 +66,8 @@ def fmt_paper(c: Claim) -> str:
 
 
 def fmt_tolerance(c: Claim) -> str:
+    if c.form == "ordered" and c.tolerance is not None:
+        return f"each step ×{c.tolerance[1]:g}"
     if c.form in ("holds", "ordered"):
         return "yes/no"
     if c.tolerance is None:
@@ -136,7 +139,7 @@ def comparison_table(claims: str | Path | Claims, measured: dict, model: str) ->
         shown = ", ".join(fmt(x) for x in ours) if c.form == "ordered" else fmt(ours)
         rows.append({"paper": c.paper, "id": c.id, "claim": c.unit, "paper value": fmt_paper(c), "ours": shown,
                      "our model/grid": where, "verdict": v.kind, "uncapped": v.uncapped, "note": v.note, "tolerance": fmt_tolerance(c),
-                     "why": c.why, "sentence": c.sentence})
+                     "why": c.why, "sentence": c.sentence, "english": c.english, "beyond": c.beyond})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -157,23 +160,31 @@ def grids(measured: dict) -> dict[str, str]:
 
 def to_markdown(table: pd.DataFrame, claims: Claims, measured: dict, model: str) -> str:
     capped = int((table["uncapped"] != table["verdict"]).sum())
+    sentences, beyond = sentence_table(table), beyond_table(table)
     out = [f"# Paper vs reproduced — our model: {model}\n",
            f"Paper A's numbers come from {claims.models['A']}, Paper B's from {claims.models['B']} on the "
            f"authors' suites; ours from this run (model **{model}**; the grid of every row is listed below). "
            "Verdicts and their rule: `attncert.pipeline.verdict`; tolerances, directions and reasons: "
            "`data/paper_claims.yaml`. A result on another model or suite than the claim's is at best "
            "`qualitative` for a magnitude of the paper's set-up; the `note` column gives the uncapped verdict.\n",
-           f"**Verdicts ({len(table)} claims):** {counts_line(table)}. Capped at qualitative by a set-up or "
+           f"**Verdicts, one per sentence of the papers ({len(sentences)} sentences; `attncert.pipeline.sentence_tally`):"
+           f"** {counts_line(sentences)}. Beyond the paper ({len(beyond)} variants, tallied apart): "
+           f"{counts_line(beyond)}.\n",
+           f"**Verdicts per claim ({len(table)} claims):** {counts_line(table)}. Capped at qualitative by a set-up or "
            f"metric difference: {capped}.\n"]
     for paper in ("A", "B"):
         part = table[table["paper"] == paper]
         out += [f"## Paper {paper} ({claims.models[paper]}) — {counts_line(part)}\n",
-                md_table(part.drop(columns=["paper", "uncapped", "sentence"])), ""]
+                md_table(part.drop(columns=["paper", "uncapped", "sentence", "english", "beyond"])), ""]
     out += ["## Grids that produced ours\n"] + [f"- **{s}**: {g}" for s, g in sorted(grids(measured).items())]
     for paper in ("A", "B"):
         out += [f"\n## Paper {paper}: statements no measurement checks\n"]
-        out += [f"- {x['sentence']} — {x['reason']}" for x in claims.not_checked.get(paper, [])] or ["- (none)"]
-    out += ["\n## Sentences\n"] + [f"- **{r.id}**: {r.sentence}" for r in table.itertuples()]
+        out += [f"- {x['sentence']} ({x['english']}) — {x['reason']}" for x in claims.not_checked.get(paper, [])] \
+            or ["- (none)"]
+    out += ["\n## Sentences (the papers' summaries quoted in Korean, in English beside them)\n"]
+    out += [f"- **{r.claims}** ({r.verdict}): {r.sentence} — *{r.english}*" for r in sentences.itertuples()]
+    out += [f"- **{r.id}** (beyond the paper, {r.verdict}): judged against {r.sentence} — *{r.english}*"
+            for r in beyond.itertuples()]
     return "\n".join(out) + "\n"
 
 

@@ -27,10 +27,12 @@ A limit claim (at_most / at_least) that holds is `reproduced`, never `stronger`:
 limit, not a number to beat.
 
 Other forms. `holds`: ours is a boolean; true -> reproduced, false -> differs. `ordered`: ours is a
-list of values (one per measured key); with `better: lower`, the order failing only because the last
-key lies entirely below the one before it (the others in order) is stronger (a certificate faster than
-a baseline the paper called faster); reproduced when each one lies strictly below the next (for
-ranges: max of one < min of the next), else differs. `setup`: ours equals the paper's number (within
+list of values (one per measured key); one value lies below the next when its upper end is strictly below
+the next's lower end, and, with a `factor` tolerance f, below it by more than the factor (f x upper end <
+next lower end): two values within a factor f of each other are in no order. Reproduced when each one lies
+below the next; with `better: lower`, the order failing only because the last key lies below the one before
+it (the others in order) is stronger (a certificate faster than a baseline the paper called faster); else
+differs. The factor keeps a verdict on measured seconds from flipping with noise between nearly equal times. `setup`: ours equals the paper's number (within
 tolerance) or string -> reproduced, else `set-up differs`.
 
 Caps: a result can be at best `qualitative`, whatever the comparison says, when
@@ -143,20 +145,20 @@ def _numeric(claim: Claim, ours) -> str:
     return DIFFERS
 
 
-def _increasing(spans) -> bool:
-    """Each interval lies strictly below the next (max of one < min of the next)."""
-    return all(a[1] < b[0] for a, b in zip(spans, spans[1:]))
+def _increasing(spans, factor: float = 1.0) -> bool:
+    """Each interval lies strictly below the next, by more than `factor` (factor x max of one < min of the next)."""
+    return all(factor * a[1] < b[0] for a, b in zip(spans, spans[1:]))
 
 
-def _ordered(ours, better: str = "none") -> str:
+def _ordered(ours, better: str = "none", factor: float = 1.0) -> str:
     spans = [interval(v) for v in ours]
     if any(s is None for s in spans):
         return NA
-    if _increasing(spans):
+    if _increasing(spans, factor):
         return REPRODUCED
     # better = lower: the last key is the one the claim puts on top (e.g. the certificate's time); when the others
     # keep their order and it lies entirely below the one before it, it beats the claim: stronger, not differs
-    if better == "lower" and _increasing(spans[:-1]) and spans[-1][1] < spans[-2][0]:
+    if better == "lower" and _increasing(spans[:-1], factor) and factor * spans[-1][1] < spans[-2][0]:
         return STRONGER
     return DIFFERS
 
@@ -177,7 +179,7 @@ def uncapped_verdict(claim: Claim, ours) -> str:
     if claim.form == "ordered":
         if not isinstance(ours, (list, tuple)) or len(ours) != len(claim.measured) or any(_missing(v) for v in ours):
             return NA
-        return _ordered(ours, claim.better)
+        return _ordered(ours, claim.better, claim.tolerance[1] if claim.tolerance else 1.0)
     if _missing(ours):
         return NA
     if claim.form == "setup":

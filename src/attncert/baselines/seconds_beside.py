@@ -1,0 +1,56 @@
+"""Seconds per unit of the certificate measured beside the baselines: same units, same process, same minutes.
+
+The paper's timing sentence (CROWN 0.01–0.02 s and α-CROWN 0.2–0.7 s per unit, much faster than the
+certificate's 10 s) is an order of speeds. Medians from separate jobs (the certification job's seconds against
+the baseline job's) depend on what else the machine ran at the time, and below 10 ms per unit that decides the
+order. So the baseline job times the paper-like second-order certificate itself, right after the baselines of
+the same units, in the same process (the job hands `bound_layer` the certificate function: this stage does not
+import the certification stage): on the units of the first BESIDE_GROUPS (head, prompt, query position,
+norm) groups of the fixed query of each layer (every radius of each). Each timed call is the whole certificate
+(the reduction, the relaxation, the solve and the dual check) on a fresh `HeadProblem`, so nothing computed for
+the baselines is reused. `beside_medians` turns the layer tables' rows into the measured keys: medians over the
+same units of each method's seconds and of the certificate's.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+
+from collections.abc import Callable
+
+from attncert.head.problem import HeadProblem
+
+#: per layer, how many fixed-query groups (each: every radius of one head, prompt, query position and norm) are timed
+BESIDE_GROUPS = 1
+COLUMN = "seconds_certificate_beside"
+
+
+def certificate_seconds(problems: list[HeadProblem], certificate: Callable[[HeadProblem], object]) -> list[float]:
+    """Wall seconds of `certificate` (the paper-like second-order certificate) on each problem, one after the other."""
+    out = []
+    for p in problems:
+        fresh = HeadProblem(p.W_Q, p.W_K, p.W_V, p.b_Q, p.b_K, p.b_V, p.Z0, p.query_index, p.c, p.radius, p.norm,
+                            p.mode, dict(p.meta))  # nothing derived for the baselines is reused
+        t0 = time.perf_counter()
+        certificate(fresh)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def beside_medians(rows: pd.DataFrame, methods: dict[str, str]) -> dict:
+    """{`{key}_seconds_beside`: median seconds per unit of each method in `methods` ({key: method}) over the units
+    timed beside the certificate, `cert_seconds_beside`: the certificate's median over the same units,
+    `seconds_beside_units`: how many units}; None values when no unit was timed."""
+    if COLUMN not in rows:
+        timed = rows.iloc[0:0]
+    else:
+        timed = rows[rows[COLUMN].notna() & (rows["status"] == "ok")]
+    units = timed.drop_duplicates([c for c in ("layer", "head", "prompt", "query_pos", "norm", "mode", "radius")
+                                   if c in timed])
+    out = {f"{key}_seconds_beside": (float(np.median(s)) if len(s := timed.loc[timed["method"] == m, "seconds"]) else None)
+           for key, m in methods.items()}
+    out["cert_seconds_beside"] = float(units[COLUMN].median()) if len(units) else None
+    out["seconds_beside_units"] = int(len(units))
+    return out

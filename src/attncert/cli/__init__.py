@@ -1,0 +1,59 @@
+"""The `attncert` command (console script `attncert.cli:main`): one entry point, one subcommand per stage.
+
+    attncert certify ...   certify one head of a local checkpoint (attncert.checkpoint.command)
+    attncert audit ...     check every certified number of a run from its stored certificates
+                           (attncert.audit.audit_table)
+    attncert --version     the package version
+
+`attncert SUBCOMMAND --help` lists a subcommand's options.
+"""
+from __future__ import annotations
+
+import sys
+
+SUBCOMMANDS = {
+    "certify": "certify one head of a local checkpoint (GPT-2 or BERT family; default: the embedded model)",
+    "audit": "check every certified number of a run from its stored certificates, without a solver",
+}
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("attncert")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "unknown (not installed)"
+
+
+def usage() -> str:
+    """The text of `attncert --help`."""
+    lines = ["usage: attncert {certify,audit} ... | attncert --version", "", "subcommands:"]
+    lines += [f"  {name:9s} {what}" for name, what in SUBCOMMANDS.items()]
+    lines += ["", "attncert SUBCOMMAND --help lists a subcommand's options."]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    """Dispatch argv to a subcommand; its exit status (2 with one line for an unknown subcommand)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage(), file=sys.stdout if argv else sys.stderr)
+        return 0 if argv else 2
+    if argv[0] == "--version":
+        print(f"attncert {_version()}")
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command == "certify":
+        from attncert.checkpoint.command import main as run
+    elif command == "audit":
+        from attncert.audit.audit_table import main as run
+    else:
+        print(f"attncert: unknown subcommand {command!r}; fix: use one of {', '.join(SUBCOMMANDS)} (attncert --help)",
+              file=sys.stderr)
+        return 2
+    return run(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
