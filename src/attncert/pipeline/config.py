@@ -41,10 +41,12 @@ def _schema_error(err, schema: dict) -> ConfigError:
 
 def _unknown_key_error(found) -> ConfigError:
     key, close, valid = found
-    hint = f"did you mean '{close}'?" if close else f"valid keys here: {', '.join(valid)}"
     where = key.rsplit(".", 1)[0] + "." if "." in key else ""
-    return ConfigError(f"config key '{key}' is not a configuration key ({hint}); fix: "
-                       f"{'use ' + repr(where + close) if close else 'remove it'} (workflow/config/README.md lists every key)")
+    if close:
+        return ConfigError(f"config key '{key}' is not a configuration key (did you mean '{where}{close}'?); "
+                           f"fix: use '{where}{close}' (workflow/config/README.md lists every key)")
+    return ConfigError(f"config key '{key}' is not a configuration key (valid keys here: {', '.join(valid)}); "
+                       f"fix: remove it or use one of those (workflow/config/README.md lists every key)")
 
 
 def schema_validate(config: dict, schema_path: Path = SCHEMA_PATH) -> None:
