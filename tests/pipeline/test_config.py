@@ -180,11 +180,16 @@ def test_every_fix_is_written_from_the_schema(tmp_path):
 
 
 @pytest.mark.slow
-def test_snakemake_takes_list_overrides_and_rejects_unknown_keys():
-    ok = _run_snakemake(["-n", "--cores", "1", "--config", "layers=[2]", "certify={radii: [0.001], modes: [fixed]}",
-                         "baselines={radii: [0.001], modes: [fixed]}", "--forcerun", "certify_layer",
-                         "data/certify/all-MiniLM-L6-v2/layer2.csv"])
-    assert ok.returncode == 0, (ok.stdout + ok.stderr)[-2000:]
-    bad = _run_snakemake(["-n", "--cores", "1", "--config", "modle_source=/tmp/x"])
+def test_snakemake_takes_list_overrides_and_rejects_unknown_keys(tmp_path):
+    (tmp_path / "data").mkdir()
+    for f in ("prompts.txt", "paper_claims.yaml", "long_context_passage.txt"):
+        (tmp_path / "data" / f).write_text((REPO / "data" / f).read_text())
+    where = ["--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--configfile",
+             str(REPO / "workflow" / "config" / "default.yaml")]  # followed by --config
+    ok = _run_snakemake(["data/certify/all-MiniLM-L6-v2/layer2.csv", "-n", "--cores", "1", *where, "--config", "layers=[2]",
+                         "certify={radii: [0.001], modes: [fixed]}", "baselines={radii: [0.001], modes: [fixed]}"])
+    assert ok.returncode == 0 and "layers=[2]" not in ok.stderr, (ok.stdout + ok.stderr)[-2000:]
+    assert "data/extract/all-MiniLM-L6-v2/layer2.npz" in ok.stdout and "layer1.npz" not in ok.stdout
+    bad = _run_snakemake(["-n", "--cores", "1", *where, "--config", "modle_source=/tmp/x"])
     lines = [l for l in (bad.stdout + bad.stderr).splitlines() if l.startswith("attncert:")]
     assert bad.returncode != 0 and len(lines) == 1 and "did you mean 'model_source'" in lines[0], bad.stderr[-2000:]
