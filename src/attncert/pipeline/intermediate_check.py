@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 
 from attncert.pipeline.file_integrity import file_checksum, sidecar_path
-from attncert.pipeline.run_identity import describe_model, recorded_model, same_model
+from attncert.pipeline.model_identity import describe_model, recorded_model, same_model
 
 # The rule producing each kind of intermediate (paths relative to the working directory of the run, as
 # in workflow/rules/*.smk; tests/pipeline/test_intermediate_check.py checks this list against the rules).

@@ -6,8 +6,8 @@
 - `check_no_other_model`: refuses a run whose name already holds outputs of another model (a sidecar under
   `data/*/NAME/` or `figures/*/NAME/` records another source or family), before any job runs, so a run never
   overwrites or mixes with another model's files.
-- `same_model` / `describe_model`: the comparison and the wording the intermediate check uses when a job's
-  input was written for another model.
+The comparison of two models (`model_identity`) is shared with the intermediate check, which refuses a job's
+input written for another model.
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import re
 from pathlib import Path
 
 from attncert.pipeline.config import ConfigError
+from attncert.pipeline.model_identity import describe_model, recorded_model, same_model
 from attncert.pipeline.model_source import EMBEDDED, RANDOM_GPT2, checkpoint_family
 
-IDENTITY_KEYS = ("name", "source", "family")
 NAME_PATTERN = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -58,28 +58,6 @@ def apply_model_source(config: dict, given_model: dict | None) -> None:
         family = checkpoint_family(model)
         if family:
             model["family"] = family
-
-
-def _norm_source(source) -> str:
-    directory = _local_dir(str(source)) if source is not None else None
-    return str(directory) if directory else str(source)
-
-
-def same_model(a: dict, b: dict) -> bool:
-    """Whether two model sections name the same model: name, source (a directory by its resolved path) and family."""
-    return (str(a.get("name")) == str(b.get("name")) and str(a.get("family")) == str(b.get("family"))
-            and _norm_source(a.get("source")) == _norm_source(b.get("source")))
-
-
-def describe_model(model: dict) -> str:
-    return f"{model.get('name')} (source {model.get('source')}, family {model.get('family')})"
-
-
-def recorded_model(record) -> dict | None:
-    """The model section a sidecar records (its job's `params.model`), or None for model-independent files."""
-    params = record.get("params") if isinstance(record, dict) else None
-    model = params.get("model") if isinstance(params, dict) else None
-    return model if isinstance(model, dict) and all(k in model for k in IDENTITY_KEYS) else None
 
 
 def check_no_other_model(model: dict, root: str | Path = ".") -> None:
