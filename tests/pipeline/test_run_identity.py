@@ -30,7 +30,7 @@ def _resolved(given, **shortcut):
     cfg = copy.deepcopy(DEFAULT)
     cfg.update(shortcut)
     cfg["model"].update(given or {})
-    apply_model_source(cfg, given)
+    apply_model_source(cfg, given, EMBEDDED)
     return cfg
 
 
@@ -43,6 +43,8 @@ def test_a_local_checkpoint_runs_under_its_own_name_and_family(tiny_gpt2_dir, ti
     named = _resolved({"name": "mine"}, model_source=str(tiny_gpt2_dir))
     assert named["model"]["name"] == "mine" and named["model"]["family"] == "gpt2"
     assert _resolved(None)["model"] == EMBEDDED  # no shortcut: the default is untouched
+    # `--configfile workflow/config/default.yaml --config model_source=DIR`: default.yaml's name is not a choice
+    assert _resolved({"name": EMBEDDED["name"]}, model_source=str(tiny_gpt2_dir))["model"]["name"] == checkpoint_name(tiny_gpt2_dir)
 
 
 def test_a_family_that_contradicts_the_checkpoint_is_one_config_line(tiny_gpt2_dir):

@@ -3,6 +3,8 @@ import os
 import re
 import sys
 
+import yaml
+
 sys.path.insert(0, os.path.join(workflow.basedir, "src"))
 
 # One BLAS/OpenMP thread per job: jobs run side by side and set torch's threads from `threads:`;
@@ -20,7 +22,9 @@ from attncert.pipeline.run_identity import apply_model_source, check_no_other_mo
 # config gives model.name) and family (read from the checkpoint, unless given): attncert.pipeline.run_identity.
 # `--config model_source=random-gpt2` switches to the SYNTHETIC GPT-2-shaped model (name random-gpt2).
 try:
-    apply_model_source(config, workflow.config_settings.overwrite_config.get("model"))
+    with open(os.path.join(workflow.basedir, "workflow", "config", "default.yaml")) as _fh:
+        _default_model = yaml.safe_load(_fh)["model"]
+    apply_model_source(config, workflow.config_settings.overwrite_config.get("model"), _default_model)
 except ModelSourceError as _e:
     raise SystemExit(f"attncert: {_e}")
 if config.get("model", {}).get("source") in ("embedded", "random-gpt2"):  # both read only local files

@@ -35,11 +35,15 @@ def checkpoint_name(directory: str | Path) -> str:
     return name or "checkpoint"
 
 
-def apply_model_source(config: dict, given_model: dict | None) -> None:
+def apply_model_source(config: dict, given_model: dict | None, default_model: dict | None = None) -> None:
     """Resolve the model section in place after the command line and the user's config files (`given_model`:
     their `model` section, merged). A `model_source` shortcut sets the source; a local directory given as the
-    source without a name or family takes the directory's name and the checkpoint's own family."""
+    source without a name or family takes the directory's name and the checkpoint's own family. A name equal to
+    the workflow's own default (`default_model`, from workflow/config/default.yaml, also when that file is passed
+    with --configfile) does not count as given: the embedded model's name never labels another checkpoint."""
     given = dict(given_model or {})
+    if default_model and given.get("name") == default_model.get("name"):
+        given.pop("name")
     model = config["model"]
     if "model_source" in config:
         source = str(config.pop("model_source"))
