@@ -124,3 +124,18 @@ def test_a_target_for_another_model_is_refused(tmp_path):
     ok = dry_run("data/extract/all-MiniLM-L6-v2/layer0.npz")
     assert ok.returncode == 0 and "extract" in ok.stdout, (ok.stdout + ok.stderr)[-2000:]
     assert not (tmp_path / "data" / "extract").exists()
+
+
+def test_orphan_sidecars_are_removed_only_under_this_runs_model(tmp_path):
+    """A run cleans the debris of its own model and of the model-independent folders, never another model's."""
+    from attncert.pipeline.run_identity import remove_own_orphan_sidecars
+
+    mine, theirs = (write_extracted(tmp_path, model=m) for m in ("mine", "theirs"))
+    shared = tmp_path / "figures/tables/method_checks_measured.json"
+    shared.parent.mkdir(parents=True)
+    shared.write_text("{}")
+    write_sidecar(shared, {"stage": "certify_method_checks"})
+    for path in (mine, theirs, shared):
+        path.unlink()
+    assert remove_own_orphan_sidecars("mine", tmp_path) == [Path(str(mine) + ".json"), Path(str(shared) + ".json")]
+    assert Path(str(theirs) + ".json").exists()

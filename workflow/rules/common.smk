@@ -14,9 +14,8 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 from attncert.pipeline.code_hash import code_hash
 from attncert.pipeline.config import ConfigError, validate_config, selected
-from attncert.pipeline.file_integrity import remove_orphan_sidecars
 from attncert.pipeline.model_source import ModelSourceError, check_reachable, model_dimensions
-from attncert.pipeline.run_identity import apply_model_source, check_no_other_model
+from attncert.pipeline.run_identity import apply_model_source, check_no_other_model, remove_own_orphan_sidecars
 
 # `--config model_source=DIR` runs on a local checkpoint under its own name (the directory's, unless the user's
 # config gives model.name) and family (read from the checkpoint, unless given): attncert.pipeline.run_identity.
@@ -51,16 +50,17 @@ onstart:
     except ModelSourceError as _e:
         print(f"attncert: {_e}", file=sys.stderr)
         raise SystemExit(1)
-    remove_orphan_sidecars(("data", "figures"))
+    remove_own_orphan_sidecars(MODEL)
 
 
-# Snakemake removes the outputs of a failed or interrupted job, not their `.json` sidecars: drop those.
+# Snakemake removes the outputs of a failed or interrupted job, not their `.json` sidecars: drop those (this
+# run's and the model-independent ones; another model's folders are left alone).
 onsuccess:
-    remove_orphan_sidecars(("data", "figures"))
+    remove_own_orphan_sidecars(MODEL)
 
 
 onerror:
-    remove_orphan_sidecars(("data", "figures"))
+    remove_own_orphan_sidecars(MODEL)
 
 
 def log_path(stage, name):

@@ -6,6 +6,8 @@
 - `check_no_other_model`: refuses a run whose name already holds outputs of another model (a sidecar under
   `data/*/NAME/` or `figures/*/NAME/` records another source or family), before any job runs, so a run never
   overwrites or mixes with another model's files.
+- `remove_own_orphan_sidecars`: the sidecars of outputs Snakemake removed, under this run's name and the
+  model-independent folders only (another model's folders are never touched, not even its debris).
 The comparison of two models (`model_identity`) is shared with the intermediate check, which refuses a job's
 input written for another model.
 """
@@ -16,6 +18,7 @@ import re
 from pathlib import Path
 
 from attncert.pipeline.config import ConfigError
+from attncert.pipeline.file_integrity import is_sidecar_record, remove_orphan_sidecars
 from attncert.pipeline.model_identity import describe_model, recorded_model, same_model
 from attncert.pipeline.model_source import EMBEDDED, RANDOM_GPT2, checkpoint_family
 
@@ -80,3 +83,17 @@ def check_no_other_model(model: dict, root: str | Path = ".") -> None:
                     f"not of this run's {describe_model(model)}; fix: give this run its own name, e.g. "
                     f"--config 'model={{name: {name}-2}}', or delete the other model's outputs under data/*/{name} "
                     f"and figures/*/{name}")
+
+
+def remove_own_orphan_sidecars(name: str, root: str | Path = ".") -> list[Path]:
+    """Remove the sidecars whose file is gone under data/*/NAME, figures/*/NAME, the Min-IP folders and the top
+    level of figures/tables (its subfolders belong to their models); return the removed paths."""
+    root = Path(root)
+    folders = [*root.glob(f"data/*/{name}"), *root.glob(f"figures/*/{name}"), root / "data" / "minip",
+               root / "figures" / "minip"]
+    removed = remove_orphan_sidecars([f for f in folders if f.is_dir()])
+    for side in sorted((root / "figures" / "tables").glob("*.*.json")):
+        if not side.with_name(side.name[:-len(".json")]).exists() and is_sidecar_record(side):
+            side.unlink()
+            removed.append(side)
+    return removed
