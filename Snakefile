@@ -11,6 +11,13 @@ configfile: "workflow/config/default.yaml"
 
 
 include: "workflow/rules/common.smk"
+
+
+# every output path of a transformer stage carries the configured model's name, and no other
+wildcard_constraints:
+    model=MODEL_PATTERN,
+
+
 include: "workflow/rules/extract.smk"
 include: "workflow/rules/certify.smk"
 include: "workflow/rules/baselines.smk"

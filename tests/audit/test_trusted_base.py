@@ -8,7 +8,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 # attncert modules the checker may reach: its own, the certificate format, the builders (no solver), the head's
-# reduction, the file checks and provenance
+# reduction, the file checks (with the model a file was written for: model_identity, no imports) and provenance
 ALLOWED = {
     "attncert", "attncert.audit", "attncert.certify", "attncert.certify.second_order",
     "attncert.certify.certificate_store", "attncert.certify.second_order.compiled",
@@ -19,6 +19,7 @@ ALLOWED = {
     "attncert.head", "attncert.head.problem", "attncert.head.rounding", "attncert.head.fixed_query",
     "attncert.head.negligible_tokens", "attncert.head.projected_ball", "attncert.head.reduced_geometry",
     "attncert.pipeline", "attncert.pipeline.intermediate_check", "attncert.pipeline.file_integrity",
+    "attncert.pipeline.model_identity",
 }
 # never: solvers, torch and its model code, and attncert's solving code
 FORBIDDEN_THIRD_PARTY = {"clarabel", "scs", "torch", "transformers", "auto_LiRPA", "bound_propagation", "ecos",

@@ -114,3 +114,82 @@ def test_unreachable_gpt2_stops_the_run_before_any_job(tmp_path):
     assert res.returncode != 0
     assert "cannot be loaded" in out and "model_source=DIR" in out
     assert not (tmp_path / "data" / "extract").exists()
+
+
+def _with_command_line(*entries, base=DEFAULT):
+    """The config Snakemake hands the Snakefile for `--config ENTRIES` (its own parser and merge)."""
+    from snakemake.cli import parse_config
+    from snakemake.utils import update_config
+
+    cfg = copy.deepcopy(base)
+    update_config(cfg, parse_config(list(entries)))
+    return cfg
+
+
+def test_nested_and_list_values_from_the_command_line_take_the_schema_types():
+    cfg = _with_command_line("certify={radii: [0.001], tight: false}", "baselines={radii: [0.001]}", "layers=[2]",
+                             "block={radii: [1e-4, 0.003]}")
+    assert cfg["certify"]["radii"] == ["0.001"] and cfg["layers"] == ["2"]  # what Snakemake passes
+    validate_config(cfg, base_dir=REPO)
+    assert cfg["certify"]["radii"] == [0.001] and cfg["baselines"]["radii"] == [0.001]
+    assert cfg["certify"]["tight"] is False and cfg["layers"] == [2] and cfg["block"]["radii"] == [0.0001, 0.003]
+    assert cfg["certify"]["norms"] == DEFAULT["certify"]["norms"]  # the rest of the section is kept
+
+
+UNKNOWN_KEYS = {
+    "misspelt shortcut on the command line": (["modle_source=/x"], "modle_source", "'model_source'"),
+    "misspelt section in a config file": ([], "modle", "'model'"),
+    "misspelt nested key": (["certify={radi: [0.001]}"], "certify.radi", "'certify.radii'"),
+    "misspelt key two levels down": (["minip={witness: {bitz: 24}}"], "minip.witness.bitz", "'minip.witness.bits'"),
+    "unknown key of the block section": (["block={seeds: 1}"], "block.seeds", "'block.seed'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNKNOWN_KEYS))
+def test_an_unknown_key_anywhere_names_the_closest_valid_key(case):
+    entries, key, closest = UNKNOWN_KEYS[case]
+    cfg = _with_command_line(*entries)
+    if not entries:
+        cfg["modle"] = {"name": "x"}  # as a `--configfile` would add it
+    with pytest.raises(ConfigError) as info:
+        validate_config(cfg, base_dir=REPO)
+    msg = str(info.value)
+    assert "\n" not in msg and f"'{key}'" in msg and f"did you mean {closest}?" in msg and f"fix: use {closest}" in msg, msg
+
+
+def test_every_fix_is_written_from_the_schema(tmp_path):
+    """The fix names exactly what the schema allows: all the baseline methods, a list of prompt indices for
+    `certify.prompts` (not the prompts file), and it follows an edit of the schema."""
+    from attncert.pipeline.config import schema_validate
+
+    schema = yaml.safe_load((REPO / "workflow" / "config" / "schema.yaml").read_text())
+    methods = schema["properties"]["baselines"]["properties"]["methods"]["items"]["enum"]
+    with pytest.raises(ConfigError) as info:
+        validate_config(_bad(lambda c: c["baselines"].update(methods=["crwn"])), base_dir=REPO)
+    fix = str(info.value).split("fix: ")[1]
+    assert all(m in fix for m in methods) and fix.count(",") == len(methods) - 1, fix
+    with pytest.raises(ConfigError) as info:
+        validate_config(_with_command_line("certify={prompts: [first]}"), base_dir=REPO)
+    assert "certify.prompts.0" in str(info.value) and "whole number >= 0" in str(info.value)
+    assert "text file" not in str(info.value)
+    schema["properties"]["baselines"]["properties"]["methods"]["items"]["enum"] = ["ibp", "newbound"]
+    edited = tmp_path / "schema.yaml"
+    edited.write_text(yaml.safe_dump(schema))
+    with pytest.raises(ConfigError, match=r"fix: use one of \[ibp, newbound\]"):
+        schema_validate(_bad(lambda c: c["baselines"].update(methods=["crwn"])), edited)
+
+
+@pytest.mark.slow
+def test_snakemake_takes_list_overrides_and_rejects_unknown_keys(tmp_path):
+    (tmp_path / "data").mkdir()
+    for f in ("prompts.txt", "paper_claims.yaml", "long_context_passage.txt"):
+        (tmp_path / "data" / f).write_text((REPO / "data" / f).read_text())
+    where = ["--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--configfile",
+             str(REPO / "workflow" / "config" / "default.yaml")]  # followed by --config
+    ok = _run_snakemake(["data/certify/all-MiniLM-L6-v2/layer2.csv", "-n", "--cores", "1", *where, "--config", "layers=[2]",
+                         "certify={radii: [0.001], modes: [fixed]}", "baselines={radii: [0.001], modes: [fixed]}"])
+    assert ok.returncode == 0 and "layers=[2]" not in ok.stderr, (ok.stdout + ok.stderr)[-2000:]
+    assert "data/extract/all-MiniLM-L6-v2/layer2.npz" in ok.stdout and "layer1.npz" not in ok.stdout
+    bad = _run_snakemake(["-n", "--cores", "1", *where, "--config", "modle_source=/tmp/x"])
+    lines = [l for l in (bad.stdout + bad.stderr).splitlines() if l.startswith("attncert:")]
+    assert bad.returncode != 0 and len(lines) == 1 and "did you mean 'model_source'" in lines[0], bad.stderr[-2000:]

@@ -155,3 +155,27 @@ def test_snakemake_reads_the_command_as_one_target_and_its_rule():
     for path, rule in (("data/certify/m/layer0_spec.npz", {"certify_layer"}), ("elsewhere/file.csv", set())):
         args = parser.parse_args(regenerate_command(path).split()[1:])
         assert list(args.targets) == [path] and set(args.forcerun) == rule and args.force == (not rule)
+
+
+def test_sidecars_whose_file_is_gone_are_removed_and_nothing_else(tmp_path):
+    """What Snakemake leaves when it removes the outputs of a failed job: X.json without X. Those go; a sidecar
+    with its file, an output that is itself a .json (with its own sidecar) and a non-sidecar .json stay."""
+    from attncert.pipeline.file_integrity import remove_orphan_sidecars
+
+    kept = write_extracted(tmp_path, layer=1)
+    orphan = write_extracted(tmp_path, layer=0)
+    orphan.unlink()
+    measured = tmp_path / "figures/tables/m/certify_measured.json"
+    measured.parent.mkdir(parents=True)
+    measured.write_text(json.dumps({"values": {"sha256": "x", "size_bytes": 1}}))  # an output, not a sidecar
+    write_sidecar(measured, {"stage": "certify_table"})
+    lone_output = tmp_path / "data/minip/witness_bound.json"
+    lone_output.parent.mkdir(parents=True)
+    lone_output.write_text(json.dumps({"sha256": "x", "size_bytes": 1}))  # `witness_bound` does not exist: still an output
+    notes = tmp_path / "data/extract/m/notes.txt.json"
+    notes.write_text("not a sidecar")
+    removed = remove_orphan_sidecars([tmp_path / "data", tmp_path / "figures"])
+    assert removed == [tmp_path / "data/extract/m/layer0.npz.json"]
+    for path in (kept, tmp_path / "data/extract/m/layer1.npz.json", measured, tmp_path / "figures/tables/m/certify_measured.json.json",
+                 lone_output, notes):
+        assert path.exists(), path

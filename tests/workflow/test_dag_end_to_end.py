@@ -212,3 +212,38 @@ def test_long_context_target_on_tiny_gpt2(tmp_path, tiny_gpt2_dir):
     measured = json.loads((wd / "figures/tables/tiny-gpt2/long_context_measured.json").read_text())["values"]
     assert measured["long_context_largest_n"] == 60 and measured["long_context_violations"] == 0
     assert (wd / "figures/long_context/tiny-gpt2/gap_and_time_vs_keys.png").stat().st_size > 10_000
+
+
+def _job_counts(dry_run_output: str) -> dict[str, int]:
+    """{rule: jobs} of a dry run's 'Job stats' table."""
+    stats = dry_run_output.split("Job stats:")[-1]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M) if m.group(1) != "total"}
+
+
+@pytest.mark.slow
+def test_a_damaged_layer_is_regenerated_alone_and_leaves_no_sidecar_behind(tmp_path, tiny_gpt2_dir):
+    """A truncated extracted layer: the job reading it stops with one line; Snakemake removes that job's outputs
+    and none of their sidecars stays behind; the command the line suggests re-extracts that layer alone (one job
+    per layer), and the plan that follows is that layer's chain, not the other layers'."""
+    wd, cfg = _workdir(tmp_path, tiny_gpt2_dir, layers=[0, 1, 2])
+    targets = [f"data/certify/tiny-gpt2/layer{L}.csv" for L in (0, 1, 2)]
+    assert (res := _snakemake(wd, cfg, *targets)).returncode == 0, res.stderr[-3000:]
+    extracted = {L: wd / f"data/extract/tiny-gpt2/layer{L}.npz" for L in (0, 1, 2)}
+    others = {L: extracted[L].stat().st_mtime_ns for L in (1, 2)}
+    extracted[0].write_bytes(extracted[0].read_bytes()[:200])
+    time.sleep(1)  # a newer mtime than the certification tables
+    failed = _snakemake(wd, cfg, *targets, extra=("--keep-going",))
+    out = failed.stdout + failed.stderr
+    fix = "snakemake --cores all data/extract/tiny-gpt2/layer0.npz --forcerun extract"
+    assert failed.returncode != 0 and f"layer0.npz is corrupted (200 bytes" in out and fix in out, out[-3000:]
+    assert not (wd / "data/certify/tiny-gpt2/layer0.csv").exists()
+    orphans = [p for p in (wd / "data").rglob("*.*.json") if not p.with_name(p.name[:-5]).exists()]
+    assert orphans == [], orphans
+    repaired = _snakemake(wd, cfg, *fix.split()[3:])  # the target, then --forcerun extract
+    assert repaired.returncode == 0 and _job_counts(repaired.stdout + repaired.stderr) == {"extract": 1}, \
+        (repaired.stdout + repaired.stderr)[-3000:]
+    assert {L: extracted[L].stat().st_mtime_ns for L in (1, 2)} == others
+    plan = _snakemake(wd, cfg, *targets, extra=("-n",))
+    assert _job_counts(plan.stdout + plan.stderr) == {"certify_layer": 1}, plan.stdout[-3000:]
+    planned = re.findall(r"^\s+output: (.+)$", plan.stdout, re.M)
+    assert len(planned) == 1 and "data/certify/tiny-gpt2/layer0.csv" in planned[0], planned

@@ -52,6 +52,7 @@ rule block_merge:
     output:
         units="data/block/{model}/units.csv",
     params:
+        model=MODEL_CFG,
         code=code("block_merge.py"),
     threads: 1
     conda:
@@ -79,6 +80,7 @@ rule block_table:
         measured="figures/tables/{model}/block_measured.json",
     params:
         block=config["block"],
+        model=MODEL_CFG,
         code=code("block_table.py"),
     threads: 1
     conda:
@@ -104,6 +106,7 @@ rule block_figure:
                    category="Paper A, block residual"),
     params:
         block=config["block"],
+        model=MODEL_CFG,
         code=code("block_figure.py"),
     threads: 1
     conda:

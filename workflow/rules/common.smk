@@ -1,6 +1,9 @@
 # Shared set-up: config validation (at parse time), model and grid selection, logging/benchmark paths.
 import os
+import re
 import sys
+
+import yaml
 
 sys.path.insert(0, os.path.join(workflow.basedir, "src"))
 
@@ -12,22 +15,28 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 from attncert.pipeline.code_hash import code_hash
 from attncert.pipeline.config import ConfigError, validate_config, selected
 from attncert.pipeline.model_source import ModelSourceError, check_reachable, model_dimensions
+from attncert.pipeline.run_identity import apply_model_source, check_no_other_model, remove_own_orphan_sidecars
 
-# `--config model_source=DIR` is a shortcut for pointing at a local copy of the weights;
+# `--config model_source=DIR` runs on a local checkpoint under its own name (the directory's, unless the user's
+# config gives model.name) and family (read from the checkpoint, unless given): attncert.pipeline.run_identity.
 # `--config model_source=random-gpt2` switches to the SYNTHETIC GPT-2-shaped model (name random-gpt2).
-if "model_source" in config:
-    config["model"]["source"] = str(config.pop("model_source"))
-    if config["model"]["source"] == "random-gpt2":
-        config["model"].update(name="random-gpt2", family="gpt2")
+try:
+    with open(os.path.join(workflow.basedir, "workflow", "config", "default.yaml")) as _fh:
+        _default_model = yaml.safe_load(_fh)["model"]
+    apply_model_source(config, workflow.config_settings.overwrite_config.get("model"), _default_model)
+except ModelSourceError as _e:
+    raise SystemExit(f"attncert: {_e}")
 if config.get("model", {}).get("source") in ("embedded", "random-gpt2"):  # both read only local files
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 try:
     validate_config(config, base_dir=workflow.basedir)
+    check_no_other_model(config["model"])  # outputs under this run's name belong to this model only
 except ConfigError as _e:
     raise SystemExit(f"attncert: {_e}")
 
 MODEL = config["model"]["name"]
+MODEL_PATTERN = re.escape(MODEL)  # the only value of the {model} wildcard (Snakefile: wildcard_constraints)
 MODEL_CFG = dict(config["model"])  # a params entry of every job that reads or labels the model
 _dims = model_dimensions(config["model"]) or (12, 12)
 LAYERS = selected(config, "layers", _dims[0])
@@ -41,6 +50,17 @@ onstart:
     except ModelSourceError as _e:
         print(f"attncert: {_e}", file=sys.stderr)
         raise SystemExit(1)
+    remove_own_orphan_sidecars(MODEL)
+
+
+# Snakemake removes the outputs of a failed or interrupted job, not their `.json` sidecars: drop those (this
+# run's and the model-independent ones; another model's folders are left alone).
+onsuccess:
+    remove_own_orphan_sidecars(MODEL)
+
+
+onerror:
+    remove_own_orphan_sidecars(MODEL)
 
 
 def log_path(stage, name):

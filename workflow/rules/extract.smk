@@ -1,5 +1,6 @@
-# Stage 1: load the model once, run the prompts, write per layer the head weights, the rest of the
-# block's weights and the normalized tokens every head reads (data/extract/{model}/layer{L}.npz + .json).
+# Stage 1: per layer, load the model, run the prompts, write the head weights, the rest of the block's
+# weights and the normalized tokens every head reads (data/extract/{model}/layer{L}.npz + .json).
+# One job per layer: a damaged layer file is regenerated alone, without rerunning the other layers' dependents.
 
 EXTRACT_OUTPUTS = expand("data/extract/{model}/layer{layer}.npz", model=MODEL, layer=LAYERS)
 
@@ -8,15 +9,14 @@ rule extract:
     input:
         prompts=config["prompts"],
     output:
-        npz=expand("data/extract/{{model}}/layer{layer}.npz", layer=LAYERS),
-        meta=expand("data/extract/{{model}}/layer{layer}.npz.json", layer=LAYERS),
+        npz="data/extract/{model}/layer{layer}.npz",
+        meta="data/extract/{model}/layer{layer}.npz.json",
     params:
         model=MODEL_CFG,
-        layers=LAYERS,
         n_prompts=config["n_prompts"],
         max_tokens=config["max_tokens"],
         code=code("extract_layers.py"),
-    threads: 2
+    threads: 1
     # Paper A's chain (extract, certify, baselines, block, audit; long context) is the DAG's longest
     # path: its rules have priority, so it starts first and the short Min-IP jobs fill the free core.
     priority: 2
@@ -26,8 +26,8 @@ rule extract:
         mem_mb=4000,
         runtime=20,
     log:
-        "data/logs/{model}/extract.log",
+        "data/logs/{model}/extract/layer{layer}.log",
     benchmark:
-        "benchmarks/{model}/extract.tsv"
+        "benchmarks/{model}/extract/layer{layer}.tsv"
     script:
         "../scripts/extract_layers.py"

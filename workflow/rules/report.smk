@@ -1,7 +1,7 @@
-# Final stage: every claim of both papers beside ours with its verdict (figures/tables/paper_vs_reproduced.md);
-# the .json is the snapshot `python -m attncert.pipeline.readme_results` turns into the README's tally and docs/results.md.
+# Final stage: every claim of both papers beside ours with its verdict (figures/tables/{model}/paper_vs_reproduced.md,
+# under the model like every result, so a run on another model never rewrites it); the .json is the snapshot `python -m attncert.pipeline.readme_results` turns into the README's tally and docs/results.md.
 
-PAPER_VS_REPRODUCED = "figures/tables/paper_vs_reproduced.md"
+PAPER_VS_REPRODUCED = f"figures/tables/{MODEL}/paper_vs_reproduced.md"
 REPORT_OUTPUTS = [PAPER_VS_REPRODUCED]
 
 
@@ -14,9 +14,9 @@ rule paper_vs_reproduced:
         claims="data/paper_claims.yaml",
         measured=MEASURED_FILES,
     output:
-        md=PAPER_VS_REPRODUCED,
-        csv="figures/tables/paper_vs_reproduced.csv",
-        snapshot="figures/tables/paper_vs_reproduced.json",
+        md="figures/tables/{model}/paper_vs_reproduced.md",
+        csv="figures/tables/{model}/paper_vs_reproduced.csv",
+        snapshot="figures/tables/{model}/paper_vs_reproduced.json",
     params:
         model=MODEL_CFG,
         code=code("paper_vs_reproduced.py"),
@@ -27,6 +27,6 @@ rule paper_vs_reproduced:
         mem_mb=1000,
         runtime=5,
     log:
-        "data/logs/paper_vs_reproduced.log",
+        "data/logs/{model}/paper_vs_reproduced.log",
     script:
         "../scripts/paper_vs_reproduced.py"

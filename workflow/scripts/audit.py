@@ -5,11 +5,13 @@ from pathlib import Path
 
 from attncert.audit.audit_table import audit_model, write_audit
 from attncert.audit.table_coverage import CoverageConfig
+from attncert.pipeline.intermediate_check import expect_model_of
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.provenance import provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
+expect_model_of(sm.params)
 model = sm.wildcards.model
 layers = [int(layer) for layer in sm.params.layers]
 coverage = CoverageConfig.from_config({"certify": dict(sm.params.certify), "n_prompts": sm.params.n_prompts},

@@ -1,6 +1,7 @@
 """Snakemake entry point: the baseline figure (attncert.baselines.figures)."""
 from attncert.baselines.comparison import merge
 from attncert.baselines.figures import figure_gap_vs_radius
+from attncert.pipeline.intermediate_check import expect_model_of
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.paper_comparison import claim_dicts
 from attncert.pipeline.provenance import provenance, write_sidecar
@@ -9,6 +10,7 @@ from attncert.pipeline.model_source import model_label
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
+expect_model_of(sm.params)
 base = load_tables(sm.input.baselines)
 label = grid_label(base.drop(columns=["method"]).drop_duplicates(), model_label(sm.params.model))
 figure_gap_vs_radius(merge(base, load_tables(sm.input.cert)), label, sm.output.pdf, claims=claim_dicts(sm.input.claims, "paper_a"))

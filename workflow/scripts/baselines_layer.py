@@ -11,11 +11,13 @@ from attncert.head.units import load_specification
 from attncert.pipeline.device import DeviceError, resolve_device
 from attncert.pipeline.extraction import load_layer
 from attncert.pipeline.intermediate_check import verify_intermediate
+from attncert.pipeline.intermediate_check import expect_model_of
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
+expect_model_of(sm.params)
 torch.set_num_threads(sm.threads)
 p = sm.params
 try:

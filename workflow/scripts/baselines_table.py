@@ -1,5 +1,6 @@
 """Snakemake entry point: the baseline comparison tables (attncert.baselines.comparison)."""
 from attncert.baselines.comparison import stage_report
+from attncert.pipeline.intermediate_check import expect_model_of
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.paper_comparison import write_measured
 from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
@@ -8,6 +9,7 @@ from attncert.pipeline.model_source import model_label
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
+expect_model_of(sm.params)
 rep = stage_report(load_tables(sm.input.baselines), load_tables(sm.input.cert), model_label(sm.params.model))
 write_measured(sm.output.measured, rep["measured"], rep["label"])
 for key, out in (("table", sm.output.csv), ("slopes", sm.output.slopes), ("headline", sm.output.headline)):

@@ -3,12 +3,14 @@ import pandas as pd
 
 from attncert.block import figures, report
 from attncert.pipeline.intermediate_check import verify_intermediate
+from attncert.pipeline.intermediate_check import expect_model_of
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.paper_comparison import claim_dicts
 from attncert.pipeline.provenance import provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
+expect_model_of(sm.params)
 df = report.derive(pd.read_csv(verify_intermediate(sm.input.units)))
 figures.draw(sm.wildcards.block_figure, df, sm.params.block, claim_dicts(sm.input.claims, "paper_a"), sm.output.pdf,
              sm.output.png)

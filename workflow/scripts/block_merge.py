@@ -1,12 +1,14 @@
 """Snakemake entry point: merge the per-transition block-residual tables into units.csv."""
 import logging
 
+from attncert.pipeline.intermediate_check import expect_model_of
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
 from attncert.pipeline.report_files import load_tables
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
+expect_model_of(sm.params)
 df = load_tables(sm.input.tables).sort_values(["transition", "head", "radius"]).reset_index(drop=True)
 with atomic_path(sm.output.units) as tmp:
     df.to_csv(tmp, index=False, float_format="%.17g")

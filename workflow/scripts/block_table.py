@@ -3,12 +3,14 @@ import pandas as pd
 
 from attncert.block import report
 from attncert.pipeline.intermediate_check import verify_intermediate
+from attncert.pipeline.intermediate_check import expect_model_of
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.paper_comparison import claim_dicts, write_measured
 from attncert.pipeline.provenance import provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
+expect_model_of(sm.params)
 block = sm.params.block
 df = report.derive(pd.read_csv(verify_intermediate(sm.input.units)))
 label = report.grid_label(df)

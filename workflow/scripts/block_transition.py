@@ -9,12 +9,14 @@ from tqdm import tqdm
 from attncert.block.build import specification_rows, transition_from_arrays
 from attncert.block.residual import analyze_transition, transition_table
 from attncert.pipeline.extraction import load_layer
+from attncert.pipeline.intermediate_check import expect_model_of
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
 from attncert.pipeline.model_source import model_label
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
+expect_model_of(sm.params)
 torch.set_num_threads(sm.threads)
 p, b = sm.params, sm.params.block
 L = int(sm.wildcards.transition)

@@ -1,5 +1,6 @@
 """Snakemake entry point: one figure of the certification stage (attncert.certify.figures)."""
 from attncert.certify import figures
+from attncert.pipeline.intermediate_check import expect_model_of
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.paper_comparison import claim_dicts
 from attncert.pipeline.provenance import provenance, write_sidecar
@@ -8,6 +9,7 @@ from attncert.pipeline.model_source import model_label
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
+expect_model_of(sm.params)
 figures.draw(sm.wildcards.certify_figure, load_tables(sm.input.tables), model_label(sm.params.model), sm.output.pdf,
              claims=claim_dicts(sm.input.claims, "paper_a"))
 for out in sm.output:

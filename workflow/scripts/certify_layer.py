@@ -9,11 +9,13 @@ from attncert.certify.layer_run import certify_layer_units
 from attncert.head.units import grid, specification_vectors, write_specification
 from attncert.pipeline.extraction import load_layer
 from attncert.pipeline.device import DeviceError, resolve_device
+from attncert.pipeline.intermediate_check import expect_model_of
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
+expect_model_of(sm.params)
 p = sm.params
 torch.set_num_threads(sm.threads)
 try:

@@ -2,6 +2,7 @@
 import sys
 
 from attncert.certify.summary import write_stage_tables
+from attncert.pipeline.intermediate_check import expect_model_of
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.paper_comparison import write_measured
 from attncert.pipeline.provenance import provenance, write_sidecar
@@ -10,6 +11,7 @@ from attncert.pipeline.model_source import model_label
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
+expect_model_of(sm.params)
 label, measured, n_violations = write_stage_tables(load_tables(sm.input.tables), model_label(sm.params.model), sm.output)
 write_measured(sm.output.measured, measured, label)
 if n_violations:

@@ -3,11 +3,13 @@ import torch
 
 from attncert.certify.long_context import certify_long_context, long_context_problems
 from attncert.pipeline.extraction import load_layer
+from attncert.pipeline.intermediate_check import expect_model_of
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
+expect_model_of(sm.params)
 p = sm.params
 torch.set_num_threads(sm.threads)
 arrays = load_layer(sm.input.npz)

@@ -2,11 +2,13 @@
 import numpy as np
 
 from attncert.pipeline.extraction import extract_lengths, load_model
+from attncert.pipeline.intermediate_check import expect_model_of
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
+expect_model_of(sm.params)
 p = sm.params
 loaded = load_model(p.model)
 text = open(sm.input.passage, encoding="utf-8").read()

@@ -4,6 +4,7 @@ import pandas as pd
 from attncert.certify.long_context import figure, markdown, summary
 from attncert.pipeline.claims import load_claims
 from attncert.pipeline.intermediate_check import verify_intermediate
+from attncert.pipeline.intermediate_check import expect_model_of
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.model_source import model_label
 from attncert.pipeline.paper_comparison import write_measured
@@ -11,6 +12,7 @@ from attncert.pipeline.provenance import provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
+expect_model_of(sm.params)
 df = pd.read_csv(verify_intermediate(sm.input.csv))
 table, measured = summary(df)
 layer = int(df["layer"].iloc[0])

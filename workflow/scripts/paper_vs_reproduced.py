@@ -5,6 +5,7 @@ The verdict rule is attncert.pipeline.verdict; the JSON ({"model", "measured", "
 """
 from attncert.pipeline.claims import load_claims
 from attncert.pipeline.intermediate_check import verify_intermediate
+from attncert.pipeline.intermediate_check import expect_model_of
 from attncert.pipeline.job_log import start_job_log
 from attncert.pipeline.model_source import model_label
 from attncert.pipeline.paper_comparison import comparison_table, load_measured, to_markdown
@@ -12,6 +13,7 @@ from attncert.pipeline.provenance import provenance, write_json, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
+expect_model_of(sm.params)
 model = model_label(sm.params.model)
 claims = load_claims(sm.input.claims)
 measured = load_measured([verify_intermediate(p) for p in sm.input.measured])

@@ -2,7 +2,8 @@
 
 `validate_config` is called by the Snakefile at parse time (so `snakemake -n` already fails on a
 malformed config) and by the tests. It runs the JSON schema (`workflow/config/schema.yaml`, through
-`snakemake.utils.validate`, which also fills defaults) and then the checks a schema cannot express:
+`snakemake.utils.validate`, which also fills defaults; `config_schema` converts command-line strings, finds
+unknown keys and writes each error's fix from the schema) and then the checks a schema cannot express:
 the prompt file exists and has enough prompts, query positions fit in `max_tokens`, layer/head
 indices exist in the model.
 """
@@ -12,25 +13,8 @@ import hashlib
 import json
 from pathlib import Path
 
-import yaml
-
-from attncert.pipeline.model_source import RANDOM_GPT2, ModelSourceError, model_dimensions
-
-SCHEMA_PATH = Path(__file__).resolve().parents[3] / "workflow" / "config" / "schema.yaml"
-
-_FIXES = {
-    "family": "use 'gpt2' (pre-LN, causal) or 'bert' (post-LN, bidirectional)",
-    "radii": "every radius must be a number > 0",
-    "radius": "every radius must be a number > 0",
-    "prompts": "point 'prompts' at a text file with one prompt per line",
-    "n_prompts": "use a whole number >= 1",
-    "layers": "use 'all' or a non-empty list of block indices >= 0",
-    "heads": "use 'all' or a non-empty list of head indices >= 0",
-    "norms": "use a non-empty list drawn from [linf, l2]",
-    "modes": "use a non-empty list drawn from [fixed, varying]",
-    "methods": "use a non-empty list drawn from [ibp, crown, alpha_crown]",
-    "query_positions": "use a non-empty list of token positions >= 0",
-}
+from attncert.pipeline.config_schema import SCHEMA_PATH, coerce, describe, load_schema, node_at, unknown_key
+from attncert.pipeline.model_source import RANDOM_GPT2, ModelSourceError, checkpoint_family, model_dimensions
 
 
 class ConfigError(ValueError):
@@ -41,32 +25,44 @@ def _key_path(path) -> str:
     return ".".join(str(p) for p in path) or "<top level>"
 
 
-def _schema_error(err) -> ConfigError:
-    """Turn a jsonschema ValidationError into one line: key, problem, fix."""
+def _schema_error(err, schema: dict) -> ConfigError:
+    """Turn a jsonschema ValidationError into one line: key, problem, and a fix generated from the schema."""
     path = list(err.absolute_path)
-    key = _key_path(path)
-    # the most specific named key in the path decides the fix
-    named = [p for p in path if isinstance(p, str)]
-    fix = next((_FIXES[k] for k in reversed(named) if k in _FIXES), None)
+    fix = f"use {describe(node_at(path, schema), schema)}"
     if err.validator == "required":
         missing = err.message.split("'")[1] if "'" in err.message else err.message
-        key = _key_path(path + [missing])
-        fix = f"add '{missing}' (see workflow/config/default.yaml)"
+        path = path + [missing]
+        fix = f"add '{missing}': {describe(node_at(path, schema), schema)} (see workflow/config/default.yaml)"
     problem = err.message.replace("\n", " ")
     if len(problem) > 160:
         problem = problem[:157] + "..."
-    return ConfigError(f"config key '{key}': {problem}; fix: {fix or 'see workflow/config/schema.yaml'}")
+    return ConfigError(f"config key '{_key_path(path)}': {problem}; fix: {fix}")
+
+
+def _unknown_key_error(found) -> ConfigError:
+    key, close, valid = found
+    where = key.rsplit(".", 1)[0] + "." if "." in key else ""
+    if close:
+        return ConfigError(f"config key '{key}' is not a configuration key (did you mean '{where}{close}'?); "
+                           f"fix: use '{where}{close}' (workflow/config/README.md lists every key)")
+    return ConfigError(f"config key '{key}' is not a configuration key (valid keys here: {', '.join(valid)}); "
+                       f"fix: remove it or use one of those (workflow/config/README.md lists every key)")
 
 
 def schema_validate(config: dict, schema_path: Path = SCHEMA_PATH) -> None:
-    """Validate `config` against the JSON schema (filling defaults); raise ConfigError on failure."""
+    """Validate `config` against the JSON schema in place: command-line strings become the numbers the schema
+    asks for, an unknown key is an error naming the closest valid one, defaults are filled; raise ConfigError."""
     import jsonschema
 
-    schema = yaml.safe_load(Path(schema_path).read_text())
+    schema = load_schema(schema_path)
+    config.update(coerce(config, schema, schema))
+    found = unknown_key(config, schema)
+    if found:
+        raise _unknown_key_error(found)
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))
     if errors:
-        raise _schema_error(errors[-1] if errors[0].validator == "oneOf" and len(errors) > 1 else errors[0])
+        raise _schema_error(errors[-1] if errors[0].validator == "oneOf" and len(errors) > 1 else errors[0], schema)
     try:  # snakemake's own validator fills the schema defaults into the config
         from snakemake.utils import validate as snakemake_validate
 
@@ -85,27 +81,8 @@ def read_prompts(path: str | Path, n_prompts: int) -> list[str]:
     return prompts[:n_prompts]
 
 
-MODEL_NUMBERS = {"seed": int, "init_std": float}  # numeric keys of `model`
-
-
-def _model_numbers(config: dict) -> None:
-    """Snakemake's `--config model='{..., seed: 0, init_std: 0.08}'` reads nested values as strings (YAML's base
-    loader): convert the numeric keys of `model` that arrive as numeric strings (anything else is left to the schema)."""
-    model = config.get("model")
-    if not isinstance(model, dict):
-        return
-    for key, kind in MODEL_NUMBERS.items():
-        value = model.get(key)
-        if isinstance(value, str):
-            try:
-                model[key] = kind(value)
-            except ValueError:
-                pass
-
-
 def validate_config(config: dict, base_dir: str | Path = ".", check_model: bool = True) -> dict:
     """Validate a pipeline config in place (schema + semantic checks) and return it."""
-    _model_numbers(config)
     schema_validate(config)
     read_prompts(Path(base_dir) / config["prompts"], config["n_prompts"])
     for section in ("certify", "baselines"):
@@ -131,8 +108,13 @@ def validate_config(config: dict, base_dir: str | Path = ".", check_model: bool 
     if check_model:
         try:
             dims = model_dimensions(config["model"])
+            family = checkpoint_family(config["model"])
         except ModelSourceError as e:
             raise ConfigError(str(e)) from None
+        if family is not None and family != config["model"]["family"]:
+            raise ConfigError(f"config key 'model.family': {config['model']['family']!r} but the checkpoint "
+                              f"{config['model']['source']} is a {family!r} model; fix: set model.family: {family}, or "
+                              f"leave model.family out with --config model_source=DIR (it is then read from the checkpoint)")
         if dims is not None:
             n_layers, n_heads = dims
             for key, limit in (("layers", n_layers), ("heads", n_heads)):

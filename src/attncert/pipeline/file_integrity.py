@@ -2,11 +2,14 @@
 
 `atomic_path` yields a temporary name in the target's folder and renames it into place only on success (an
 interrupted job leaves no file that looks complete); `file_checksum` is the size and sha256 a sidecar
-(`sidecar_path`: X.json next to X) records and `intermediate_check` compares before a file is read.
+(`sidecar_path`: X.json next to X) records and `intermediate_check` compares before a file is read;
+`remove_orphan_sidecars` drops the sidecars whose file is gone (Snakemake removes the outputs of a failed or
+interrupted job, and the outputs of a job it reruns, but knows nothing of their sidecars).
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from contextlib import contextmanager
@@ -38,3 +41,25 @@ def file_checksum(path: str | Path) -> dict:
     with open(path, "rb") as fh:
         digest = hashlib.file_digest(fh, "sha256").hexdigest()
     return {"sha256": digest, "size_bytes": os.path.getsize(path)}
+
+
+def is_sidecar_record(path: str | Path) -> bool:
+    """Whether `path` holds a sidecar record (a JSON object with the sha256 and size of the file it describes)."""
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and "sha256" in record and "size_bytes" in record
+
+
+def remove_orphan_sidecars(roots) -> list[Path]:
+    """Remove every sidecar X.json under `roots` whose file X no longer exists; return the removed paths.
+    (X has a suffix of its own, X.npz.json, X.csv.json, X.json.json: an output `name.json` is never taken for one.)"""
+    removed = []
+    for root in roots:
+        for side in sorted(Path(root).rglob("*.*.json")):
+            target = side.with_name(side.name[:-len(".json")])
+            if not target.exists() and is_sidecar_record(side):
+                side.unlink()
+                removed.append(side)
+    return removed

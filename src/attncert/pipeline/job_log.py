@@ -2,7 +2,8 @@
 
 `start_job_log(log_path)` sends `logging` records to the job's log file and tees stderr (progress
 bars, warnings, tracebacks) to that file as well, so a failing job's log says why it failed. A job that
-stops on an unusable input file (`IntermediateError`, raised by the loaders) prints its one-line message
+stops on an unusable input file (`IntermediateError`, raised by the loaders) or a model it cannot load
+(`ModelSourceError`) prints its one-line message
 as `attncert: ...` and exits with status 1, without a traceback, like the entry scripts' `sys.exit` on
 other bad input.
 """
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 
 from attncert.pipeline.intermediate_check import IntermediateError
+from attncert.pipeline.model_source import ModelSourceError
 
 
 class _Tee:
@@ -34,7 +36,7 @@ class _Tee:
 
 
 def _one_line_for_bad_inputs(exc_type, exc, tb):
-    if issubclass(exc_type, IntermediateError):  # stderr is teed to the log
+    if issubclass(exc_type, (IntermediateError, ModelSourceError)):  # stderr is teed to the log
         print(f"attncert: {exc}", file=sys.stderr)
     else:
         sys.__excepthook__(exc_type, exc, tb)

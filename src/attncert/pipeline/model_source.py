@@ -96,14 +96,28 @@ def check_reachable(model_cfg: dict) -> None:
     load_hf_config(model_cfg)
 
 
+def checkpoint_config(model_cfg: dict) -> dict | None:
+    """The `config.json` of a local checkpoint (the embedded model included), or None for a hub id or the
+    synthetic model (nothing local to read)."""
+    if is_synthetic(model_cfg):
+        return None
+    cfg_file = Path(resolve(model_cfg)) / "config.json"
+    return json.loads(cfg_file.read_text()) if cfg_file.is_file() else None
+
+
+def checkpoint_family(model_cfg: dict) -> str | None:
+    """The checkpoint's own `model_type` (`gpt2`, `bert`, ...), or None when there is no local config."""
+    cfg = checkpoint_config(model_cfg)
+    return str(cfg["model_type"]) if cfg and cfg.get("model_type") else None
+
+
 def model_dimensions(model_cfg: dict) -> tuple[int, int] | None:
     """(n_layers, n_heads) without loading weights, or None if unknown (hub unreachable, id unknown)."""
     target = resolve(model_cfg)
     if is_synthetic(model_cfg):
         return KNOWN_DIMENSIONS[RANDOM_GPT2]
-    cfg_file = Path(target) / "config.json"
-    if cfg_file.is_file():
-        cfg = json.loads(cfg_file.read_text())
+    cfg = checkpoint_config(model_cfg)
+    if cfg is not None:
         n_layers = cfg.get("num_hidden_layers", cfg.get("n_layer"))
         n_heads = cfg.get("num_attention_heads", cfg.get("n_head"))
         return int(n_layers), int(n_heads)

@@ -6,10 +6,10 @@ link to the full table); `render_results(table, model, grids)` gives the whole o
 (one table per paper with tolerances and the verdict before the cap, and the grids that produced ours).
 `splice(readme, block)` puts the block between the markers BEGIN and END of README.md. Both are rendered
 from a snapshot of a run's measured values, `data/reference_run.json` ({"model", "measured"}, written
-by the `paper_vs_reproduced` rule as `figures/tables/paper_vs_reproduced.json`; run from the repository
+by the `paper_vs_reproduced` rule as `figures/tables/<model>/paper_vs_reproduced.json`; run from the repository
 root), so that a test can recompute them without a run:
 
-    python -m attncert.pipeline.readme_results figures/tables/paper_vs_reproduced.json   # adopt a run
+    python -m attncert.pipeline.readme_results figures/tables/<model>/paper_vs_reproduced.json   # adopt a run
     python -m attncert.pipeline.readme_results                                          # re-render
     python -m attncert.pipeline.readme_results --check                                  # up to date?
 
@@ -84,7 +84,7 @@ def render_results(table: pd.DataFrame, model: str, grids: dict[str, str]) -> st
              f"{counts_line(sentences)}. {_capped_line(sentences)} Beyond the paper ({len(beyond)} variants, tallied "
              f"apart): {counts_line(beyond)}. Per claim ({len(table)} claims): {counts_line(table)}.", "",
              "A run writes the same table with notes and the papers' sentences to "
-             "`figures/tables/paper_vs_reproduced.md`.", ""]
+             "`figures/tables/<model>/paper_vs_reproduced.md`.", ""]
     for paper, title in PAPERS:
         part = table[table["paper"] == paper]
         shown = part[RESULTS_COLUMNS].assign(**{"before cap": part["uncapped"].where(part["uncapped"] != part["verdict"], "")})
@@ -115,7 +115,7 @@ def from_snapshot(snapshot: Path = SNAPSHOT, claims: Path = CLAIMS) -> tuple[str
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("snapshot", nargs="?", help="a run's figures/tables/paper_vs_reproduced.json to adopt")
+    ap.add_argument("snapshot", nargs="?", help="a run's figures/tables/<model>/paper_vs_reproduced.json to adopt")
     ap.add_argument("--check", action="store_true", help="only check that README.md and docs/results.md are up to date")
     args = ap.parse_args(argv)
     if args.snapshot and not args.check:
