@@ -1,4 +1,4 @@
-"""Snakemake entry point: figures/tables/paper_vs_reproduced.{md,csv,json} from every stage's measurements.
+"""Snakemake entry point: figures/tables/{model}/paper_vs_reproduced.{md,csv,json} from every stage's measurements.
 
 The verdict rule is attncert.pipeline.verdict; the JSON ({"model", "measured", "provenance"}) is the snapshot that
 `python -m attncert.pipeline.readme_results` adopts to regenerate the README's verdict tally and docs/results.md.
