@@ -51,11 +51,29 @@ def _support(a: np.ndarray, b: np.ndarray, gens: np.ndarray, norm: str) -> tuple
     return h, err
 
 
+def _fsum(values: np.ndarray) -> float:
+    """math.fsum, or +inf when the exact sum overflows or meets inf - inf (the bound is then +inf)."""
+    try:
+        return math.fsum(values.tolist())
+    except (OverflowError, ValueError):
+        return math.inf
+
+
 def bound_from_dual(prog: Program, z: np.ndarray, gens: np.ndarray, norm: str,
                     data_rel_err: float = DATA_REL_ERR) -> tuple[float, np.ndarray]:
     """Sound upper bound on max f over the lifted true points, from any dual vector z (see module docstring).
 
+    Any z of the program's length gives a finite sound bound or +inf, never an exception: non-finite entries are
+    zeroed by the repair (any point of K^* is a valid multiplier), an exponential-cone repair that would need the
+    logarithm of an underflowed ratio takes the other coordinate, and any overflow or inf - inf on the way (IEEE
+    arithmetic, exact sums that leave the float range) makes the result +inf, never a finite number.
+
     Returns (bound in objective units, the repaired z)."""
+    with np.errstate(all="ignore"):
+        return _bound_from_dual(prog, z, gens, norm, data_rel_err)
+
+
+def _bound_from_dual(prog, z, gens, norm, data_rel_err):
     nv = prog.nv
     mag = np.ones(prog.c.size)  # per unit tau: |lam|, |Us|, |Uw|, |Vs|, |Vw| <= 1 on X; nu <= nubar
     if nv > NU:
@@ -75,16 +93,16 @@ def bound_from_dual(prog: Program, z: np.ndarray, gens: np.ndarray, norm: str,
     D = np.maximum(up, hV)
     if nv > NU:
         D = D + prog.nubar * np.maximum(g[prog.var(NU)], 0.0)
-    Q = math.fsum(D.tolist()) + float(g[0])
+    Q = _fsum(D) + float(g[0])
     # errors per unit tau: of g (times the magnitude of its variable), of the support functions, of the sums
     err = float(g_err @ mag) + float(np.maximum(eU, eV).sum()) + 4.0 * _U * float(np.abs(D).sum() + np.abs(up).sum())
     err += 2.0 * np.spacing(abs(Q)) + data_rel_err * (float(np.abs(zr) @ row_cost) + float(np.abs(prog.c) @ mag))
-    zb = math.fsum((zr * prog.b).tolist())
+    zb = _fsum(zr * prog.b)
     Q_hi = Q + 2.0 * err
     total = zb + max(prog.tau_lo * Q_hi, prog.tau_hi * Q_hi)
     total += 4.0 * _U * (abs(zb) + prog.tau_hi * abs(Q_hi)) + data_rel_err * float(np.abs(zr) @ np.abs(prog.b))
     total += 1e-300
-    if not math.isfinite(total):
+    if not math.isfinite(total):  # inf or nan: some term left the float range
         return math.inf, zr
     return round_up(total), zr
 
