@@ -11,10 +11,11 @@ with the seed (even: max g, odd: min g). Regimes:
 * `Rs=7`, `Rs=9`: n = 64, linf, std 0.14 (weight bands e^14, e^18);
 * `Rs-1e-6..1e-8`, `Rs=2e-9`: n = 64, linf, std 0.14 (near-degenerate half-widths).
 
-Each unit goes through both paths, both variants (paper-like and tight): the long-context path
-`second_order.separable.second_order_separable` (what `second_order_certificate` runs above 48 keys; the token
-family when more than 48 tokens are kept, else one token-program solve) and the monolithic program
-`second_order.fixed.second_order_fixed` (the path at n <= 48), forced on the same unit. Reference: the upper end
+Each unit goes through both paths, both variants (paper-like and tight), with
+`second_order.certificate.fixed_query_certificate` and the path forced: the long-context path `separable` (what
+`second_order_certificate` runs above 48 keys; the token family when more than 48 tokens are kept, else one
+token-program solve) and the monolithic program `fixed` (the path at n <= 48) on the same unit. The tight
+variant's time excludes the paper-like solve it reuses. Reference: the upper end
 of the exact worst case's certified bracket. Reported per regime and variant: the gap of each path relative to
 the first-order certificate's gap (median), the gap ratio long / monolithic (median and worst; gaps below the
 exact bracket's width count as that width), fallbacks of each path, fallbacks of the long-context path where
@@ -73,17 +74,11 @@ def unit(seed: int, n: int, norm: str, std: float, kind: str, value: float):
     return p.negated() if seed % 2 else p
 
 
-def _run(fn, problem, tight):
-    t0 = time.perf_counter()
-    res = fn(problem, upper_cone=tight)
-    return res, time.perf_counter() - t0
-
-
 def measure(problem) -> dict:
     from attncert.certify.exact_worst_case import exact_worst_case
     from attncert.certify.first_order_certificate import first_order_certificate
-    from attncert.certify.second_order.fixed import prepared_data, second_order_fixed
-    from attncert.certify.second_order.separable import second_order_separable
+    from attncert.certify.second_order.certificate import fixed_query_certificate
+    from attncert.certify.second_order.fixed import prepared_data
     from attncert.head.reduced_geometry import reduced_geometry
 
     ex = exact_worst_case(problem)
@@ -93,9 +88,11 @@ def measure(problem) -> dict:
     _, D, _ = prepared_data(problem, time.perf_counter())
     row = dict(R_s=float(reduced_geometry(problem).R_s), radius=problem.radius, kept=int(D.A.size), fo_gap=fo_gap,
                exact_hi=ex.hi, floor=floor)
-    for path, fn in (("long", second_order_separable), ("mono", second_order_fixed)):
+    for path, forced in (("long", "separable"), ("mono", "fixed")):
         for variant, tight in (("paper", False), ("tight", True)):
-            res, sec = _run(fn, problem, tight)
+            t0 = time.perf_counter()
+            res = fixed_query_certificate(problem, tight, path=forced)
+            sec = time.perf_counter() - t0
             row[f"{path}_{variant}"] = dict(value=res.value, gap=res.value - ex.hi, rel=(res.value - ex.hi) / fo_gap,
                                             fallback=bool(res.fallback), seconds=sec, status=res.status,
                                             sound=bool(res.value >= ex.hi - 1e-9 * (1.0 + ex.value_spread)))

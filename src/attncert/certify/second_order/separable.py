@@ -62,26 +62,13 @@ def _linf_rows(problem, D):
 
 def second_order_separable(problem, upper_cone: bool = False, monotone_points: int = MONOTONE_POINTS,
                            ladder=LADDER, near: int = NEAR, grid: int = GRID, rounds: int = ROUNDS,
-                           family_above: int = FAMILY_ABOVE, _both: bool = True) -> SecondOrderResult:
+                           family_above: int = FAMILY_ABOVE) -> SecondOrderResult:
     """Sound upper bound on max g for a fixed query (mode "fixed"); see the module docstring. family_above: more
     kept tokens than this take their duals from the token family (0: always; benchmarks compare the two)."""
     t0 = time.perf_counter()
     fo, D, early = prepared_data(problem, t0)
     if early is not None:
         return early
-    if upper_cone and _both and D.deviation:
-        # half-widths below DEVIATION_BELOW: the upper cone (C5) is as ill-conditioned as (C1) there (curvature
-        # ~h^2 below the solver's resolution) and its solves can end looser than the paper-like program, whose
-        # bound is also a bound of the tight relaxation (a superset): keep the smaller
-        tight = second_order_separable(problem, True, monotone_points, ladder, near, grid, rounds, family_above,
-                                       _both=False)
-        paper = second_order_separable(problem, False, monotone_points, ladder, near, grid, rounds, family_above)
-        if paper.value < tight.value and not paper.fallback:
-            paper.status += "; tight variant: the paper-like bound is smaller (upper cone ill-conditioned at h < 1e-3)"
-            paper.seconds += tight.seconds
-            return paper
-        tight.seconds += paper.seconds
-        return tight
     gens = unit_generators(D, problem.norm)
     log, best, best_status, primal, n_rounds, n_facets = [], math.inf, "not_run", math.nan, 0, 0
     if D.A.size > family_above:
