@@ -31,15 +31,20 @@ from attncert.certify.second_order.relaxation import MONOTONE_POINTS, SecondOrde
 from attncert.certify.second_order.support_bound import bound_from_dual, unit_generators
 from attncert.certify.second_order.token_family import FAMILY_ABOVE, family_bound
 from attncert.certify.second_order.token_program import (GRID, LADDER, NEAR, ROUNDS, build_program,
-                                                         cutting_plane_rounds, edge_window, solve_program)
+                                                         cutting_plane_rounds, edge_window, polished_dual,
+                                                         solve_program)
 from attncert.head.reduced_geometry import reduced_geometry
 from attncert.head.rounding import gamma
 
 
 def _bound_and_log(prog, z, gens, norm, solve_log):
-    """The certified bound from the dual z of one solve (inf without one), and its log
+    """The certified bound from the dual z of one solve or its polished version (inf without one), and its log
     [(solver, status, bound, seconds)] with the bound on the converged attempt."""
-    bound = bound_from_dual(prog, z, gens, norm)[0] if z is not None else math.inf
+    bound = math.inf
+    if z is not None:
+        for zz in (z, polished_dual(prog, z)):
+            if zz is not None:
+                bound = min(bound, bound_from_dual(prog, zz, gens, norm)[0])
     log = [(s, st, math.nan, sec) for s, st, sec in solve_log]
     if log:
         log[-1] = log[-1][:2] + (bound, log[-1][3])

@@ -15,7 +15,17 @@ and the right-hand side separates: with tau scaled out,
 
 h the support function of Phat: h(a, b) = r ||a u_s / R_s + b u_w / rho_w||_* (l1 norm of the box, l2 norm of
 the ball): one (n x 2) by (2 x d) product for all tokens. The bound z^T b + max(tau_lo Q, tau_hi Q) is sound for
-any z; the solver only decides how tight it is. Outward rounding as in `dual_certificate.weak_duality_bound`
+any z; the solver only decides how tight it is.
+
+The normalization multiplier t = z_0 (row sum_j E_lj (tau + kappa_j lam_j) = 1) enters only g_tau and the g_lam_j,
+linearly, and z^T b through t: with the other multipliers fixed the bound is, up to its rounding terms,
+
+    B(t) = z_rest^T b_rest + t + max(tau_lo Q(t), tau_hi Q(t)),     Q(t) = Q computed from g(0) - t a_0,
+
+a_0 the normalization row: convex and piecewise linear in t. When tau_hi / tau_lo = e^{2 R_s} is large, a Q
+slightly above 0 costs tau_hi Q, so the t a solver or an interpolation gives can be far from the best one for the
+same other multipliers. `best_multiplier` minimizes B by golden-section search on O(n) evaluations (the support
+functions do not depend on t); the bound is then computed by `bound_from_dual` at that t like at any other. Outward rounding as in `dual_certificate.weak_duality_bound`
 (the error of g, of the support functions and of the sums, and the data rounding of the program's rows).
 """
 from __future__ import annotations
@@ -49,6 +59,49 @@ def _support(a: np.ndarray, b: np.ndarray, gens: np.ndarray, norm: str) -> tuple
         h = np.sqrt((M * M).sum(axis=1))
     err = gamma(2 * d + 8) * (np.abs(a) + np.abs(b)) * (1.0 + 1e-9) + 4.0 * _U * h
     return h, err
+
+
+def best_multiplier(prog: Program, z: np.ndarray, gens: np.ndarray, norm: str, t0: float, iters: int = 200) -> float:
+    """The normalization multiplier t minimizing B(t) (module docstring; rounding terms left out: the bound at the
+    returned t is certified by `bound_from_dual`) for the other multipliers of z, searched around t0."""
+    with np.errstate(all="ignore"):
+        mag = np.ones(prog.c.size)
+        if prog.nv > NU:
+            mag[prog.var(NU)] = prog.nubar
+        zr = repair_dual(z, prog.dims, abs(prog.A) @ mag * prog.tau_hi + np.abs(prog.b) + 1e-300)
+        zr[prog.simple] = 0.0
+        i0 = prog.families["norm"][0]
+        zr[i0] = 0.0
+        a0 = np.asarray(prog.A[[i0], :].todense()).ravel()
+        g0 = -(prog.c + prog.A.T @ zr)
+        hU, _ = _support(g0[prog.var(US)], g0[prog.var(UW)], gens, norm)
+        hV, _ = _support(g0[prog.var(VS)], g0[prog.var(VW)], gens, norm)
+        nu_term = prog.nubar * np.maximum(g0[prog.var(NU)], 0.0) if prog.nv > NU else 0.0
+        glam, alam, b0 = g0[prog.var(LAM)], a0[prog.var(LAM)], float(prog.b[i0])
+        if not (np.all(np.isfinite(hU)) and np.all(np.isfinite(hV)) and np.all(np.isfinite(glam))
+                and math.isfinite(t0)):
+            return t0
+
+        def B(t):
+            Q = float(np.sum(np.maximum(glam - t * alam + hU, hV) + nu_term)) + float(g0[0] - t * a0[0])
+            return t * b0 + max(prog.tau_lo * Q, prog.tau_hi * Q)
+
+        width = 2.0 * (1.0 + abs(t0))
+        a, b = t0 - width, t0 + width
+        phi = (math.sqrt(5.0) - 1.0) / 2.0
+        x1, x2 = b - phi * (b - a), a + phi * (b - a)
+        f1, f2 = B(x1), B(x2)
+        for _ in range(iters):
+            if f1 <= f2:
+                b, x2, f2 = x2, x1, f1
+                x1 = b - phi * (b - a)
+                f1 = B(x1)
+            else:
+                a, x1, f1 = x1, x2, f2
+                x2 = a + phi * (b - a)
+                f2 = B(x2)
+        t = 0.5 * (a + b)
+        return t if math.isfinite(B(t)) and B(t) <= B(t0) else t0
 
 
 def _fsum(values: np.ndarray) -> float:
