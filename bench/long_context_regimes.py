@@ -22,7 +22,13 @@ exact bracket's width count as that width), fallbacks of each path, fallbacks of
 the monolithic one certifies, and the number of units whose tight bound lies above the same path's
 paper-like bound. A bound below the reference is a soundness violation, counted and printed.
 
+`--cost`: instead, the cost of the long-context path against n on the construction of `bench/bench_second_order.py`
+(seed 7, linf, r = 0.002, weight std 0.14): n = 64 and n = 1024 (or `--cost-ns`) certified alternately `--reps`
+times in one run, both variants; median seconds, their ratio to the first n, and the gap relative to the
+first-order gap.
+
     .venv/bin/python -m bench.long_context_regimes [--quick] [--seeds 6] [--regimes NAME ...] [--part NAME]
+    .venv/bin/python -m bench.long_context_regimes --cost [--reps 3] [--cost-ns 64 1024] --part cost
 
 Writes long_context_regimes[-PART][-quick].md / .json (bench/common.py).
 """
@@ -49,7 +55,7 @@ REGIMES = {  # name: (n, norm, weight std, ("r", radii) or ("Rs", half-widths))
     "Rs-1e-6..1e-8": (64, "linf", 0.14, ("Rs", [1e-6, 1e-7, 1e-8])),
     "Rs=2e-9": (64, "linf", 0.14, ("Rs", [2e-9])),
 }
-QUICK = dict(seeds=2, regimes=["dominant-linf", "Rs=7", "Rs-1e-6..1e-8"])
+QUICK = dict(seeds=2, regimes=["dominant-linf", "Rs=7", "Rs-1e-6..1e-8"], reps=1)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,7 +63,44 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--seeds", type=int, default=6, help="random heads per regime (each at every radius listed)")
     ap.add_argument("--regimes", nargs="+", default=list(REGIMES), choices=list(REGIMES))
     ap.add_argument("--part", default="", help="suffix of the result's name (e.g. before / after)")
+    ap.add_argument("--cost", action="store_true", help="measure the cost against n instead (see the docstring)")
+    ap.add_argument("--cost-ns", type=int, nargs="+", default=[64, 1024])
+    ap.add_argument("--reps", type=int, default=3, help="--cost: alternating repetitions")
     return ap
+
+
+def cost(args) -> dict:
+    """Seconds and relative gap of the long-context path at each n, the n certified alternately."""
+    from attncert.certify.exact_worst_case import exact_worst_case
+    from attncert.certify.first_order_certificate import first_order_certificate
+    from attncert.certify.second_order.certificate import fixed_query_certificate
+    from bench.bench_second_order import gpt2_like_head
+
+    rows = {n: {"paper": [], "tight": []} for n in args.cost_ns}
+    rel = {}
+    for _ in range(args.reps):
+        for n in args.cost_ns:
+            for variant, tight in (("paper", False), ("tight", True)):
+                p = gpt2_like_head(7, 0.002, n=n)  # a new object: nothing reused between calls
+                t0 = time.perf_counter()
+                res = fixed_query_certificate(p, tight, path="separable")
+                rows[n][variant].append(time.perf_counter() - t0)
+                if (n, variant) not in rel:
+                    ex, fo = exact_worst_case(p), first_order_certificate(p)
+                    rel[(n, variant)] = (res.value - ex.hi) / (fo - ex.hi)
+    n0 = args.cost_ns[0]
+    print("| n | variant | median seconds | ratio to n = %d | gap / first-order gap |" % n0)
+    print("| ---: | --- | ---: | ---: | ---: |")
+    out = []
+    for n in args.cost_ns:
+        for variant in ("paper", "tight"):
+            med = float(np.median(rows[n][variant]))
+            ratio = med / float(np.median(rows[n0][variant]))
+            print(f"| {n} | {variant} | {med:.3f} | {ratio:.2f} | {rel[(n, variant)]:.4g} |")
+            out.append(dict(n=n, variant=variant, seconds=rows[n][variant], median=med, ratio=ratio,
+                            rel_gap=rel[(n, variant)]))
+    print("\nThe tight variant's time includes the paper-like solve it takes the minimum with.")
+    return {"cost": out}
 
 
 def unit(seed: int, n: int, norm: str, std: float, kind: str, value: float):
@@ -129,6 +172,8 @@ def tight_above_paper(rows: list, path: str) -> int:
 
 def main(args) -> dict:
     warnings.filterwarnings("ignore")
+    if args.cost:
+        return cost(args)
     table, units = [], {}
     for name in args.regimes:
         n, norm, std, (kind, values) = REGIMES[name]
