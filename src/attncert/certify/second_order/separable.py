@@ -12,7 +12,11 @@ with the same coefficients. It differs from `fixed` in three ways:
 Facets for the solve (linf): per token the `near` consecutive edges on each side of the vertex of its estimated
 optimum (`facets.vertex_dinkelbach`) and a global sigma grid; after a solve, tokens whose atoms U/lam, V/(tau-lam)
 lie above the boundary of P get the edges under them (cutting planes, at most `rounds` solves; every round's
-bound is sound, the smallest is kept).
+bound is sound, the smallest is kept). Each solve's dual is also polished (`token_program.polished_dual`).
+
+Rescue: where the token family falls back to the first-order bound (weight bands near e^14 and beyond, where the
+root of the family's normalization equation lies below the token solves' accuracy) and at most RESCUE_MAX tokens
+are kept, the monolithic program of `fixed` is solved on the unit and the smaller bound returned.
 
 Cost (fixed query; measured growth in `bench/context_length.py`): up to FAMILY_ABOVE keys one solve of the whole
 program, O(n K) per interior-point iteration; above, O(G) solves plus O(n d) for the bound.
@@ -26,7 +30,7 @@ import numpy as np
 
 from attncert.certify.second_order.cutting_planes import vertex_dinkelbach
 from attncert.certify.second_order.facets import unit_rows
-from attncert.certify.second_order.fixed import _to_g, prepared_data
+from attncert.certify.second_order.fixed import _to_g, prepared_data, second_order_fixed
 from attncert.certify.second_order.relaxation import MONOTONE_POINTS, SecondOrderResult, ellipse_matrix, settle
 from attncert.certify.second_order.support_bound import bound_from_dual, unit_generators
 from attncert.certify.second_order.token_family import FAMILY_ABOVE, family_bound
@@ -35,6 +39,9 @@ from attncert.certify.second_order.token_program import (GRID, LADDER, NEAR, ROU
                                                          solve_program)
 from attncert.head.reduced_geometry import reduced_geometry
 from attncert.head.rounding import gamma
+
+
+RESCUE_MAX = 128  # kept tokens at most for the monolithic rescue of a family that fell back
 
 
 def _bound_and_log(prog, z, gens, norm, solve_log):
@@ -85,8 +92,17 @@ def second_order_separable(problem, upper_cone: bool = False, monotone_points: i
                                                   ladder, near, grid, rounds)
         val = _to_g(best, D)
         log = [(s, st, math.nan, sec) for (s, st, sec) in log]
-        return settle(val, fo, t0, "fixed", status=best_status, solver="CLARABEL" if math.isfinite(val) else "none",
-                      primal=_to_g(t, D) if math.isfinite(t) else math.nan, rounds=2, log=log)
+        res = settle(val, fo, t0, "fixed", status=best_status, solver="CLARABEL" if math.isfinite(val) else "none",
+                     primal=_to_g(t, D) if math.isfinite(t) else math.nan, rounds=2, log=log)
+        if res.fallback and D.A.size <= RESCUE_MAX:
+            # weight bands near e^14 and beyond: the family's root is below the token solves' accuracy; the
+            # monolithic program of `fixed` on these few kept tokens is the rescue (its bound is sound as well)
+            mono = second_order_fixed(problem, upper_cone, monotone_points)
+            if mono.value < res.value:
+                mono.status += "; long-context path: the token family fell back, monolithic program"
+                mono.seconds += res.seconds
+                return mono
+        return res
     if problem.norm == "l2":
         prog = build_program(D, upper_cone, monotone_points, None, None, None, None,
                              ellipse=ellipse_matrix(D.u_s, D.u_w, D.radius, D.R_s, D.rho_w))
