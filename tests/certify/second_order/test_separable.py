@@ -159,3 +159,18 @@ def test_long_context_path_as_tight_as_the_monolithic_program_on_dominant_token_
     gap_long, gap_mono = long.value - ex.hi, mono.value - ex.hi
     assert gap_long >= -1e-9 * (1.0 + ex.value_spread)
     assert gap_long <= 2.0 * gap_mono + 1e-5 * (fo - ex.hi)
+
+
+def test_no_fallback_at_a_weight_band_of_e14_where_the_monolithic_program_certifies():
+    """R_s = 7 (weight band e^14), 64 keys, GPT-2-sized: the token family's root lies below the token solves'
+    accuracy and its bound reaches the first-order one; the long-context path certifies anyway (the monolithic
+    program as rescue), as the monolithic program does. Fell back before the rescue."""
+    from bench.long_context_regimes import unit
+
+    problem = unit(1, 64, "linf", 0.14, "Rs", 7.0)
+    ex = exact_worst_case(problem)
+    mono = second_order_fixed(problem)
+    long = sep.second_order_separable(problem)
+    assert not mono.fallback and not long.fallback
+    assert long.value >= ex.hi - 1e-9 * (1.0 + ex.value_spread)
+    assert long.value <= mono.value

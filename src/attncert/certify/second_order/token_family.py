@@ -4,12 +4,18 @@ For a fixed multiplier t of the normalization row, the relaxation separates by t
 is E_lj times one universal program of the scalar w = wt_j - t (its value offset in objective units): the rows
 do not depend on E_lj or t (all tokens of a fixed query share h = R_s and P; the data errors differ by ~1e-13).
 So the duals of all n tokens come from G << n solved token programs: G values of w (at the tokens with the
-largest weight bounds, and spread over the range), solved together as G independent blocks (tau = 1); the
-relaxation's multiplier t is the root of sum_j E_lj Psi(wt_j - t) = 0 for Psi interpolated on the grid (two
-passes: the grid is re-centred at the first root); token j's dual is E_lj times the linear interpolation of
-its two neighbours' duals (a convex combination of points of K^* is in K^*). The bound is then computed from
-that dual by `support_bound.bound_from_dual`, sound for any dual: the interpolation decides only how tight it
-is. Cost: two solves of G token programs, O(n) for the root, O(n d) for the bound.
+largest weight bounds, for each t of the pass, and spread over the range), solved together as G independent
+blocks (tau = 1), each scaled to O(1) (`_virtual_data`) and its dual scaled back. With Psi(w) the token program's
+optimum (convex, increasing, slope 1 + kappa lam), F(t) = sum_j E_lj Psi(wt_j - t) is convex and decreasing and
+the relaxation's multiplier is its root: the first pass (t = 0) gives the root of the interpolated F; later passes
+solve a Newton step from the left of the root and a chord (or midpoint) step from its right, until the Newton
+step times the weight band is small against the dual gap (FAMILY_PASSES at most). Token j's dual at a solved t is
+E_lj times its grid point's dual (heavy tokens) or the linear interpolation of its two neighbours' (a convex
+combination of points of K^* is in K^*); the solver's and the polished duals (`token_program.polished_dual`) are
+both used, each at its own t and at the normalization multiplier of `support_bound.best_multiplier`. The bound is
+computed from each dual by `support_bound.bound_from_dual`, sound for any dual (the family decides only how tight
+it is), and the smallest is kept. Cost: 2 (typical) to FAMILY_PASSES solves of G token programs, O(n) per root
+step, O(n d) per bound.
 """
 from __future__ import annotations
 
@@ -189,8 +195,8 @@ def family_bound(D, upper_cone, mono, geometry, gens, norm, ladder, near, grid, 
     last = None
     for p in range(FAMILY_PASSES):
         gw = _grid(wt, El * k["Ehat"], ts, span)
-        prog_v, z_v, psi, dpsi = _solve_tokens(_virtual_data(D, gw, typical), upper_cone, mono, geometry, norm, ladder, near,
-                                               grid, rounds, log)
+        prog_v, z_v, psi, dpsi = _solve_tokens(_virtual_data(D, gw, typical), upper_cone, mono, geometry, norm,
+                                               ladder, near, grid, rounds, log)
         if z_v is None:
             break
         last = (gw, prog_v, z_v)
