@@ -88,8 +88,9 @@ def second_order_separable(problem, upper_cone: bool = False, monotone_points: i
             geometry = ellipse_matrix(D.u_s, D.u_w, D.radius, D.R_s, D.rho_w)
         else:
             geometry = _linf_rows(problem, D)
+        ceiling = (fo - D.g0 - D.tail) / D.rho_o if math.isfinite(fo) else math.inf
         best, best_status, t, log = family_bound(D, upper_cone, monotone_points, geometry, gens, problem.norm,
-                                                  ladder, near, grid, rounds)
+                                                  ladder, near, grid, rounds, ceiling)
         val = _to_g(best, D)
         log = [(s, st, math.nan, sec) for (s, st, sec) in log]
         res = settle(val, fo, t0, "fixed", status=best_status, solver="CLARABEL" if math.isfinite(val) else "none",

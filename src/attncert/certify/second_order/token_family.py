@@ -33,7 +33,9 @@ FAMILY_ABOVE = 48  # more kept tokens than this: duals from the one-parameter fa
 FAMILY_TOP = 64  # grid points placed at the w of the tokens with the largest weight bounds ...
 FAMILY_SPREAD = 32  # ... and spread evenly over the range of w
 FAMILY_PASSES = 6  # solves of the grid at most: at t = 0, at the interpolated root, then bracketing steps
-FAMILY_GAIN = 0.5  # another pass while the Newton step, times the weight band Ehat, exceeds this x (bound - t)
+FAMILY_GAIN = 0.5  # another pass while the Newton step, times the weight band Ehat, exceeds this x (bound - t),
+FAMILY_STALL = 0.01  # ... unless the bound is below the first-order one and the last pass lowered it by at most
+FAMILY_FLOOR = 1e-6  # this x (bound - t), or the Newton step times Ehat is at most this x the first-order bound
 
 
 def _virtual_data(D, w: np.ndarray, typical: float = 1.0):
@@ -158,8 +160,9 @@ def _spread(real, prog_v, z_v, El, j, j1, al, t) -> np.ndarray:
     return z
 
 
-def family_bound(D, upper_cone, mono, geometry, gens, norm, ladder, near, grid, rounds):
-    """Bound from duals of the one-parameter family of token programs (see the module docstring).
+def family_bound(D, upper_cone, mono, geometry, gens, norm, ladder, near, grid, rounds, ceiling=math.inf):
+    """Bound from duals of the one-parameter family of token programs (see the module docstring). ceiling: the
+    first-order bound in objective units (passes stop early only once the bound is below it).
 
     Returns (bound in objective units, status, the multiplier t, log [(solver, status, seconds)])."""
     n = D.A.size
@@ -193,6 +196,7 @@ def family_bound(D, upper_cone, mono, geometry, gens, norm, ladder, near, grid, 
     left = right = None  # (t, F, grid, psi, dpsi) of the solved t nearest the root on each side (F > 0: left)
     ts = [0.0]
     last = None
+    before = math.inf
     for p in range(FAMILY_PASSES):
         gw = _grid(wt, El * k["Ehat"], ts, span)
         prog_v, z_v, psi, dpsi = _solve_tokens(_virtual_data(D, gw, typical), upper_cone, mono, geometry, norm,
@@ -215,7 +219,10 @@ def family_bound(D, upper_cone, mono, geometry, gens, norm, ladder, near, grid, 
         # F is convex and decreasing: a Newton step from the left stays left of the root, the chord between the two
         # sides lands right of it; both are solved in the next pass (the bound is best at or just right of the root)
         step = abs(_newton(El, wt, t, gw, psi, dpsi) - t)
-        if not math.isfinite(bound) or step * band > FAMILY_GAIN * (bound - t):
+        settled = bound < ceiling and (before - bound <= FAMILY_STALL * (bound - t)
+                                       or step * band <= FAMILY_FLOOR * abs(ceiling))
+        before = bound
+        if not math.isfinite(bound) or (step * band > FAMILY_GAIN * (bound - t) and not settled):
             ts = []
             if left is not None:
                 ts.append(_newton(El, wt, left[0], *left[2:]))
