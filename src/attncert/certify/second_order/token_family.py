@@ -14,7 +14,7 @@ E_lj times its grid point's dual (heavy tokens) or the linear interpolation of i
 combination of points of K^* is in K^*); the solver's and the polished duals (`token_program.polished_dual`) are
 both used, each at its own t and at the normalization multiplier of `support_bound.best_multiplier`. The bound is
 computed from each dual by `support_bound.bound_from_dual`, sound for any dual (the family decides only how tight
-it is), and the smallest is kept. Cost: 2 (typical) to FAMILY_PASSES solves of G token programs, O(n) per root
+it is), and the smallest is kept. Cost: 2 to FAMILY_PASSES (typically 3) solves of G token programs, O(n) per root
 step, O(n d) per bound.
 """
 from __future__ import annotations
