@@ -172,10 +172,11 @@ def repair_dual(z: np.ndarray, dims, row_cost: np.ndarray) -> np.ndarray:
             if w >= w_req:
                 continue
             cost_w = (w_req - w) * row_cost[a + 2]
-            if w > 0.0:
-                v_req = u * (1.0 + math.log(w / -u))
+            ratio = w / -u
+            if w > 0.0 and 0.0 < ratio < math.inf:  # the ratio can underflow to 0 or overflow: no v repair then
+                v_req = u * (1.0 + math.log(ratio))
                 v_req = v_req + 1e-13 * abs(v_req) + 1e-13 * abs(u) + 1e-300
-                cost_v = (v_req - v) * row_cost[a + 1]
+                cost_v = (v_req - v) * row_cost[a + 1] if math.isfinite(v_req) else math.inf
             else:
                 cost_v = math.inf
             if cost_v < cost_w:

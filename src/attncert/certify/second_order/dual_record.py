@@ -91,6 +91,14 @@ def note_construction(reset: bool = False, **fields):
         rec.construction.update(fields)
 
 
+def offer_kept(cert: "DualCertificate | None"):
+    """Offer a certificate kept by an earlier record (a result reused within this one): it becomes the current
+    record's best when its value in g units is smaller."""
+    rec = _RECORD.get()
+    if rec is not None and cert is not None and (rec.best is None or cert.value < rec.best.value):
+        rec.best = cert
+
+
 def note_affine(origin: float, scale: float, tail: float = 0.0):
     """Called by a program's map to g units (value = origin + scale * bound + tail) after its solves."""
     rec = _RECORD.get()

@@ -12,7 +12,11 @@ with the same coefficients. It differs from `fixed` in three ways:
 Facets for the solve (linf): per token the `near` consecutive edges on each side of the vertex of its estimated
 optimum (`facets.vertex_dinkelbach`) and a global sigma grid; after a solve, tokens whose atoms U/lam, V/(tau-lam)
 lie above the boundary of P get the edges under them (cutting planes, at most `rounds` solves; every round's
-bound is sound, the smallest is kept).
+bound is sound, the smallest is kept). Each solve's dual is also polished (`token_program.polished_dual`).
+
+Rescue: where the token family falls back to the first-order bound (weight bands near e^14 and beyond, where the
+root of the family's normalization equation lies below the token solves' accuracy) and at most RESCUE_MAX tokens
+are kept, the monolithic program of `fixed` is solved on the unit and the smaller bound returned.
 
 Cost (fixed query; measured growth in `bench/context_length.py`): up to FAMILY_ABOVE keys one solve of the whole
 program, O(n K) per interior-point iteration; above, O(G) solves plus O(n d) for the bound.
@@ -26,20 +30,28 @@ import numpy as np
 
 from attncert.certify.second_order.cutting_planes import vertex_dinkelbach
 from attncert.certify.second_order.facets import unit_rows
-from attncert.certify.second_order.fixed import _to_g, prepared_data
+from attncert.certify.second_order.fixed import _to_g, prepared_data, second_order_fixed
 from attncert.certify.second_order.relaxation import MONOTONE_POINTS, SecondOrderResult, ellipse_matrix, settle
 from attncert.certify.second_order.support_bound import bound_from_dual, unit_generators
 from attncert.certify.second_order.token_family import FAMILY_ABOVE, family_bound
 from attncert.certify.second_order.token_program import (GRID, LADDER, NEAR, ROUNDS, build_program,
-                                                         cutting_plane_rounds, edge_window, solve_program)
+                                                         cutting_plane_rounds, edge_window, polished_dual,
+                                                         solve_program)
 from attncert.head.reduced_geometry import reduced_geometry
 from attncert.head.rounding import gamma
 
 
+RESCUE_MAX = 128  # kept tokens at most for the monolithic rescue of a family that fell back
+
+
 def _bound_and_log(prog, z, gens, norm, solve_log):
-    """The certified bound from the dual z of one solve (inf without one), and its log
+    """The certified bound from the dual z of one solve or its polished version (inf without one), and its log
     [(solver, status, bound, seconds)] with the bound on the converged attempt."""
-    bound = bound_from_dual(prog, z, gens, norm)[0] if z is not None else math.inf
+    bound = math.inf
+    if z is not None:
+        for zz in (z, polished_dual(prog, z)):
+            if zz is not None:
+                bound = min(bound, bound_from_dual(prog, zz, gens, norm)[0])
     log = [(s, st, math.nan, sec) for s, st, sec in solve_log]
     if log:
         log[-1] = log[-1][:2] + (bound, log[-1][3])
@@ -62,37 +74,36 @@ def _linf_rows(problem, D):
 
 def second_order_separable(problem, upper_cone: bool = False, monotone_points: int = MONOTONE_POINTS,
                            ladder=LADDER, near: int = NEAR, grid: int = GRID, rounds: int = ROUNDS,
-                           _both: bool = True) -> SecondOrderResult:
-    """Sound upper bound on max g for a fixed query (mode "fixed"); see the module docstring."""
+                           family_above: int = FAMILY_ABOVE) -> SecondOrderResult:
+    """Sound upper bound on max g for a fixed query (mode "fixed"); see the module docstring. family_above: more
+    kept tokens than this take their duals from the token family (0: always; benchmarks compare the two)."""
     t0 = time.perf_counter()
     fo, D, early = prepared_data(problem, t0)
     if early is not None:
         return early
-    if upper_cone and _both and D.deviation:
-        # half-widths below DEVIATION_BELOW: the upper cone (C5) is as ill-conditioned as (C1) there (curvature
-        # ~h^2 below the solver's resolution) and its solves can end looser than the paper-like program, whose
-        # bound is also a bound of the tight relaxation (a superset): keep the smaller
-        tight = second_order_separable(problem, True, monotone_points, ladder, near, grid, rounds, _both=False)
-        paper = second_order_separable(problem, False, monotone_points, ladder, near, grid, rounds)
-        if paper.value < tight.value and not paper.fallback:
-            paper.status += "; tight variant: the paper-like bound is smaller (upper cone ill-conditioned at h < 1e-3)"
-            paper.seconds += tight.seconds
-            return paper
-        tight.seconds += paper.seconds
-        return tight
     gens = unit_generators(D, problem.norm)
     log, best, best_status, primal, n_rounds, n_facets = [], math.inf, "not_run", math.nan, 0, 0
-    if D.A.size > FAMILY_ABOVE:
+    if D.A.size > family_above:
         if problem.norm == "l2":
             geometry = ellipse_matrix(D.u_s, D.u_w, D.radius, D.R_s, D.rho_w)
         else:
             geometry = _linf_rows(problem, D)
+        ceiling = (fo - D.g0 - D.tail) / D.rho_o if math.isfinite(fo) else math.inf
         best, best_status, t, log = family_bound(D, upper_cone, monotone_points, geometry, gens, problem.norm,
-                                                  ladder, near, grid, rounds)
+                                                  ladder, near, grid, rounds, ceiling)
         val = _to_g(best, D)
         log = [(s, st, math.nan, sec) for (s, st, sec) in log]
-        return settle(val, fo, t0, "fixed", status=best_status, solver="CLARABEL" if math.isfinite(val) else "none",
-                      primal=_to_g(t, D) if math.isfinite(t) else math.nan, rounds=2, log=log)
+        res = settle(val, fo, t0, "fixed", status=best_status, solver="CLARABEL" if math.isfinite(val) else "none",
+                     primal=_to_g(t, D) if math.isfinite(t) else math.nan, rounds=2, log=log)
+        if res.fallback and D.A.size <= RESCUE_MAX:
+            # weight bands near e^14 and beyond: the family's root is below the token solves' accuracy; the
+            # monolithic program of `fixed` on these few kept tokens is the rescue (its bound is sound as well)
+            mono = second_order_fixed(problem, upper_cone, monotone_points)
+            if mono.value < res.value:
+                mono.status += "; long-context path: the token family fell back, monolithic program"
+                mono.seconds += res.seconds
+                return mono
+        return res
     if problem.norm == "l2":
         prog = build_program(D, upper_cone, monotone_points, None, None, None, None,
                              ellipse=ellipse_matrix(D.u_s, D.u_w, D.radius, D.R_s, D.rho_w))

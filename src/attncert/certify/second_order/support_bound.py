@@ -15,7 +15,17 @@ and the right-hand side separates: with tau scaled out,
 
 h the support function of Phat: h(a, b) = r ||a u_s / R_s + b u_w / rho_w||_* (l1 norm of the box, l2 norm of
 the ball): one (n x 2) by (2 x d) product for all tokens. The bound z^T b + max(tau_lo Q, tau_hi Q) is sound for
-any z; the solver only decides how tight it is. Outward rounding as in `dual_certificate.weak_duality_bound`
+any z; the solver only decides how tight it is.
+
+The normalization multiplier t = z_0 (row sum_j E_lj (tau + kappa_j lam_j) = 1) enters only g_tau and the g_lam_j,
+linearly, and z^T b through t: with the other multipliers fixed the bound is, up to its rounding terms,
+
+    B(t) = z_rest^T b_rest + t + max(tau_lo Q(t), tau_hi Q(t)),     Q(t) = Q computed from g(0) - t a_0,
+
+a_0 the normalization row: convex and piecewise linear in t. When tau_hi / tau_lo = e^{2 R_s} is large, a Q
+slightly above 0 costs tau_hi Q, so the t a solver or an interpolation gives can be far from the best one for the
+same other multipliers. `best_multiplier` minimizes B by golden-section search on O(n) evaluations (the support
+functions do not depend on t); the bound is then computed by `bound_from_dual` at that t like at any other. Outward rounding as in `dual_certificate.weak_duality_bound`
 (the error of g, of the support functions and of the sums, and the data rounding of the program's rows).
 """
 from __future__ import annotations
@@ -51,11 +61,72 @@ def _support(a: np.ndarray, b: np.ndarray, gens: np.ndarray, norm: str) -> tuple
     return h, err
 
 
+def best_multiplier(prog: Program, z: np.ndarray, gens: np.ndarray, norm: str, t0: float, iters: int = 200) -> float:
+    """The normalization multiplier t minimizing B(t) (module docstring; rounding terms left out: the bound at the
+    returned t is certified by `bound_from_dual`) for the other multipliers of z, searched around t0."""
+    with np.errstate(all="ignore"):
+        mag = np.ones(prog.c.size)
+        if prog.nv > NU:
+            mag[prog.var(NU)] = prog.nubar
+        zr = repair_dual(z, prog.dims, abs(prog.A) @ mag * prog.tau_hi + np.abs(prog.b) + 1e-300)
+        zr[prog.simple] = 0.0
+        i0 = prog.families["norm"][0]
+        zr[i0] = 0.0
+        a0 = np.asarray(prog.A[[i0], :].todense()).ravel()
+        g0 = -(prog.c + prog.A.T @ zr)
+        hU, _ = _support(g0[prog.var(US)], g0[prog.var(UW)], gens, norm)
+        hV, _ = _support(g0[prog.var(VS)], g0[prog.var(VW)], gens, norm)
+        nu_term = prog.nubar * np.maximum(g0[prog.var(NU)], 0.0) if prog.nv > NU else 0.0
+        glam, alam, b0 = g0[prog.var(LAM)], a0[prog.var(LAM)], float(prog.b[i0])
+        if not (np.all(np.isfinite(hU)) and np.all(np.isfinite(hV)) and np.all(np.isfinite(glam))
+                and math.isfinite(t0)):
+            return t0
+
+        def B(t):
+            Q = float(np.sum(np.maximum(glam - t * alam + hU, hV) + nu_term)) + float(g0[0] - t * a0[0])
+            return t * b0 + max(prog.tau_lo * Q, prog.tau_hi * Q)
+
+        width = 2.0 * (1.0 + abs(t0))
+        a, b = t0 - width, t0 + width
+        phi = (math.sqrt(5.0) - 1.0) / 2.0
+        x1, x2 = b - phi * (b - a), a + phi * (b - a)
+        f1, f2 = B(x1), B(x2)
+        for _ in range(iters):
+            if f1 <= f2:
+                b, x2, f2 = x2, x1, f1
+                x1 = b - phi * (b - a)
+                f1 = B(x1)
+            else:
+                a, x1, f1 = x1, x2, f2
+                x2 = a + phi * (b - a)
+                f2 = B(x2)
+        t = 0.5 * (a + b)
+        return t if math.isfinite(B(t)) and B(t) <= B(t0) else t0
+
+
+def _fsum(values: np.ndarray) -> float:
+    """math.fsum, or +inf when the exact sum overflows or meets inf - inf (the bound is then +inf)."""
+    try:
+        return math.fsum(values.tolist())
+    except (OverflowError, ValueError):
+        return math.inf
+
+
 def bound_from_dual(prog: Program, z: np.ndarray, gens: np.ndarray, norm: str,
                     data_rel_err: float = DATA_REL_ERR) -> tuple[float, np.ndarray]:
     """Sound upper bound on max f over the lifted true points, from any dual vector z (see module docstring).
 
+    Any z of the program's length gives a finite sound bound or +inf, never an exception: non-finite entries are
+    zeroed by the repair (any point of K^* is a valid multiplier), an exponential-cone repair that would need the
+    logarithm of an underflowed ratio takes the other coordinate, and any overflow or inf - inf on the way (IEEE
+    arithmetic, exact sums that leave the float range) makes the result +inf, never a finite number.
+
     Returns (bound in objective units, the repaired z)."""
+    with np.errstate(all="ignore"):
+        return _bound_from_dual(prog, z, gens, norm, data_rel_err)
+
+
+def _bound_from_dual(prog, z, gens, norm, data_rel_err):
     nv = prog.nv
     mag = np.ones(prog.c.size)  # per unit tau: |lam|, |Us|, |Uw|, |Vs|, |Vw| <= 1 on X; nu <= nubar
     if nv > NU:
@@ -75,16 +146,16 @@ def bound_from_dual(prog: Program, z: np.ndarray, gens: np.ndarray, norm: str,
     D = np.maximum(up, hV)
     if nv > NU:
         D = D + prog.nubar * np.maximum(g[prog.var(NU)], 0.0)
-    Q = math.fsum(D.tolist()) + float(g[0])
+    Q = _fsum(D) + float(g[0])
     # errors per unit tau: of g (times the magnitude of its variable), of the support functions, of the sums
     err = float(g_err @ mag) + float(np.maximum(eU, eV).sum()) + 4.0 * _U * float(np.abs(D).sum() + np.abs(up).sum())
     err += 2.0 * np.spacing(abs(Q)) + data_rel_err * (float(np.abs(zr) @ row_cost) + float(np.abs(prog.c) @ mag))
-    zb = math.fsum((zr * prog.b).tolist())
+    zb = _fsum(zr * prog.b)
     Q_hi = Q + 2.0 * err
     total = zb + max(prog.tau_lo * Q_hi, prog.tau_hi * Q_hi)
     total += 4.0 * _U * (abs(zb) + prog.tau_hi * abs(Q_hi)) + data_rel_err * float(np.abs(zr) @ np.abs(prog.b))
     total += 1e-300
-    if not math.isfinite(total):
+    if not math.isfinite(total):  # inf or nan: some term left the float range
         return math.inf, zr
     return round_up(total), zr
 

@@ -4,12 +4,18 @@ For a fixed multiplier t of the normalization row, the relaxation separates by t
 is E_lj times one universal program of the scalar w = wt_j - t (its value offset in objective units): the rows
 do not depend on E_lj or t (all tokens of a fixed query share h = R_s and P; the data errors differ by ~1e-13).
 So the duals of all n tokens come from G << n solved token programs: G values of w (at the tokens with the
-largest weight bounds, and spread over the range), solved together as G independent blocks (tau = 1); the
-relaxation's multiplier t is the root of sum_j E_lj Psi(wt_j - t) = 0 for Psi interpolated on the grid (two
-passes: the grid is re-centred at the first root); token j's dual is E_lj times the linear interpolation of
-its two neighbours' duals (a convex combination of points of K^* is in K^*). The bound is then computed from
-that dual by `support_bound.bound_from_dual`, sound for any dual: the interpolation decides only how tight it
-is. Cost: two solves of G token programs, O(n) for the root, O(n d) for the bound.
+largest weight bounds, for each t of the pass, and spread over the range), solved together as G independent
+blocks (tau = 1), each scaled to O(1) (`_virtual_data`) and its dual scaled back. With Psi(w) the token program's
+optimum (convex, increasing, slope 1 + kappa lam), F(t) = sum_j E_lj Psi(wt_j - t) is convex and decreasing and
+the relaxation's multiplier is its root: the first pass (t = 0) gives the root of the interpolated F; later passes
+solve a Newton step from the left of the root and a chord (or midpoint) step from its right, until the Newton
+step times the weight band is small against the dual gap (FAMILY_PASSES at most). Token j's dual at a solved t is
+E_lj times its grid point's dual (heavy tokens) or the linear interpolation of its two neighbours' (a convex
+combination of points of K^* is in K^*); the solver's and the polished duals (`token_program.polished_dual`) are
+both used, each at its own t and at the normalization multiplier of `support_bound.best_multiplier`. The bound is
+computed from each dual by `support_bound.bound_from_dual`, sound for any dual (the family decides only how tight
+it is), and the smallest is kept. Cost: 2 to FAMILY_PASSES (typically 3) solves of G token programs, O(n) per root
+step, O(n d) per bound.
 """
 from __future__ import annotations
 
@@ -19,21 +25,29 @@ from dataclasses import replace
 import numpy as np
 
 from attncert.certify.second_order.relaxation import weight_coefficients
-from attncert.certify.second_order.support_bound import bound_from_dual
+from attncert.certify.second_order.support_bound import best_multiplier, bound_from_dual
 from attncert.certify.second_order.token_program import (LAM, UW, VW, build_program, cutting_plane_rounds,
-                                                         edge_window, solve_program)
+                                                         edge_window, polished_dual, solve_program)
 
 FAMILY_ABOVE = 48  # more kept tokens than this: duals from the one-parameter family of token programs
 FAMILY_TOP = 64  # grid points placed at the w of the tokens with the largest weight bounds ...
 FAMILY_SPREAD = 32  # ... and spread evenly over the range of w
+FAMILY_PASSES = 6  # solves of the grid at most: at t = 0, at the interpolated root, then bracketing steps
+FAMILY_GAIN = 0.5  # another pass while the Newton step, times the weight band Ehat, exceeds this x (bound - t),
+FAMILY_STALL = 0.01  # ... unless the bound is below the first-order one and the last pass lowered it by at most
+FAMILY_FLOOR = 1e-6  # this x (bound - t), or the Newton step times Ehat is at most this x the first-order bound
 
 
-def _virtual_data(D, w: np.ndarray):
-    """The token program at value offsets w (objective units) with weight scale E_l = 1, as relaxation data:
-    token j's program is E_lj times this one at w = wt_j - t (the rows do not depend on E_l or on t)."""
+def _virtual_data(D, w: np.ndarray, typical: float = 1.0):
+    """The token program at value offsets w (objective units) as relaxation data, with weight scale
+    E_l = 1 / (1 + |w| / typical): token j's program is E_lj times this one at w = wt_j - t divided by its E_l (the
+    rows do not depend on E_l or on t). The blocks are solved together, to one tolerance: a block with |w| far
+    above the weight-averaged |w| of the tokens (`typical`, at least 1) would otherwise set the solver's absolute
+    accuracy for the blocks that carry the weight; blocks within the typical range keep E_l ~ 1."""
     G = w.size
     eps = np.full(G, float(np.max(D.eps_s)))
-    return replace(D, A=np.full(G, D.R_s) + eps, w0=D.g0 + w * D.rho_o, eps_s=eps, eps_w=np.zeros(G), tail=0.0)
+    return replace(D, A=np.full(G, D.R_s) + eps - np.log1p(np.abs(w) / typical), w0=D.g0 + w * D.rho_o, eps_s=eps,
+                   eps_w=np.zeros(G), tail=0.0)
 
 
 def _vertex_edges(D, chain, w: np.ndarray, near: int, grid: int) -> np.ndarray:
@@ -44,8 +58,21 @@ def _vertex_edges(D, chain, w: np.ndarray, near: int, grid: int) -> np.ndarray:
     return edge_window(kv, chain, near, grid)
 
 
+def _unscaled(prog, z, El):
+    """The duals of the token programs at E_l = 1 from those at scale El (block g's rows divided by El_g)."""
+    z = np.array(z, dtype=np.float64, copy=True)
+    G = El.size
+    for name, (start, dim) in prog.families.items():
+        if name == "norm":
+            continue
+        for c in range(dim):
+            z[start + dim * np.arange(G) + c] /= El
+    return z
+
+
 def _solve_tokens(D, upper_cone, mono, geometry, norm, ladder, near, grid, rounds, log):
-    """Solve the (independent, tau = 1) token programs of D; returns (prog, z, per-token primal values)."""
+    """Solve the (independent, tau = 1) token programs of D; returns (prog, [z, polished z] at E_l = 1 (None when
+    no solve converged; the polished one only when its LP succeeds), per-token primal values at E_l = 1)."""
     k = weight_coefficients(D.A, np.full(D.A.size, D.R_s), D.eps_s, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w, mono)
     if norm == "l2":
         prog = build_program(D, upper_cone, mono, ellipse=geometry, k=k, fix_tau=True)
@@ -58,10 +85,11 @@ def _solve_tokens(D, upper_cone, mono, geometry, norm, ladder, near, grid, round
                                                             rounds, k=k, fix_tau=True):
             log += lg
     if x is None:
-        return prog, None, None
+        return prog, None, None, None
     lam, Uw, Vw = x[prog.var(LAM)], x[prog.var(UW)], x[prog.var(VW)]
-    psi = k["wt"] * (1.0 + k["kappa"] * lam) + k["c_V"] * Vw + k["c_U"] * Uw
-    return prog, z, psi
+    psi = k["wt"] * (1.0 + k["kappa"] * lam) + (k["c_V"] * Vw + k["c_U"] * Uw) / k["El"]
+    zs = [_unscaled(prog, zz, k["El"]) for zz in (z, polished_dual(prog, z)) if zz is not None]
+    return prog, zs, psi, 1.0 + k["kappa"] * lam
 
 
 def _root(El: np.ndarray, wt: np.ndarray, grid_w: np.ndarray, psi: np.ndarray, lo: float, hi: float) -> float:
@@ -78,6 +106,8 @@ def _root(El: np.ndarray, wt: np.ndarray, grid_w: np.ndarray, psi: np.ndarray, l
 
     while phi(hi) > 0 and hi - lo < 1e6:
         lo, hi = hi, hi + 2.0 * (hi - lo) + 1.0
+    while phi(lo) < 0 and hi - lo < 1e6:  # the root can lie below the first bracket too
+        lo, hi = lo - 2.0 * (hi - lo) - 1.0, lo
     for _ in range(80):
         mid = 0.5 * (lo + hi)
         if phi(mid) > 0:
@@ -87,36 +117,38 @@ def _root(El: np.ndarray, wt: np.ndarray, grid_w: np.ndarray, psi: np.ndarray, l
     return hi
 
 
-def _grid(wt: np.ndarray, weight: np.ndarray, t: float, span: tuple) -> np.ndarray:
-    top = wt[np.argsort(-weight)[:FAMILY_TOP]] - t
+def _interp(w: np.ndarray, grid_w: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """y interpolated on the grid at w, linear beyond its ends (the end slopes)."""
+    v = np.interp(w, grid_w, y)
+    if grid_w.size > 1:
+        v = np.where(w < grid_w[0], y[0] + (w - grid_w[0]) * (y[1] - y[0]) / (grid_w[1] - grid_w[0]), v)
+        v = np.where(w > grid_w[-1], y[-1] + (w - grid_w[-1]) * (y[-1] - y[-2]) / (grid_w[-1] - grid_w[-2]), v)
+    return v
+
+
+def _newton(El, wt, t, grid_w, psi, dpsi) -> float:
+    """One Newton step on F(t) = sum_j El_j Psi(wt_j - t) from the grid's own t (where the heavy tokens sit on grid
+    points, so F(t) is their solved values), with Psi' = 1 + kappa lam at the solved points (envelope theorem)."""
+    w = wt - t
+    F = float(El @ _interp(w, grid_w, psi))
+    dF = float(El @ np.maximum(np.interp(w, grid_w, dpsi), 1.0))
+    return t + F / dF if dF > 0 and math.isfinite(F) else t
+
+
+def _grid(wt: np.ndarray, weight: np.ndarray, ts, span: tuple) -> np.ndarray:
+    """Grid points: the w = wt_j - t of the FAMILY_TOP heaviest tokens for each t in ts, and FAMILY_SPREAD points
+    spread over the range of w."""
+    heavy = wt[np.argsort(-weight)[:FAMILY_TOP]]
+    top = np.concatenate([heavy - t for t in np.atleast_1d(ts)])
     g = np.unique(np.concatenate([top, np.linspace(span[0], span[1], FAMILY_SPREAD)]))
     keep = np.concatenate([[True], np.diff(g) > 1e-9 * max(1.0, float(np.abs(g).max()))])
     return g[keep]
 
 
-def family_bound(D, upper_cone, mono, geometry, gens, norm, ladder, near, grid, rounds):
-    """Bound from duals of the one-parameter family of token programs (see the module docstring).
-
-    Returns (bound in objective units, status, the multiplier t, log [(solver, status, seconds)])."""
-    n = D.A.size
-    k = weight_coefficients(D.A, np.full(n, D.R_s), D.eps_s, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w, mono)
-    El, wt = k["El"], k["wt"]
-    log = []
-    t = 0.0
-    span = (float(wt.min()) - 1.5, float(wt.max()) + 0.5)
-    for _ in range(2):
-        gw = _grid(wt, El * k["Ehat"], t, span)
-        prog_v, z_v, psi = _solve_tokens(_virtual_data(D, gw), upper_cone, mono, geometry, norm, ladder, near, grid,
-                                         rounds, log)
-        if z_v is None:
-            return math.inf, "solver_error", math.nan, log
-        t = _root(El, wt, gw, psi, -1.0, 2.0)
-    real = build_program(D, upper_cone, mono, k=k)
-    w = wt - t
-    j = np.clip(np.searchsorted(gw, w) - 1, 0, gw.size - 1)
-    j1 = np.minimum(j + 1, gw.size - 1)
-    span_w = np.where(j1 > j, gw[j1] - gw[j], 1.0)
-    al = np.clip(np.where(j1 > j, (w - gw[j]) / span_w, 0.0), 0.0, 1.0)
+def _spread(real, prog_v, z_v, El, j, j1, al, t) -> np.ndarray:
+    """The dual of the real program: token i gets El_i times the interpolation (1 - al_i) z_v[j_i] + al_i z_v[j1_i]
+    of the grid programs' duals, the normalization row the multiplier t."""
+    n = El.size
     z = np.zeros(real.b.size)
     z[real.families["norm"][0]] = t
     for name, (start, dim) in real.families.items():
@@ -125,7 +157,87 @@ def family_bound(D, upper_cone, mono, geometry, gens, norm, ladder, near, grid, 
         sv, dv = prog_v.families[name]
         for c in range(dim):
             z[start + dim * np.arange(n) + c] = El * ((1.0 - al) * z_v[sv + dv * j + c] + al * z_v[sv + dv * j1 + c])
-    bound, _ = bound_from_dual(real, z, gens, norm)
+    return z
+
+
+def family_bound(D, upper_cone, mono, geometry, gens, norm, ladder, near, grid, rounds, ceiling=math.inf):
+    """Bound from duals of the one-parameter family of token programs (see the module docstring). ceiling: the
+    first-order bound in objective units (passes stop early only once the bound is below it).
+
+    Returns (bound in objective units, status, the multiplier t, log [(solver, status, seconds)])."""
+    n = D.A.size
+    k = weight_coefficients(D.A, np.full(n, D.R_s), D.eps_s, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w, mono)
+    El, wt = k["El"], k["wt"]
+    log = []
+    t = 0.0
+    span = (float(wt.min()) - 1.5, float(wt.max()) + 0.5)
+    real = build_program(D, upper_cone, mono, k=k)
+    i0 = real.families["norm"][0]
+    band = float(np.max(k["Ehat"]))
+    typical = max(1.0, float((El @ np.abs(wt)) / El.sum()))
+
+    def candidate(t_at, gw, prog_v, z_v):
+        """The bound from the grid's duals at multiplier t_at (tokens on a grid point take its dual, the others
+        the interpolation of their two neighbours'), also with the best normalization multiplier."""
+        w = wt - t_at
+        j = np.clip(np.searchsorted(gw, w) - 1, 0, gw.size - 1)
+        j1 = np.minimum(j + 1, gw.size - 1)
+        span_w = np.where(j1 > j, gw[j1] - gw[j], 1.0)
+        al = np.clip(np.where(j1 > j, (w - gw[j]) / span_w, 0.0), 0.0, 1.0)
+        out = math.inf
+        for zv in z_v:
+            z = _spread(real, prog_v, zv, El, j, j1, al, t_at)
+            out = min(out, bound_from_dual(real, z, gens, norm)[0])
+            z[i0] = best_multiplier(real, z, gens, norm, t_at)
+            out = min(out, bound_from_dual(real, z, gens, norm)[0])
+        return out
+
+    bound = math.inf
+    left = right = None  # (t, F, grid, psi, dpsi) of the solved t nearest the root on each side (F > 0: left)
+    ts = [0.0]
+    last = None
+    before = math.inf
+    for p in range(FAMILY_PASSES):
+        gw = _grid(wt, El * k["Ehat"], ts, span)
+        prog_v, z_v, psi, dpsi = _solve_tokens(_virtual_data(D, gw, typical), upper_cone, mono, geometry, norm,
+                                               ladder, near, grid, rounds, log)
+        if z_v is None:
+            break
+        last = (gw, prog_v, z_v)
+        for t_p in ts:
+            F = float(El @ _interp(wt - t_p, gw, psi))
+            if F > 0 and (left is None or t_p > left[0]):
+                left = (t_p, F, gw, psi, dpsi)
+            elif F <= 0 and (right is None or t_p < right[0]):
+                right = (t_p, F, gw, psi, dpsi)
+            if p > 0:
+                bound = min(bound, candidate(t_p, gw, prog_v, z_v))
+        if p == 0:
+            t = _root(El, wt, gw, psi, -1.0, 2.0)
+            ts = [t]
+            continue
+        # F is convex and decreasing: a Newton step from the left stays left of the root, the chord between the two
+        # sides lands right of it; both are solved in the next pass (the bound is best at or just right of the root)
+        step = abs(_newton(El, wt, t, gw, psi, dpsi) - t)
+        settled = bound < ceiling and (before - bound <= FAMILY_STALL * (bound - t)
+                                       or step * band <= FAMILY_FLOOR * abs(ceiling))
+        before = bound
+        if not math.isfinite(bound) or (step * band > FAMILY_GAIN * (bound - t) and not settled):
+            ts = []
+            if left is not None:
+                ts.append(_newton(El, wt, left[0], *left[2:]))
+            if right is not None and left is not None:
+                (tl, Fl), (tr, Fr) = left[:2], right[:2]
+                chord = tl + Fl * (tr - tl) / (Fl - Fr)
+                ts.append(min(chord, 0.5 * (ts[0] + tr)))  # the chord stalls where F is flat right of the root
+            elif right is not None:
+                ts.append(_newton(El, wt, right[0], *right[2:]))
+            t = ts[-1]
+        else:
+            break
+    if last is None:
+        return math.inf, "solver_error", math.nan, log
+    bound = min(bound, candidate(t, *last))  # the last root, tokens interpolated on the last grid
     return bound, log[-1][1], t, log
 
 

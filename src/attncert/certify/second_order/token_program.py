@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import numpy as np
 import scipy.sparse as sp
 
-from attncert.certify.second_order.dual_certificate import _CLARABEL_BASE, _CLARABEL_STATUS
+from attncert.certify.second_order.dual_certificate import _CLARABEL_BASE, _CLARABEL_STATUS, polish_dual, repair_dual
 from attncert.certify.second_order.relaxation import nu_bound, weight_coefficients
 
 # Clarabel at 1e-8: the bound is computed from the dual with the exact P whatever the solver's accuracy; on the
@@ -34,7 +34,7 @@ NEAR = 4  # consecutive edges on each side of the estimated vertex (linf)
 GRID = 7  # global sigma grid of edges (linf)
 ROUNDS = 3  # solves with cutting planes (linf)
 MAX_EDGES = 40  # edges per token at most
-CUT_STOP = 1e-5  # stop cutting once the violated mass weighs <= this x (1 + |primal|)
+CUT_STOP = 1e-8  # stop cutting once the violated mass weighs <= this x (1 + |primal|)
 VIOLATION = 1e-9  # an atom this far above the boundary of P (unit value coordinate) gets a cut
 # variables of one token's block
 LAM, US, UW, VS, VW, NU = range(6)
@@ -59,6 +59,20 @@ class Program:
 
     def var(self, k: int) -> np.ndarray:
         return 1 + self.nv * np.arange(self.n) + k
+
+    def box(self) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) per variable holding every lifted true point: tau in [tau_lo, tau_hi] (and 1 when tau is
+        fixed), lam in [0, tau], the unit coordinates of U and V in [-tau, tau], 0 <= nu <= tau nubar. Used only
+        to polish a dual (`polished_dual`); the certified bound takes the exact set X (`support_bound`)."""
+        t_lo, t_hi = min(self.tau_lo, 1.0), max(self.tau_hi, 1.0)
+        lo, hi = np.zeros(self.c.size), np.zeros(self.c.size)
+        lo[0], hi[0] = t_lo, t_hi
+        hi[self.var(LAM)] = t_hi
+        for k in (US, UW, VS, VW):
+            lo[self.var(k)], hi[self.var(k)] = -t_hi * (1.0 + 1e-9), t_hi * (1.0 + 1e-9)
+        if self.nv > NU:
+            hi[self.var(NU)] = t_hi * self.nubar
+        return lo, hi
 
 
 class _Rows:
@@ -175,6 +189,20 @@ def build_program(D, upper_cone: bool, mono: int, edges: np.ndarray | None = Non
     c[1 + nv * tok + UW] = -k["c_U"]
     nubar = nu_bound(h, D.eps_s, 1.0) if deviation else np.zeros(n)
     return Program(c, A, b, dims, simple, nv, n, k["tau_lo"], k["tau_hi"], nubar, families)
+
+
+def polished_dual(prog: Program, z: np.ndarray) -> np.ndarray | None:
+    """A second dual from the solver's: `dual_certificate.polish_dual` (each cone block replaced by its supporting
+    cut at the repaired dual, the LP over the box of `Program.box` solved by HiGHS) on the program's own rows. An
+    interior-point dual that is slightly off pays its stationarity residual to first order in the bound; the LP's
+    multipliers pass within second order of the optimum (the cuts are tangent at the solver's point). It is one
+    more point of K^* whose bound is computed and compared like any other; None when the LP fails."""
+    lo, hi = prog.box()
+    mag = np.maximum(np.abs(lo), np.abs(hi))
+    row_cost = abs(prog.A) @ mag + np.abs(prog.b) + 1e-300
+    with np.errstate(all="ignore"):
+        zr = repair_dual(z, prog.dims, row_cost)
+        return polish_dual(prog.c, prog.A, prog.b, prog.dims, zr, lo, hi)
 
 
 def edge_window(kv: np.ndarray, chain, near: int, grid: int) -> np.ndarray:
