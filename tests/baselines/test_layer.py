@@ -23,13 +23,17 @@ def test_ratio_is_baseline_gap_over_certificate_gap_on_the_same_unit():
     assert len(t) == 2 and np.allclose(t["ratio_median"], 4.0) and (t["share_certificate_tighter"] == 1.0).all()
 
 
+def _random_layer(seed: int, heads: int, T: int = 3, d: int = 4, dh: int = 2):
+    """A random extracted layer (the arrays `bound_layer` reads) and a unit specification vector per head."""
+    rng = np.random.default_rng(seed)
+    arrays = {"W_Q": rng.standard_normal((heads, d, dh)), "W_K": rng.standard_normal((heads, d, dh)),
+              "W_V": rng.standard_normal((heads, d, dh)), "b_Q": np.zeros((heads, dh)), "b_K": np.zeros((heads, dh)),
+              "b_V": np.zeros((heads, dh)), "Z": rng.standard_normal((1, T, d)), "causal": np.bool_(True)}
+    return arrays, np.ones((heads, 1, 1, dh)) / np.sqrt(dh)
+
+
 def test_bound_layer_marks_a_bound_below_the_attained_value_unsound():
-    rng = np.random.default_rng(0)
-    H, T, d, dh = 1, 3, 4, 2
-    arrays = {"W_Q": rng.standard_normal((H, d, dh)), "W_K": rng.standard_normal((H, d, dh)),
-              "W_V": rng.standard_normal((H, d, dh)), "b_Q": np.zeros((H, dh)), "b_K": np.zeros((H, dh)),
-              "b_V": np.zeros((H, dh)), "Z": rng.standard_normal((1, T, d)), "causal": np.bool_(True)}
-    spec = np.ones((H, 1, 1, dh)) / np.sqrt(dh)
+    arrays, spec = _random_layer(seed=0, heads=1)
     grid = {"heads": [0], "prompts": [0], "query_positions": [2], "norms": ["linf"], "modes": ["fixed"],
             "radii": [0.01, 0.02]}
     cert = pd.DataFrame([{**KEY, "radius": r, "exact_lo": 1e6 if r == 0.02 else -1e6, "best_feasible": np.nan}
@@ -46,12 +50,7 @@ def test_the_certificate_is_timed_beside_the_baselines_of_the_first_fixed_group(
     from attncert.baselines.seconds_beside import COLUMN, beside_medians
     from attncert.certify.second_order.certificate import second_order_certificate
 
-    rng = np.random.default_rng(1)
-    H, T, d, dh = 2, 3, 4, 2
-    arrays = {"W_Q": rng.standard_normal((H, d, dh)), "W_K": rng.standard_normal((H, d, dh)),
-              "W_V": rng.standard_normal((H, d, dh)), "b_Q": np.zeros((H, dh)), "b_K": np.zeros((H, dh)),
-              "b_V": np.zeros((H, dh)), "Z": rng.standard_normal((1, T, d)), "causal": np.bool_(True)}
-    spec = np.ones((H, 1, 1, dh)) / np.sqrt(dh)
+    arrays, spec = _random_layer(seed=1, heads=2)
     grid = {"heads": [0, 1], "prompts": [0], "query_positions": [2], "norms": ["linf"], "modes": ["varying", "fixed"],
             "radii": [0.01, 0.02]}
     df = bound_layer(arrays, spec, [2], 0, grid, ["ibp", "crown"], {}, certificate=second_order_certificate)
