@@ -583,3 +583,10 @@ def test_console_script_with_the_run_configuration(certified_root, tmp_path):
     res = subprocess.run([exe, "audit", "--model", MODEL, "--layer", "0", "--rows", "0-3", "--data",
                           str(certified_root)], capture_output=True, text=True)
     assert res.returncode == 0 and "Completeness not checked" in res.stdout, res.stderr[-2000:]
+
+
+@pytest.mark.parametrize("layer_args", [[], ["--layer", "0"]])
+def test_a_model_without_results_names_the_run_to_make_not_a_target_for_it(certified_root, layer_args, capsys):
+    """No target under another model's name is suggested (Snakemake refuses `{model}` outside the configuration)."""
+    line = _one_line_exit_2(["--model", "gpt2", *layer_args, "--data", str(certified_root)], capsys)
+    assert "no certification tables" in line and "certify/gpt2/layer" not in line and "--configfile" in line

@@ -198,9 +198,11 @@ def main(argv=None) -> int:
         rows = parse_rows(a.rows)
         coverage = read_grid_config(a.configfile, a.model) if a.configfile else None
         layers = a.layer or (coverage.layers if coverage and coverage.layers else layers_on_disk(root, a.model))
-        if not layers:
-            raise AuditInputError(f"no certification tables under {root / 'certify' / a.model}; fix: run snakemake "
-                                  "first, or pass --data and --model of a run")
+        if not layers or not (root / "certify" / a.model).is_dir():
+            raise AuditInputError(f"no certification tables under {root / 'certify' / a.model}; fix: run the pipeline "
+                                  "for that model first (snakemake --cores all with the run's configuration, e.g. "
+                                  "--configfile workflow/config/paper.yaml, or --config model_source=DIR), or pass "
+                                  "--data and --model of a run")
         records = audit_model(root, a.model, layers, rows, coverage)
         if not records:
             raise AuditInputError(f"the selection --rows {a.rows} holds no row of layer(s) {layers}; fix: choose rows "
