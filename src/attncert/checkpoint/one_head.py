@@ -18,7 +18,7 @@ from attncert.checkpoint.checkpoint_input import CheckpointInputError
 from attncert.checkpoint.family import checkpoint_config, checkpoint_family
 from attncert.head.problem import MODES, NORMS, HeadProblem
 from attncert.head.units import Unit, head_problem, specification_vectors
-from attncert.pipeline.model_source import EMBEDDED, embedded_model_dir
+from attncert.pipeline.model_source import EMBEDDED, config_dimensions, embedded_model_dir
 
 DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog."
 
@@ -41,14 +41,6 @@ class HeadRequest:
     max_tokens: int | None = None
 
 
-def _dimensions(cfg: dict, family: str) -> tuple[int, int, int]:
-    """(layers, heads, positions) from a GPT-2 or BERT config dict."""
-    if family == "gpt2":
-        return int(cfg.get("n_layer", 12)), int(cfg.get("n_head", 12)), int(cfg.get("n_positions", 1024))
-    return (int(cfg.get("num_hidden_layers", 12)), int(cfg.get("num_attention_heads", 12)),
-            int(cfg.get("max_position_embeddings", 512)))
-
-
 def _in_range(name: str, value: int, count: int, what: str) -> None:
     if not 0 <= value < count:
         raise CheckpointInputError(f"{name} {value} is out of range: {what}; fix: use {name} 0..{count - 1}")
@@ -59,7 +51,7 @@ def check_request(req: HeadRequest) -> tuple[Path, str, tuple[int, int, int]]:
     (which needs the text's tokens); CheckpointInputError (one line) otherwise."""
     model_dir = Path(req.model_dir).expanduser() if req.model_dir else embedded_model_dir()
     family = checkpoint_family(model_dir, req.family)
-    dims = _dimensions(checkpoint_config(model_dir), family)
+    dims = config_dimensions(checkpoint_config(model_dir))
     _in_range("--layer", req.layer, dims[0], f"the model has {dims[0]} layers")
     _in_range("--head", req.head, dims[1], f"each layer has {dims[1]} heads")
     if req.norm not in NORMS:

@@ -111,6 +111,15 @@ def checkpoint_family(model_cfg: dict) -> str | None:
     return str(cfg["model_type"]) if cfg and cfg.get("model_type") else None
 
 
+def config_dimensions(cfg: dict) -> tuple[int, int, int]:
+    """(layers, heads, positions) of a GPT-2 or BERT family `config.json` (either family's key names; the
+    transformers defaults 12, 12 and 1024 / 512 where a key is absent)."""
+    gpt2 = "n_layer" in cfg or cfg.get("model_type") == "gpt2"
+    return (int(cfg.get("num_hidden_layers", cfg.get("n_layer", 12))),
+            int(cfg.get("num_attention_heads", cfg.get("n_head", 12))),
+            int(cfg.get("max_position_embeddings", cfg.get("n_positions", 1024 if gpt2 else 512))))
+
+
 def model_dimensions(model_cfg: dict) -> tuple[int, int] | None:
     """(n_layers, n_heads) without loading weights, or None if unknown (hub unreachable, id unknown)."""
     target = resolve(model_cfg)
@@ -118,7 +127,5 @@ def model_dimensions(model_cfg: dict) -> tuple[int, int] | None:
         return KNOWN_DIMENSIONS[RANDOM_GPT2]
     cfg = checkpoint_config(model_cfg)
     if cfg is not None:
-        n_layers = cfg.get("num_hidden_layers", cfg.get("n_layer"))
-        n_heads = cfg.get("num_attention_heads", cfg.get("n_head"))
-        return int(n_layers), int(n_heads)
+        return config_dimensions(cfg)[:2]
     return KNOWN_DIMENSIONS.get(target)
