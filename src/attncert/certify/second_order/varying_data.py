@@ -73,7 +73,7 @@ class VaryingData:
         self.kq = self.kbar = None
         p_err = np.zeros(n)  # rounding of the float p_j against the program's functional W_Q kq_j (dual norm)
         if center == "key":
-            self.kbar = np.median(K0, axis=0)
+            self.kbar = key_center(K0, problem.W_Q, p, dual)
             self.kq = (K0 - self.kbar) / sq
             p = self.kq @ problem.W_Q.T
             absq = np.abs(problem.W_Q)
@@ -177,6 +177,17 @@ class VaryingData:
         self.deviation = bool(np.min(self.h) < DEVIATION_BELOW)
         self.tail = tail
         return self
+
+
+def key_center(K0: np.ndarray, W_Q: np.ndarray, p: np.ndarray, dual) -> np.ndarray:
+    """The common key kbar whose query direction W_Q kbar / sqrt(d_h) leaves the smallest sum of the keys' dual
+    norms ||p_j - W_Q kbar / sqrt(d_h)||_* (the sum of H_j / r), of two candidates: the coordinatewise median of
+    the keys, and the least-squares preimage of the coordinatewise median of the p_j (the minimizer of that sum
+    over all of R^d for the box's l1 dual norm, projected on the range of W_Q). Any kbar is sound."""
+    sq = math.sqrt(W_Q.shape[1])
+    cands = [np.median(K0, axis=0), np.linalg.lstsq(W_Q / sq, np.median(p, axis=0), rcond=None)[0]]
+    cost = [sum(dual(pj) for pj in p - (kb @ W_Q.T) / sq) for kb in cands]
+    return cands[int(np.argmin(cost))]
 
 
 def key_direction_error(problem: HeadProblem, K0: np.ndarray, kbar: np.ndarray, kq: np.ndarray) -> np.ndarray:
