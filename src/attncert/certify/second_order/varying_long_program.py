@@ -171,10 +171,15 @@ class _Assembly:
 
 
 def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: int, second: bool = True,
-                       edges: list | None = None) -> LongProgram:
+                       edges: list | None = None, tau_exp: int = 0) -> LongProgram:
     """The program of one unit. D: key-centered `VaryingData` after `drop_negligible` (the query token last);
     edges (linf): per token the indices into `chain_rows` of its half-planes (keys: the keys' chain, the query
-    token: its own)."""
+    token: its own).
+
+    tau_exp: the program is homogeneous in (tau, x) but for the normalization, so multiplying every lower weight
+    bound E_l (and the objective's E_l-proportional coefficients) by F = 2^tau_exp is the same program in the
+    variables x / F, with the same optimum and the same certified bounds; a power of two adds no rounding. It
+    only changes what the interior-point solver sees (`varying_long.ATTEMPTS`)."""
     n, d, m = D.n, D.d, D.n - 1
     dh = W_Q.shape[1]
     sizes = {"tau": 1, "W": d, "Y": dh} | {k: m for k in KEYS_BLOCKS} | {k: n for k in TOKEN_BLOCKS}
@@ -184,6 +189,9 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
     nvar = col
     Hf, hk = widths(D)
     k = weight_coefficients(D.A - Hf, hk, D.eps, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w, mono)
+    F = math.ldexp(1.0, int(tau_exp))
+    for name in ("El", "c_lam", "c_V", "c_U"):
+        k[name] = k[name] * F
     El = k["El"]
     wt = (D.w0 + D.eps_w - D.g0) / D.rho_o
     wt = wt + 4.0 * _U * (np.abs(D.w0) + D.eps_w + abs(D.g0)) / D.rho_o + 4.0 * _U * np.abs(wt)
