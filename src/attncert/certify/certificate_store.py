@@ -27,7 +27,8 @@ One file per layer, next to `layer{L}.csv`; row r of the table owns the keys `r{
                                 the build key, the facet edges per token (-1 padded) and the relaxation data --
                                 fixed query: `FixedRelaxationData` (fixed_program); varying query: the fields of
                                 `VaryingData` before negligible tokens are dropped (path varying_factored:
-                                varying_factored_program; varying_unfactored: varying_program; u_s, u_w are the
+                                varying_factored_program; varying_unfactored: varying_program; varying_long:
+                                varying_long_program, with the key-space kq, kbar; u_s, u_w are the
                                 reduction's). A field `name@shared` holds the id of an array stored
                                 once per layer (`arrays/{id}`: p and pbar are the same at every radius)
 
@@ -94,7 +95,8 @@ class RowPool:
 FIXED_DATA_FIELDS = ("A", "w0", "g0", "eps_s", "eps_w", "R_s", "R_w", "rho_w", "rho_o", "radius", "tail")
 SHARED = "@shared"  # suffix of a field stored as the id of a shared array (`RowPool.add_array`)
 REDUCTION_FIELDS = ("u_s", "u_w")  # fields of the varying data that are the reduction's (not stored twice)
-VARYING_PATHS = ("varying_factored", "varying_unfactored")  # the two varying-query programs (same fields)
+VARYING_PATHS = ("varying_factored", "varying_unfactored", "varying_long")  # the varying-query programs (the same
+#                                                                           fields; varying_long also kq, kbar)
 
 
 def _construction_arrays(construction: dict, pool: RowPool) -> dict:
