@@ -172,3 +172,15 @@ def test_dispatch_and_agreement_with_the_cvxpy_program():
     big = random_head_problem(np.random.default_rng(4), d=8, d_head=4, n=VARYING_LONG_ABOVE + 1, radius=0.02,
                               norm="linf", mode="varying")
     assert second_order_certificate(big).value == vl.second_order_varying_long(big).value
+
+
+@pytest.mark.parametrize("norm, scale", [("linf", 5.0), ("l2", 5.0), ("l2", 0.01)])
+def test_wide_or_tiny_widths_are_rescued_by_the_cvxpy_programs(norm, scale):
+    """Where this program's solve ends above the first-order bound (score half-widths of 4-7, or 1e-5), a unit of
+    at most RESCUE_MAX tokens gets the cvxpy programs' bound (which try the unfactored program in turn): not a
+    fallback, and sound."""
+    p = random_head_problem(np.random.default_rng(1 if norm == "l2" else 0), d=6, d_head=3, n=40, radius=0.01,
+                            norm=norm, mode="varying", scale=scale)
+    res = vl.second_order_varying_long(p, upper_cone=scale < 1)
+    assert not res.fallback, res.status
+    assert res.value >= max(best_feasible_ascent(p, restarts=4, steps=60).value, sampled_max(p, k=16))

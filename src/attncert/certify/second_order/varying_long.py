@@ -47,6 +47,7 @@ ROUNDS = 3  # solves with cutting planes (linf)
 MAX_EDGES = 40  # half-planes per token at most
 CUT_STOP = 1e-3  # stop once the atoms above their chains weigh <= this x the primal (objective units, origin near
 #                  the optimum: the primal measures about the gap); another solve lowered the bound by < 1% of the gap
+RESCUE_MAX = 64  # tokens at most for the rescue of a fallback by the cvxpy programs (`_rescued`)
 VIOLATION = 1e-9  # an atom this far above its chain (unit value coordinate) gets a cut
 
 
@@ -99,8 +100,27 @@ def second_order_varying_long(problem: HeadProblem, upper_cone: bool = False, mo
             break
         edges = [np.union1d(e, a)[:MAX_EDGES] if a.size else e for e, a in zip(edges, new)]
     n_facets = int(max((e.size for e in edges), default=0)) if edges is not None else 0
-    return settle(best, fo, t0, "varying", status=best_status, solver="CLARABEL" if math.isfinite(best) else "none",
-                  primal=primal, rounds=rounds, n_facets=n_facets, log=log, dual_gap=gap)
+    res = settle(best, fo, t0, "varying", status=best_status, solver="CLARABEL" if math.isfinite(best) else "none",
+                 primal=primal, rounds=rounds, n_facets=n_facets, log=log, dual_gap=gap)
+    return _rescued(problem, res, upper_cone, monotone_points, t0) if res.fallback else res
+
+
+def _rescued(problem: HeadProblem, res: SecondOrderResult, upper_cone: bool, monotone_points: int,
+             t0: float) -> SecondOrderResult:
+    """A fallback of this program on at most RESCUE_MAX tokens: the cvxpy programs of `varying_factored` (which try
+    the unfactored program in turn: tiny or wide score widths, where this program's solves end above the first-order
+    bound) are another sound attempt; the smaller bound is returned, its status says which."""
+    if problem.n > RESCUE_MAX:
+        return res
+    from attncert.certify.second_order.varying_factored import second_order_varying_factored
+
+    other = second_order_varying_factored(problem, monotone_points=monotone_points, upper_cone=upper_cone)
+    other.seconds = time.perf_counter() - t0
+    if other.value < res.value or (other.value == res.value and not other.fallback):
+        other.status = f"{other.status} (rescue of the long-context program: {res.status})"
+        return other
+    res.seconds = other.seconds
+    return res
 
 
 def _data_err() -> float:
