@@ -147,7 +147,8 @@ def rebuild_varying_long(build: dict, red: dict, norm_row: str, W_Q: np.ndarray)
     D = VaryingData.from_fields(fields).drop_negligible()
     n, d, norm, upper_cone, mono, second, tau_exp = json.loads(str(build["key"]))
     if norm != norm_row or D.n != int(n) or int(d) != W_Q.shape[0] or D.d != W_Q.shape[0]:
-        return None, (), f"build key for n = {n}, d = {d}, {norm}; the row's unit has n = {D.n}, d = {W_Q.shape[0]}, {norm_row}"
+        return None, (), (f"build key for n = {n}, d = {d}, {norm}; the row's unit has n = {D.n}, d = {W_Q.shape[0]}, "
+                          f"{norm_row}")
     edges = [row[row >= 0] for row in np.asarray(build["edges"])] if norm == "linf" else None
     prog = build_long_program(D, W_Q, bool(upper_cone), int(mono), bool(second), edges, int(tau_exp))
     return (dict(c=prog.c, A=prog.A, b=prog.b, dims=prog.dims, lo=prog.lo, hi=prog.hi), (D.g0, D.rho_o, D.tail), "")
@@ -348,6 +349,7 @@ def _varying_common(build: dict, red: dict, head, radius: float, norm: str) -> s
         if _lower(m) < 0:
             return f"varying data: {label} too small"
     rng = np.stack([np.array(R), np.full(n, float(build["R_w"])), H, np.full(n, bb)], axis=1)
-    if not (_same(build["active"], (rng > 0).astype(np.float64)) and _same(build["scales"], np.where(rng > 0, rng, 1.0))):
+    units = np.where(rng > 0, rng, 1.0)
+    if not (_same(build["active"], (rng > 0).astype(np.float64)) and _same(build["scales"], units)):
         return "varying data: units differ from the half-widths"
     return ""

@@ -78,8 +78,8 @@ def _lift(p, D, delta):
     xhat = x / D.scales[:, [0, 1, 3]] * D.active[:, [0, 1, 3]]
     etahat = eta[:m] / Hf[:m]
     W = tau * di / p.radius
-    return {"tau": np.array([tau]), "W": W, "Y": p.W_Q.T @ W, "mu": tau * np.expm1(eta[:m] + Hf[:m]) / np.expm1(2 * Hf[:m]),
-            "bt": bt, "eta": tau * etahat, "Q": tau * etahat ** 2, "lam": lam,
+    return {"tau": np.array([tau]), "W": W, "Y": p.W_Q.T @ W, "bt": bt,
+            "mu": tau * np.expm1(eta[:m] + Hf[:m]) / np.expm1(2 * Hf[:m]), "eta": tau * etahat, "Q": tau * etahat ** 2, "lam": lam,
             "Us": lam * xhat[:, 0], "Uw": lam * xhat[:, 1], "Ub": lam * xhat[:, 2],
             "Vs": (base - lam) * xhat[:, 0], "Vw": (base - lam) * xhat[:, 1], "Vb": (base - lam) * xhat[:, 2],
             "SU": lam * sk / hk, "SV": (base - lam) * sk / hk}
@@ -117,7 +117,8 @@ def test_lifted_true_points_are_feasible(norm, upper_cone):
     for _ in range(40):
         delta = rng.standard_normal(p.Z0.shape)
         if norm == "linf":
-            delta = p.radius * np.where(rng.uniform(size=delta.shape) < 0.6, np.sign(delta), rng.uniform(-1, 1, delta.shape))
+            inner = rng.uniform(-1, 1, delta.shape)
+            delta = p.radius * np.where(rng.uniform(size=delta.shape) < 0.6, np.sign(delta), inner)
         else:
             delta = p.radius * delta / np.linalg.norm(delta, axis=1, keepdims=True) * rng.uniform(0.5, 1.0, (p.n, 1))
         x = np.zeros(prog.c.size)

@@ -26,7 +26,8 @@ import numpy as np
 from attncert.certify.second_order.cutting_planes import vertex_dinkelbach
 from attncert.certify.second_order.dual_certificate import weak_duality_bound
 from attncert.certify.second_order.dual_record import note_construction, offer_dual
-from attncert.certify.second_order.relaxation import MONOTONE_POINTS, SecondOrderResult, fallback_bound, representable, settle
+from attncert.certify.second_order.relaxation import (MONOTONE_POINTS, SecondOrderResult, fallback_bound, representable,
+                                                      settle)
 from attncert.certify.second_order.token_program import LADDER, edge_window, solve_program
 from attncert.certify.second_order.varying import _to_g
 from attncert.certify.second_order.varying_data import VaryingData

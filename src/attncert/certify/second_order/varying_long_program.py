@@ -201,11 +201,12 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
     R = _Assembly(offsets, m)
     tau, one = ("tau", 1.0), 1.0
     # zero rows: the normalization, the b level, the links, the S definitions
-    R.add("zero", 1, [[("cols", np.concatenate([[0], offsets["bt"] + np.arange(m), offsets["lam"] + np.arange(n)])[None],
-                       -np.concatenate([[El[m]], El[:m], El * k["kappa"]])[None])]], rhs=[1.0])
+    norm_cols = np.concatenate([[0], offsets["bt"] + np.arange(m), offsets["lam"] + np.arange(n)])
+    R.add("zero", 1, [[("cols", norm_cols[None], -np.concatenate([[El[m]], El[:m], El * k["kappa"]])[None])]], rhs=[1.0])
     R.add("zero", m, [[("bt", -one), tau, ("mu", kb)]])
     lead = np.where(act[:m, 2] > 0, D.radius / D.scales[:m, 2], 0.0)
-    R.add("zero", m, [[("eta", -one), ("cols", offsets["Y"] + np.tile(np.arange(dh), (m, 1)), lead[:, None] * D.kq[:m])]])
+    y_cols = offsets["Y"] + np.tile(np.arange(dh), (m, 1))
+    R.add("zero", m, [[("eta", -one), ("cols", y_cols, lead[:, None] * D.kq[:m])]])
     R.add("zero", dh, [[("Y", -one), ("cols", offsets["W"] + np.tile(np.arange(d), (dh, 1)), W_Q.T)]])
     R.add("zero", n, [[("SU", -one), ("Us", ks), ("Ub", kbb)]])
     R.add("zero", n, [[("SV", -one), ("Vs", ks), ("Vb", kbb)]])
@@ -254,7 +255,8 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
         Gt = np.broadcast_to(G, (n, 2, 2)).copy()
         Gt[-1] = Gq
         cst = np.where(np.arange(n) < m, cs, csq)
-        R.add("soc", n, [[("lam", cst)], [("Us", Gt[:, 0, 0]), ("Uw", Gt[:, 0, 1])], [("Us", Gt[:, 1, 0]), ("Uw", Gt[:, 1, 1])]])
+        R.add("soc", n, [[("lam", cst)], [("Us", Gt[:, 0, 0]), ("Uw", Gt[:, 0, 1])],
+                         [("Us", Gt[:, 1, 0]), ("Uw", Gt[:, 1, 1])]])
         R.add("soc", n, [[("base", cst), ("lam", -cst)], [("Vs", Gt[:, 0, 0]), ("Vw", Gt[:, 0, 1])],
                          [("Vs", Gt[:, 1, 0]), ("Vw", Gt[:, 1, 1])]])
     if second:
@@ -306,9 +308,8 @@ def _facet_rows(R: _Assembly, D: VaryingData, edges: list, offsets: dict, m: int
     rows_q = chain_rows(query, D.scales[-1, 0], D.rho_w)
     tok = np.concatenate([np.full(e.size, j) for j, e in enumerate(edges)])
     idx = np.concatenate(edges).astype(np.int64)
-    hs = np.where(tok < m, rows_k[0][np.minimum(idx, rows_k[0].size - 1)], rows_q[0][np.minimum(idx, rows_q[0].size - 1)])
-    hw = np.where(tok < m, rows_k[1][np.minimum(idx, rows_k[1].size - 1)], rows_q[1][np.minimum(idx, rows_q[1].size - 1)])
-    hb = np.where(tok < m, rows_k[2][np.minimum(idx, rows_k[2].size - 1)], rows_q[2][np.minimum(idx, rows_q[2].size - 1)])
+    pick = lambda rows: rows[np.minimum(idx, rows.size - 1)]  # noqa: E731 - the half-plane of each (token, index)
+    hs, hw, hb = (np.where(tok < m, pick(rk), pick(rq)) for rk, rq in zip(rows_k, rows_q))
     base_col = np.where(tok < m, offsets["bt"] + np.minimum(tok, m - 1), 0)
     lam, us, uw = offsets["lam"] + tok, offsets["Us"] + tok, offsets["Uw"] + tok
     vs, vw = offsets["Vs"] + tok, offsets["Vw"] + tok
