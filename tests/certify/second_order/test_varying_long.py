@@ -5,6 +5,7 @@ the lifted true points (every row of the assembled program must hold there, insi
 (the bound is weak duality over the box, valid for every point of K^*, whatever the solver returns).
 """
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -25,7 +26,7 @@ from attncert.head.problem import random_head_problem
 
 from head_strategies import sampled_max  # tests/head_strategies.py
 
-SETTINGS = dict(suppress_health_check=[HealthCheck.too_slow], derandomize=True, deadline=None)
+SETTINGS = dict(suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 
@@ -66,7 +67,8 @@ def _lift(p, D, delta):
     eta = np.zeros(n)
     for j in range(m):
         x[j] = [D.u_s @ dp[j], D.u_w @ dp[j], di @ M @ dp[j]]
-        eta[j] = (di @ p.W_Q) @ D.kq[j]
+        k0 = p.Z0[D.order[j]] @ p.W_K + p.b_K  # the key of token order[j], from the weights
+        eta[j] = (di @ p.W_Q) @ (k0 - D.kbar) / np.sqrt(p.d_head)
     x[-1] = [D.u_q @ di, D.u_w @ di, di @ M @ di]
     Hf, hk = widths(D)
     e = np.exp(D.A + x[:, 0] + x[:, 2] + eta)
@@ -110,6 +112,7 @@ def test_lifted_true_points_are_feasible(norm, upper_cone):
     the box, and the objective is >= g: the program is a relaxation of the head, row for row."""
     rng = np.random.default_rng(11)
     p = random_head_problem(rng, d=6, d_head=3, n=30, radius=0.05, norm=norm, mode="varying")
+    p = replace(p, query_index=4)  # not the last token: every per-token field must follow the query-last order
     D = VaryingData(p, first_order_certificate(p), center="key").drop_negligible()
     assert D.n == p.n
     edges = [np.arange(p.d + 2)] * D.n if norm == "linf" else None  # every half-plane of each chain

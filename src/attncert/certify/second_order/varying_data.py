@@ -88,6 +88,8 @@ class VaryingData:
             shift_err = 4.0 * UNIT_ROUNDOFF * r * np.array([dual(np.abs(p[j])) for j in range(n)]) + 1e-300
         o = self.order
         self.w0, self.eps_w = w0[o], eps_w[o]
+        if self.kq is not None:
+            self.kq = self.kq[o]  # token order of every per-token field: the query last
         self.g0 = problem.nominal_value()
         self.u_s, self.u_w = u_s, u_w
         self.u_q = u_s + p[i]  # score direction of the query token's own perturbation
