@@ -35,7 +35,7 @@ from attncert.certify.second_order.relaxation import MONOTONE_POINTS, SecondOrde
 from attncert.certify.second_order.support_bound import bound_from_dual, unit_generators
 from attncert.certify.second_order.token_family import FAMILY_ABOVE, family_bound
 from attncert.certify.second_order.token_program import (GRID, LADDER, NEAR, ROUNDS, build_program,
-                                                         cutting_plane_rounds, edge_window, polished_dual,
+                                                         cutting_plane_rounds, edge_window, refined_duals,
                                                          solve_program)
 from attncert.head.reduced_geometry import reduced_geometry
 from attncert.head.rounding import gamma
@@ -49,9 +49,8 @@ def _bound_and_log(prog, z, gens, norm, solve_log):
     [(solver, status, bound, seconds)] with the bound on the converged attempt."""
     bound = math.inf
     if z is not None:
-        for zz in (z, polished_dual(prog, z)):
-            if zz is not None:
-                bound = min(bound, bound_from_dual(prog, zz, gens, norm)[0])
+        for zz in [z] + refined_duals(prog, z):
+            bound = min(bound, bound_from_dual(prog, zz, gens, norm)[0])
     log = [(s, st, math.nan, sec) for s, st, sec in solve_log]
     if log:
         log[-1] = log[-1][:2] + (bound, log[-1][3])

@@ -25,9 +25,9 @@ from dataclasses import replace
 import numpy as np
 
 from attncert.certify.second_order.relaxation import weight_coefficients
-from attncert.certify.second_order.support_bound import best_multiplier, bound_from_dual
+from attncert.certify.second_order.support_bound import best_multiplier, bound_from_dual, unit_generators
 from attncert.certify.second_order.token_program import (LAM, UW, VW, build_program, cutting_plane_rounds,
-                                                         edge_window, polished_dual, solve_program)
+                                                         edge_window, refined_duals, solve_program)
 
 FAMILY_ABOVE = 48  # more kept tokens than this: duals from the one-parameter family of token programs
 FAMILY_TOP = 64  # grid points placed at the w of the tokens with the largest weight bounds ...
@@ -36,18 +36,46 @@ FAMILY_PASSES = 6  # solves of the grid at most: at t = 0, at the interpolated r
 FAMILY_GAIN = 0.5  # another pass while the Newton step, times the weight band Ehat, exceeds this x (bound - t),
 FAMILY_STALL = 0.01  # ... unless the bound is below the first-order one and the last pass lowered it by at most
 FAMILY_FLOOR = 1e-6  # this x (bound - t), or the Newton step times Ehat is at most this x the first-order bound
+BLOCK_FLOOR = 1e-4  # weight scale of a grid block at least this x 1 / (1 + |w| / typical) (`_block_scale`)
 
 
-def _virtual_data(D, w: np.ndarray, typical: float = 1.0):
-    """The token program at value offsets w (objective units) as relaxation data, with weight scale
-    E_l = 1 / (1 + |w| / typical): token j's program is E_lj times this one at w = wt_j - t divided by its E_l (the
-    rows do not depend on E_l or on t). The blocks are solved together, to one tolerance: a block with |w| far
-    above the weight-averaged |w| of the tokens (`typical`, at least 1) would otherwise set the solver's absolute
-    accuracy for the blocks that carry the weight; blocks within the typical range keep E_l ~ 1."""
+def _virtual_data(D, w: np.ndarray, scale: np.ndarray):
+    """The token program at value offsets w (objective units) as relaxation data, with weight scale E_l = scale:
+    token j's program is E_lj times this one at w = wt_j - t divided by its E_l (the rows do not depend on E_l or
+    on t). The blocks are solved together, to one absolute accuracy, so `scale` decides where that accuracy goes
+    (`_block_scale`)."""
     G = w.size
     eps = np.full(G, float(np.max(D.eps_s)))
-    return replace(D, A=np.full(G, D.R_s) + eps - np.log1p(np.abs(w) / typical), w0=D.g0 + w * D.rho_o, eps_s=eps,
+    return replace(D, A=np.full(G, D.R_s) + eps + np.log(scale), w0=D.g0 + w * D.rho_o, eps_s=eps,
                    eps_w=np.zeros(G), tail=0.0)
+
+
+def _bracket(gw: np.ndarray, w: np.ndarray):
+    """(j, j1, al): the grid points around each w and the interpolation weight of j1 (0 on a grid point)."""
+    j = np.clip(np.searchsorted(gw, w) - 1, 0, gw.size - 1)
+    j1 = np.minimum(j + 1, gw.size - 1)
+    span_w = np.where(j1 > j, gw[j1] - gw[j], 1.0)
+    al = np.clip(np.where(j1 > j, (w - gw[j]) / span_w, 0.0), 0.0, 1.0)
+    return j, j1, al
+
+
+def _block_scale(gw: np.ndarray, wt: np.ndarray, El: np.ndarray, ts, typical: float) -> np.ndarray:
+    """Weight scale of each grid block: the share of the tokens' weight sum_j El_j that its dual carries into the
+    real program at the pass's multipliers (the largest over ts), at least BLOCK_FLOOR times 1 / (1 + |w| / typical).
+
+    Block g's dual enters the bound multiplied by that share, so with E_l,g equal to it every block's absolute error
+    counts as in the monolithic program (a token carrying almost all the weight is solved to the joint solve's full
+    accuracy, not to 1/G of it). The floor keeps blocks that no token reads at this t solvable (they serve the next
+    root), and, relative to the tokens' weight-averaged offset `typical`, a block far out does not set the scale."""
+    share = np.zeros(gw.size)
+    total = float(El.sum())
+    for t in np.atleast_1d(ts):
+        j, j1, al = _bracket(gw, wt - t)
+        s_t = np.zeros(gw.size)
+        np.add.at(s_t, j, El * (1.0 - al))
+        np.add.at(s_t, j1, El * al)
+        share = np.maximum(share, s_t / total)
+    return np.maximum(share, BLOCK_FLOOR / (1.0 + np.abs(gw) / typical))
 
 
 def _vertex_edges(D, chain, w: np.ndarray, near: int, grid: int) -> np.ndarray:
@@ -88,7 +116,11 @@ def _solve_tokens(D, upper_cone, mono, geometry, norm, ladder, near, grid, round
         return prog, None, None, None
     lam, Uw, Vw = x[prog.var(LAM)], x[prog.var(UW)], x[prog.var(VW)]
     psi = k["wt"] * (1.0 + k["kappa"] * lam) + (k["c_V"] * Vw + k["c_U"] * Uw) / k["El"]
-    zs = [_unscaled(prog, zz, k["El"]) for zz in (z, polished_dual(prog, z)) if zz is not None]
+    refined = refined_duals(prog, z)
+    if refined:  # the outer-approximation dual whose bound on the token programs is smallest
+        gens_v = unit_generators(D, norm)
+        refined = [min(refined, key=lambda zz: bound_from_dual(prog, zz, gens_v, norm)[0])]
+    zs = [_unscaled(prog, zz, k["El"]) for zz in [z] + refined]
     return prog, zs, psi, 1.0 + k["kappa"] * lam
 
 
@@ -179,11 +211,7 @@ def family_bound(D, upper_cone, mono, geometry, gens, norm, ladder, near, grid, 
     def candidate(t_at, gw, prog_v, z_v):
         """The bound from the grid's duals at multiplier t_at (tokens on a grid point take its dual, the others
         the interpolation of their two neighbours'), also with the best normalization multiplier."""
-        w = wt - t_at
-        j = np.clip(np.searchsorted(gw, w) - 1, 0, gw.size - 1)
-        j1 = np.minimum(j + 1, gw.size - 1)
-        span_w = np.where(j1 > j, gw[j1] - gw[j], 1.0)
-        al = np.clip(np.where(j1 > j, (w - gw[j]) / span_w, 0.0), 0.0, 1.0)
+        j, j1, al = _bracket(gw, wt - t_at)
         out = math.inf
         for zv in z_v:
             z = _spread(real, prog_v, zv, El, j, j1, al, t_at)
@@ -199,7 +227,7 @@ def family_bound(D, upper_cone, mono, geometry, gens, norm, ladder, near, grid, 
     before = math.inf
     for p in range(FAMILY_PASSES):
         gw = _grid(wt, El * k["Ehat"], ts, span)
-        prog_v, z_v, psi, dpsi = _solve_tokens(_virtual_data(D, gw, typical), upper_cone, mono, geometry, norm,
+        prog_v, z_v, psi, dpsi = _solve_tokens(_virtual_data(D, gw, _block_scale(gw, wt, El, ts, typical)), upper_cone, mono, geometry, norm,
                                                ladder, near, grid, rounds, log)
         if z_v is None:
             break

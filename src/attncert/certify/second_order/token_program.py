@@ -21,7 +21,8 @@ from types import SimpleNamespace
 import numpy as np
 import scipy.sparse as sp
 
-from attncert.certify.second_order.dual_certificate import _CLARABEL_BASE, _CLARABEL_STATUS, polish_dual, repair_dual
+from attncert.certify.second_order.dual_certificate import (_CLARABEL_BASE, _CLARABEL_STATUS, POLISH_SECONDS,
+                                                            _cone_slices, polish_dual, repair_dual)
 from attncert.certify.second_order.relaxation import nu_bound, weight_coefficients
 
 # Clarabel at 1e-8: the bound is computed from the dual with the exact P whatever the solver's accuracy; on the
@@ -36,6 +37,8 @@ ROUNDS = 3  # solves with cutting planes (linf)
 MAX_EDGES = 40  # edges per token at most
 CUT_STOP = 1e-8  # stop cutting once the violated mass weighs <= this x (1 + |primal|)
 VIOLATION = 1e-9  # an atom this far above the boundary of P (unit value coordinate) gets a cut
+RING = 16  # tangent cuts of each 3-dimensional second-order cone given to the first LP of `refined_duals`
+REFINE = 3  # rounds of tangent cuts of the outer-approximation LP after the polishing LP (`refined_duals`)
 # variables of one token's block
 LAM, US, UW, VS, VW, NU = range(6)
 
@@ -203,6 +206,110 @@ def polished_dual(prog: Program, z: np.ndarray) -> np.ndarray | None:
     with np.errstate(all="ignore"):
         zr = repair_dual(z, prog.dims, row_cost)
         return polish_dual(prog.c, prog.A, prog.b, prog.dims, zr, lo, hi)
+
+
+def _cone_cut(kind: str, s: np.ndarray, tol: float) -> np.ndarray | None:
+    """The normal y in K^* of the cone's supporting half-space y^T s' >= 0 that the slack s violates, or None.
+
+    Exponential cone {(x, y, z): y e^{x/y} <= z}: with r = x/y, the gradient of the convex, 1-homogeneous
+    y e^{x/y} - z at s is (e^r, e^r (1 - r), -1), so y = (-e^r, -e^r (1 - r), 1) (on the boundary of K^*: the cut
+    is tangent at the cone point with the same ratio r). Second-order cone {(t, v): ||v|| <= t}: y = (1, -v/||v||).
+    None when s lies in the cone up to tol (relative) or the cut is undefined (y <= 0, e^r overflows, v = 0)."""
+    if kind == "exp":
+        if not s[1] > 0.0:
+            return None
+        r = s[0] / s[1]
+        if not r < 700.0:
+            return None
+        er = math.exp(r)
+        if s[1] * er - s[2] <= tol * (abs(s[1]) * er + abs(s[2])):
+            return None
+        return np.array([-er, -er * (1.0 - r), 1.0])
+    nv = float(np.linalg.norm(s[1:]))
+    if not nv > 0.0 or nv - s[0] <= tol * (nv + abs(s[0])):
+        return None
+    return np.concatenate([[1.0], -s[1:] / nv])
+
+
+def refined_duals(prog: Program, z: np.ndarray, iters: int = REFINE, ring: int = RING, tol: float = 1e-12) -> list:
+    """Duals of an outer approximation of the program by supporting cuts, refined from the solver's dual z.
+
+    Start as `polished_dual` (one cut per cone block, at the repaired z) and solve the LP
+
+        minimize c^T x   s.t.  zero-cone rows,  nonnegative rows,  every cut y_i^T (b_k - A_k x) >= 0,  x in the box
+
+    (HiGHS). Then, `iters` times: at the LP's point x, every cone block k whose slack b_k - A_k x lies outside its
+    cone gets the cut tangent there (`_cone_cut`), and the LP is solved again. Each LP is a relaxation of the conic
+    program over the box, so its dual (equality and row multipliers, and per block sum_i mu_i y_i with mu_i >= 0, a
+    point of K^*_k: K^* is a convex cone) is a dual of the program, bounded like any other (`support_bound`). The
+    cuts approach each cone where the optimum sits: the interior-point dual is accurate to its tolerance relative to
+    the row scale, the LP's to simplex accuracy, which decides near-degenerate half-widths (the curvature of the
+    exponential cones is then ~h^2 of their scale) and the ellipse of l2 balls. Returns the LPs' duals in order
+    (empty when the first LP fails); the first is `polished_dual`'s."""
+    from scipy.optimize import linprog
+
+    lo, hi = prog.box()
+    mag = np.maximum(np.abs(lo), np.abs(hi))
+    with np.errstate(all="ignore"):
+        zr = repair_dual(z, prog.dims, abs(prog.A) @ mag + np.abs(prog.b) + 1e-300)
+    A, b, c = sp.csr_matrix(prog.A), prog.b, prog.c
+    slices, m = _cone_slices(prog.dims)
+    eq = np.concatenate([np.arange(a, e) for k, a, e in slices if k == "zero"] + [np.zeros(0, dtype=np.int64)])
+    ub = np.concatenate([np.arange(a, e) for k, a, e in slices if k == "nonneg"] + [np.zeros(0, dtype=np.int64)])
+    blocks = [(k, a, e) for k, a, e in slices if k in ("soc", "exp")]
+    cut_rows, cut_vals, cut_block = [], [], []  # per cut: its rows (the block's), its normal, its block
+
+    def add(i, y):
+        _, a, e = blocks[i]
+        cut_rows.append(np.arange(a, e))
+        cut_vals.append(y)
+        cut_block.append(i)
+
+    theta = 2.0 * np.pi * np.arange(ring) / max(ring, 1)
+    circle = np.stack([np.ones(ring), -np.cos(theta), -np.sin(theta)], axis=1)
+    for i, (kind, a, e) in enumerate(blocks):
+        if np.any(zr[a:e] != 0.0):
+            add(i, zr[a:e])
+        if kind == "soc" and e - a == 3:
+            for y in circle:
+                add(i, y)
+    A_eq, b_eq = (A[eq], b[eq]) if eq.size else (None, None)
+    out = []
+    for it in range(iters + 1):
+        ncut = len(cut_block)
+        if ncut:
+            r = np.concatenate([np.full(rr.size, q) for q, rr in enumerate(cut_rows)])
+            Y = sp.csr_matrix((np.concatenate(cut_vals), (r, np.concatenate(cut_rows))), shape=(ncut, m))
+            A_ub, b_ub = sp.vstack([A[ub], Y @ A], format="csr"), np.concatenate([b[ub], Y @ b])
+        else:
+            A_ub, b_ub = A[ub], b[ub]
+        try:
+            with np.errstate(all="ignore"):
+                res = linprog(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=b_eq, bounds=np.stack([lo, hi], axis=1),
+                              method="highs", options=dict(time_limit=POLISH_SECONDS))
+        except (ValueError, np.linalg.LinAlgError):
+            break
+        if res.status != 0 or res.ineqlin is None or res.x is None:
+            break
+        zn = np.zeros(m)
+        if eq.size:
+            zn[eq] = -np.asarray(res.eqlin.marginals)
+        mu = -np.asarray(res.ineqlin.marginals)
+        zn[ub] = mu[:ub.size]
+        for rr, y, mk in zip(cut_rows, cut_vals, mu[ub.size:]):
+            if mk > 0.0:
+                zn[rr] += mk * y
+        out.append(zn)
+        if it == iters:
+            break
+        s = b - A @ res.x
+        for i, (kind, a, e) in enumerate(blocks):
+            y = _cone_cut(kind, s[a:e], tol)
+            if y is not None:
+                add(i, y)
+        if len(cut_block) == ncut:
+            break
+    return out
 
 
 def edge_window(kv: np.ndarray, chain, near: int, grid: int) -> np.ndarray:
