@@ -27,7 +27,7 @@ import numpy as np
 from attncert.certify.second_order.relaxation import weight_coefficients
 from attncert.certify.second_order.support_bound import best_multiplier, bound_from_dual, unit_generators
 from attncert.certify.second_order.token_program import (LAM, UW, VW, build_program, cutting_plane_rounds,
-                                                         edge_window, refined_duals, solve_program)
+                                                         edge_window, refined_solutions, solve_program)
 
 FAMILY_ABOVE = 48  # more kept tokens than this: duals from the one-parameter family of token programs
 FAMILY_TOP = 64  # grid points placed at the w of the tokens with the largest weight bounds ...
@@ -60,21 +60,25 @@ def _bracket(gw: np.ndarray, w: np.ndarray):
 
 
 def _block_scale(gw: np.ndarray, wt: np.ndarray, El: np.ndarray, ts, typical: float) -> np.ndarray:
-    """Weight scale of each grid block: the share of the tokens' weight sum_j El_j that its dual carries into the
-    real program at the pass's multipliers (the largest over ts), at least BLOCK_FLOOR times 1 / (1 + |w| / typical).
+    """Weight scale of each grid block for the joint interior-point solve: the share of the tokens' weight
+    sum_j El_j that its dual carries into the real program at the pass's multipliers (the largest over ts), relative
+    to the largest share, and at least BLOCK_FLOOR / (1 + |w| / typical).
 
-    Block g's dual enters the bound multiplied by that share, so with E_l,g equal to it every block's absolute error
-    counts as in the monolithic program (a token carrying almost all the weight is solved to the joint solve's full
-    accuracy, not to 1/G of it). The floor keeps blocks that no token reads at this t solvable (they serve the next
-    root), and, relative to the tokens' weight-averaged offset `typical`, a block far out does not set the scale."""
+    Block g's dual enters the bound multiplied by its share, so with E_l,g proportional to it every block's error
+    counts as in the monolithic program: a token that carries almost all the weight is solved to the joint solve's
+    full accuracy, not to 1/G of it (with equal scales, a hundred blocks of value offsets in the thousands set the
+    objective's magnitude, and the relative tolerance with it). The floor keeps blocks that no token reads at these
+    t solvable (they serve the next root); relative to the tokens' weight-averaged offset `typical`, a block far out
+    does not set the scale."""
     share = np.zeros(gw.size)
-    total = float(El.sum())
     for t in np.atleast_1d(ts):
         j, j1, al = _bracket(gw, wt - t)
         s_t = np.zeros(gw.size)
         np.add.at(s_t, j, El * (1.0 - al))
         np.add.at(s_t, j1, El * al)
-        share = np.maximum(share, s_t / total)
+        share = np.maximum(share, s_t)
+    top = float(share.max())
+    share = share / top if top > 0.0 else share
     return np.maximum(share, BLOCK_FLOOR / (1.0 + np.abs(gw) / typical))
 
 
@@ -98,9 +102,25 @@ def _unscaled(prog, z, El):
     return z
 
 
+def _unit_scale(prog, El):
+    """The same token programs at E_l = 1: only the objective depends on E_l (each token's terms are proportional to
+    it; tau = 1 is fixed, so its coefficient is a constant), the rows do not."""
+    c = np.array(prog.c, dtype=np.float64, copy=True)
+    G = El.size
+    for v in range(prog.nv):
+        c[1 + prog.nv * np.arange(G) + v] /= El
+    return replace(prog, c=c)
+
+
 def _solve_tokens(D, upper_cone, mono, geometry, norm, ladder, near, grid, rounds, log):
-    """Solve the (independent, tau = 1) token programs of D; returns (prog, [z, polished z] at E_l = 1 (None when
-    no solve converged; the polished one only when its LP succeeds), per-token primal values at E_l = 1)."""
+    """Solve the (independent, tau = 1) token programs of D; returns (prog, [z, refined z] at E_l = 1 (None when
+    no solve converged; the refined one only when its LP succeeds), per-token primal values at E_l = 1, their
+    slopes 1 + kappa lam).
+
+    The interior-point solve runs at D's weight scales (`_block_scale`: its accuracy goes where the weight is); the
+    outer-approximation LPs of `token_program.refined_duals` run on the same programs at E_l = 1, every block at its
+    own scale (the LP's absolute tolerances would otherwise lose the blocks of small weight). Of their duals the one
+    whose bound on the weighted programs is smallest is kept."""
     k = weight_coefficients(D.A, np.full(D.A.size, D.R_s), D.eps_s, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w, mono)
     if norm == "l2":
         prog = build_program(D, upper_cone, mono, ellipse=geometry, k=k, fix_tau=True)
@@ -114,14 +134,16 @@ def _solve_tokens(D, upper_cone, mono, geometry, norm, ladder, near, grid, round
             log += lg
     if x is None:
         return prog, None, None, None
+    z1 = _unscaled(prog, z, k["El"])
+    refined = refined_solutions(_unit_scale(prog, k["El"]), z1)
+    if refined:  # the LP's point is more accurate than an interior-point solve that ends optimal_inaccurate
+        x = refined[-1][0]
+        gens_v = unit_generators(D, norm)
+        refined = [min((zz for _, zz in refined),
+                       key=lambda zz: bound_from_dual(prog, _unscaled(prog, zz, 1.0 / k["El"]), gens_v, norm)[0])]
     lam, Uw, Vw = x[prog.var(LAM)], x[prog.var(UW)], x[prog.var(VW)]
     psi = k["wt"] * (1.0 + k["kappa"] * lam) + (k["c_V"] * Vw + k["c_U"] * Uw) / k["El"]
-    refined = refined_duals(prog, z)
-    if refined:  # the outer-approximation dual whose bound on the token programs is smallest
-        gens_v = unit_generators(D, norm)
-        refined = [min(refined, key=lambda zz: bound_from_dual(prog, zz, gens_v, norm)[0])]
-    zs = [_unscaled(prog, zz, k["El"]) for zz in [z] + refined]
-    return prog, zs, psi, 1.0 + k["kappa"] * lam
+    return prog, [z1] + refined, psi, 1.0 + k["kappa"] * lam
 
 
 def _root(El: np.ndarray, wt: np.ndarray, grid_w: np.ndarray, psi: np.ndarray, lo: float, hi: float) -> float:

@@ -232,6 +232,12 @@ def _cone_cut(kind: str, s: np.ndarray, tol: float) -> np.ndarray | None:
 
 
 def refined_duals(prog: Program, z: np.ndarray, iters: int = REFINE, ring: int = RING, tol: float = 1e-12) -> list:
+    """The duals of `refined_solutions` (see there), in order."""
+    return [zz for _, zz in refined_solutions(prog, z, iters, ring, tol)]
+
+
+def refined_solutions(prog: Program, z: np.ndarray, iters: int = REFINE, ring: int = RING,
+                      tol: float = 1e-12) -> list:
     """Duals of an outer approximation of the program by supporting cuts, refined from the solver's dual z.
 
     Start as `polished_dual` (one cut per cone block, at the repaired z) and solve the LP
@@ -244,8 +250,10 @@ def refined_duals(prog: Program, z: np.ndarray, iters: int = REFINE, ring: int =
     point of K^*_k: K^* is a convex cone) is a dual of the program, bounded like any other (`support_bound`). The
     cuts approach each cone where the optimum sits: the interior-point dual is accurate to its tolerance relative to
     the row scale, the LP's to simplex accuracy, which decides near-degenerate half-widths (the curvature of the
-    exponential cones is then ~h^2 of their scale) and the ellipse of l2 balls. Returns the LPs' duals in order
-    (empty when the first LP fails); the first is `polished_dual`'s."""
+    exponential cones is then ~h^2 of their scale) and the ellipse of l2 balls. Second-order cones of dimension 3
+    (the ellipse of l2 balls, the deviation form) also get `ring` tangent cuts around the circle in the first LP.
+    Returns the LPs' (point, dual) in order (empty when the first LP fails); the first dual is `polished_dual`'s up
+    to those ring cuts."""
     from scipy.optimize import linprog
 
     lo, hi = prog.box()
@@ -299,7 +307,7 @@ def refined_duals(prog: Program, z: np.ndarray, iters: int = REFINE, ring: int =
         for rr, y, mk in zip(cut_rows, cut_vals, mu[ub.size:]):
             if mk > 0.0:
                 zn[rr] += mk * y
-        out.append(zn)
+        out.append((np.asarray(res.x, dtype=np.float64), zn))
         if it == iters:
             break
         s = b - A @ res.x
