@@ -208,27 +208,24 @@ def polished_dual(prog: Program, z: np.ndarray) -> np.ndarray | None:
         return polish_dual(prog.c, prog.A, prog.b, prog.dims, zr, lo, hi)
 
 
-def _cone_cut(kind: str, s: np.ndarray, tol: float) -> np.ndarray | None:
-    """The normal y in K^* of the cone's supporting half-space y^T s' >= 0 that the slack s violates, or None.
+def _cone_cuts(kind: str, S: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """For slacks S (one cone per row), the rows that violate their cone and the normals y in K^* of the supporting
+    half-spaces y^T s' >= 0 that cut them off: (mask over the rows, Y (rows of the mask, dim)).
 
     Exponential cone {(x, y, z): y e^{x/y} <= z}: with r = x/y, the gradient of the convex, 1-homogeneous
     y e^{x/y} - z at s is (e^r, e^r (1 - r), -1), so y = (-e^r, -e^r (1 - r), 1) (on the boundary of K^*: the cut
     is tangent at the cone point with the same ratio r). Second-order cone {(t, v): ||v|| <= t}: y = (1, -v/||v||).
-    None when s lies in the cone up to tol (relative) or the cut is undefined (y <= 0, e^r overflows, v = 0)."""
-    if kind == "exp":
-        if not s[1] > 0.0:
-            return None
-        r = s[0] / s[1]
-        if not r < 700.0:
-            return None
-        er = math.exp(r)
-        if s[1] * er - s[2] <= tol * (abs(s[1]) * er + abs(s[2])):
-            return None
-        return np.array([-er, -er * (1.0 - r), 1.0])
-    nv = float(np.linalg.norm(s[1:]))
-    if not nv > 0.0 or nv - s[0] <= tol * (nv + abs(s[0])):
-        return None
-    return np.concatenate([[1.0], -s[1:] / nv])
+    A row within tol (relative) of its cone, or whose cut is undefined (y <= 0, e^r overflows, v = 0), gets none."""
+    with np.errstate(all="ignore"):
+        if kind == "exp":
+            r = S[:, 0] / S[:, 1]
+            er = np.exp(r)
+            mask = (S[:, 1] > 0.0) & (r < 700.0) & (S[:, 1] * er - S[:, 2] > tol * (np.abs(S[:, 1]) * er + np.abs(S[:, 2])))
+            er, r = er[mask], r[mask]
+            return mask, np.stack([-er, -er * (1.0 - r), np.ones_like(er)], axis=1)
+        nv = np.linalg.norm(S[:, 1:], axis=1)
+        mask = (nv > 0.0) & (nv - S[:, 0] > tol * (nv + np.abs(S[:, 0])))
+        return mask, np.concatenate([np.ones((int(mask.sum()), 1)), -S[mask, 1:] / nv[mask, None]], axis=1)
 
 
 def refined_duals(prog: Program, z: np.ndarray, iters: int = REFINE, ring: int = RING, tol: float = 1e-12) -> list:
@@ -245,7 +242,7 @@ def refined_solutions(prog: Program, z: np.ndarray, iters: int = REFINE, ring: i
         minimize c^T x   s.t.  zero-cone rows,  nonnegative rows,  every cut y_i^T (b_k - A_k x) >= 0,  x in the box
 
     (HiGHS). Then, `iters` times: at the LP's point x, every cone block k whose slack b_k - A_k x lies outside its
-    cone gets the cut tangent there (`_cone_cut`), and the LP is solved again. Each LP is a relaxation of the conic
+    cone gets the cut tangent there (`_cone_cuts`), and the LP is solved again. Each LP is a relaxation of the conic
     program over the box, so its dual (equality and row multipliers, and per block sum_i mu_i y_i with mu_i >= 0, a
     point of K^*_k: K^* is a convex cone) is a dual of the program, bounded like any other (`support_bound`). The
     cuts approach each cone where the optimum sits: the interior-point dual is accurate to its tolerance relative to
@@ -264,31 +261,35 @@ def refined_solutions(prog: Program, z: np.ndarray, iters: int = REFINE, ring: i
     slices, m = _cone_slices(prog.dims)
     eq = np.concatenate([np.arange(a, e) for k, a, e in slices if k == "zero"] + [np.zeros(0, dtype=np.int64)])
     ub = np.concatenate([np.arange(a, e) for k, a, e in slices if k == "nonneg"] + [np.zeros(0, dtype=np.int64)])
-    blocks = [(k, a, e) for k, a, e in slices if k in ("soc", "exp")]
-    cut_rows, cut_vals, cut_block = [], [], []  # per cut: its rows (the block's), its normal, its block
+    groups = {}  # (kind, dim) -> first rows of its cones
+    for kind, a, e in slices:
+        if kind in ("soc", "exp"):
+            groups.setdefault((kind, e - a), []).append(a)
+    groups = {key: np.asarray(v, dtype=np.int64) for key, v in groups.items()}
+    batches = []  # (rows (k, dim): the rows of each cut's cone, Y (k, dim): its normal)
 
-    def add(i, y):
-        _, a, e = blocks[i]
-        cut_rows.append(np.arange(a, e))
-        cut_vals.append(y)
-        cut_block.append(i)
-
-    theta = 2.0 * np.pi * np.arange(ring) / max(ring, 1)
-    circle = np.stack([np.ones(ring), -np.cos(theta), -np.sin(theta)], axis=1)
-    for i, (kind, a, e) in enumerate(blocks):
-        if np.any(zr[a:e] != 0.0):
-            add(i, zr[a:e])
-        if kind == "soc" and e - a == 3:
-            for y in circle:
-                add(i, y)
+    for (kind, dim), first in groups.items():
+        rows = first[:, None] + np.arange(dim)[None, :]
+        Y = zr[rows]
+        keep = np.any(Y != 0.0, axis=1)
+        batches.append((rows[keep], Y[keep]))
+        if kind == "soc" and dim == 3 and ring > 0:
+            theta = 2.0 * np.pi * np.arange(ring) / ring
+            circle = np.stack([np.ones(ring), -np.cos(theta), -np.sin(theta)], axis=1)
+            batches.append((np.repeat(rows, ring, axis=0), np.tile(circle, (first.size, 1))))
     A_eq, b_eq = (A[eq], b[eq]) if eq.size else (None, None)
     out = []
     for it in range(iters + 1):
-        ncut = len(cut_block)
+        ncut = sum(r.shape[0] for r, _ in batches)
         if ncut:
-            r = np.concatenate([np.full(rr.size, q) for q, rr in enumerate(cut_rows)])
-            Y = sp.csr_matrix((np.concatenate(cut_vals), (r, np.concatenate(cut_rows))), shape=(ncut, m))
-            A_ub, b_ub = sp.vstack([A[ub], Y @ A], format="csr"), np.concatenate([b[ub], Y @ b])
+            cut_id, start = [], 0
+            for r, _ in batches:
+                cut_id.append(np.repeat(np.arange(start, start + r.shape[0]), r.shape[1]))
+                start += r.shape[0]
+            Ycut = sp.csr_matrix((np.concatenate([Y.ravel() for _, Y in batches]),
+                                  (np.concatenate(cut_id), np.concatenate([r.ravel() for r, _ in batches]))),
+                                 shape=(ncut, m))
+            A_ub, b_ub = sp.vstack([A[ub], Ycut @ A], format="csr"), np.concatenate([b[ub], Ycut @ b])
         else:
             A_ub, b_ub = A[ub], b[ub]
         try:
@@ -304,18 +305,22 @@ def refined_solutions(prog: Program, z: np.ndarray, iters: int = REFINE, ring: i
             zn[eq] = -np.asarray(res.eqlin.marginals)
         mu = -np.asarray(res.ineqlin.marginals)
         zn[ub] = mu[:ub.size]
-        for rr, y, mk in zip(cut_rows, cut_vals, mu[ub.size:]):
-            if mk > 0.0:
-                zn[rr] += mk * y
+        mu_cut, start = np.maximum(mu[ub.size:], 0.0), 0
+        for r, Y in batches:
+            np.add.at(zn, r.ravel(), (mu_cut[start:start + r.shape[0], None] * Y).ravel())
+            start += r.shape[0]
         out.append((np.asarray(res.x, dtype=np.float64), zn))
         if it == iters:
             break
         s = b - A @ res.x
-        for i, (kind, a, e) in enumerate(blocks):
-            y = _cone_cut(kind, s[a:e], tol)
-            if y is not None:
-                add(i, y)
-        if len(cut_block) == ncut:
+        new = 0
+        for (kind, dim), first in groups.items():
+            rows = first[:, None] + np.arange(dim)[None, :]
+            mask, Y = _cone_cuts(kind, s[rows], tol)
+            if mask.any():
+                batches.append((rows[mask], Y))
+                new += int(mask.sum())
+        if not new:
             break
     return out
 
