@@ -12,7 +12,8 @@ with the same coefficients. It differs from `fixed` in three ways:
 Facets for the solve (linf): per token the `near` consecutive edges on each side of the vertex of its estimated
 optimum (`facets.vertex_dinkelbach`) and a global sigma grid; after a solve, tokens whose atoms U/lam, V/(tau-lam)
 lie above the boundary of P get the edges under them (cutting planes, at most `rounds` solves; every round's
-bound is sound, the smallest is kept). Each solve's dual is also polished (`token_program.polished_dual`).
+bound is sound, the smallest is kept). Each solve's dual is also refined by the outer-approximation LPs of
+`token_program.refined_solutions` (supporting cuts of the cones, HiGHS); every LP's dual is bounded as well.
 
 Rescue: where the token family falls back to the first-order bound (weight bands near e^14 and beyond, where the
 root of the family's normalization equation lies below the token solves' accuracy) and at most RESCUE_MAX tokens

@@ -5,13 +5,15 @@ is E_lj times one universal program of the scalar w = wt_j - t (its value offset
 do not depend on E_lj or t (all tokens of a fixed query share h = R_s and P; the data errors differ by ~1e-13).
 So the duals of all n tokens come from G << n solved token programs: G values of w (at the tokens with the
 largest weight bounds, for each t of the pass, and spread over the range), solved together as G independent
-blocks (tau = 1), each scaled to O(1) (`_virtual_data`) and its dual scaled back. With Psi(w) the token program's
+blocks (tau = 1), each scaled by the weight share its dual carries (`_block_scale`) and its dual scaled back; the
+outer-approximation LPs of `token_program.refined_solutions` refine the duals on the unscaled blocks, and their last
+point gives the values Psi(w) of the grid. With Psi(w) the token program's
 optimum (convex, increasing, slope 1 + kappa lam), F(t) = sum_j E_lj Psi(wt_j - t) is convex and decreasing and
 the relaxation's multiplier is its root: the first pass (t = 0) gives the root of the interpolated F; later passes
 solve a Newton step from the left of the root and a chord (or midpoint) step from its right, until the Newton
 step times the weight band is small against the dual gap (FAMILY_PASSES at most). Token j's dual at a solved t is
 E_lj times its grid point's dual (heavy tokens) or the linear interpolation of its two neighbours' (a convex
-combination of points of K^* is in K^*); the solver's and the polished duals (`token_program.polished_dual`) are
+combination of points of K^* is in K^*); the solver's and the best refined dual are
 both used, each at its own t and at the normalization multiplier of `support_bound.best_multiplier`. The bound is
 computed from each dual by `support_bound.bound_from_dual`, sound for any dual (the family decides only how tight
 it is), and the smallest is kept. Cost: 2 to FAMILY_PASSES (typically 3) solves of G token programs, O(n) per root
