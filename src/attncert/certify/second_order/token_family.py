@@ -251,7 +251,8 @@ def family_bound(D, upper_cone, mono, geometry, gens, norm, ladder, near, grid, 
     before = math.inf
     for p in range(FAMILY_PASSES):
         gw = _grid(wt, El * k["Ehat"], ts, span)
-        prog_v, z_v, psi, dpsi = _solve_tokens(_virtual_data(D, gw, _block_scale(gw, wt, El, ts, typical)), upper_cone, mono, geometry, norm,
+        scale = _block_scale(gw, wt, El, ts, typical)
+        prog_v, z_v, psi, dpsi = _solve_tokens(_virtual_data(D, gw, scale), upper_cone, mono, geometry, norm,
                                                ladder, near, grid, rounds, log)
         if z_v is None:
             break

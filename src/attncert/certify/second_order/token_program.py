@@ -220,7 +220,8 @@ def _cone_cuts(kind: str, S: np.ndarray, tol: float) -> tuple[np.ndarray, np.nda
         if kind == "exp":
             r = S[:, 0] / S[:, 1]
             er = np.exp(r)
-            mask = (S[:, 1] > 0.0) & (r < 700.0) & (S[:, 1] * er - S[:, 2] > tol * (np.abs(S[:, 1]) * er + np.abs(S[:, 2])))
+            excess = S[:, 1] * er - S[:, 2]
+            mask = (S[:, 1] > 0.0) & (r < 700.0) & (excess > tol * (np.abs(S[:, 1]) * er + np.abs(S[:, 2])))
             er, r = er[mask], r[mask]
             return mask, np.stack([-er, -er * (1.0 - r), np.ones_like(er)], axis=1)
         nv = np.linalg.norm(S[:, 1:], axis=1)
