@@ -46,7 +46,7 @@ RESCUE_MAX = 128  # kept tokens at most for the monolithic rescue of a family th
 
 
 def _bound_and_log(prog, z, gens, norm, solve_log):
-    """The certified bound from the dual z of one solve or its polished version (inf without one), and its log
+    """The certified bound from the dual z of one solve or its refined versions (inf without one), and its log
     [(solver, status, bound, seconds)] with the bound on the converged attempt."""
     bound = math.inf
     if z is not None:

@@ -66,7 +66,8 @@ class Program:
     def box(self) -> tuple[np.ndarray, np.ndarray]:
         """(lo, hi) per variable holding every lifted true point: tau in [tau_lo, tau_hi] (and 1 when tau is
         fixed), lam in [0, tau], the unit coordinates of U and V in [-tau, tau], 0 <= nu <= tau nubar. Used only
-        to polish a dual (`polished_dual`); the certified bound takes the exact set X (`support_bound`)."""
+        to polish or refine a dual (`polished_dual`, `refined_solutions`); the certified bound takes the exact
+        set X (`support_bound`)."""
         t_lo, t_hi = min(self.tau_lo, 1.0), max(self.tau_hi, 1.0)
         lo, hi = np.zeros(self.c.size), np.zeros(self.c.size)
         lo[0], hi[0] = t_lo, t_hi
