@@ -38,6 +38,7 @@ MAX_EDGES = 40  # edges per token at most
 CUT_STOP = 1e-8  # stop cutting once the violated mass weighs <= this x (1 + |primal|)
 VIOLATION = 1e-9  # an atom this far above the boundary of P (unit value coordinate) gets a cut
 RING = 16  # tangent cuts of each 3-dimensional second-order cone given to the first LP of `refined_duals`
+REFINE_STALL = 1e-9  # ... stopping once a round raised the LP's optimum by at most this x (1 + |optimum|)
 REFINE = 3  # rounds of tangent cuts of the outer-approximation LP after the polishing LP (`refined_duals`)
 # variables of one token's block
 LAM, US, UW, VS, VW, NU = range(6)
@@ -236,7 +237,7 @@ def refined_duals(prog: Program, z: np.ndarray, iters: int = REFINE, ring: int =
 
 
 def refined_solutions(prog: Program, z: np.ndarray, iters: int = REFINE, ring: int = RING,
-                      tol: float = 1e-12) -> list:
+                      tol: float = 1e-12, stall: float = REFINE_STALL) -> list:
     """Duals of an outer approximation of the program by supporting cuts, refined from the solver's dual z.
 
     Start as `polished_dual` (one cut per cone block, at the repaired z) and solve the LP
@@ -244,7 +245,8 @@ def refined_solutions(prog: Program, z: np.ndarray, iters: int = REFINE, ring: i
         minimize c^T x   s.t.  zero-cone rows,  nonnegative rows,  every cut y_i^T (b_k - A_k x) >= 0,  x in the box
 
     (HiGHS). Then, `iters` times: at the LP's point x, every cone block k whose slack b_k - A_k x lies outside its
-    cone gets the cut tangent there (`_cone_cuts`), and the LP is solved again. Each LP is a relaxation of the conic
+    cone gets the cut tangent there (`_cone_cuts`), and the LP is solved again, until no block is violated or the LP's
+    optimum rose by at most `stall` x (1 + |optimum|) in the last round. Each LP is a relaxation of the conic
     program over the box, so its dual (equality and row multipliers, and per block sum_i mu_i y_i with mu_i >= 0, a
     point of K^*_k: K^* is a convex cone) is a dual of the program, bounded like any other (`support_bound`). The
     cuts approach each cone where the optimum sits: the interior-point dual is accurate to its tolerance relative to
@@ -312,8 +314,9 @@ def refined_solutions(prog: Program, z: np.ndarray, iters: int = REFINE, ring: i
             np.add.at(zn, r.ravel(), (mu_cut[start:start + r.shape[0], None] * Y).ravel())
             start += r.shape[0]
         out.append((np.asarray(res.x, dtype=np.float64), zn))
-        if it == iters:
+        if it == iters or (it > 0 and res.fun - previous <= stall * (1.0 + abs(res.fun))):
             break
+        previous = res.fun
         s = b - A @ res.x
         new = 0
         for (kind, dim), first in groups.items():
