@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from attncert.certify.second_order.compiled import DATA_REL_ERR
 from attncert.pipeline.file_integrity import atomic_path
 
 FORMAT_VERSION = 1
@@ -100,7 +101,7 @@ VARYING_PATHS = ("varying_factored", "varying_unfactored")  # the two varying-qu
 def _construction_arrays(construction: dict, pool: RowPool) -> dict:
     """The builder's inputs of a program (`dual_record.note_construction`) as arrays."""
     path = construction.get("path")
-    if path == "fixed":
+    if path in ("fixed", "support"):
         D = construction["data"]
         out = {f"build/{k}": np.asarray(getattr(D, k), dtype=np.float64) for k in FIXED_DATA_FIELDS}
         out["build/norm"] = np.array(D.norm)
@@ -127,7 +128,21 @@ def _construction_arrays(construction: dict, pool: RowPool) -> dict:
     return out
 
 
+def _support_arrays(cert, pool: RowPool) -> dict:
+    """A support-function certificate (`dual_record.SupportCertificate`): the token program without facets, the
+    dual on its rows (its normalization multiplier t is z[0]), the bound and the map to g."""
+    prog, z = cert.bare()
+    dims = prog.dims
+    return {**_construction_arrays(cert.construction, pool), "kind": np.array("support"), "c": prog.c,
+            "A_rows": pool.add(prog.A), "A_shape": np.asarray(prog.A.shape, dtype=np.int64), "b": prog.b,
+            "dims": np.asarray([dims.zero, dims.nonneg, dims.exp, *dims.soc], dtype=np.int64), "z": z,
+            "t": np.float64(z[prog.families["norm"][0]]), "data_rel_err": np.float64(DATA_REL_ERR),
+            "bound": np.float64(cert.bound), "affine": np.asarray(cert.affine, dtype=np.float64)}
+
+
 def _dual_arrays(cert, pool: RowPool) -> dict:
+    if getattr(cert, "kind", "dual") == "support":
+        return _support_arrays(cert, pool)
     dims = cert.dims
     return {**_construction_arrays(cert.construction, pool),"kind": np.array("dual"), "c": cert.c, "A_rows": pool.add(cert.A),
             "A_shape": np.asarray(cert.A.shape, dtype=np.int64), "b": cert.b,
@@ -192,12 +207,15 @@ def _write_member(zf: zipfile.ZipFile, key: str, value: np.ndarray, compression:
 
 
 PROGRAM_FIELDS = ("c", "A_rows", "A_shape", "b", "dims", "lo", "hi", "z", "data_rel_err", "affine")
+SUPPORT_FIELDS = ("c", "A_rows", "A_shape", "b", "dims", "z", "data_rel_err", "affine")  # no box: X is exact
 
 
 def check_program_shapes(part: dict) -> None:
     """ValueError unless a stored dual certificate's arrays have consistent shapes: c, lo, hi one entry per column,
-    b and z one per row, the cone sizes summing to the rows, a 3-entry affine map."""
-    missing = [k for k in PROGRAM_FIELDS if k not in part]
+    b and z one per row, the cone sizes summing to the rows, a 3-entry affine map (a support-function certificate:
+    the same without lo, hi)."""
+    support = str(part.get("kind")) == "support"
+    missing = [k for k in (SUPPORT_FIELDS if support else PROGRAM_FIELDS) if k not in part]
     if missing:
         raise ValueError(f"stored program without {', '.join(missing)}")
     shape, dims = np.asarray(part["A_shape"]), np.asarray(part["dims"])
@@ -206,7 +224,7 @@ def check_program_shapes(part: dict) -> None:
         raise ValueError("stored program with a malformed shape or cone list")
     m, n = int(shape[0]), int(shape[1])
     n_rows = int(dims[0] + dims[1] + 3 * dims[2] + dims[3:].sum())
-    sizes = {"c": n, "lo": n, "hi": n, "b": m, "z": m}
+    sizes = {"c": n, "b": m, "z": m} if support else {"c": n, "lo": n, "hi": n, "b": m, "z": m}
     for k, want in sizes.items():
         a = np.asarray(part[k])
         if a.shape != (want,) or a.dtype != np.float64:
