@@ -8,8 +8,9 @@ row per (table row, number): pass, fail (with the check and its margin), not app
 configuration) or not covered (a table whose numbers have no stored certificate, with the reason).
 
 The units the configuration defines (`table_coverage.expected_units`) must all be in the table, once each, and
-nothing else: a missing, duplicated or foreign row fails. The long-context table and the block table are listed
-row by row (`table_coverage`).
+nothing else: a missing, duplicated or foreign row fails. The long-context table is audited the same way from
+its token arrays and the configuration's `long_context` grid (`long_context_audit`); the block table is listed row
+by row (`table_coverage`).
 
     attncert audit --model all-MiniLM-L6-v2 [--configfile FILE ...] [--layer 0 ...] [--rows 0-9,17] [--out PREFIX]
 """
@@ -29,13 +30,14 @@ from tqdm import tqdm
 
 from attncert.audit.head_enclosure import LayerFiles
 from attncert.audit.row_audit import NUMBERS, Expect, Outcome, audit_row
-from attncert.audit.table_coverage import (AuditInputError, CoverageConfig, block_records, completeness_records, long_context_records,
+from attncert.audit.long_context_audit import audit_long_context
+from attncert.audit.table_coverage import (AuditInputError, CoverageConfig, block_records, completeness_records,
                                            read_grid_config)
 from attncert.certify.certificate_store import SECOND_ORDER_NUMBERS, CertificateFile, check_program_shapes
 from attncert.pipeline.intermediate_check import IntermediateError, regenerate_command, verify_intermediate
 
 UNIT_COLUMNS = ["layer", "head", "prompt", "query_pos", "radius", "norm", "mode"]
-COLUMNS = ["table", "layer", "row", *UNIT_COLUMNS[1:], "number", "reported", "status", "check", "margin", "reason",
+COLUMNS = ["table", "layer", "row", *UNIT_COLUMNS[1:], "length", "number", "reported", "status", "check", "margin", "reason",
            "margins"]
 STATUSES = ("pass", "fail", "not applicable", "not covered")
 BASELINE_NOTE = ("Baseline rows (IBP, CROWN, alpha-CROWN and their variants, `data/baselines/`) carry no certificate "
@@ -73,7 +75,8 @@ def _damaged(path: Path, e: Exception) -> IntermediateError:
 
 
 def _record(layer: int, r: int, row: dict, o: Outcome) -> dict:
-    return {"table": "certify", "layer": layer, "row": r, **{k: row.get(k, "") for k in UNIT_COLUMNS[1:]}, **asdict(o)}
+    return {"table": "certify", "layer": layer, "row": r, **{k: row.get(k, "") for k in UNIT_COLUMNS[1:]}, "length": "",
+            **asdict(o)}
 
 
 def audit_layer(root: Path, model: str, layer: int, rows: set[int] | None = None,
@@ -104,7 +107,7 @@ def audit_layer(root: Path, model: str, layer: int, rows: set[int] | None = None
                 cert = store.row(r)
                 for name in SECOND_ORDER_NUMBERS:
                     part = cert.get(name)
-                    if part is not None and str(part.get("kind")) == "dual":
+                    if part is not None and str(part.get("kind")) in ("dual", "support"):
                         check_program_shapes(part)
                         part["A"] = store.matrix(part["A_rows"], part["A_shape"])
                 outcomes = audit_row(files, row, cert, expect)
@@ -174,10 +177,12 @@ def layers_on_disk(root: Path, model: str) -> list[int]:
 
 def audit_model(root: Path, model: str, layers: list[int], rows: set[int] | None = None,
                 coverage: CoverageConfig | None = None) -> list[dict]:
-    """Every layer's numbers, then the long-context and block tables' rows (listed with their coverage)."""
+    """Every layer's numbers, then the long-context table's (re-derived from the configuration's long-context grid;
+    without a configuration listed as not covered) and the block table's rows (listed with their coverage)."""
     records = [rec for L in layers for rec in audit_layer(root, model, L, rows, coverage)]
     if rows is None:
-        records += long_context_records(root, model) + block_records(root, model)
+        records += audit_long_context(root, model, coverage.long_context if coverage else None, MALFORMED, _damaged)
+        records += block_records(root, model)
     return records
 
 
