@@ -13,8 +13,9 @@ One file per layer, next to `layer{L}.csv`; row r of the table owns the keys `r{
                                 sum) is exact_lo (fixed query); `witness` (Z itself) when that sum is not Z
     r{r}/best_feasible/witness  the tokens Z (n, d) the ascent found, whose value is best_feasible (varying query)
     r{r}/{second_order, second_order_tight}/kind
-                                "dual": a weak-duality certificate follows; "first_order": the reported value is the
-                                first-order bound (a tie or a labelled fallback), certified by that certificate
+                                "dual": a weak-duality certificate follows; "support": a support-function certificate
+                                of the long-context fixed query follows (below); "first_order": the reported value is
+                                the first-order bound (a tie or a labelled fallback), certified by that certificate
     r{r}/{...}/{c, A_rows, A_shape, b, dims, lo, hi, z, data_rel_err, bound, affine}
                                 the conic program in the units it was solved in (minimize c.x s.t. A x + s = b,
                                 s in K; K from dims = [zero, nonneg, exp, soc sizes...]), the box [lo, hi] that
@@ -30,6 +31,15 @@ One file per layer, next to `layer{L}.csv`; row r of the table owns the keys `r{
                                 varying_factored_program; varying_unfactored: varying_program; u_s, u_w are the
                                 reduction's). A field `name@shared` holds the id of an array stored
                                 once per layer (`arrays/{id}`: p and pbar are the same at every radius)
+
+A "support" certificate (`dual_record.SupportCertificate`; docs/certificate.md §4.1) stores the token program
+without facets (c, A_rows, A_shape, b, dims: no box, X enters through the exact support function of P), the dual z
+on its rows, its normalization multiplier t = z[0], data_rel_err, bound, affine, and build/ with path "support", the
+key [n, norm, upper_cone, monotone points] and the fields of `FixedRelaxationData` (`token_program.build_program`
+rebuilds the program from them).
+
+The long-context experiment stores its rows the same way (`data/long_context/{model}/units_certificates.npz`, row r
+of `units.csv`; the unit also names its length).
 
 Nothing here solves anything: `attncert.audit` reads these files with numpy alone.
 """

@@ -165,21 +165,21 @@ def figure(table: pd.DataFrame, label: str, out_pdf, paper: dict | None = None, 
             ax.set_xticks(ticks)
             ax.set_xticklabels([str(t) for t in ticks])
             ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-            ax.axvspan(1, 16, color="0.85", alpha=0.5, lw=0)
+            span = ax.axvspan(1, 16, color="0.85", alpha=0.5, lw=0)
             ax.grid(True, which="both", alpha=0.3)
             ax.set_xlabel("attended keys n")
-        ax_gap.text(0.02, 0.97, "shaded: the paper's range (n <= 16)", transform=ax_gap.transAxes, fontsize=7.5,
-                    color="0.3", va="top")
         query = "fixed query (exact worst case known)" if mode == "fixed" else \
             "varying query (no exact value: gap to the best ascent value)"
         ax_gap.set_title(query, fontsize=9)
         ax_sec.set_title(f"{mode} query: seconds per unit", fontsize=9)
         ax_gap.set_ylabel("median gap / output movement range")
         ax_sec.set_ylabel("median seconds per unit")
+    handles["shaded: the paper's range (at most 16 keys)"] = span
     fig.legend(list(handles.values()), list(handles.keys()), loc="lower center", ncol=3, fontsize=7.5, frameon=False)
-    fig.suptitle(f"Long context ({label}{'; ' + model_note if model_note else ''})", fontsize=10)
+    fig.suptitle(f"Long context, {' and '.join(modes)} query{' (' + model_note + ')' if model_note else ''}\n{label}",
+                 fontsize=9.5)
     legend_rows = -(-len(handles) // 3)
-    fig.tight_layout(rect=(0, 0.035 * legend_rows + 0.02, 1, 0.96))
+    fig.tight_layout(rect=(0, (0.16 * legend_rows + 0.1) / fig.get_figheight(), 1, 0.95))
     save_figure(fig, out_pdf)
     plt.close(fig)
 
