@@ -2,7 +2,8 @@
 
 `second_order_certificate` dispatches on `problem.mode` to the fixed-query relaxation (`fixed`; above
 SEPARABLE_ABOVE attended keys `separable`, the same relaxation at a cost linear in the number of keys) or the
-varying-query one (`varying`); sense "min" bounds min g = -max(-g) with the negated specification.
+varying-query one (`varying_factored`; above VARYING_LONG_ABOVE tokens `varying_long`); sense "min" bounds
+min g = -max(-g) with the negated specification.
 
 Fixed query, tight variant: the tight relaxation ((C0)-(C5)) is a subset of the paper-like one ((C0)-(C4)), so
 every sound bound of the paper-like relaxation is also a sound bound of the tight one's optimum (and of max g).
@@ -25,9 +26,14 @@ from attncert.certify.second_order.separable import second_order_separable
 from attncert.certify.second_order.token_family import FAMILY_ABOVE
 from attncert.certify.second_order.varying import second_order_varying
 from attncert.certify.second_order.varying_factored import second_order_varying_factored
+from attncert.certify.second_order.varying_long import second_order_varying_long
 from attncert.head.problem import HeadProblem
 
 SEPARABLE_ABOVE = FAMILY_ABOVE  # fixed query: more attended keys than this use `separable`
+# varying query: more attended tokens than this use `varying_long` (the same factored relaxation, linked through
+# d_h, assembled without cvxpy: at n = 64 0.45 s against 8 s, the same gap to 1%; at n = 16 the cvxpy program is
+# 2% tighter, bench/results/context_length.md)
+VARYING_LONG_ABOVE = 16
 
 
 def fixed_query_certificate(problem: HeadProblem, upper_cone: bool = False, monotone_points: int = MONOTONE_POINTS,
@@ -93,6 +99,8 @@ def second_order_certificate(problem: HeadProblem, sense: str = "max", upper_con
         raise ValueError(f"sense must be 'max' or 'min'; got {sense!r}")
     if problem.mode == "fixed":
         res = fixed_query_certificate(problem, upper_cone, monotone_points, ladder)
+    elif problem.mode == "varying" and factored and problem.n > VARYING_LONG_ABOVE and ladder is None:
+        res = second_order_varying_long(problem, upper_cone=upper_cone, monotone_points=monotone_points)
     elif problem.mode == "varying" and factored:
         res = second_order_varying_factored(problem, monotone_points=monotone_points, ladder=ladder,
                                             upper_cone=upper_cone)

@@ -43,14 +43,20 @@ class VaryingData:
     sigma + eta + beta lies in [-h_j, h_j]; the unit score is (R sigma_hat + H eta_hat + bb beta_hat) / h_j.
     """
 
-    def __init__(self, problem: HeadProblem, fo: float, center: bool = False):
-        """center: subtract the common query direction pbar (coordinatewise median of the p_j) from every score.
+    def __init__(self, problem: HeadProblem, fo: float, center: bool | str = False):
+        """center: subtract a common query direction pbar from every score.
 
         Softmax is invariant under a common shift of the scores, so s_j - pbar.delta_i (every j, the query token
         too) gives the same head for any fixed vector pbar: p_j becomes p_j - pbar and the query token's own
-        direction u_s + p_i - pbar. The rounding of the subtraction (<= u |p_j - pbar|.|delta_i| per token) is
-        added to the score error eps_j. It narrows H_j where the keys share a component (biases, common
-        directions of the tokens).
+        direction u_s + p_i - pbar. It narrows H_j where the keys share a component (biases, common directions
+        of the tokens). center=True: pbar = the coordinatewise median of the p_j; the rounding of the subtraction
+        (<= u |p_j - pbar|.|delta_i| per token) is added to the score error eps_j. center="key": pbar =
+        W_Q kbar / sqrt(d_h) with kbar the coordinatewise median of the keys k0_j, so that every direction stays
+        in the range of W_Q: p_j = W_Q kq_j with the key-space direction kq_j = (k0_j - kbar) / sqrt(d_h) (field
+        `kq`, (n, d_h)), and a program can read the query's shift of every score through the d_h-dimensional
+        delta_i W_Q (`varying_long_program`). The program's functional of key j is then the exact W_Q kq_j of the
+        stored kq_j; the rounding of kq_j against (k0*_j - kbar) / sqrt(d_h) (`key_direction_error`) is added to
+        eps_j, and H_j covers the rounding of the float p_j against W_Q kq_j.
         """
         n, d, dh, r = problem.n, problem.d, problem.d_head, problem.radius
         i = problem.query_index
@@ -64,7 +70,19 @@ class VaryingData:
         p = (K0 @ problem.W_Q.T) / sq  # (n, d): p_j = W_Q k0_j / sqrt(d_h)
         shift_err = np.zeros(n)
         pbar = np.zeros(d)
-        if center:
+        self.kq = self.kbar = None
+        p_err = np.zeros(n)  # rounding of the float p_j against the program's functional W_Q kq_j (dual norm)
+        if center == "key":
+            self.kbar = key_center(K0, problem.W_Q, p, dual)
+            self.kq = (K0 - self.kbar) / sq
+            p = self.kq @ problem.W_Q.T
+            absq = np.abs(problem.W_Q)
+            e = key_direction_error(problem, K0, self.kbar, self.kq)  # (n, d_h) per coordinate
+            shift_err = r * np.array([dual(absq @ e[j]) for j in range(n)]) * (1.0 + gamma(dh + 4)) + 1e-300
+            p_err = np.array([dual(absq @ np.abs(self.kq[j])) for j in range(n)]) * gamma(dh + 4)
+            shift_err = shift_err + r * p_err  # the query token reads its direction u_s + p_i through the float p_i
+            pbar = self.kbar @ problem.W_Q.T / sq  # for the record: the program never reads it
+        elif center:
             pbar = np.median(p, axis=0)
             p = p - pbar
             shift_err = 4.0 * UNIT_ROUNDOFF * r * np.array([dual(np.abs(p[j])) for j in range(n)]) + 1e-300
@@ -77,7 +95,7 @@ class VaryingData:
         self.R_s = r * dual(u_s) * up
         self.R_q = r * dual(self.u_q) * up
         self.R_w = r * dual(u_w) * up
-        self.H = np.array([r * dual(self.p[j]) * up for j in range(n)])
+        self.H = np.array([r * (dual(self.p[j]) + p_err[o[j]]) * up for j in range(n)])
         self.H[-1] = 0.0  # the query token's eta is part of sigma_i^+
         self.bb = r * r * bilinear_norm(problem.W_Q, problem.W_K, problem.norm) / sq * up
         R = np.where(np.arange(n) < n - 1, self.R_s, self.R_q)
@@ -103,6 +121,7 @@ class VaryingData:
     # the fields that determine the relaxation data (`fields`, `from_fields`); Vt and u_q follow from them
     FIELDS = ("order", "w0", "eps_w", "g0", "u_s", "u_w", "p", "R_s", "R_q", "R_w", "H", "bb", "h", "active", "scales",
               "eps", "A", "rho_w", "rho_o", "radius", "norm", "n", "d", "deviation", "tail", "shift", "pbar")
+    KEY_FIELDS = ("kq", "kbar")  # the key-space directions (center="key" only)
 
     def query_map(self) -> np.ndarray:
         """The query-side map in unit coordinates, rows: eta_j (j != i), sigma_i^+, omega_i."""
@@ -113,15 +132,15 @@ class VaryingData:
 
     def fields(self) -> dict:
         """A copy of the fields (before `drop_negligible`, which changes the object in place)."""
-        return {k: (np.array(v) if isinstance(v, np.ndarray) else v) for k, v in
-                ((k, getattr(self, k)) for k in self.FIELDS)}
+        names = self.FIELDS + (self.KEY_FIELDS if self.kq is not None else ())
+        return {k: (np.array(v) if isinstance(v, np.ndarray) else v) for k, v in ((k, getattr(self, k)) for k in names)}
 
     @classmethod
     def from_fields(cls, fields: dict) -> "VaryingData":
         """The data rebuilt from `fields()` (bit for bit: u_q = u_s + p_i and Vt by the same operations)."""
         D = cls.__new__(cls)
-        for k in cls.FIELDS:
-            setattr(D, k, fields[k])
+        for k in cls.FIELDS + cls.KEY_FIELDS:
+            setattr(D, k, fields.get(k))
         D.n, D.d, D.deviation = int(D.n), int(D.d), bool(D.deviation)
         D.norm = str(D.norm)
         D.u_q = D.u_s + D.p[-1]
@@ -150,13 +169,39 @@ class VaryingData:
             tail += 8.0 * math.exp(A_new + self.h[q] + self.eps[q] - logZ) * spread + 1e-300
             self.A = self.A.copy()
             self.A[q] = A_new
-        for name in ("order", "w0", "eps_w", "p", "H", "h", "active", "scales", "eps", "A"):
+        for name in ("order", "w0", "eps_w", "p", "H", "h", "active", "scales", "eps", "A") + (
+                ("kq",) if self.kq is not None else ()):
             setattr(self, name, getattr(self, name)[keep])
         self.Vt = np.vstack([self.Vt[: self.n - 1][keep[:-1]], self.Vt[self.n - 1:]])
         self.n = int(keep.sum())
         self.deviation = bool(np.min(self.h) < DEVIATION_BELOW)
         self.tail = tail
         return self
+
+
+def key_center(K0: np.ndarray, W_Q: np.ndarray, p: np.ndarray, dual) -> np.ndarray:
+    """The common key kbar whose query direction W_Q kbar / sqrt(d_h) leaves the smallest sum of the keys' dual
+    norms ||p_j - W_Q kbar / sqrt(d_h)||_* (the sum of H_j / r), of two candidates: the coordinatewise median of
+    the keys, and the least-squares preimage of the coordinatewise median of the p_j (the minimizer of that sum
+    over all of R^d for the box's l1 dual norm, projected on the range of W_Q). Any kbar is sound."""
+    sq = math.sqrt(W_Q.shape[1])
+    cands = [np.median(K0, axis=0), np.linalg.lstsq(W_Q / sq, np.median(p, axis=0), rcond=None)[0]]
+    cost = [sum(dual(pj) for pj in p - (kb @ W_Q.T) / sq) for kb in cands]
+    return cands[int(np.argmin(cost))]
+
+
+def key_direction_error(problem: HeadProblem, K0: np.ndarray, kbar: np.ndarray, kq: np.ndarray) -> np.ndarray:
+    """(n, d_h): |kq_j - (k0*_j - kbar) / sqrt(d_h)| per coordinate, k0*_j = z_j W_K + b_K exactly.
+
+    K0 = fl(Z0 W_K + b_K) errs by <= gamma_{d+1} (|Z0| |W_K| + |b_K|); the subtraction of kbar and the division
+    by the float sqrt(d_h) (itself within u of the real one) add <= 4u (|K0| + |kbar|) / sqrt(d_h) + 4u |kq|.
+    Doubled, with the division's own relative error.
+    """
+    d, dh = problem.W_Q.shape
+    sq = math.sqrt(dh)
+    base = gamma(d + 1) * (np.abs(problem.Z0) @ np.abs(problem.W_K) + np.abs(problem.b_K))
+    e = (base + 4.0 * UNIT_ROUNDOFF * (np.abs(K0) + np.abs(kbar))) / sq + 4.0 * UNIT_ROUNDOFF * np.abs(kq)
+    return 2.0 * e * (1.0 + 1e-9) + 1e-300
 
 
 def start_chains(D: VaryingData) -> list:

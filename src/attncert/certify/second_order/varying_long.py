@@ -1,0 +1,137 @@
+"""Second-order certificate, varying query, at a cost linear in the number of keys (`varying_long_program`).
+
+The relaxation is the factored one of `varying_factored` with the query's shift read through the d_h-dimensional
+delta_i W_Q; its conic data are assembled per row family (no cvxpy) and solved by Clarabel, whose KKT matrix is a
+block per key plus the dense d_h + d columns of the query side: each interior-point iteration costs
+O(n (rows per key) + n d_h^2 + d d_h), linear in n.
+
+Certification as everywhere: every solve's dual is repaired into K^* and bounded by weak duality over a box that
+holds every lifted true point (`dual_certificate.weak_duality_bound`, outward rounded), whatever the solver
+returns; the smallest bound is kept and offered to the caller's dual record with the builder's inputs
+(`note_construction`: the key-centered `VaryingData` fields, the build key and the facet edges), so that
+`attncert.audit` rebuilds the program and confirms the bound without a solver.
+
+linf: each token starts with the half-planes of `token_program.edge_window` around the vertex that the boundary
+Dinkelbach estimate picks (consecutive edges and a sigma grid); after a solve, the edge under every atom
+U_j / lam_j, V_j / (base_j - lam_j) that lies above its chain is added (at most ROUNDS solves, MAX_EDGES edges
+per token), until the violated atoms weigh at most CUT_STOP of the primal.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from attncert.certify.second_order.cutting_planes import vertex_dinkelbach
+from attncert.certify.second_order.dual_certificate import weak_duality_bound
+from attncert.certify.second_order.dual_record import note_construction, offer_dual
+from attncert.certify.second_order.relaxation import MONOTONE_POINTS, SecondOrderResult, fallback_bound, representable, settle
+from attncert.certify.second_order.token_program import LADDER, edge_window, solve_program
+from attncert.certify.second_order.varying import _to_g
+from attncert.certify.second_order.varying_data import VaryingData
+from attncert.certify.second_order.varying_long_program import build_long_program, long_chains
+from attncert.head.problem import HeadProblem
+
+# Clarabel at 1e-7: on a GPT-2-sized unit with 1,024 keys the 1e-8 rungs stalled at "almost solved" after ~190
+# iterations (4.3 s), 1e-7 converged in 59 (1.5 s); the certified bounds differ by 3e-7 of the objective (the
+# bound is weak duality over the box whatever the accuracy).
+LONG_LADDER = tuple(dict(o, tol_gap_abs=1e-7, tol_gap_rel=1e-7, tol_feas=1e-7) for o in LADDER)
+NEAR = 4  # consecutive edges on each side of a token's estimated vertex (linf)
+GRID = 7  # global sigma grid of edges (linf)
+ROUNDS = 3  # solves with cutting planes (linf)
+MAX_EDGES = 40  # half-planes per token at most
+CUT_STOP = 1e-2  # stop once the atoms above their chains weigh <= this x the primal (objective units, origin near
+#                  the optimum: the primal measures about the gap); another solve lowered the bound by < 1% of the gap
+VIOLATION = 1e-9  # an atom this far above its chain (unit value coordinate) gets a cut
+
+
+def second_order_varying_long(problem: HeadProblem, upper_cone: bool = False, monotone_points: int = MONOTONE_POINTS,
+                              second: bool = True, ladder=LONG_LADDER) -> SecondOrderResult:
+    """Sound upper bound on max g for a varying query (module docstring)."""
+    if problem.mode != "varying":
+        raise ValueError("second_order_varying_long expects mode='varying'")
+    t0 = time.perf_counter()
+    fo = fallback_bound(problem)
+    D = VaryingData(problem, fo, center="key")
+    note_construction(reset=True, path="varying_long", fields=D.fields())  # before drop_negligible changes D
+    why = "degenerate score intervals" if not np.all(D.h > 1e-9) else representable(D.A, D.h, D.eps, width_only=True)
+    if not why:
+        D = D.drop_negligible()
+        why = representable(D.A, D.h, D.eps)
+    if not why and D.n < 2:
+        why = "a single token"
+    if why:
+        return settle(math.inf, fo, t0, "varying", no_solve_reason=why)
+    edges = start_edges(D) if problem.norm == "linf" else None
+    key = (D.n, D.d, problem.norm, bool(upper_cone), int(monotone_points), bool(second))
+    best, best_status, primal, gap, log, rounds = math.inf, "not_run", math.nan, math.nan, [], 0
+    for rounds in range(1, (ROUNDS if edges is not None else 1) + 1):
+        prog = build_long_program(D, problem.W_Q, upper_cone, monotone_points, second, edges)
+        note_construction(key=key, edges=None if edges is None else [np.array(e) for e in edges])
+        status, p_obj, x, z, solve_log = solve_program(prog, ladder)
+        bound = math.inf
+        if z is not None:
+            try:
+                bound, zr = weak_duality_bound(prog.c, prog.A, prog.b, prog.dims, z, prog.lo, prog.hi)
+                offer_dual(bound, prog.c, prog.A, prog.b, prog.dims, prog.lo, prog.hi, zr, _data_err())
+            except (ValueError, FloatingPointError, OverflowError):
+                bound = math.inf
+        val = _to_g(bound, D) if math.isfinite(bound) else math.inf
+        log += [(s, st, val, sec) for (s, st, sec) in solve_log]
+        if val < best:
+            best, best_status = val, status
+            primal = _to_g(p_obj, D) if math.isfinite(p_obj) else math.nan
+            gap = best - primal if math.isfinite(primal) else math.nan
+        if x is None or edges is None:
+            break
+        new, excess = cuts(prog, x, D, edges)
+        if excess <= CUT_STOP * max(abs(p_obj), 1e-300) or not any(e.size for e in new):
+            break
+        edges = [np.union1d(e, a)[:MAX_EDGES] if a.size else e for e, a in zip(edges, new)]
+    n_facets = int(max((e.size for e in edges), default=0)) if edges is not None else 0
+    return settle(best, fo, t0, "varying", status=best_status, solver="CLARABEL" if math.isfinite(best) else "none",
+                  primal=primal, rounds=rounds, n_facets=n_facets, log=log, dual_gap=gap)
+
+
+def _data_err() -> float:
+    from attncert.certify.second_order.compiled import DATA_REL_ERR
+
+    return DATA_REL_ERR
+
+
+def start_edges(D: VaryingData) -> list:
+    """Per token the indices of its first half-planes (`varying_long_program.chain_rows`): the sigma bounds, NEAR
+    consecutive edges on each side of the vertex of its boundary Dinkelbach estimate, a GRID-point sigma grid."""
+    keys, query = long_chains(D)
+    m = D.n - 1
+    sig = np.vstack([np.broadcast_to(keys.chain.sigma, (m, keys.chain.sigma.size)), query.chain.sigma[None]])
+    om = np.vstack([np.broadcast_to(keys.chain.omega, (m, keys.chain.omega.size)), query.chain.omega[None]])
+    _, kv = vertex_dinkelbach(D.A, D.w0, D.g0, sig, om)
+    rows = np.vstack([edge_window(kv[:m], keys.chain, NEAR, GRID), edge_window(kv[m:], query.chain, NEAR, GRID)])
+    return [np.unique(r) for r in rows]
+
+
+def cuts(prog, x: np.ndarray, D: VaryingData, edges: list) -> tuple[list, float]:
+    """Per token the half-planes under its atoms that lie above its chain, and the atoms' weighted height above it
+    (objective units): what more cuts can still remove."""
+    keys, query = long_chains(D)
+    m = D.n - 1
+    base = np.concatenate([prog.block(x, "bt"), prog.block(x, "tau")])
+    lam = prog.block(x, "lam")
+    new = [np.zeros(0, dtype=np.int64) for _ in range(D.n)]
+    total = 0.0
+    for mass, s_blk, w_blk, weight in ((lam, "Us", "Uw", prog.coef["Uw"]), (base - lam, "Vs", "Vw", prog.coef["Vw"])):
+        ok = mass > 1e-12 * max(float(np.max(np.abs(base))), 1e-300)
+        safe = np.where(ok, mass, 1.0)
+        for chain, sel in ((keys, np.arange(m)), (query, np.array([m]))):
+            sig = np.clip(prog.block(x, s_blk)[sel] / safe[sel] * D.scales[sel, 0], -chain.R_s, chain.R_s)
+            om = prog.block(x, w_blk)[sel] / safe[sel]
+            height = om - chain.omega_max(sig) / D.rho_w
+            above = ok[sel] & (height > VIOLATION)
+            e = chain.edge_at(sig) + 2
+            for j, ej in zip(sel[above], e[above]):
+                if ej not in edges[j] and edges[j].size < MAX_EDGES:
+                    new[j] = np.union1d(new[j], [ej])
+            total += float(np.sum(np.where(above, np.abs(weight[sel]) * mass[sel] * height, 0.0)))
+    return new, total

@@ -1,0 +1,342 @@
+"""The factored varying-query program at a cost linear in the number of keys: conic data assembled per row family.
+
+The relaxation is `varying_factored`'s (docs/certificate.md §5.1), with two changes that make every interior-point
+iteration linear in n:
+
+* **the query's shift through d_h.** The keys read the query perturbation only through the d_h-dimensional
+  delta_i W_Q: with the key-space centering of `VaryingData(center="key")`, p_j = W_Q kq_j, so
+
+      etahat_j = (r / H_j) kq_j . Y,     Y = W_Q^T W,     W = tau delta_i / r in tau B_1,
+
+  d_h equality rows with d entries each and one row with d_h entries per key (n d_h + d d_h nonzeros instead of
+  the n d of a d-dimensional link). The query token's own (sigma, omega) still reads W directly (two rows).
+* **budgets of the query factor's second moments** on the pairs of the TOP_KEYS heaviest keys and on all keys
+  (`varying_factored_program.budget_subsets`, a number of rows independent of n beyond PAIRS_UP_TO keys), the
+  all-keys bound computed on the smaller of the two Gram matrices (`all_keys_budget`).
+
+Everything else is the same row for row: the b level (exact hull of (tau, tau t, tau e^{H(t+1)})), the quadratic
+upper bounds of the second moments, the key factor's (C1)-(C4) [(C5)] with base b_j, the bilinear coordinate, the
+facets of each token's P (linf; a window of consecutive edges around the token's estimated vertex and a sigma
+grid, plus cutting planes) or its ellipse (l2), the normalization and the objective.
+
+Builder code only (no solver): `build_long_program` is a function of `VaryingData` (key-centered, negligible tokens
+dropped), W_Q, the build key and the facet edges, so that `attncert.audit` rebuilds the same (c, A, b, cones, box)
+bit for bit. The box holds every lifted true point; the certificate is weak duality over it
+(`dual_certificate.weak_duality_bound`), never the solver's primal.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import numpy as np
+import scipy.sparse as sp
+
+from attncert.certify.second_order.facets import UpperChainFacets, unit_rows
+from attncert.certify.second_order.relaxation import ellipse_matrix, softmax_bounds, weight_coefficients
+from attncert.certify.second_order.varying_data import VaryingData
+from attncert.certify.second_order.varying_factored_program import (QUAD_POINTS, budget_subsets, quadratic_rows,
+                                                                    widths)
+from attncert.head.projected_ball import projected_ball
+from attncert.head.rounding import UNIT_ROUNDOFF, gamma
+
+_U = UNIT_ROUNDOFF
+KEYS_BLOCKS = ("mu", "bt", "eta", "Q")  # per key (m = n - 1)
+TOKEN_BLOCKS = ("lam", "Us", "Uw", "Ub", "Vs", "Vw", "Vb", "SU", "SV")  # per token (n, the query last)
+
+
+def all_keys_budget(Vt: np.ndarray, norm: str, row_err: np.ndarray) -> float:
+    """Lambda >= sum_j etahat_j^2 over every query perturbation (`varying_factored_program.query_budget`, the
+    all-keys row), from the Gram matrix of the smaller side: B diag(1/g) B^T (m x m) and diag(1/g)^(1/2) B^T B
+    diag(1/g)^(1/2) (d x d) have the same nonzero eigenvalues and trace. Its entries are sums of the longer side's
+    length, hence the rounding term. row_err_j bounds |etahat_j| - |(Vt_j . x)| (the float rows against the
+    program's functional): sum (a + e)^2 <= sum a^2 + 3 sum e when |a|, e <= 1. Capped by m."""
+    m, d = Vt.shape
+    if norm == "linf":
+        g = np.sqrt((Vt * Vt).sum(axis=0)) + 1e-300
+        Bs = Vt / np.sqrt(g)
+        scale = float(g.sum())
+    else:
+        Bs, scale = Vt, 1.0
+    G = Bs @ Bs.T if m <= d else Bs.T @ Bs
+    lam = float(np.linalg.eigvalsh(G)[-1]) + 64.0 * _U * (max(m, d) + 10) * float(np.trace(G))
+    val = lam * scale * (1.0 + 1e-9) + 3.0 * float(np.sum(row_err)) + 1e-12
+    return min(val, float(m))
+
+
+def chain_rows(chain: UpperChainFacets, scale_s: float, scale_w: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(hs, hw, hb) of every half-plane of one upper chain in unit coordinates: index 0, 1 the sigma bounds, 2 + e
+    edge e (an edge of zero length repeats the upper sigma bound: a valid, redundant row)."""
+    d = chain.d
+    N = np.stack([-chain.chain.domega, chain.chain.dsigma], axis=1)
+    nrm = np.hypot(N[:, 0], N[:, 1])
+    ok = nrm > 0
+    N = np.where(ok[:, None], N / np.where(ok, nrm, 1.0)[:, None], 0.0)
+    b = chain.radius * np.abs(N @ chain.gens).sum(axis=1) * (1.0 + gamma(d + 6)) + 1e-300
+    H = np.concatenate([np.array([[1.0, 0.0], [-1.0, 0.0]]), np.where(ok[:, None], N, [[1.0, 0.0]])])
+    b = np.concatenate([[chain.R_s, chain.R_s], np.where(ok, b, chain.R_s)])
+    Hu, bu = unit_rows(H, b, scale_s, scale_w)
+    return Hu[:, 0], Hu[:, 1], bu
+
+
+def long_chains(D: VaryingData) -> tuple[UpperChainFacets, UpperChainFacets]:
+    """linf: the keys' upper chain (from u_s) and the query token's (from u_q)."""
+    keys = UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s, chain=projected_ball(D.u_s, D.u_w, D.radius, "linf"))
+    query = UpperChainFacets(D.u_q, D.u_w, D.radius, D.R_q, chain=projected_ball(D.u_q, D.u_w, D.radius, "linf"))
+    return keys, query
+
+
+@dataclass
+class LongProgram:
+    """Clarabel's form: min c.x s.t. A x + s = b, s in K (zero, nonneg, soc sizes, exp count), and the box."""
+
+    c: np.ndarray
+    A: sp.csc_matrix
+    b: np.ndarray
+    dims: SimpleNamespace
+    lo: np.ndarray
+    hi: np.ndarray
+    offsets: dict  # block name -> first column
+    n: int
+    d: int
+    dh: int
+    tau_lo: float
+    tau_hi: float
+    coef: dict = field(default_factory=dict)  # objective coefficients of Uw, Vw per token (for the cuts)
+
+    def block(self, x: np.ndarray, name: str) -> np.ndarray:
+        size = {"tau": 1, "W": self.d, "Y": self.dh}.get(name, self.n - 1 if name in KEYS_BLOCKS else self.n)
+        return x[self.offsets[name]:self.offsets[name] + size]
+
+
+class _Assembly:
+    """Rows of one kind at a time; each family states coords(x) in the cone, one cone per row index r. A term is
+    (block, coef) (block index r, or column 0 of the block for "tau"; "base" is bt_r for a key and tau for the
+    query token) or ("cols", columns (rows, k), coefficients (rows, k))."""
+
+    KINDS = ("zero", "nonneg", "soc", "exp")
+
+    def __init__(self, offsets: dict, m: int):
+        self.off, self.m = offsets, m
+        self.fams = {k: [] for k in self.KINDS}
+        self.rhs = {k: [] for k in self.KINDS}
+
+    def add(self, kind: str, rows: int, coords: list, rhs=None):
+        """The family s = rhs + coords(x) in the cone (rhs: the constant of each coordinate, broadcast to rows;
+        Clarabel's s = b - A x, so A holds the negated coefficients)."""
+        self.fams[kind].append((rows, coords, rhs))
+
+    def _cols(self, name: str, rows: int) -> np.ndarray:
+        r = np.arange(rows)
+        if name == "tau":
+            return np.zeros(rows, dtype=np.int64)
+        if name == "base":
+            return np.where(r < self.m, self.off["bt"] + np.minimum(r, self.m - 1), 0)
+        return self.off[name] + r
+
+    def assemble(self, nvar: int):
+        rr, cc, vv, bb, socs = [], [], [], [], []
+        r0 = 0
+        counts = dict.fromkeys(self.KINDS, 0)
+        for kind in self.KINDS:
+            for rows, coords, rhs in self.fams[kind]:
+                dim = len(coords)
+                base = r0 + dim * np.arange(rows)
+                b = np.zeros(dim * rows)
+                for k, terms in enumerate(coords):
+                    for term in terms:
+                        if term[0] == "cols":
+                            cols, coef = np.asarray(term[1]), np.asarray(term[2], dtype=np.float64)
+                            rr.append(np.repeat(base + k, cols.shape[1]))
+                            cc.append(cols.ravel())
+                            vv.append(-coef.ravel())
+                        else:
+                            rr.append(base + k)
+                            cc.append(self._cols(term[0], rows))
+                            vv.append(-np.broadcast_to(np.asarray(term[1], dtype=np.float64), (rows,)))
+                    if rhs is not None:
+                        b[k::dim] = np.broadcast_to(np.asarray(rhs[k], dtype=np.float64), (rows,))
+                bb.append(b)
+                if kind == "soc":
+                    socs += [dim] * rows
+                counts[kind] += dim * rows
+                r0 += dim * rows
+        A = sp.coo_matrix((np.concatenate(vv), (np.concatenate(rr), np.concatenate(cc))), shape=(r0, nvar)).tocsc()
+        A.sum_duplicates()
+        A.eliminate_zeros()
+        dims = SimpleNamespace(zero=counts["zero"], nonneg=counts["nonneg"], soc=socs, exp=counts["exp"] // 3,
+                               psd=[], p3d=[])
+        return A, np.concatenate(bb), dims
+
+
+def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: int, second: bool = True,
+                       edges: list | None = None) -> LongProgram:
+    """The program of one unit. D: key-centered `VaryingData` after `drop_negligible` (the query token last);
+    edges (linf): per token the indices into `chain_rows` of its half-planes (keys: the keys' chain, the query
+    token: its own)."""
+    n, d, m = D.n, D.d, D.n - 1
+    dh = W_Q.shape[1]
+    sizes = {"tau": 1, "W": d, "Y": dh} | {k: m for k in KEYS_BLOCKS} | {k: n for k in TOKEN_BLOCKS}
+    offsets, col = {}, 0
+    for name in ("tau", "W", "Y", *KEYS_BLOCKS, *TOKEN_BLOCKS):
+        offsets[name], col = col, col + sizes[name]
+    nvar = col
+    Hf, hk = widths(D)
+    k = weight_coefficients(D.A - Hf, hk, D.eps, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w, mono)
+    El = k["El"]
+    wt = (D.w0 + D.eps_w - D.g0) / D.rho_o
+    wt = wt + 4.0 * _U * (np.abs(D.w0) + D.eps_w + abs(D.g0)) / D.rho_o + 4.0 * _U * np.abs(wt)
+    kb = np.expm1(2.0 * Hf[:m])
+    act = D.active
+    ks, kbb, ib = D.scales[:, 0] * act[:, 0] / hk, D.scales[:, 3] * act[:, 3] / hk, act[:, 3] * (1.0 + 4.0 * _U)
+    R = _Assembly(offsets, m)
+    tau, one = ("tau", 1.0), 1.0
+    # zero rows: the normalization, the b level, the links, the S definitions
+    R.add("zero", 1, [[("cols", np.concatenate([[0], offsets["bt"] + np.arange(m), offsets["lam"] + np.arange(n)])[None],
+                       -np.concatenate([[El[m]], El[:m], El * k["kappa"]])[None])]], rhs=[1.0])
+    R.add("zero", m, [[("bt", -one), tau, ("mu", kb)]])
+    lead = np.where(act[:m, 2] > 0, D.radius / D.scales[:m, 2], 0.0)
+    R.add("zero", m, [[("eta", -one), ("cols", offsets["Y"] + np.tile(np.arange(dh), (m, 1)), lead[:, None] * D.kq[:m])]])
+    R.add("zero", dh, [[("Y", -one), ("cols", offsets["W"] + np.tile(np.arange(d), (dh, 1)), W_Q.T)]])
+    R.add("zero", n, [[("SU", -one), ("Us", ks), ("Ub", kbb)]])
+    R.add("zero", n, [[("SV", -one), ("Vs", ks), ("Vb", kbb)]])
+    qrows = D.Vt[m:]  # the query token's sigma and omega through W
+    for s_blk, v_blk, row in (("Us", "Vs", qrows[0]), ("Uw", "Vw", qrows[1])):
+        R.add("zero", 1, [[("cols", np.array([[offsets[s_blk] + m, offsets[v_blk] + m]]), -np.ones((1, 2))),
+                           ("cols", (offsets["W"] + np.arange(d))[None], row[None])]])
+    # nonnegative rows
+    R.add("nonneg", m, [[("mu", one)]])
+    R.add("nonneg", m, [[tau, ("mu", -one)]])
+    R.add("nonneg", m, [[("eta", one), tau, ("mu", -2.0)]])
+    if second:
+        S = budget_subsets(m, np.argsort(-D.A[:m], kind="stable"))
+        Lb = _budgets(D, W_Q, S)
+        R.add("nonneg", m, [[tau, ("Q", -one)]])
+        rows_S, cols_S = np.nonzero(S)
+        width = int(S.sum(axis=1).max())
+        cols = np.full((S.shape[0], width), offsets["Q"], dtype=np.int64)
+        coef = np.zeros((S.shape[0], width))
+        for i in range(S.shape[0]):
+            c_i = cols_S[rows_S == i]
+            cols[i, :c_i.size], coef[i, :c_i.size] = offsets["Q"] + c_i, -1.0
+        R.add("nonneg", S.shape[0], [[("cols", np.concatenate([np.zeros((S.shape[0], 1), np.int64), cols], axis=1),
+                                       np.concatenate([Lb[:, None], coef], axis=1))]])
+        qa, qb, qc = quadratic_rows(Hf[:m])
+        for c in range(QUAD_POINTS):
+            R.add("nonneg", m, [[("tau", qa[:, c]), ("eta", qb[:, c]), ("Q", qc[:, c]), ("mu", -one)]])
+    R.add("nonneg", n, [[("base", k["sec_tau"]), ("SU", k["sec_U"]), ("SV", k["sec_V"]), ("lam", -one)]])
+    R.add("nonneg", n, [[("lam", one)]])
+    R.add("nonneg", n, [[("base", one), ("lam", -one)]])
+    for c in range(mono):
+        R.add("nonneg", n, [[("SV", k["mV"][:, c]), ("SU", k["mU"][:, c]), ("lam", k["mlam"][:, c]),
+                             ("base", k["mtau"][:, c])]])
+    R.add("nonneg", n, [[("lam", ib), ("Ub", -one)]])
+    R.add("nonneg", n, [[("lam", ib), ("Ub", one)]])
+    R.add("nonneg", n, [[("base", ib), ("lam", -ib), ("Vb", -one)]])
+    R.add("nonneg", n, [[("base", ib), ("lam", -ib), ("Vb", one)]])
+    if D.norm == "linf":
+        R.add("nonneg", d, [[tau, ("W", -one)]])
+        R.add("nonneg", d, [[tau, ("W", one)]])
+        _facet_rows(R, D, edges, offsets, m)
+    else:
+        R.add("soc", 1, [[tau]] + [[("cols", np.array([[offsets["W"] + i]]), np.ones((1, 1)))] for i in range(d)])
+        G, cs = ellipse_matrix(D.u_s, D.u_w, D.radius, D.scales[0, 0], D.rho_w)
+        Gq, csq = ellipse_matrix(D.u_q, D.u_w, D.radius, D.scales[-1, 0], D.rho_w)
+        Gt = np.broadcast_to(G, (n, 2, 2)).copy()
+        Gt[-1] = Gq
+        cst = np.where(np.arange(n) < m, cs, csq)
+        R.add("soc", n, [[("lam", cst)], [("Us", Gt[:, 0, 0]), ("Uw", Gt[:, 0, 1])], [("Us", Gt[:, 1, 0]), ("Uw", Gt[:, 1, 1])]])
+        R.add("soc", n, [[("base", cst), ("lam", -cst)], [("Vs", Gt[:, 0, 0]), ("Vw", Gt[:, 0, 1])],
+                         [("Vs", Gt[:, 1, 0]), ("Vw", Gt[:, 1, 1])]])
+    if second:
+        R.add("soc", m, [[("Q", one), tau], [("Q", one), ("tau", -one)], [("eta", 2.0)]])
+    # exponential cones: the b level, (C1), (C5)
+    R.add("exp", m, [[("eta", Hf[:m]), ("tau", Hf[:m])], [tau], [("bt", one)]])
+    R.add("exp", n, [[("SU", k["hU"]), ("SV", k["hV"]), ("base", k["hV"])], [("base", one)],
+                     [("base", one), ("lam", k["kt"])]])
+    if upper_cone:
+        R.add("exp", n, [[("base", -k["up_tau"]), ("lam", -k["up_lam"]), ("SV", -k["up_V"]), ("SU", -k["up_U"])],
+                         [("base", one), ("lam", k["kt"])], [("base", one)]])
+    A, b, dims = R.assemble(nvar)
+    c = np.zeros(nvar)
+    c_base = El * wt + 4.0 * _U * El * np.abs(wt) + 1e-300
+    c[offsets["bt"]:offsets["bt"] + m] -= c_base[:m]
+    c[0] -= c_base[m]
+    c[offsets["lam"]:offsets["lam"] + n] -= k["c_lam"]
+    c[offsets["Vw"]:offsets["Vw"] + n] -= k["c_V"]
+    c[offsets["Uw"]:offsets["Uw"] + n] -= k["c_U"]
+    tau_lo, tau_hi = softmax_bounds(El, El * k["Ehat"] * np.exp(2.0 * Hf))
+    lo, hi = _box(D, W_Q, offsets, nvar, tau_lo, tau_hi, Hf, second)
+    return LongProgram(c, A, b, dims, lo, hi, offsets, n, d, dh, tau_lo, tau_hi,
+                       dict(Uw=np.asarray(k["c_U"]), Vw=np.asarray(k["c_V"])))
+
+
+def _budgets(D: VaryingData, W_Q: np.ndarray, S: np.ndarray) -> np.ndarray:
+    """Lambda_S per row of S: the pairs by `query_budget`'s bound (two rows each), the all-keys row by
+    `all_keys_budget`; each inflated by the float rows' error against W_Q kq_j."""
+    from attncert.certify.second_order.varying_factored_program import query_budget
+
+    m = D.n - 1
+    Vt = D.Vt[:m]
+    lead = np.where(D.active[:m, 2] > 0, D.radius / D.scales[:m, 2], 0.0)
+    absq = np.abs(W_Q)
+    row_err = lead * np.array([np.abs(absq @ np.abs(D.kq[j])).sum() if D.norm == "linf"
+                               else np.linalg.norm(absq @ np.abs(D.kq[j])) for j in range(m)]) * gamma(W_Q.shape[1] + 4)
+    out = np.empty(S.shape[0])
+    small = S[:-1]
+    if small.shape[0]:
+        out[:-1] = query_budget(Vt, D.norm, small) + 3.0 * (small @ row_err)
+    out[-1] = all_keys_budget(Vt, D.norm, row_err)
+    return np.minimum(out, S.sum(axis=1))
+
+
+def _facet_rows(R: _Assembly, D: VaryingData, edges: list, offsets: dict, m: int):
+    """U_j in lam_j P_j and V_j in (base_j - lam_j) P_j through each token's selected half-planes (ragged)."""
+    keys, query = long_chains(D)
+    rows_k = chain_rows(keys, D.scales[0, 0], D.rho_w)
+    rows_q = chain_rows(query, D.scales[-1, 0], D.rho_w)
+    tok = np.concatenate([np.full(e.size, j) for j, e in enumerate(edges)])
+    idx = np.concatenate(edges).astype(np.int64)
+    hs = np.where(tok < m, rows_k[0][np.minimum(idx, rows_k[0].size - 1)], rows_q[0][np.minimum(idx, rows_q[0].size - 1)])
+    hw = np.where(tok < m, rows_k[1][np.minimum(idx, rows_k[1].size - 1)], rows_q[1][np.minimum(idx, rows_q[1].size - 1)])
+    hb = np.where(tok < m, rows_k[2][np.minimum(idx, rows_k[2].size - 1)], rows_q[2][np.minimum(idx, rows_q[2].size - 1)])
+    base_col = np.where(tok < m, offsets["bt"] + np.minimum(tok, m - 1), 0)
+    lam, us, uw = offsets["lam"] + tok, offsets["Us"] + tok, offsets["Uw"] + tok
+    vs, vw = offsets["Vs"] + tok, offsets["Vw"] + tok
+    R.add("nonneg", tok.size, [[("cols", np.stack([lam, us, uw], 1), np.stack([hb, -hs, -hw], 1))]])
+    R.add("nonneg", tok.size, [[("cols", np.stack([base_col, lam, vs, vw], 1), np.stack([hb, -hb, -hs, -hw], 1))]])
+
+
+def _box(D: VaryingData, W_Q: np.ndarray, offsets: dict, nvar: int, tau_lo: float, tau_hi: float, Hf: np.ndarray,
+         second: bool) -> tuple[np.ndarray, np.ndarray]:
+    """A box holding every lifted true point (`varying_factored_program.factored_box`, and Y = W_Q^T W:
+    |Y_k| <= tau ||W_Q[:, k]||_1 (box) or ||W_Q[:, k]||_2 (ball), rounded up)."""
+    n, m, d, inflate = D.n, D.n - 1, D.d, 1.0 + 1e-9
+    t = tau_hi * inflate
+    bt_hi = tau_hi * np.exp(2.0 * Hf[:m]) * (1.0 + 1e-12) * inflate
+    base_hi = np.concatenate([bt_hi, [t]])
+    unit = np.where(D.active[:, [0, 1, 3]] > 0, 1.0, 0.0) * inflate
+    lo, hi = np.zeros(nvar), np.zeros(nvar)
+
+    def put(name, a, b):
+        o = offsets[name]
+        size = np.size(b)
+        lo[o:o + size], hi[o:o + size] = a, b
+
+    col = np.abs(W_Q).sum(axis=0) if D.norm == "linf" else np.sqrt((W_Q * W_Q).sum(axis=0))
+    col = col * (1.0 + gamma(d + 4)) * inflate + 1e-300
+    put("tau", tau_lo, tau_hi)
+    put("W", -t, np.full(d, t))
+    put("Y", -t * col, t * col)
+    put("mu", 0.0, np.full(m, t))
+    put("bt", tau_lo * (1.0 - 1e-9), bt_hi)
+    put("eta", -t, np.full(m, t))
+    put("Q", 0.0, np.full(m, t if second else 0.0))
+    put("lam", 0.0, base_hi)
+    for j, (u, v) in enumerate((("Us", "Vs"), ("Uw", "Vw"), ("Ub", "Vb"))):
+        put(u, -unit[:, j] * base_hi, unit[:, j] * base_hi)
+        put(v, -unit[:, j] * base_hi, unit[:, j] * base_hi)
+    put("SU", -base_hi, base_hi)
+    put("SV", -base_hi, base_hi)
+    return lo, hi

@@ -1,0 +1,174 @@
+"""Varying query at long context (`second_order.varying_long`): soundness, the derivation, the free multipliers.
+
+References: multi-start ascent and random box vertices / sphere points (feasible values: lower bounds of max g);
+the lifted true points (every row of the assembled program must hold there, inside the box); any dual vector
+(the bound is weak duality over the box, valid for every point of K^*, whatever the solver returns).
+"""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import attncert.certify.second_order.varying_long as vl
+import attncert.certify.second_order.varying_long_program as vlp
+from attncert.certify.best_feasible_ascent import best_feasible_ascent
+from attncert.certify.first_order_certificate import first_order_certificate
+from attncert.certify.second_order.certificate import VARYING_LONG_ABOVE, second_order_certificate
+from attncert.certify.second_order.dual_certificate import _cone_slices, weak_duality_bound
+from attncert.certify.second_order.relaxation import MONOTONE_POINTS
+from attncert.certify.second_order.token_program import solve_program
+from attncert.certify.second_order.varying_data import VaryingData
+from attncert.certify.second_order.varying_factored_program import widths
+from attncert.head.problem import random_head_problem
+
+from head_strategies import sampled_max  # tests/head_strategies.py
+
+SETTINGS = dict(suppress_health_check=[HealthCheck.too_slow], derandomize=True, deadline=None)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
+
+
+@st.composite
+def long_heads(draw, max_n=256):
+    """Random heads with many tokens: n up to max_n, both norms, radii over two decades, weight scales 0.3-1.5."""
+    seed = draw(st.integers(0, 10_000))
+    n = draw(st.sampled_from([2, 5, 17, 40, 96, max_n]))
+    d, dh = draw(st.integers(3, 8)), draw(st.integers(1, 4))
+    radius = 10 ** draw(st.floats(math.log10(0.003), math.log10(0.3)))
+    norm = draw(st.sampled_from(["linf", "l2"]))
+    scale = draw(st.floats(0.3, 1.5))
+    return random_head_problem(np.random.default_rng(seed), d=d, d_head=dh, n=n, radius=radius, norm=norm,
+                               mode="varying", scale=scale)
+
+
+@settings(max_examples=14, **SETTINGS)
+@given(long_heads(), st.booleans(), st.booleans())
+def test_long_path_sound_against_ascent(problem, upper_cone, negate):
+    """Certificate >= every feasible value found (ascent, random vertices / sphere points), <= first order;
+    both senses, both variants, both norms, n up to 256."""
+    p = problem.negated() if negate else problem
+    res = vl.second_order_varying_long(p, upper_cone=upper_cone)
+    assert math.isfinite(res.value)
+    best = max(best_feasible_ascent(p, restarts=4, steps=60).value, sampled_max(p, k=16))
+    assert res.value >= best
+    fo = first_order_certificate(p)
+    assert res.value <= fo + 1e-12 * (1.0 + abs(fo))
+
+
+def _lift(p, D, delta):
+    """Every variable of the long program at the lifted true point of `delta` (D: key-centered data)."""
+    M = p.W_Q @ p.W_K.T / np.sqrt(p.d_head)
+    dp = delta[D.order]
+    di = dp[-1]
+    n, m = D.n, D.n - 1
+    x = np.zeros((n, 3))  # sigma, omega, beta
+    eta = np.zeros(n)
+    for j in range(m):
+        x[j] = [D.u_s @ dp[j], D.u_w @ dp[j], di @ M @ dp[j]]
+        eta[j] = (di @ p.W_Q) @ D.kq[j]
+    x[-1] = [D.u_q @ di, D.u_w @ di, di @ M @ di]
+    Hf, hk = widths(D)
+    e = np.exp(D.A + x[:, 0] + x[:, 2] + eta)
+    tau = 1.0 / e.sum()
+    bt = tau * np.exp(eta[:m] + Hf[:m])
+    base = np.concatenate([bt, [tau]])
+    sk = x[:, 0] + x[:, 2]
+    lam = base * np.expm1(sk + hk + D.eps) / np.expm1(2 * hk + 2 * D.eps)
+    xhat = x / D.scales[:, [0, 1, 3]] * D.active[:, [0, 1, 3]]
+    etahat = eta[:m] / Hf[:m]
+    W = tau * di / p.radius
+    return {"tau": np.array([tau]), "W": W, "Y": p.W_Q.T @ W, "mu": tau * np.expm1(eta[:m] + Hf[:m]) / np.expm1(2 * Hf[:m]),
+            "bt": bt, "eta": tau * etahat, "Q": tau * etahat ** 2, "lam": lam,
+            "Us": lam * xhat[:, 0], "Uw": lam * xhat[:, 1], "Ub": lam * xhat[:, 2],
+            "Vs": (base - lam) * xhat[:, 0], "Vw": (base - lam) * xhat[:, 1], "Vb": (base - lam) * xhat[:, 2],
+            "SU": lam * sk / hk, "SV": (base - lam) * sk / hk}
+
+
+def _violation(prog, x) -> float:
+    """Largest violation of b - A x in K (exponential cones by the exact formula), relative to the row scale."""
+    s = prog.b - prog.A @ x
+    scale = abs(prog.A) @ np.abs(x) + np.abs(prog.b) + 1e-300
+    worst = 0.0
+    for kind, a, b in _cone_slices(prog.dims)[0]:
+        if kind == "zero":
+            worst = max(worst, float(np.max(np.abs(s[a:b]) / scale[a:b])))
+        elif kind == "nonneg":
+            worst = max(worst, float(np.max(-s[a:b] / scale[a:b])))
+        elif kind == "soc":
+            worst = max(worst, (float(np.linalg.norm(s[a + 1:b])) - s[a]) / float(scale[a:b].max()))
+        else:
+            xx, yy, zz = s[a:b]
+            worst = max(worst, (yy * math.exp(xx / yy) - zz) / float(scale[a:b].max()))
+    return worst
+
+
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+@pytest.mark.parametrize("upper_cone", [False, True])
+def test_lifted_true_points_are_feasible(norm, upper_cone):
+    """Every row holds at the lifted point of 40 random perturbations (to 1e-12 of its scale), the point lies in
+    the box, and the objective is >= g: the program is a relaxation of the head, row for row."""
+    rng = np.random.default_rng(11)
+    p = random_head_problem(rng, d=6, d_head=3, n=30, radius=0.05, norm=norm, mode="varying")
+    D = VaryingData(p, first_order_certificate(p), center="key").drop_negligible()
+    assert D.n == p.n
+    edges = [np.arange(p.d + 2)] * D.n if norm == "linf" else None  # every half-plane of each chain
+    prog = vlp.build_long_program(D, p.W_Q, upper_cone, MONOTONE_POINTS, True, edges)
+    for _ in range(40):
+        delta = rng.standard_normal(p.Z0.shape)
+        if norm == "linf":
+            delta = p.radius * np.where(rng.uniform(size=delta.shape) < 0.6, np.sign(delta), rng.uniform(-1, 1, delta.shape))
+        else:
+            delta = p.radius * delta / np.linalg.norm(delta, axis=1, keepdims=True) * rng.uniform(0.5, 1.0, (p.n, 1))
+        x = np.zeros(prog.c.size)
+        for name, val in _lift(p, D, delta).items():
+            x[prog.offsets[name]:prog.offsets[name] + np.size(val)] = val
+        assert np.all(prog.lo <= x) and np.all(x <= prog.hi)
+        assert _violation(prog, x) <= 1e-12
+        assert D.g0 + D.rho_o * float(-prog.c @ x) >= p.value(p.Z0 + delta) - 1e-12
+
+
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+def test_bound_holds_for_every_multiplier(norm):
+    """The free parameters of the certificate are the dual multipliers (the coupling rows' among them): the
+    solver's, scaled, sign-flipped, noisy and random ones all give a bound >= the best feasible value."""
+    rng = np.random.default_rng(2)
+    p = random_head_problem(rng, d=6, d_head=3, n=40, radius=0.05, norm=norm, mode="varying")
+    D = VaryingData(p, first_order_certificate(p), center="key").drop_negligible()
+    edges = vl.start_edges(D) if norm == "linf" else None
+    prog = vlp.build_long_program(D, p.W_Q, False, MONOTONE_POINTS, True, edges)
+    _, _, _, z, _ = solve_program(prog, vl.LONG_LADDER)
+    best = max(best_feasible_ascent(p, restarts=4, steps=60).value, sampled_max(p, k=16))
+    to_g = lambda b: D.g0 + D.rho_o * b + D.tail  # noqa: E731
+    tight, _ = weak_duality_bound(prog.c, prog.A, prog.b, prog.dims, z, prog.lo, prog.hi)
+    assert to_g(tight) >= best
+    for trial in range(60):
+        kind = trial % 4
+        if kind == 0:
+            zt = z * rng.uniform(0.5, 2.0)
+        elif kind == 1:
+            zt = z * np.where(rng.uniform(size=z.size) < 0.1, -1.0, 1.0)
+        elif kind == 2:
+            zt = z + rng.standard_normal(z.size) * 10.0 ** rng.uniform(-8, 0) * (np.abs(z) + 1e-3)
+        else:
+            zt = rng.standard_normal(z.size) * 10.0 ** rng.uniform(-3, 3)
+        bound, zr = weak_duality_bound(prog.c, prog.A, prog.b, prog.dims, zt, prog.lo, prog.hi)
+        assert to_g(bound) >= best, trial
+    assert to_g(tight) <= first_order_certificate(p)
+
+
+def test_dispatch_and_agreement_with_the_cvxpy_program():
+    """Above VARYING_LONG_ABOVE tokens the certificate takes the long path; at the threshold both programs are
+    the same relaxation up to the budget rows and the facets: their gaps agree to 10%."""
+    p = random_head_problem(np.random.default_rng(4), d=8, d_head=4, n=VARYING_LONG_ABOVE, radius=0.02, norm="linf",
+                            mode="varying")
+    from attncert.certify.second_order.varying_factored import second_order_varying_factored
+
+    best = best_feasible_ascent(p, restarts=4, steps=60).value
+    old, new = second_order_varying_factored(p).value, vl.second_order_varying_long(p).value
+    assert min(old, new) >= best
+    assert abs(new - old) <= 0.1 * (old - best)
+    assert second_order_certificate(p).value == old  # at the threshold: the cvxpy program
+    big = random_head_problem(np.random.default_rng(4), d=8, d_head=4, n=VARYING_LONG_ABOVE + 1, radius=0.02,
+                              norm="linf", mode="varying")
+    assert second_order_certificate(big).value == vl.second_order_varying_long(big).value
