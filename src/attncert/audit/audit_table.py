@@ -121,13 +121,16 @@ def audit_layer(root: Path, model: str, layer: int, rows: set[int] | None = None
 
 
 def summary_markdown(records: list[dict], model: str, seconds: float, layers: list[int],
-                     coverage: CoverageConfig | None = None) -> str:
+                     coverage: CoverageConfig | None = None, stage_seconds: dict | None = None) -> str:
     by = Counter((r["table"], r["number"], r["status"]) for r in records)
     units = len({(r["layer"], r["row"]) for r in records if r["table"] == "certify" and r["number"] in NUMBERS})
+    lc_units = len({r["row"] for r in records if r["table"] == "long_context" and r["number"] in NUMBERS})
+    parts = f" ({', '.join(f'{k} {v:.1f} s' for k, v in stage_seconds.items())})" if stage_seconds else ""
     lines = [f"# Audit of the certified numbers: {model}", "",
-             f"Model **{model}**, layers {', '.join(map(str, layers))}; {units} certification units. Every number "
-             f"re-derived from its stored certificate and the extracted weights in ball arithmetic, without a solver "
-             f"(docs/audit.md). **Audit time {seconds:.1f} s** (one process).", "",
+             f"Model **{model}**, layers {', '.join(map(str, layers))}; {units} certification units, {lc_units} "
+             f"long-context units. Every number re-derived from its stored certificate and the extracted weights in "
+             f"ball arithmetic, without a solver (docs/audit.md). **Audit time {seconds:.1f} s**{parts} "
+             "(one process).", "",
              "| table | number | " + " | ".join(STATUSES) + " |", "|---|---|" + "---|" * len(STATUSES)]
     keys = sorted({(r["table"], r["number"]) for r in records}, key=lambda k: (k[0] != "certify", k[0],
                                                                                (NUMBERS + (k[1],)).index(k[1])))
@@ -159,7 +162,7 @@ def summary_markdown(records: list[dict], model: str, seconds: float, layers: li
 
 
 def write_audit(records: list[dict], csv_path: Path, md_path: Path, model: str, seconds: float, layers: list[int],
-                coverage: CoverageConfig | None = None):
+                coverage: CoverageConfig | None = None, stage_seconds: dict | None = None):
     from attncert.pipeline.file_integrity import atomic_path
 
     with atomic_path(csv_path) as tmp:
@@ -168,7 +171,7 @@ def write_audit(records: list[dict], csv_path: Path, md_path: Path, model: str, 
             w.writeheader()
             w.writerows(records)
     with atomic_path(md_path) as tmp:
-        tmp.write_text(summary_markdown(records, model, seconds, layers, coverage))
+        tmp.write_text(summary_markdown(records, model, seconds, layers, coverage, stage_seconds))
 
 
 def layers_on_disk(root: Path, model: str) -> list[int]:
@@ -176,12 +179,18 @@ def layers_on_disk(root: Path, model: str) -> list[int]:
 
 
 def audit_model(root: Path, model: str, layers: list[int], rows: set[int] | None = None,
-                coverage: CoverageConfig | None = None) -> list[dict]:
+                coverage: CoverageConfig | None = None, stage_seconds: dict | None = None) -> list[dict]:
     """Every layer's numbers, then the long-context table's (re-derived from the configuration's long-context grid;
-    without a configuration listed as not covered) and the block table's rows (listed with their coverage)."""
+    without a configuration listed as not covered) and the block table's rows (listed with their coverage).
+    stage_seconds: filled with the seconds each table took (`summary_markdown`)."""
+    times = stage_seconds if stage_seconds is not None else {}
+    t0 = time.perf_counter()
     records = [rec for L in layers for rec in audit_layer(root, model, L, rows, coverage)]
+    times["certification tables"] = time.perf_counter() - t0
     if rows is None:
+        t0 = time.perf_counter()
         records += audit_long_context(root, model, coverage.long_context if coverage else None, MALFORMED, _damaged)
+        times["long-context table"] = time.perf_counter() - t0
         records += block_records(root, model)
     return records
 
@@ -208,7 +217,8 @@ def main(argv=None) -> int:
                                   "for that model first (snakemake --cores all with the run's configuration, e.g. "
                                   "--configfile workflow/config/paper.yaml, or --config model_source=DIR), or pass "
                                   "--data and --model of a run")
-        records = audit_model(root, a.model, layers, rows, coverage)
+        stage_seconds: dict = {}
+        records = audit_model(root, a.model, layers, rows, coverage, stage_seconds)
         if not records:
             raise AuditInputError(f"the selection --rows {a.rows} holds no row of layer(s) {layers}; fix: choose rows "
                                   "that exist (each layer's table: data/certify/{model}/layer{L}.csv)")
@@ -217,8 +227,9 @@ def main(argv=None) -> int:
         return 2
     seconds = time.perf_counter() - t0
     if a.out:
-        write_audit(records, Path(a.out + ".csv"), Path(a.out + ".md"), a.model, seconds, layers, coverage)
-    print(summary_markdown(records, a.model, seconds, layers, coverage))
+        write_audit(records, Path(a.out + ".csv"), Path(a.out + ".md"), a.model, seconds, layers, coverage,
+                    stage_seconds)
+    print(summary_markdown(records, a.model, seconds, layers, coverage, stage_seconds))
     return 1 if any(r["status"] == "fail" for r in records) else 0
 
 
