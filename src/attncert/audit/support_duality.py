@@ -25,6 +25,10 @@ fl(a_m G0f + b_m G1f), every |M_i| of the exact M = a G0 + b G1 is at most
 nu the l1 or l2 norm evaluated in float64 (relative error gamma_{d+3} at most). These upper ends, the maxima per
 token, the sum over tokens, the max over tau and the map to g are ball arithmetic (flint `arb`): every function of
 g above is nondecreasing in each h, so upper ends suffice.
+
+The builder, `token_program.build_program`, shares its module with the token program's Clarabel solve; the audit
+imports only the builder's names from it, inside the functions that rebuild (so that importing the audit loads no
+solving code), and never calls the solve (tests/audit/test_trusted_base.py, the no-solver tests).
 """
 from __future__ import annotations
 
@@ -39,7 +43,6 @@ from flint import arb
 from attncert.audit.program_link import data_from_reduction
 from attncert.certify.second_order.compiled import DATA_REL_ERR
 from attncert.certify.second_order.fixed_program import FixedRelaxationData
-from attncert.certify.second_order.token_program import LAM, NU, US, UW, VS, VW, Program, build_program
 from attncert.head.rounding import gamma
 
 
@@ -50,7 +53,7 @@ class SupportLink:
 
     margin: float
     why: str = ""
-    prog: Program | None = None
+    prog: object = None  # the rebuilt `token_program.Program`
     data: FixedRelaxationData | None = None
     affine: tuple = ()
 
@@ -74,6 +77,8 @@ def support_link(stored: dict, red: dict, radius: float, norm: str, mode: str) -
                             eps_w=build["eps_w"], u_s=red["u_s"], u_w=red["u_w"], R_s=float(build["R_s"]),
                             R_w=float(build["R_w"]), rho_w=float(build["rho_w"]), rho_o=float(build["rho_o"]),
                             radius=float(build["radius"]), norm=str(build["norm"]), tail=float(build["tail"]))
+    from attncert.certify.second_order.token_program import build_program  # the builder only: module docstring
+
     prog = build_program(D, bool(upper_cone), int(mono))
     A = sp.csr_matrix(stored["A"])
     ref = sp.csr_matrix(prog.A)
@@ -123,10 +128,12 @@ def _up(x: float) -> arb:
     return arb(x) * arb(1.0 + 16.0 * 2.0 ** -53) if x >= 0 else arb(x) * arb(1.0 - 16.0 * 2.0 ** -53)
 
 
-def support_bound_upper(prog: Program, z: np.ndarray, u_s: np.ndarray, u_w: np.ndarray, radius: float, R_s: float,
+def support_bound_upper(prog, z: np.ndarray, u_s: np.ndarray, u_w: np.ndarray, radius: float, R_s: float,
                         rho_w: float, norm: str, data_rel_err: float = DATA_REL_ERR) -> arb:
     """A ball whose upper end bounds z.b + max_X g.x plus the data rounding (module docstring), in objective units.
-    z must be in K^* (`dual_cone`)."""
+    z must be in K^* (`dual_cone`); prog: the rebuilt `token_program.Program`."""
+    from attncert.certify.second_order.token_program import LAM, NU, US, UW, VS, VW
+
     A = sp.csc_matrix(prog.A)
     absA = abs(A)
     c, b = prog.c, prog.b
