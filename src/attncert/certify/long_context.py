@@ -120,6 +120,7 @@ def figure(table: pd.DataFrame, label: str, out_pdf, paper: dict | None = None, 
     model_note: appended to the title (the embedded model: "the embedded model, not GPT-2")."""
     import matplotlib
     import matplotlib.ticker
+    import matplotlib.transforms
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -146,6 +147,15 @@ def figure(table: pd.DataFrame, label: str, out_pdf, paper: dict | None = None, 
             col, what = reference[mode]
             (h,) = ax_sec.loglog(sub["n_keys"], sub[col], style, color="0.45", ms=4)
             handles.setdefault(f"{what}, r = {r:g}", h)
+        bad = at_mode.groupby("n_keys")["violations"].sum()
+        bad = bad[bad > 0]
+        if len(bad):  # a gap at or below 0 leaves a log axis: the units below an attained value are marked
+            at_bottom = matplotlib.transforms.blended_transform_factory(ax_gap.transData, ax_gap.transAxes)
+            (h,) = ax_gap.plot(bad.index, [0.04] * len(bad), "x", color="red", ms=9, mew=2, transform=at_bottom)
+            for n, k in bad.items():
+                ax_gap.annotate(f"{int(k)}", (n, 0.04), xycoords=at_bottom, xytext=(6, -3), textcoords="offset points",
+                                fontsize=7.5, color="red")
+            handles.setdefault("units whose certificate lies below an attained value (soundness violation; count)", h)
         if mode == "fixed":
             for r, val in sorted((paper.get("rel_gap") or {}).items()):
                 (h,) = ax_gap.loglog([5], [val], "*", color="black", ms=11)
