@@ -8,8 +8,9 @@ Methods per unit (each as far as it runs in about 60 s per unit; where it cannot
 exact worst case (fixed query), first-order certificate, second-order certificate (paper-like and tight:
 `second_order_certificate`, which uses the separable path above 48 keys), the monolithic program of
 `second_order.fixed` ("before": every n up to --before-max), CROWN and alpha-CROWN (`bound_propagation` head
-network) up to --crown-max, and the varying query's second-order certificate up to --varying-max with its
-gap against the best ascent value.
+network) up to --crown-max, and the varying query up to --varying-max: its second-order certificate (both variants,
+`varying_long` above 16 tokens), the cvxpy program with the d-dimensional witness up to --before-varying-max, CROWN
+and alpha-CROWN up to --crown-max-varying, each with its gap against the best ascent value and its peak memory.
 
 Relative gap: (bound - reference) / (reference - nominal), reference = the exact bracket's upper end (fixed
 query) or the best ascent value (varying query). Soundness: every bound must be >= the reference; a
@@ -17,6 +18,7 @@ violation is counted and printed. Fitted growth exponent: slope of log(median se
 n in [64, 1024].
 
     .venv/bin/python -m bench.context_length [--quick] [--heads 3] [--ns 512 1024] [--part NAME]
+    .venv/bin/python -m bench.context_length --no-fixed --varying-max 1024 --heads 2 --part varying
 
 Writes context_length[-PART][-quick].md / .json (bench/common.py) and the figure .png beside them;
 `--replot JSON` redraws the figure of a stored result.
@@ -42,7 +44,7 @@ import numpy as np  # noqa: E402
 REPO = common.REPO
 NS = (2, 5, 9, 16, 32, 64, 128, 256, 512, 1024)
 QUICK = dict(ns=[5, 16, 64, 256, 1024], heads=1, radii=[0.002], norms=["linf"], before_max=64, crown_max=16,
-             varying_max=16)
+             varying_max=16, before_varying_max=16, crown_max_varying=5)
 LAYER = 5
 INIT_STD = 0.08
 
@@ -71,6 +73,40 @@ def timed(fn):
     return out, time.perf_counter() - t0, "ok"
 
 
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return float(line.split()[1]) / 1024.0
+    return math.nan
+
+
+def _second_order_call(args):
+    """In a fresh interpreter: one second-order certificate; (value, seconds, status, peak memory above the
+    interpreter's level before the call, MB). The solver allocates outside Python, so the kernel's high-water mark
+    (VmHWM) is read, not tracemalloc; a fresh process so that no earlier call's pages are reused."""
+    problem, name = args
+    common.single_threaded_blas()
+    from attncert.certify.second_order.certificate import second_order_certificate
+    from attncert.certify.second_order.varying_factored import second_order_varying_factored
+
+    fn = {"second_order": lambda: second_order_certificate(problem).value,
+          "second_order_tight": lambda: second_order_certificate(problem, upper_cone=True).value,
+          "before_second_order": lambda: second_order_varying_factored(problem).value,
+          "before_second_order_tight": lambda: second_order_varying_factored(problem, upper_cone=True).value}[name]
+    start = _status_mb("VmRSS")
+    val, sec, status = timed(fn)
+    return val, sec, status, _status_mb("VmHWM") - start
+
+
+def isolated(problem, name):
+    """`_second_order_call` in a spawned process (one call per process)."""
+    import multiprocessing as mp
+
+    with mp.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
+        return pool.apply(_second_order_call, ((problem, name),))
+
+
 def run(args) -> dict:
     from attncert.baselines.linear_bound_baselines import baseline_upper_bound
     from attncert.certify.best_feasible_ascent import best_feasible_ascent
@@ -87,7 +123,7 @@ def run(args) -> dict:
     spec = specification_vectors(arrays, LAYER, qps, 0)
     rows = []
     jobs = [(h, n, r, nm) for n in ns for h in range(args.heads) for r in radii for nm in norms]
-    for h, n, r, nm in tqdm(jobs, desc="fixed-query units"):
+    for h, n, r, nm in tqdm([] if args.no_fixed else jobs, desc="fixed-query units"):
         p = problem(arrays, spec, qps, h, n, r, nm, "fixed")
         row = dict(mode="fixed", head=h, n=n, radius=r, norm=nm)
         ex, row["exact_s"], _ = timed(lambda: exact_worst_case(p))
@@ -110,17 +146,29 @@ def run(args) -> dict:
                 row[f"{name}_status"] = (f"not run: n > {args.crown_max} (the bound_propagation head network's dense "
                                          "coefficients need about n^2 d memory: MemoryError from n = 128)")
         rows.append(row)
-    for h, n, r in tqdm([(h, n, r) for n in ns if n <= args.varying_max and not args.no_varying for h in range(min(args.heads, 2))
-                         for r in radii], desc="varying-query units"):
-        p = problem(arrays, spec, qps, h, n, r, "linf", "varying")
-        row = dict(mode="varying", head=h, n=n, radius=r, norm="linf")
+    vjobs = [(h, n, r, nm) for n in ns if n <= args.varying_max and not args.no_varying for h in range(args.heads)
+             for r in radii for nm in norms]
+    for h, n, r, nm in tqdm(vjobs, desc="varying-query units"):
+        p = problem(arrays, spec, qps, h, n, r, nm, "varying")
+        row = dict(mode="varying", head=h, n=n, radius=r, norm=nm)
         best, row["ascent_s"], _ = timed(lambda: best_feasible_ascent(p, restarts=4, steps=60, seed=0).value)
         row["reference"], row["movement"] = best, best - p.nominal_value()
-        for name, fn in {"first_order": lambda: first_order_certificate(p),
-                         "second_order": lambda: second_order_certificate(p).value,
-                         "second_order_tight": lambda: second_order_certificate(p, upper_cone=True).value}.items():
-            val, sec, status = timed(fn)
-            row[name], row[f"{name}_s"], row[f"{name}_status"] = val, sec, status
+        methods = {"first_order": lambda: first_order_certificate(p), "second_order": None, "second_order_tight": None}
+        if n <= args.before_varying_max:  # the cvxpy program with the d-dimensional witness (the path up to 16 tokens)
+            methods["before_second_order"] = methods["before_second_order_tight"] = None
+        if n <= args.crown_max_varying:
+            methods["crown"] = lambda: baseline_upper_bound(p, "crown").upper
+            methods["alpha_crown"] = lambda: baseline_upper_bound(p, "alpha_crown").upper
+        for name, fn in methods.items():
+            if name in ("first_order", "crown", "alpha_crown"):
+                row[name], row[f"{name}_s"], row[f"{name}_status"] = timed(fn)
+            else:
+                row[name], row[f"{name}_s"], row[f"{name}_status"], row[f"{name}_mb"] = isolated(p, name)
+        for name in ("crown", "alpha_crown"):
+            if n > args.crown_max_varying:
+                row[f"{name}_status"] = (f"not run for the varying query: n > {args.crown_max_varying} (every token "
+                                         "perturbed: the head network's dense coefficients grow as n^2 d; MemoryError "
+                                         "from n = 64)")
         rows.append(row)
     return dict(rows=rows, ns=list(ns), quick=bool(args.quick))
 
@@ -151,6 +199,18 @@ def summarize(data: dict) -> dict:
                 if not secs:
                     continue
                 cell[m] = dict(median_s=float(np.median(secs)), max_s=float(np.max(secs)))
+                mbs = [r[f"{m}_mb"] for r in sub if f"{m}_mb" in r and math.isfinite(r.get(m, math.nan))]
+                if mbs:
+                    cell[m]["median_mb"], cell[m]["max_mb"] = float(np.median(mbs)), float(np.max(mbs))
+                for nm in sorted({r["norm"] for r in sub}):
+                    for rad in sorted({r["radius"] for r in sub}):
+                        rel = [(r[m] - r["reference"]) / r["movement"] for r in sub if m != "exact"
+                               and r["norm"] == nm and r["radius"] == rad and r["movement"] > 0
+                               and math.isfinite(r.get(m, math.nan))]
+                        if rel:
+                            cell[m][f"rel_gap_{nm}_r{rad:g}"] = float(np.median(rel))
+                fb = [r for r in sub if str(r.get(f"{m}_status", "ok")) != "ok"]
+                cell[m]["failed"] = len(fb)
                 if m != "exact":
                     for rad in sorted({r["radius"] for r in sub}):
                         rel = [(r[m] - r["reference"]) / r["movement"] for r in sub
@@ -158,11 +218,14 @@ def summarize(data: dict) -> dict:
                         if rel:
                             cell[m][f"rel_gap_r{rad:g}"] = float(np.median(rel))
             out[mode][n] = cell
-    for m in METHODS:
-        pts = [(n, c[m]["median_s"]) for n, c in out["fixed"].items() if m in c and 64 <= n <= 1024]
-        if len(pts) >= 2:
-            x, y = np.log([p[0] for p in pts]), np.log([max(p[1], 1e-6) for p in pts])
-            out["exponents"][m] = float(np.polyfit(x, y, 1)[0])
+    for mode in ("fixed", "varying"):
+        for m in METHODS:
+            for what, key in (("time", "median_s"), ("memory", "median_mb")):
+                pts = [(n, c[m][key]) for n, c in out[mode].items() if m in c and key in c[m] and 64 <= n <= 1024]
+                if len(pts) >= 2:
+                    x, y = np.log([p[0] for p in pts]), np.log([max(p[1], 1e-6) for p in pts])
+                    name = m if (mode, what) == ("fixed", "time") else f"{mode} {what}: {m}"
+                    out["exponents"][name] = float(np.polyfit(x, y, 1)[0])
     return out
 
 
@@ -193,15 +256,28 @@ def markdown(data: dict, summ: dict) -> str:
                     vals.append("—")
                     continue
                 gaps = " / ".join(f"{cell[m][f'rel_gap_r{r:g}']:.3g}" for r in radii if f"rel_gap_r{r:g}" in cell[m])
-                vals.append(f"{cell[m]['median_s']:.3g} s" + (f" ({gaps})" if gaps else ""))
+                mem = f", {cell[m]['median_mb']:.0f} MB" if "median_mb" in cell[m] else ""
+                vals.append(f"{cell[m]['median_s']:.3g} s{mem}" + (f" ({gaps})" if gaps else ""))
             lines.append(f"| {n} | " + " | ".join(vals) + " |")
         lines.append("")
     notes = sorted({r.get(f"{m}_status") for r in data["rows"] for m in ("crown", "alpha_crown")
                     if str(r.get(f"{m}_status", "ok")) != "ok"} - {None})
     if notes:
         lines += ["Where CROWN / alpha-CROWN have no entry: " + "; ".join(notes), ""]
-    lines += ["Fitted growth exponent of the median time over n in [64, 1024] (fixed query): "
-              + ", ".join(f"{LABELS[m]} {e:.2f}" for m, e in summ["exponents"].items()), "",
+    norms = sorted({r["norm"] for r in data["rows"]})
+    if summ["varying"] and len(norms) > 1:
+        lines += ["varying query, relative gap per norm (median; " + ", ".join(f"r = {r:g}" for r in radii) + ")", ""]
+        present = [m for m in METHODS if any(m in c for c in summ["varying"].values())]
+        lines.append("| n | " + " | ".join(f"{LABELS[m]}, {nm}" for m in present for nm in norms) + " |")
+        lines.append("| --- " * (len(present) * len(norms) + 1) + "|")
+        for n, cell in summ["varying"].items():
+            vals = [" / ".join(f"{cell[m][f'rel_gap_{nm}_r{r:g}']:.3g}" for r in radii
+                               if f"rel_gap_{nm}_r{r:g}" in cell.get(m, {})) or "—" for m in present for nm in norms]
+            lines.append(f"| {n} | " + " | ".join(vals) + " |")
+        lines.append("")
+    label = lambda k: LABELS.get(k, k.split(": ")[0] + ": " + LABELS.get(k.split(": ")[-1], k))  # noqa: E731
+    lines += ["Fitted growth exponent over n in [64, 1024] (of the median seconds, and of the median peak memory "
+              "above the call's start): " + ", ".join(f"{label(m)} {e:.2f}" for m, e in summ["exponents"].items()), "",
               f"Soundness violations (a bound below the exact bracket or the best ascent value): {len(summ['violations'])}", ""]
     return "\n".join(lines)
 
@@ -255,6 +331,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--crown-max", type=int, default=64, help="largest n for CROWN / alpha-CROWN")
     ap.add_argument("--varying-max", type=int, default=64, help="largest n for the varying query")
     ap.add_argument("--no-varying", action="store_true", help="fixed query only")
+    ap.add_argument("--no-fixed", action="store_true", help="varying query only")
+    ap.add_argument("--before-varying-max", type=int, default=64,
+                    help="largest n for the varying query's cvxpy program (d-dimensional witness)")
+    ap.add_argument("--crown-max-varying", type=int, default=32, help="largest n for CROWN on the varying query")
     ap.add_argument("--part", help="a name for this result (context_length-PART)")
     ap.add_argument("--replot", type=Path, help="only redraw the figure of a stored result JSON")
     return ap

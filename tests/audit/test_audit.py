@@ -495,6 +495,68 @@ def test_unfactored_varying_program_is_rebuilt(tmp_path, monkeypatch):
     assert len(dual) and (dual.check == "program+dual_cone+weak_duality").all(), dual[["row", "check", "reason"]]
 
 
+@pytest.fixture(scope="module")
+def long_varying_root(tmp_path_factory):
+    """data/ of a tiny layer whose varying units all take the long-context program (threshold lowered)."""
+    import attncert.certify.second_order.certificate as sc
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(sc, "VARYING_LONG_ABOVE", 1)
+    root = tmp_path_factory.mktemp("long") / "data"
+    try:
+        write_layer(root, 0)
+    finally:
+        mp.undo()
+    return root
+
+
+def _long_rows(root):
+    with CertificateFile(root / "certify" / MODEL / "layer0_certificates.npz") as f:
+        return {r: str(f.row(r)["second_order"].get("build/path", "")) for r in f.rows
+                if f.row(r)["unit"]["mode"] == "varying" and str(f.row(r)["second_order"]["kind"]) == "dual"}
+
+
+def test_long_context_varying_program_is_rebuilt(long_varying_root):
+    """The long-context varying program (assembled without cvxpy, linked through d_h) stores its key-space fields;
+    the audit re-derives them from the weights, rebuilds the program and confirms every bound."""
+    paths = _long_rows(long_varying_root)
+    assert paths and set(paths.values()) == {"varying_long"}
+    df = outcomes(long_varying_root)
+    dual = df[(df["mode"] == "varying") & df.number.isin(["second_order", "second_order_tight"])
+              & (df.check != "first_order_bound")]
+    assert len(dual) and (dual.check == "program+dual_cone+weak_duality").all(), dual[["row", "check", "reason"]]
+    assert not len(failures(df))
+
+
+@pytest.mark.parametrize("tamper, check", [("lowered", "weak_duality"), ("dual_sign", "dual_cone"),
+                                           ("program_entry", "program"), ("key_direction", "program")])
+def test_long_context_varying_tampering_fails(long_varying_root, tmp_path, tamper, check):
+    root = tmp_path / "data"
+    shutil.copytree(long_varying_root, root)
+    row = min(_long_rows(root))
+    if tamper == "lowered":
+        _edit_table(root, row, "second_order", lambda v: v - 1e-9 * abs(v))
+    else:
+        def edit(e):
+            pre = f"r{row}/second_order/"
+            if tamper == "dual_sign":
+                z, dims = e[pre + "z"], e[pre + "dims"]
+                nonneg = slice(int(dims[0]), int(dims[0] + dims[1]))
+                k = nonneg.start + int(np.argmax(z[nonneg]))
+                z[k] = -z[k]
+            elif tamper == "program_entry":
+                rows = e[pre + "A_rows"]
+                e["pool/data"][int(e["pool/indptr"][rows[len(rows) // 2]])] *= 1.0 + 1e-12
+            else:
+                key = next(k for k in e if k.startswith(pre + "build/kq"))
+                kq = e[key] if not key.endswith("@shared") else e[f"arrays/{int(e[key])}"]
+                kq.flat[int(np.argmax(np.abs(kq)))] *= 1.0 + 1e-9
+        _edit_certificates(root, edit)
+    bad = failures(outcomes(root))
+    hit = bad[(bad.row == row) & (bad.number == "second_order")]
+    assert len(hit) == 1 and hit.iloc[0]["check"] == check, bad[["row", "number", "check", "reason"]].to_string()
+
+
 # --- bad input: one line, exit 2, no traceback --------------------------------------------------------------------
 
 def _one_line_exit_2(args, capsys):

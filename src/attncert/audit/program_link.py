@@ -54,9 +54,11 @@ from attncert.certify.second_order.fixed_program import (FixedRelaxationData, bu
 from attncert.certify.second_order.varying_data import VaryingData, start_chains
 from attncert.certify.second_order.varying_factored_program import (build_factored_program, factored_box,
                                                                     set_factored_parameters)
+from attncert.certify.second_order.varying_long_program import build_long_program
 from attncert.certify.second_order.varying_program import build_varying_program, set_varying_parameters, varying_box
 from attncert.head.projected_ball import projected_ball
 from attncert.head.reduced_geometry import ReducedGeometry
+from attncert.head.rounding import gamma
 
 
 def _same(a, b) -> bool:
@@ -134,6 +136,24 @@ def rebuild_varying(build: dict, red: dict, norm_row: str, path: str, d_unit: in
     return canonical_program(prob, box), affine, ""
 
 
+def rebuild_varying_long(build: dict, red: dict, norm_row: str, W_Q: np.ndarray) -> tuple[dict | None, tuple, str]:
+    """The long-context varying program (`varying_long_program`) the builder gives for the stored key-centered
+    fields, with negligible tokens dropped by the builder's rule; its map to g units; '' or why the key does not
+    fit the row. No cvxpy: the builder assembles (c, A, b, cones, box) itself."""
+    fields = {k: build.get(k) for k in VaryingData.FIELDS + VaryingData.KEY_FIELDS if k not in ("u_s", "u_w")}
+    fields.update(u_s=red["u_s"], u_w=red["u_w"])
+    for k in ("g0", "R_s", "R_q", "R_w", "bb", "rho_w", "rho_o", "radius", "tail", "shift"):
+        fields[k] = float(fields[k])
+    D = VaryingData.from_fields(fields).drop_negligible()
+    n, d, norm, upper_cone, mono, second, tau_exp = json.loads(str(build["key"]))
+    if norm != norm_row or D.n != int(n) or int(d) != W_Q.shape[0] or D.d != W_Q.shape[0]:
+        return None, (), (f"build key for n = {n}, d = {d}, {norm}; the row's unit has n = {D.n}, d = {W_Q.shape[0]}, "
+                          f"{norm_row}")
+    edges = [row[row >= 0] for row in np.asarray(build["edges"])] if norm == "linf" else None
+    prog = build_long_program(D, W_Q, bool(upper_cone), int(mono), bool(second), edges, int(tau_exp))
+    return (dict(c=prog.c, A=prog.A, b=prog.b, dims=prog.dims, lo=prog.lo, hi=prog.hi), (D.g0, D.rho_o, D.tail), "")
+
+
 @dataclass
 class ProgramLink:
     """Whether the stored program is the construction's for the row's unit (`margin` 0 yes, -inf no, with `why`),
@@ -157,6 +177,9 @@ def program_link(stored: dict, red: dict, radius: float, norm: str, mode: str, h
     if path == "fixed":
         why = data_from_reduction(build, red, radius, norm)
         rebuild = lambda: rebuild_fixed(build, red, norm)  # noqa: E731
+    elif path == "varying_long":
+        why = varying_long_data_from_weights(build, red, head, radius, norm)
+        rebuild = lambda: rebuild_varying_long(build, red, norm, head.W_Q)  # noqa: E731
     else:
         why = varying_data_from_weights(build, red, head, radius, norm)
         rebuild = lambda: rebuild_varying(build, red, norm, path, head.W_Q.shape[0])  # noqa: E731
@@ -207,20 +230,16 @@ def varying_data_from_weights(build: dict, red: dict, head, radius: float, norm:
     R_w >= r ||u_w||_*, H_j >= r ||p_j||_*, h_j >= R_j + H_j + bb. The values and the remaining fields must be the
     reduction's and the builder's (bit for bit).
     """
+    why = _varying_common(build, red, head, radius, norm)
+    if why:
+        return why
     r = arb(radius)
     order = np.asarray(build["order"], dtype=int)
-    n, i = order.size, int(order[-1])
-    s0, eps_w, w0 = red["s0"], red["eps_w"], red["w0"]
+    n = order.size
     p, pbar, A, eps = np.asarray(build["p"]), np.asarray(build["pbar"]), build["A"], build["eps"]
-    u_s, u_w = red["u_s"], red["u_w"]
+    u_s = red["u_s"]
     u_q = u_s + p[-1]
-    if str(build["norm"]) != norm or float(build["radius"]) != radius or i != head.query_index:
-        return "varying data for another unit"
-    if not (_same(build["w0"], w0[order]) and _same(build["eps_w"], eps_w[order])):
-        return "varying data: values differ from the reduction's"
     shift = float(build["shift"])
-    if not (shift == float(np.max(s0[order] + eps)) and _same(A, s0[order] - shift)):
-        return "varying data: shifted scores differ from the reduction's"
     p_exact = head.key_query_directions()  # (n, d) balls: W_Q k0*_j / sqrt(d_h)
     du_s = r * norm_bound([arb(float(a)) - b for a, b in zip(u_s, head.u_s)], norm)
     for j in range(n):
@@ -233,6 +252,86 @@ def varying_data_from_weights(build: dict, red: dict, head, radius: float, norm:
             reach = r * norm_bound(diff, norm)
         if _lower(arb(float(eps[j])) - abs(head.s0[o] - arb(float(A[j])) - arb(shift)) - reach) < 0:
             return f"varying data: score error bound of token {o} too small"
+    H = build["H"]
+    for j in range(n - 1):
+        if _lower(arb(float(H[j])) - r * norm_bound([arb(float(a)) for a in p[j]], norm)) < 0:
+            return f"varying data: H of token {int(order[j])} too small"
+    return ""
+
+
+def varying_long_data_from_weights(build: dict, red: dict, head, radius: float, norm: str) -> str:
+    """'' when the key-centered fields of the long-context varying program describe the unit's exact scores.
+
+    The program reads the query's shift of key j's score as (delta_i W_Q) . kq_j, the exact functional of the
+    stored kq_j (`varying_long_program`), after the softmax-invariant shift of every score by
+    -(delta_i W_Q) . kbar / sqrt(d_h). With k0*_j = z_j W_K + b_K exactly, that reads key j's exact score when
+    |s0*_j - A_j - shift| + r ||u_s - u_s*||_* + r ||W_Q D_j||_* <= eps_j, D_j = (k0*_j - kbar) / sqrt(d_h) - kq_j,
+    and ||W_Q D||_* <= sum_k ||W_Q[:, k]||_1 |D_k| (box) or ||W_Q||_F ||D||_2 (ball): d_h balls per key. The query
+    reads u_q = u_s + p_i, compared with u_s* + W_Q (k0*_i - kbar) / sqrt(d_h) in d balls. H_j >= r ||W_Q kq_j||_*:
+    the float product with its a-priori error gamma_{d_h+2} |W_Q| |kq_j|, summed with gamma_{d+2}. The rest as
+    `varying_data_from_weights`.
+    """
+    why = _varying_common(build, red, head, radius, norm)
+    if why:
+        return why
+    from flint import arb_mat
+
+    r = arb(radius)
+    order = np.asarray(build["order"], dtype=int)
+    n, i = order.size, int(order[-1])
+    kq, kbar = np.asarray(build.get("kq")), np.asarray(build.get("kbar"))
+    W_Q = head.W_Q
+    d, dh = W_Q.shape
+    if kq.shape != (n, dh) or kbar.shape != (dh,):
+        return "varying data: key-space directions of the wrong shape"
+    A, eps, shift = build["A"], build["eps"], float(build["shift"])
+    K0 = arb_mat(head.Z0.tolist()) * arb_mat(head.W_K.tolist()) + arb_mat([head.b_K.tolist()] * head.n)
+    kb = [arb(float(x)) for x in kbar]
+    if norm == "linf":
+        col = [arb(float(x)) * arb(1.0 + gamma(d + 2)) for x in np.abs(W_Q).sum(axis=0)]
+        reach_of = lambda D: sum((c * abs(x) for c, x in zip(col, D)), arb(0))  # noqa: E731
+    else:
+        fro = arb(float(np.sqrt((W_Q * W_Q).sum()))) * arb(1.0 + gamma(d * dh + 2))
+        reach_of = lambda D: fro * sum((x * x for x in D), arb(0)).sqrt()  # noqa: E731
+    du_s = r * norm_bound([arb(float(a)) - b for a, b in zip(red["u_s"], head.u_s)], norm)
+    for j in range(n - 1):
+        o = int(order[j])
+        D = [(K0[o, k] - kb[k]) / head.sqrt_dh - arb(float(kq[j, k])) for k in range(dh)]
+        if _lower(arb(float(eps[j])) - abs(head.s0[o] - arb(float(A[j])) - arb(shift)) - du_s - r * reach_of(D)) < 0:
+            return f"varying data: score error bound of token {o} too small"
+    Kc = arb_mat([[(K0[i, k] - kb[k]) / head.sqrt_dh] for k in range(dh)])
+    pq = arb_mat(W_Q.tolist()) * Kc
+    u_q = red["u_s"] + np.asarray(build["p"])[-1]
+    diff = [arb(float(a)) - (us + pq[a_, 0]) for a_, (a, us) in enumerate(zip(u_q, head.u_s))]
+    if _lower(arb(float(eps[-1])) - abs(head.s0[i] - arb(float(A[-1])) - arb(shift)) - r * norm_bound(diff, norm)) < 0:
+        return f"varying data: score error bound of token {i} too small"
+    dual = (lambda v: np.abs(v).sum(axis=1)) if norm == "linf" else (lambda v: np.sqrt((v * v).sum(axis=1)))
+    P = kq[:-1] @ W_Q.T
+    reach = (dual(P) + gamma(dh + 2) * dual(np.abs(kq[:-1]) @ np.abs(W_Q).T)) * (1.0 + gamma(d + 4))
+    H = np.asarray(build["H"])[:-1]
+    for j in range(n - 1):
+        if _lower(arb(float(H[j])) - r * arb(float(reach[j]))) < 0:
+            return f"varying data: H of token {int(order[j])} too small"
+    return ""
+
+
+def _varying_common(build: dict, red: dict, head, radius: float, norm: str) -> str:
+    """The checks both varying-query data share: the unit, the values, the shifted scores, the bilinear bound,
+    the half-widths R_s, R_q, R_w, h_j >= R_j + H_j + bb, and the units of every coordinate."""
+    r = arb(radius)
+    order = np.asarray(build["order"], dtype=int)
+    n, i = order.size, int(order[-1])
+    s0, eps_w, w0 = red["s0"], red["eps_w"], red["w0"]
+    p, A, eps = np.asarray(build["p"]), build["A"], build["eps"]
+    u_s, u_w = red["u_s"], red["u_w"]
+    u_q = u_s + p[-1]
+    if str(build["norm"]) != norm or float(build["radius"]) != radius or i != head.query_index:
+        return "varying data for another unit"
+    if not (_same(build["w0"], w0[order]) and _same(build["eps_w"], eps_w[order])):
+        return "varying data: values differ from the reduction's"
+    shift = float(build["shift"])
+    if not (shift == float(np.max(s0[order] + eps)) and _same(A, s0[order] - shift)):
+        return "varying data: shifted scores differ from the reduction's"
     beta = head.bilinear_bound(norm)
     if norm == "linf":
         entry = head.entry_sum_bound()
@@ -243,8 +342,6 @@ def varying_data_from_weights(build: dict, red: dict, head, radius: float, norm:
               ("R_q", arb(float(build["R_q"])) - r * norm_bound([arb(float(a)) for a in u_q], norm)),
               ("R_w", arb(float(build["R_w"])) - r * norm_bound([arb(float(a)) for a in u_w], norm))]
     H, h = build["H"], build["h"]
-    for j in range(n - 1):
-        checks.append((f"H of token {int(order[j])}", arb(float(H[j])) - r * norm_bound([arb(float(a)) for a in p[j]], norm)))
     R = [float(build["R_s"])] * (n - 1) + [float(build["R_q"])]
     for j in range(n):
         checks.append((f"h of token {int(order[j])}", arb(float(h[j])) - arb(R[j]) - arb(float(H[j])) - arb(bb)))
@@ -252,6 +349,7 @@ def varying_data_from_weights(build: dict, red: dict, head, radius: float, norm:
         if _lower(m) < 0:
             return f"varying data: {label} too small"
     rng = np.stack([np.array(R), np.full(n, float(build["R_w"])), H, np.full(n, bb)], axis=1)
-    if not (_same(build["active"], (rng > 0).astype(np.float64)) and _same(build["scales"], np.where(rng > 0, rng, 1.0))):
+    units = np.where(rng > 0, rng, 1.0)
+    if not (_same(build["active"], (rng > 0).astype(np.float64)) and _same(build["scales"], units)):
         return "varying data: units differ from the half-widths"
     return ""

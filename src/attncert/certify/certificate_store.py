@@ -29,7 +29,8 @@ One file per layer, next to `layer{L}.csv`; row r of the table owns the keys `r{
                                 fixed query: `FixedRelaxationData` (fixed_program); varying query: the fields of
                                 `VaryingData` before negligible tokens are dropped (path varying_factored:
                                 varying_factored_program; varying_unfactored: varying_program; varying_long:
-                                varying_long_program, the fields key-centered; u_s, u_w are the reduction's). A field `name@shared` holds the id of an array stored
+                                varying_long_program, with the key-space kq, kbar; u_s, u_w are the
+                                reduction's). A field `name@shared` holds the id of an array stored
                                 once per layer (`arrays/{id}`: p and pbar are the same at every radius)
 
 A "support" certificate (`dual_record.SupportCertificate`; docs/certificate.md §4.1) stores the token program
@@ -105,8 +106,8 @@ class RowPool:
 FIXED_DATA_FIELDS = ("A", "w0", "g0", "eps_s", "eps_w", "R_s", "R_w", "rho_w", "rho_o", "radius", "tail")
 SHARED = "@shared"  # suffix of a field stored as the id of a shared array (`RowPool.add_array`)
 REDUCTION_FIELDS = ("u_s", "u_w")  # fields of the varying data that are the reduction's (not stored twice)
-VARYING_PATHS = ("varying_factored", "varying_unfactored")  # the two varying-query programs (same fields)
-VARYING_BUILDS = VARYING_PATHS + ("varying_long",)  # stored the same way (varying_long: key-centered fields)
+VARYING_PATHS = ("varying_factored", "varying_unfactored", "varying_long")  # the varying-query programs (the same
+#                                                                           fields; varying_long also kq, kbar)
 
 
 def _construction_arrays(construction: dict, pool: RowPool) -> dict:
@@ -116,7 +117,7 @@ def _construction_arrays(construction: dict, pool: RowPool) -> dict:
         D = construction["data"]
         out = {f"build/{k}": np.asarray(getattr(D, k), dtype=np.float64) for k in FIXED_DATA_FIELDS}
         out["build/norm"] = np.array(D.norm)
-    elif path in VARYING_BUILDS and "key" in construction:
+    elif path in VARYING_PATHS and "key" in construction:
         out = {}
         for k, v in construction["fields"].items():
             if k in REDUCTION_FIELDS:

@@ -78,8 +78,8 @@ def _lift(p, D, delta):
     xhat = x / D.scales[:, [0, 1, 3]] * D.active[:, [0, 1, 3]]
     etahat = eta[:m] / Hf[:m]
     W = tau * di / p.radius
-    return {"tau": np.array([tau]), "W": W, "Y": p.W_Q.T @ W, "mu": tau * np.expm1(eta[:m] + Hf[:m]) / np.expm1(2 * Hf[:m]),
-            "bt": bt, "eta": tau * etahat, "Q": tau * etahat ** 2, "lam": lam,
+    return {"tau": np.array([tau]), "W": W, "Y": p.W_Q.T @ W, "bt": bt,
+            "mu": tau * np.expm1(eta[:m] + Hf[:m]) / np.expm1(2 * Hf[:m]), "eta": tau * etahat, "Q": tau * etahat ** 2, "lam": lam,
             "Us": lam * xhat[:, 0], "Uw": lam * xhat[:, 1], "Ub": lam * xhat[:, 2],
             "Vs": (base - lam) * xhat[:, 0], "Vw": (base - lam) * xhat[:, 1], "Vb": (base - lam) * xhat[:, 2],
             "SU": lam * sk / hk, "SV": (base - lam) * sk / hk}
@@ -117,7 +117,8 @@ def test_lifted_true_points_are_feasible(norm, upper_cone):
     for _ in range(40):
         delta = rng.standard_normal(p.Z0.shape)
         if norm == "linf":
-            delta = p.radius * np.where(rng.uniform(size=delta.shape) < 0.6, np.sign(delta), rng.uniform(-1, 1, delta.shape))
+            inner = rng.uniform(-1, 1, delta.shape)
+            delta = p.radius * np.where(rng.uniform(size=delta.shape) < 0.6, np.sign(delta), inner)
         else:
             delta = p.radius * delta / np.linalg.norm(delta, axis=1, keepdims=True) * rng.uniform(0.5, 1.0, (p.n, 1))
         x = np.zeros(prog.c.size)
@@ -172,3 +173,15 @@ def test_dispatch_and_agreement_with_the_cvxpy_program():
     big = random_head_problem(np.random.default_rng(4), d=8, d_head=4, n=VARYING_LONG_ABOVE + 1, radius=0.02,
                               norm="linf", mode="varying")
     assert second_order_certificate(big).value == vl.second_order_varying_long(big).value
+
+
+@pytest.mark.parametrize("norm, scale", [("linf", 5.0), ("l2", 5.0), ("l2", 0.01)])
+def test_wide_or_tiny_widths_are_rescued_by_the_cvxpy_programs(norm, scale):
+    """Where this program's solve ends above the first-order bound (score half-widths of 4-7, or 1e-5), a unit of
+    at most RESCUE_MAX tokens gets the cvxpy programs' bound (which try the unfactored program in turn): not a
+    fallback, and sound."""
+    p = random_head_problem(np.random.default_rng(1 if norm == "l2" else 0), d=6, d_head=3, n=40, radius=0.01,
+                            norm=norm, mode="varying", scale=scale)
+    res = vl.second_order_varying_long(p, upper_cone=scale < 1)
+    assert not res.fallback, res.status
+    assert res.value >= max(best_feasible_ascent(p, restarts=4, steps=60).value, sampled_max(p, k=16))

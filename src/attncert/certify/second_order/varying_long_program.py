@@ -171,10 +171,15 @@ class _Assembly:
 
 
 def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: int, second: bool = True,
-                       edges: list | None = None) -> LongProgram:
+                       edges: list | None = None, tau_exp: int = 0) -> LongProgram:
     """The program of one unit. D: key-centered `VaryingData` after `drop_negligible` (the query token last);
     edges (linf): per token the indices into `chain_rows` of its half-planes (keys: the keys' chain, the query
-    token: its own)."""
+    token: its own).
+
+    tau_exp: the program is homogeneous in (tau, x) but for the normalization, so multiplying every lower weight
+    bound E_l (and the objective's E_l-proportional coefficients) by F = 2^tau_exp is the same program in the
+    variables x / F, with the same optimum and the same certified bounds; a power of two adds no rounding. It
+    only changes what the interior-point solver sees (`varying_long.ATTEMPTS`)."""
     n, d, m = D.n, D.d, D.n - 1
     dh = W_Q.shape[1]
     sizes = {"tau": 1, "W": d, "Y": dh} | {k: m for k in KEYS_BLOCKS} | {k: n for k in TOKEN_BLOCKS}
@@ -184,6 +189,9 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
     nvar = col
     Hf, hk = widths(D)
     k = weight_coefficients(D.A - Hf, hk, D.eps, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w, mono)
+    F = math.ldexp(1.0, int(tau_exp))
+    for name in ("El", "c_lam", "c_V", "c_U"):
+        k[name] = k[name] * F
     El = k["El"]
     wt = (D.w0 + D.eps_w - D.g0) / D.rho_o
     wt = wt + 4.0 * _U * (np.abs(D.w0) + D.eps_w + abs(D.g0)) / D.rho_o + 4.0 * _U * np.abs(wt)
@@ -193,11 +201,12 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
     R = _Assembly(offsets, m)
     tau, one = ("tau", 1.0), 1.0
     # zero rows: the normalization, the b level, the links, the S definitions
-    R.add("zero", 1, [[("cols", np.concatenate([[0], offsets["bt"] + np.arange(m), offsets["lam"] + np.arange(n)])[None],
-                       -np.concatenate([[El[m]], El[:m], El * k["kappa"]])[None])]], rhs=[1.0])
+    norm_cols = np.concatenate([[0], offsets["bt"] + np.arange(m), offsets["lam"] + np.arange(n)])
+    R.add("zero", 1, [[("cols", norm_cols[None], -np.concatenate([[El[m]], El[:m], El * k["kappa"]])[None])]], rhs=[1.0])
     R.add("zero", m, [[("bt", -one), tau, ("mu", kb)]])
     lead = np.where(act[:m, 2] > 0, D.radius / D.scales[:m, 2], 0.0)
-    R.add("zero", m, [[("eta", -one), ("cols", offsets["Y"] + np.tile(np.arange(dh), (m, 1)), lead[:, None] * D.kq[:m])]])
+    y_cols = offsets["Y"] + np.tile(np.arange(dh), (m, 1))
+    R.add("zero", m, [[("eta", -one), ("cols", y_cols, lead[:, None] * D.kq[:m])]])
     R.add("zero", dh, [[("Y", -one), ("cols", offsets["W"] + np.tile(np.arange(d), (dh, 1)), W_Q.T)]])
     R.add("zero", n, [[("SU", -one), ("Us", ks), ("Ub", kbb)]])
     R.add("zero", n, [[("SV", -one), ("Vs", ks), ("Vb", kbb)]])
@@ -246,7 +255,8 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
         Gt = np.broadcast_to(G, (n, 2, 2)).copy()
         Gt[-1] = Gq
         cst = np.where(np.arange(n) < m, cs, csq)
-        R.add("soc", n, [[("lam", cst)], [("Us", Gt[:, 0, 0]), ("Uw", Gt[:, 0, 1])], [("Us", Gt[:, 1, 0]), ("Uw", Gt[:, 1, 1])]])
+        R.add("soc", n, [[("lam", cst)], [("Us", Gt[:, 0, 0]), ("Uw", Gt[:, 0, 1])],
+                         [("Us", Gt[:, 1, 0]), ("Uw", Gt[:, 1, 1])]])
         R.add("soc", n, [[("base", cst), ("lam", -cst)], [("Vs", Gt[:, 0, 0]), ("Vw", Gt[:, 0, 1])],
                          [("Vs", Gt[:, 1, 0]), ("Vw", Gt[:, 1, 1])]])
     if second:
@@ -298,9 +308,8 @@ def _facet_rows(R: _Assembly, D: VaryingData, edges: list, offsets: dict, m: int
     rows_q = chain_rows(query, D.scales[-1, 0], D.rho_w)
     tok = np.concatenate([np.full(e.size, j) for j, e in enumerate(edges)])
     idx = np.concatenate(edges).astype(np.int64)
-    hs = np.where(tok < m, rows_k[0][np.minimum(idx, rows_k[0].size - 1)], rows_q[0][np.minimum(idx, rows_q[0].size - 1)])
-    hw = np.where(tok < m, rows_k[1][np.minimum(idx, rows_k[1].size - 1)], rows_q[1][np.minimum(idx, rows_q[1].size - 1)])
-    hb = np.where(tok < m, rows_k[2][np.minimum(idx, rows_k[2].size - 1)], rows_q[2][np.minimum(idx, rows_q[2].size - 1)])
+    pick = lambda rows: rows[np.minimum(idx, rows.size - 1)]  # noqa: E731 - the half-plane of each (token, index)
+    hs, hw, hb = (np.where(tok < m, pick(rk), pick(rq)) for rk, rq in zip(rows_k, rows_q))
     base_col = np.where(tok < m, offsets["bt"] + np.minimum(tok, m - 1), 0)
     lam, us, uw = offsets["lam"] + tok, offsets["Us"] + tok, offsets["Uw"] + tok
     vs, vw = offsets["Vs"] + tok, offsets["Vw"] + tok
