@@ -140,10 +140,27 @@ def _construction_arrays(construction: dict, pool: RowPool) -> dict:
     return out
 
 
+def bare_program(cert):
+    """(the token program without facets, the dual z mapped onto its rows by row family) of a support-function
+    certificate (`dual_record.SupportCertificate`): the facet rows (rows of X) carry no multiplier in its bound."""
+    from attncert.certify.second_order.token_program import build_program  # the builder only (no solve)
+
+    key = cert.construction["key"]
+    prog = build_program(cert.construction["data"], bool(key[2]), int(key[3]))
+    z = np.zeros(prog.b.size)
+    for name, (start, dim) in prog.families.items():
+        src, src_dim = cert.prog.families[name]
+        if src_dim != dim:
+            raise ValueError(f"row family {name} has another cone size in the solved program")
+        rows = 1 if name == "norm" else dim * prog.n  # the normalization: one row for all tokens
+        z[start:start + rows] = cert.z[src:src + rows]
+    return prog, z
+
+
 def _support_arrays(cert, pool: RowPool) -> dict:
     """A support-function certificate (`dual_record.SupportCertificate`): the token program without facets, the
     dual on its rows (its normalization multiplier t is z[0]), the bound and the map to g."""
-    prog, z = cert.bare()
+    prog, z = bare_program(cert)
     dims = prog.dims
     return {**_construction_arrays(cert.construction, pool), "kind": np.array("support"), "c": prog.c,
             "A_rows": pool.add(prog.A), "A_shape": np.asarray(prog.A.shape, dtype=np.int64), "b": prog.b,

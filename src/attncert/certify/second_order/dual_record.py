@@ -49,9 +49,10 @@ class SupportCertificate:
 
     The bound is z.b + max(tau_lo Q, tau_hi Q) (docs/certificate.md §4.1): the rows of X (0 <= lam <= tau and the
     description of P) carry no multiplier, X enters through the exact support function of P. So the program the
-    certificate needs is the token program without facets (`token_program.build_program` with no edges): `bare`
-    maps z onto its rows by family name (the facet rows' multipliers are zero). A checker rebuilds that program
-    from the relaxation data (`construction`), checks z in K^* and recomputes the bound (`audit.support_duality`).
+    certificate needs is the token program without facets (`token_program.build_program` with no edges), z mapped
+    onto its rows by family name (the facet rows' multipliers are zero; `certificate_store` stores that form). A
+    checker rebuilds that program from the relaxation data (`construction`), checks z in K^* and recomputes the
+    bound (`audit.support_duality`).
     """
 
     bound: float
@@ -61,21 +62,6 @@ class SupportCertificate:
     affine: tuple = ()
     value: float = math.inf
     kind: str = "support"
-
-    def bare(self):
-        """(the token program without facets, z on its rows): the stored form of the certificate."""
-        from attncert.certify.second_order.token_program import build_program
-
-        key = self.construction["key"]
-        prog = build_program(self.construction["data"], bool(key[2]), int(key[3]))
-        z = np.zeros(prog.b.size)
-        for name, (start, dim) in prog.families.items():
-            src, src_dim = self.prog.families[name]
-            if src_dim != dim:
-                raise ValueError(f"row family {name} has another cone size in the solved program")
-            rows = 1 if name == "norm" else dim * prog.n  # the normalization: one row for all tokens
-            z[start:start + rows] = self.z[src:src + rows]
-        return prog, z
 
 
 class DualRecord:
