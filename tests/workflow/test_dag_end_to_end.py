@@ -19,6 +19,7 @@ import yaml
 
 from attncert.baselines.comparison import PAPER_ALPHA_METHOD
 from attncert.baselines.linear_bound_baselines import METHODS
+from attncert.certify.certificate_store import CertificateFile
 from conftest import REPO
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
@@ -197,20 +198,27 @@ def test_editing_a_stage_reruns_that_stage_and_its_dependents_only(tmp_path, tin
 @pytest.mark.slow
 def test_long_context_target_on_tiny_gpt2(tmp_path, tiny_gpt2_dir):
     """The long-context experiment end to end: 60 attended keys (the separable path above 48), causal query
-    'last', no fallback and no violation; its measured values reach the claims' keys."""
+    'last', fixed and varying query, no fallback and no violation, every certified number's certificate stored; its
+    measured values reach the claims' keys."""
     lc = {"passage": "data/long_context_passage.txt", "layer": 1, "heads": [1], "lengths": [8, 60],
-          "query_position": "last", "radii": [0.003, 0.03], "norms": ["linf", "l2"], "tight": True}
+          "query_position": "last", "radii": [0.003, 0.03], "norms": ["linf", "l2"], "modes": ["fixed", "varying"],
+          "tight": True}
     wd, cfg = _workdir(tmp_path, tiny_gpt2_dir, long_context=lc)
     shutil.copy(REPO / "data" / "long_context_passage.txt", wd / "data" / "long_context_passage.txt")
     res = _snakemake(wd, cfg, "figures/tables/tiny-gpt2/long_context.md")
     assert res.returncode == 0, res.stderr[-4000:]
     units = pd.read_csv(wd / "data/long_context/tiny-gpt2/units.csv")
-    assert len(units) == 2 * 2 * 2 and set(units["n_tokens"]) == {8, 60}
+    assert len(units) == 2 * 2 * 2 * 2 and set(units["n_tokens"]) == {8, 60} and set(units["mode"]) == {"fixed", "varying"}
     assert (units["status"] == "ok").all(), units[["status", "error"]].to_string()
-    assert (units["second_order"] >= units["exact_hi"] - 1e-9 * (1 + units["value_spread"].abs())).all()
-    assert (units["second_order_tight"] <= units["second_order"] + 1e-9).all()
+    fixed = units[units["mode"] == "fixed"]
+    assert (fixed["second_order"] >= fixed["exact_hi"] - 1e-9 * (1 + fixed["value_spread"].abs())).all()
+    assert (units["second_order"] >= units["best_feasible"] - 1e-9 * (1 + units["best_feasible"].abs())).all()
+    assert (fixed["second_order_tight"] <= fixed["second_order"] + 1e-9).all()  # fixed query: never above (§4.1)
+    with CertificateFile(wd / "data/long_context/tiny-gpt2/units_certificates.npz") as f:
+        assert f.rows == list(range(len(units)))
     measured = json.loads((wd / "figures/tables/tiny-gpt2/long_context_measured.json").read_text())["values"]
     assert measured["long_context_largest_n"] == 60 and measured["long_context_violations"] == 0
+    assert measured["long_context_varying_largest_n"] == 60 and measured["long_context_varying_violations"] == 0
     assert (wd / "figures/long_context/tiny-gpt2/gap_and_time_vs_keys.png").stat().st_size > 10_000
 
 

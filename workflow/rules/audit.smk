@@ -1,5 +1,5 @@
-# Audit: every certified number of the certification tables re-derived from its stored certificate, without a
-# solver, every unit of the configured grid present; the long-context and block tables listed with their
+# Audit: every certified number of the certification and long-context tables re-derived from its stored
+# certificate, without a solver, every unit of the configured grids present; the block table listed with its
 # coverage (attncert.audit; docs/audit.md). One table per model.
 AUDIT_OUTPUTS = [f"figures/tables/{MODEL}/audit.csv", f"figures/tables/{MODEL}/audit.md"]
 
@@ -11,6 +11,8 @@ rule audit:
         specs=expand("data/certify/{{model}}/layer{layer}_spec.npz", layer=LAYERS),
         weights=expand("data/extract/{{model}}/layer{layer}.npz", layer=LAYERS),
         long_context="data/long_context/{model}/units.csv",
+        long_context_certificates="data/long_context/{model}/units_certificates.npz",
+        long_context_tokens="data/long_context/{model}/layer_tokens.npz",
         block="data/block/{model}/units.csv",
     output:
         csv="figures/tables/{model}/audit.csv",
@@ -21,6 +23,8 @@ rule audit:
         heads=HEADS,
         certify=config["certify"],
         n_prompts=config["n_prompts"],
+        long_context=LC,
+        spec_seed=config["spec_seed"],
         code=code("audit.py"),
     threads: 1
     priority: 1  # on the longest path (extract.smk)

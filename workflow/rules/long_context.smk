@@ -1,5 +1,6 @@
 # Long-context experiment (beyond the paper): one public-domain passage read at growing context lengths,
-# the certificates of one layer's heads attending to up to `long_context.lengths` keys (fixed query).
+# the certificates of one layer's heads attending to up to `long_context.lengths` keys (fixed and varying query),
+# each certified number stored with its certificate (audited by the audit rule).
 LC = config.get("long_context", {})
 LONG_CONTEXT_OUTPUTS = [
     f"figures/long_context/{MODEL}/gap_and_time_vs_keys.pdf",
@@ -42,6 +43,7 @@ rule long_context_certify:
         npz="data/long_context/{model}/layer_tokens.npz",
     output:
         csv="data/long_context/{model}/units.csv",
+        certificates="data/long_context/{model}/units_certificates.npz",
     params:
         model=MODEL_CFG,
         layer=LC.get("layer", 0),
@@ -50,6 +52,7 @@ rule long_context_certify:
         query_position=LC.get("query_position", 0),
         radii=LC.get("radii", []),
         norms=LC.get("norms", ["linf"]),
+        modes=LC.get("modes", ["fixed", "varying"]),
         tight=LC.get("tight", True),
         ascent_restarts=config["certify"]["ascent_restarts"],
         ascent_steps=config["certify"]["ascent_steps"],

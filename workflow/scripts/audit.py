@@ -14,16 +14,19 @@ start_job_log(sm.log[0])
 expect_model_of(sm.params)
 model = sm.wildcards.model
 layers = [int(layer) for layer in sm.params.layers]
-coverage = CoverageConfig.from_config({"certify": dict(sm.params.certify), "n_prompts": sm.params.n_prompts},
+coverage = CoverageConfig.from_config({"certify": dict(sm.params.certify), "n_prompts": sm.params.n_prompts,
+                                       "long_context": dict(sm.params.long_context), "spec_seed": sm.params.spec_seed},
                                       layers=layers, heads=list(sm.params.heads))
 t0 = time.perf_counter()
-records = audit_model(Path("data"), model, layers, coverage=coverage)
+stage_seconds: dict = {}
+records = audit_model(Path("data"), model, layers, coverage=coverage, stage_seconds=stage_seconds)
 seconds = time.perf_counter() - t0
-write_audit(records, Path(sm.output.csv), Path(sm.output.md), model, seconds, layers, coverage)
+write_audit(records, Path(sm.output.csv), Path(sm.output.md), model, seconds, layers, coverage, stage_seconds)
 fails = [r for r in records if r["status"] == "fail"]
 for r in fails:
     print(f"attncert: AUDIT FAILURE {r['table']} layer {r['layer']} row {r['row']} {r['number']}: {r['check']} "
           f"(margin {r['margin']:.3g}) {r['reason']}", file=sys.stderr)
 counts = {s: sum(r["status"] == s for r in records) for s in ("pass", "fail", "not applicable", "not covered")}
-write_sidecar(sm.output.csv, provenance(sm.params, stage="audit", seconds=seconds, counts=counts))
-write_sidecar(sm.output.md, provenance(sm.params, stage="audit", seconds=seconds, counts=counts))
+for out in (sm.output.csv, sm.output.md):
+    write_sidecar(out, provenance(sm.params, stage="audit", seconds=seconds, stage_seconds=stage_seconds,
+                                  counts=counts))

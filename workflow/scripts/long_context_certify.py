@@ -1,6 +1,8 @@
-"""Snakemake entry point: certify every long-context unit (attncert.certify.long_context)."""
+"""Snakemake entry point: certify every long-context unit and store the certificate of every certified number
+(attncert.certify.long_context, attncert.certify.certificate_store)."""
 import torch
 
+from attncert.certify.certificate_store import write_certificates
 from attncert.certify.long_context import certify_long_context, long_context_problems
 from attncert.pipeline.extraction import load_layer
 from attncert.pipeline.intermediate_check import expect_model_of
@@ -14,10 +16,12 @@ p = sm.params
 torch.set_num_threads(sm.threads)
 arrays = load_layer(sm.input.npz)
 problems = long_context_problems(arrays, int(p.layer), list(p.lengths), list(p.heads), p.query_position,
-                                 list(p.radii), list(p.norms), int(p.spec_seed))
-df = certify_long_context(problems, ascent_restarts=p.ascent_restarts, ascent_steps=p.ascent_steps, seed=p.seed,
+                                 list(p.radii), list(p.norms), int(p.spec_seed), list(p.modes))
+df, entries, pool = certify_long_context(problems, ascent_restarts=p.ascent_restarts, ascent_steps=p.ascent_steps, seed=p.seed,
                           tight=p.tight)
 with atomic_path(sm.output.csv) as tmp:
     df.to_csv(tmp, index=False, float_format="%.17g")
-write_sidecar(sm.output.csv, provenance(p, stage="long_context_certify", units=len(df),
-                                        status_counts=df["status"].value_counts().to_dict()))
+write_certificates(sm.output.certificates, entries, pool)
+for out in (sm.output.csv, sm.output.certificates):
+    write_sidecar(out, provenance(p, stage="long_context_certify", units=len(df),
+                                  status_counts=df["status"].value_counts().to_dict()))

@@ -16,12 +16,16 @@ expect_model_of(sm.params)
 df = pd.read_csv(verify_intermediate(sm.input.csv))
 table, measured = summary(df)
 layer = int(df["layer"].iloc[0])
-label = (f"{model_label(sm.params.model)}: layer {layer}, {df['head'].nunique()} heads, query positions "
+label = (f"{model_label(sm.params.model)}: layer {layer}, {df['head'].nunique()} heads, "
+         f"{', '.join(sorted(df['mode'].unique()))} query, query positions "
          f"{sorted(df['query_pos'].unique().tolist())}, passage data/long_context_passage.txt; {len(df)} units")
 claims = load_claims(sm.input.claims).by_id()
-paper = {r: float(claims[f"second_order_rel_gap_r{r:g}"].value) for r in table["radius"].unique()
-         if f"second_order_rel_gap_r{r:g}" in claims}
-figure(table, label, sm.output.pdf, paper)
+paper = {"rel_gap": {r: float(claims[f"second_order_rel_gap_r{r:g}"].value) for r in table["radius"].unique()
+                     if f"second_order_rel_gap_r{r:g}" in claims},
+         "seconds": {m: float(claims[f"cert_seconds_{m}"].value) for m in ("fixed", "varying")
+                     if f"cert_seconds_{m}" in claims}}
+embedded = str(sm.params.model.get("source", "embedded")) == "embedded"
+figure(table, label, sm.output.pdf, paper, "the embedded model, not GPT-2" if embedded else "")
 with open(sm.output.md, "w", encoding="utf-8") as fh:
     fh.write(markdown(table, label))
 write_measured(sm.output.measured, measured, label)

@@ -8,8 +8,9 @@ row per (table row, number): pass, fail (with the check and its margin), not app
 configuration) or not covered (a table whose numbers have no stored certificate, with the reason).
 
 The units the configuration defines (`table_coverage.expected_units`) must all be in the table, once each, and
-nothing else: a missing, duplicated or foreign row fails. The long-context table and the block table are listed
-row by row (`table_coverage`).
+nothing else: a missing, duplicated or foreign row fails. The long-context table is audited the same way from
+its token arrays and the configuration's `long_context` grid (`long_context_audit`); the block table is listed row
+by row (`table_coverage`).
 
     attncert audit --model all-MiniLM-L6-v2 [--configfile FILE ...] [--layer 0 ...] [--rows 0-9,17] [--out PREFIX]
 """
@@ -29,13 +30,14 @@ from tqdm import tqdm
 
 from attncert.audit.head_enclosure import LayerFiles
 from attncert.audit.row_audit import NUMBERS, Expect, Outcome, audit_row
-from attncert.audit.table_coverage import (AuditInputError, CoverageConfig, block_records, completeness_records, long_context_records,
+from attncert.audit.long_context_audit import audit_long_context
+from attncert.audit.table_coverage import (AuditInputError, CoverageConfig, block_records, completeness_records,
                                            read_grid_config)
 from attncert.certify.certificate_store import SECOND_ORDER_NUMBERS, CertificateFile, check_program_shapes
 from attncert.pipeline.intermediate_check import IntermediateError, regenerate_command, verify_intermediate
 
 UNIT_COLUMNS = ["layer", "head", "prompt", "query_pos", "radius", "norm", "mode"]
-COLUMNS = ["table", "layer", "row", *UNIT_COLUMNS[1:], "number", "reported", "status", "check", "margin", "reason",
+COLUMNS = ["table", "layer", "row", *UNIT_COLUMNS[1:], "length", "number", "reported", "status", "check", "margin", "reason",
            "margins"]
 STATUSES = ("pass", "fail", "not applicable", "not covered")
 BASELINE_NOTE = ("Baseline rows (IBP, CROWN, alpha-CROWN and their variants, `data/baselines/`) carry no certificate "
@@ -73,7 +75,8 @@ def _damaged(path: Path, e: Exception) -> IntermediateError:
 
 
 def _record(layer: int, r: int, row: dict, o: Outcome) -> dict:
-    return {"table": "certify", "layer": layer, "row": r, **{k: row.get(k, "") for k in UNIT_COLUMNS[1:]}, **asdict(o)}
+    return {"table": "certify", "layer": layer, "row": r, **{k: row.get(k, "") for k in UNIT_COLUMNS[1:]}, "length": "",
+            **asdict(o)}
 
 
 def audit_layer(root: Path, model: str, layer: int, rows: set[int] | None = None,
@@ -104,7 +107,7 @@ def audit_layer(root: Path, model: str, layer: int, rows: set[int] | None = None
                 cert = store.row(r)
                 for name in SECOND_ORDER_NUMBERS:
                     part = cert.get(name)
-                    if part is not None and str(part.get("kind")) == "dual":
+                    if part is not None and str(part.get("kind")) in ("dual", "support"):
                         check_program_shapes(part)
                         part["A"] = store.matrix(part["A_rows"], part["A_shape"])
                 outcomes = audit_row(files, row, cert, expect)
@@ -118,13 +121,16 @@ def audit_layer(root: Path, model: str, layer: int, rows: set[int] | None = None
 
 
 def summary_markdown(records: list[dict], model: str, seconds: float, layers: list[int],
-                     coverage: CoverageConfig | None = None) -> str:
+                     coverage: CoverageConfig | None = None, stage_seconds: dict | None = None) -> str:
     by = Counter((r["table"], r["number"], r["status"]) for r in records)
     units = len({(r["layer"], r["row"]) for r in records if r["table"] == "certify" and r["number"] in NUMBERS})
+    lc_units = len({r["row"] for r in records if r["table"] == "long_context" and r["number"] in NUMBERS})
+    parts = f" ({', '.join(f'{k} {v:.1f} s' for k, v in stage_seconds.items())})" if stage_seconds else ""
     lines = [f"# Audit of the certified numbers: {model}", "",
-             f"Model **{model}**, layers {', '.join(map(str, layers))}; {units} certification units. Every number "
-             f"re-derived from its stored certificate and the extracted weights in ball arithmetic, without a solver "
-             f"(docs/audit.md). **Audit time {seconds:.1f} s** (one process).", "",
+             f"Model **{model}**, layers {', '.join(map(str, layers))}; {units} certification units, {lc_units} "
+             f"long-context units. Every number re-derived from its stored certificate and the extracted weights in "
+             f"ball arithmetic, without a solver (docs/audit.md). **Audit time {seconds:.1f} s**{parts} "
+             "(one process).", "",
              "| table | number | " + " | ".join(STATUSES) + " |", "|---|---|" + "---|" * len(STATUSES)]
     keys = sorted({(r["table"], r["number"]) for r in records}, key=lambda k: (k[0] != "certify", k[0],
                                                                                (NUMBERS + (k[1],)).index(k[1])))
@@ -156,7 +162,7 @@ def summary_markdown(records: list[dict], model: str, seconds: float, layers: li
 
 
 def write_audit(records: list[dict], csv_path: Path, md_path: Path, model: str, seconds: float, layers: list[int],
-                coverage: CoverageConfig | None = None):
+                coverage: CoverageConfig | None = None, stage_seconds: dict | None = None):
     from attncert.pipeline.file_integrity import atomic_path
 
     with atomic_path(csv_path) as tmp:
@@ -165,7 +171,7 @@ def write_audit(records: list[dict], csv_path: Path, md_path: Path, model: str, 
             w.writeheader()
             w.writerows(records)
     with atomic_path(md_path) as tmp:
-        tmp.write_text(summary_markdown(records, model, seconds, layers, coverage))
+        tmp.write_text(summary_markdown(records, model, seconds, layers, coverage, stage_seconds))
 
 
 def layers_on_disk(root: Path, model: str) -> list[int]:
@@ -173,11 +179,19 @@ def layers_on_disk(root: Path, model: str) -> list[int]:
 
 
 def audit_model(root: Path, model: str, layers: list[int], rows: set[int] | None = None,
-                coverage: CoverageConfig | None = None) -> list[dict]:
-    """Every layer's numbers, then the long-context and block tables' rows (listed with their coverage)."""
+                coverage: CoverageConfig | None = None, stage_seconds: dict | None = None) -> list[dict]:
+    """Every layer's numbers, then the long-context table's (re-derived from the configuration's long-context grid;
+    without a configuration listed as not covered) and the block table's rows (listed with their coverage).
+    stage_seconds: filled with the seconds each table took (`summary_markdown`)."""
+    times = stage_seconds if stage_seconds is not None else {}
+    t0 = time.perf_counter()
     records = [rec for L in layers for rec in audit_layer(root, model, L, rows, coverage)]
+    times["certification tables"] = time.perf_counter() - t0
     if rows is None:
-        records += long_context_records(root, model) + block_records(root, model)
+        t0 = time.perf_counter()
+        records += audit_long_context(root, model, coverage.long_context if coverage else None, MALFORMED, _damaged)
+        times["long-context table"] = time.perf_counter() - t0
+        records += block_records(root, model)
     return records
 
 
@@ -203,7 +217,8 @@ def main(argv=None) -> int:
                                   "for that model first (snakemake --cores all with the run's configuration, e.g. "
                                   "--configfile workflow/config/paper.yaml, or --config model_source=DIR), or pass "
                                   "--data and --model of a run")
-        records = audit_model(root, a.model, layers, rows, coverage)
+        stage_seconds: dict = {}
+        records = audit_model(root, a.model, layers, rows, coverage, stage_seconds)
         if not records:
             raise AuditInputError(f"the selection --rows {a.rows} holds no row of layer(s) {layers}; fix: choose rows "
                                   "that exist (each layer's table: data/certify/{model}/layer{L}.csv)")
@@ -212,8 +227,9 @@ def main(argv=None) -> int:
         return 2
     seconds = time.perf_counter() - t0
     if a.out:
-        write_audit(records, Path(a.out + ".csv"), Path(a.out + ".md"), a.model, seconds, layers, coverage)
-    print(summary_markdown(records, a.model, seconds, layers, coverage))
+        write_audit(records, Path(a.out + ".csv"), Path(a.out + ".md"), a.model, seconds, layers, coverage,
+                    stage_seconds)
+    print(summary_markdown(records, a.model, seconds, layers, coverage, stage_seconds))
     return 1 if any(r["status"] == "fail" for r in records) else 0
 
 

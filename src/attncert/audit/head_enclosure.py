@@ -77,6 +77,10 @@ class LayerFiles:
             self.spec, self.query_positions = f["c"], [int(q) for q in f["query_positions"]]
         self._heads: dict = {}
 
+    def unit_of(self, row: dict) -> "HeadEnclosure":
+        """The unit of a row of the certification table."""
+        return self.unit(int(row["head"]), int(row["prompt"]), int(row["query_pos"]))
+
     def unit(self, head: int, prompt: int, query_pos: int) -> "HeadEnclosure":
         key = (head, prompt, query_pos)
         if key not in self._heads:

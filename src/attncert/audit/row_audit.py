@@ -17,6 +17,9 @@ Numbers and their checks (docs/audit.md):
     ..._tight                      to g and the data-error model are the rebuilt data's (`program_link`)
                    dual_cone       the stored dual lies in K^*
                    weak_duality    origin + scale * (WD) + tail <= the reported value
+                   (kind "support", the long-context fixed query: program and dual_cone for the token program
+                   (`support_duality.support_link`), then support_duality: origin + scale * (the support-function
+                   bound) + tail <= the reported value)
                    (kind "first_order": the reported value is >= first_order, whose own checks pass)
 
 Then the cross-checks of the row (`row_consistency`): every upper bound covers the value its audited witnesses
@@ -41,6 +44,7 @@ from attncert.audit.first_order_check import enclosure_margin, lp_margin
 from attncert.audit.head_enclosure import PREC, LayerFiles, norm_bound
 from attncert.audit.program_link import program_link
 from attncert.audit.row_consistency import cross_check_row
+from attncert.audit.support_duality import support_bound_upper, support_link
 from attncert.audit.weak_duality import weak_duality_upper
 from attncert.audit.witness_check import ball_margin, witness_tokens
 
@@ -131,7 +135,7 @@ def audit_row(files: LayerFiles, row: dict, cert: dict, expect: Expect = Expect(
 
 
 def _unit_matches(row: dict, unit: dict) -> str:
-    for k in ("layer", "head", "prompt", "query_pos", "norm", "mode"):
+    for k in ("layer", "head", "prompt", "query_pos", "norm", "mode") + (("length",) if "length" in row else ()):
         if str(row[k]) != str(unit.get(k)):
             return f"certificate is for {k}={unit.get(k)}, the row has {row[k]}"
     if float(row["radius"]) != float(unit.get("radius", math.nan)):
@@ -145,7 +149,7 @@ def _audit_row(files: LayerFiles, row: dict, cert: dict, expect: Expect) -> list
     if mismatch:
         return [_fail(k, values[k], "pairing", mismatch) for k in NUMBERS]
     radius, norm, mode = float(row["radius"]), str(row["norm"]), str(row["mode"])
-    head = files.unit(int(row["head"]), int(row["prompt"]), int(row["query_pos"]))
+    head = files.unit_of(row)
     red = cert.get("reduction")
     reduction = ("reduction", *reduction_margin(head, red, radius, norm)) if red else (
         "reduction", -math.inf, "no stored reduction")
@@ -259,10 +263,12 @@ def _second_order(name: str, values: dict, stored: dict | None, first: Outcome, 
             return Outcome(name, value, "fail", f"first_order:{first.check}", first.margin, first.reason)
         return Outcome(name, value, "pass", "first_order_bound", margin, "the first-order certificate (tie or fallback)",
                        f"first_order_bound={margin:.3g}")
-    if kind != "dual":
+    if kind not in ("dual", "support"):
         return _fail(name, value, "certificate", f"unknown certificate kind {kind!r}")
     if red is None:
         return _fail(name, value, "program", "no stored reduction")
+    if kind == "support":
+        return _support(name, value, stored, red, radius, norm, mode)
     link = program_link(stored, red, radius, norm, mode, head)
     checks = [("program", math.inf if link.margin >= 0 else link.margin, link.why)]
     if link.margin >= 0:
@@ -274,4 +280,22 @@ def _second_order(name: str, values: dict, stored: dict | None, first: Outcome, 
         certified = arb(origin) + arb(scale) * wd + arb(tail)
         checks.append(("weak_duality", float((arb(value) - certified).lower()),
                        "the recomputed bound exceeds the reported value"))
+    return _held(checks, name, value)
+
+
+def _support(name: str, value: float, stored: dict, red: dict, radius: float, norm: str, mode: str) -> Outcome:
+    """A support-function certificate (`support_duality`): the token program is the builder's for this row, the
+    dual lies in K^*, and the recomputed bound, mapped to g, is at or below the reported value."""
+    link = support_link(stored, red, radius, norm, mode)
+    checks = [("program", math.inf if link.margin >= 0 else link.margin, link.why)]
+    if link.margin >= 0:
+        checks.append(("dual_cone", *dual_cone_margin(stored["z"], stored["dims"])))
+    if checks[-1][1] >= 0:
+        D = link.data
+        bound = support_bound_upper(link.prog, np.asarray(stored["z"], dtype=np.float64), D.u_s, D.u_w, D.radius,
+                                    D.R_s, D.rho_w, norm)
+        origin, scale, tail = link.affine
+        certified = arb(origin) + arb(scale) * bound + arb(tail)
+        checks.append(("support_duality", float((arb(value) - certified).lower()),
+                       "the recomputed support-function bound exceeds the reported value"))
     return _held(checks, name, value)

@@ -4,8 +4,8 @@
   `heads`, `n_prompts`; `head.unit_grid.grid`) defines the units of each layer. Each must be a row of the table
   exactly once, and the table holds nothing else: a missing, duplicated or foreign unit is a failure
   (`completeness_records`), so that a table cannot lose rows and still pass.
-* The long-context table (`data/long_context/{model}/units.csv`) stores no certificate: every number of it is
-  listed as not covered, with the reason (`long_context_records`).
+* The long-context table (`data/long_context/{model}/units.csv`): the configuration's `long_context` section
+  defines its units, audited like the certification table's (`long_context_audit`).
 * The block table (`data/block/{model}/units.csv`): its `second_order_upper` (the SDP-dual bound of the centre's
   quadratic term) keeps no certificate either, and is listed as not covered (`block_records`).
 
@@ -22,13 +22,11 @@ from pathlib import Path
 
 import yaml
 
+from attncert.audit.long_context_audit import LongContextConfig
 from attncert.audit.row_audit import Expect, reported_value
 from attncert.head.unit_grid import grid
 from attncert.pipeline.intermediate_check import verify_intermediate
 
-LONG_CONTEXT_NUMBERS = ("first_order", "second_order", "second_order_tight", "exact_lo", "exact_hi")
-LONG_CONTEXT_REASON = ("long-context experiment: its path (more than 48 keys) keeps no certificate, so its numbers "
-                       "are not audited")
 BLOCK_NUMBERS = ("second_order_upper",)
 BLOCK_REASON = ("block stage: the SDP-dual bound of the centre's quadratic term keeps no certificate, so it is not "
                 "audited")
@@ -51,6 +49,7 @@ class CoverageConfig:
     varying: dict = field(default_factory=dict)
     expect: Expect = Expect()
     layers: list | None = None  # None: every layer on disk
+    long_context: LongContextConfig | None = None  # the long-context grid (None: the run has none)
 
     @classmethod
     def from_config(cls, config: dict, layers: list | None = None, heads: list | None = None) -> "CoverageConfig":
@@ -65,7 +64,8 @@ class CoverageConfig:
                    norms=list(c["norms"]), modes=list(c["modes"]), varying=dict(c.get("varying") or {}),
                    expect=Expect(bool(c.get("second_order", True)), bool(c.get("second_order", True))
                                  and bool(c.get("tight", True))),
-                   layers=layers if layers is not None else (None if cfg_layers == "all" else list(cfg_layers)))
+                   layers=layers if layers is not None else (None if cfg_layers == "all" else list(cfg_layers)),
+                   long_context=LongContextConfig.from_config(config))
 
     def units(self, layer: int, n_heads: int) -> list[tuple]:
         heads = range(n_heads) if self.heads == "all" else [int(h) for h in self.heads]
@@ -114,7 +114,8 @@ def _row_record(table: str, layer, r: int, row: dict, number: str, status: str, 
                 reported=math.nan) -> dict:
     return {"table": table, "layer": layer, "row": r, "head": row.get("head", ""), "prompt": row.get("prompt", ""),
             "query_pos": row.get("query_pos", row.get("position", "")), "radius": row.get("radius", ""),
-            "norm": row.get("norm", ""), "mode": row.get("mode", ""), "number": number, "reported": reported,
+            "norm": row.get("norm", ""), "mode": row.get("mode", ""), "length": row.get("length", ""),
+            "number": number, "reported": reported,
             "status": status, "check": check, "margin": -math.inf if status == "fail" else math.nan,
             "reason": reason, "margins": ""}
 
@@ -162,11 +163,6 @@ def _listed(path: Path, table: str, numbers: tuple, reason: str, layer_of) -> li
                 out.append(_row_record(table, layer_of(row), r, row, k, "not covered", "no_certificate", reason,
                                        reported=reported_value(text)))
     return out
-
-
-def long_context_records(root: Path, model: str) -> list[dict]:
-    return _listed(root / "long_context" / model / "units.csv", "long_context", LONG_CONTEXT_NUMBERS,
-                   LONG_CONTEXT_REASON, lambda row: row.get("layer", ""))
 
 
 def block_records(root: Path, model: str) -> list[dict]:

@@ -13,8 +13,9 @@ One file per layer, next to `layer{L}.csv`; row r of the table owns the keys `r{
                                 sum) is exact_lo (fixed query); `witness` (Z itself) when that sum is not Z
     r{r}/best_feasible/witness  the tokens Z (n, d) the ascent found, whose value is best_feasible (varying query)
     r{r}/{second_order, second_order_tight}/kind
-                                "dual": a weak-duality certificate follows; "first_order": the reported value is the
-                                first-order bound (a tie or a labelled fallback), certified by that certificate
+                                "dual": a weak-duality certificate follows; "support": a support-function certificate
+                                of the long-context fixed query follows (below); "first_order": the reported value is
+                                the first-order bound (a tie or a labelled fallback), certified by that certificate
     r{r}/{...}/{c, A_rows, A_shape, b, dims, lo, hi, z, data_rel_err, bound, affine}
                                 the conic program in the units it was solved in (minimize c.x s.t. A x + s = b,
                                 s in K; K from dims = [zero, nonneg, exp, soc sizes...]), the box [lo, hi] that
@@ -32,6 +33,15 @@ One file per layer, next to `layer{L}.csv`; row r of the table owns the keys `r{
                                 reduction's). A field `name@shared` holds the id of an array stored
                                 once per layer (`arrays/{id}`: p and pbar are the same at every radius)
 
+A "support" certificate (`dual_record.SupportCertificate`; docs/certificate.md §4.1) stores the token program
+without facets (c, A_rows, A_shape, b, dims: no box, X enters through the exact support function of P), the dual z
+on its rows, its normalization multiplier t = z[0], data_rel_err, bound, affine, and build/ with path "support", the
+key [n, norm, upper_cone, monotone points] and the fields of `FixedRelaxationData` (`token_program.build_program`
+rebuilds the program from them).
+
+The long-context experiment stores its rows the same way (`data/long_context/{model}/units_certificates.npz`, row r
+of `units.csv`; the unit also names its length).
+
 Nothing here solves anything: `attncert.audit` reads these files with numpy alone.
 """
 from __future__ import annotations
@@ -44,6 +54,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from attncert.certify.second_order.compiled import DATA_REL_ERR
 from attncert.pipeline.file_integrity import atomic_path
 
 FORMAT_VERSION = 1
@@ -102,7 +113,7 @@ VARYING_PATHS = ("varying_factored", "varying_unfactored", "varying_long")  # th
 def _construction_arrays(construction: dict, pool: RowPool) -> dict:
     """The builder's inputs of a program (`dual_record.note_construction`) as arrays."""
     path = construction.get("path")
-    if path == "fixed":
+    if path in ("fixed", "support"):
         D = construction["data"]
         out = {f"build/{k}": np.asarray(getattr(D, k), dtype=np.float64) for k in FIXED_DATA_FIELDS}
         out["build/norm"] = np.array(D.norm)
@@ -129,7 +140,38 @@ def _construction_arrays(construction: dict, pool: RowPool) -> dict:
     return out
 
 
+def bare_program(cert):
+    """(the token program without facets, the dual z mapped onto its rows by row family) of a support-function
+    certificate (`dual_record.SupportCertificate`): the facet rows (rows of X) carry no multiplier in its bound."""
+    from attncert.certify.second_order.token_program import build_program  # the builder only (no solve)
+
+    key = cert.construction["key"]
+    prog = build_program(cert.construction["data"], bool(key[2]), int(key[3]))
+    z = np.zeros(prog.b.size)
+    for name, (start, dim) in prog.families.items():
+        src, src_dim = cert.prog.families[name]
+        if src_dim != dim:
+            raise ValueError(f"row family {name} has another cone size in the solved program")
+        rows = 1 if name == "norm" else dim * prog.n  # the normalization: one row for all tokens
+        z[start:start + rows] = cert.z[src:src + rows]
+    return prog, z
+
+
+def _support_arrays(cert, pool: RowPool) -> dict:
+    """A support-function certificate (`dual_record.SupportCertificate`): the token program without facets, the
+    dual on its rows (its normalization multiplier t is z[0]), the bound and the map to g."""
+    prog, z = bare_program(cert)
+    dims = prog.dims
+    return {**_construction_arrays(cert.construction, pool), "kind": np.array("support"), "c": prog.c,
+            "A_rows": pool.add(prog.A), "A_shape": np.asarray(prog.A.shape, dtype=np.int64), "b": prog.b,
+            "dims": np.asarray([dims.zero, dims.nonneg, dims.exp, *dims.soc], dtype=np.int64), "z": z,
+            "t": np.float64(z[prog.families["norm"][0]]), "data_rel_err": np.float64(DATA_REL_ERR),
+            "bound": np.float64(cert.bound), "affine": np.asarray(cert.affine, dtype=np.float64)}
+
+
 def _dual_arrays(cert, pool: RowPool) -> dict:
+    if getattr(cert, "kind", "dual") == "support":
+        return _support_arrays(cert, pool)
     dims = cert.dims
     return {**_construction_arrays(cert.construction, pool),"kind": np.array("dual"), "c": cert.c, "A_rows": pool.add(cert.A),
             "A_shape": np.asarray(cert.A.shape, dtype=np.int64), "b": cert.b,
@@ -194,12 +236,15 @@ def _write_member(zf: zipfile.ZipFile, key: str, value: np.ndarray, compression:
 
 
 PROGRAM_FIELDS = ("c", "A_rows", "A_shape", "b", "dims", "lo", "hi", "z", "data_rel_err", "affine")
+SUPPORT_FIELDS = ("c", "A_rows", "A_shape", "b", "dims", "z", "data_rel_err", "affine")  # no box: X is exact
 
 
 def check_program_shapes(part: dict) -> None:
     """ValueError unless a stored dual certificate's arrays have consistent shapes: c, lo, hi one entry per column,
-    b and z one per row, the cone sizes summing to the rows, a 3-entry affine map."""
-    missing = [k for k in PROGRAM_FIELDS if k not in part]
+    b and z one per row, the cone sizes summing to the rows, a 3-entry affine map (a support-function certificate:
+    the same without lo, hi)."""
+    support = str(part.get("kind")) == "support"
+    missing = [k for k in (SUPPORT_FIELDS if support else PROGRAM_FIELDS) if k not in part]
     if missing:
         raise ValueError(f"stored program without {', '.join(missing)}")
     shape, dims = np.asarray(part["A_shape"]), np.asarray(part["dims"])
@@ -208,7 +253,7 @@ def check_program_shapes(part: dict) -> None:
         raise ValueError("stored program with a malformed shape or cone list")
     m, n = int(shape[0]), int(shape[1])
     n_rows = int(dims[0] + dims[1] + 3 * dims[2] + dims[3:].sum())
-    sizes = {"c": n, "lo": n, "hi": n, "b": m, "z": m}
+    sizes = {"c": n, "b": m, "z": m} if support else {"c": n, "lo": n, "hi": n, "b": m, "z": m}
     for k, want in sizes.items():
         a = np.asarray(part[k])
         if a.shape != (want,) or a.dtype != np.float64:

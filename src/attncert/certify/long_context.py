@@ -4,9 +4,13 @@ The paper certifies query positions 1, 4, 8 and 15, so its heads attend to at mo
 relaxation linear in the number of keys as the scaling challenge. Here one committed public-domain passage
 (`data/long_context_passage.txt`) is read at context lengths T (`long_context.lengths`); every unit is a
 head of one layer, the query at `query_position`, all T keys attended (bidirectional model; causal: the
-first query_position + 1 keys only, so use a late query there), a fixed query, and the radii of the config.
-Each unit is certified like the main grid (`run.certify_unit`: exact bracket, first order, both second-order
-variants, the soundness check), and the summary gives per length the median relative gap and seconds.
+first query_position + 1 keys only, so use a late query there), a query mode of `long_context.modes` (fixed: only
+the keys and values move; varying: the query token moves too) and the radii of the config. Each unit is certified
+like the main grid (`run.certify_unit`: the exact bracket for a fixed query, the best ascent value for a varying
+one, first order, both second-order variants, the soundness check), every certified number is stored with its
+certificate (`certificate_store`, audited by `attncert audit`), and the summary gives per mode and length the
+median relative gap and seconds. The relative gap is measured against the exact worst case for a fixed query and
+against the best ascent value for a varying one (no exact value exists there; `unit_tables.add_gaps`).
 """
 from __future__ import annotations
 
@@ -14,17 +18,20 @@ import sys
 
 import pandas as pd
 
+from attncert.certify.certificate_store import RowPool, flatten
 from attncert.certify.run import COLUMNS, certify_unit
 from attncert.head.problem import HeadProblem
 from attncert.head.specification import specification_direction
 from attncert.pipeline.unit_tables import add_gaps
 
 CERTS = ("first_order", "second_order", "second_order_tight")
+MODES = ("fixed", "varying")
+TABLE_COLUMNS = ["length"] + COLUMNS
 
 
 def long_context_problems(arrays: dict, layer: int, lengths, heads, query_position, radii, norms,
-                          spec_seed: int) -> list[HeadProblem]:
-    """Every unit: (length, head, radius, norm), fixed query; query_position "last" is T - 1 (a causal head then
+                          spec_seed: int, modes=MODES) -> list[HeadProblem]:
+    """Every unit: (length, head, mode, norm, radius); query_position "last" is T - 1 (a causal head then
     attends to all T keys)."""
     out = []
     causal = bool(arrays["causal"])
@@ -36,34 +43,46 @@ def long_context_problems(arrays: dict, layer: int, lengths, heads, query_positi
         Z0 = Z[:qp + 1] if causal else Z
         for h in heads:
             c = specification_direction(arrays["W_O"][h], spec_seed + 1000 * layer + h)  # one direction per head
-            for norm in norms:
-                for r in radii:
-                    meta = dict(layer=layer, head=h, prompt=0, query_pos=qp, length=T)
-                    out.append(HeadProblem(arrays["W_Q"][h], arrays["W_K"][h], arrays["W_V"][h], arrays["b_Q"][h],
-                                           arrays["b_K"][h], arrays["b_V"][h], Z0, qp, c, float(r),
-                                           norm, "fixed", meta=meta))
+            for mode in modes:
+                for norm in norms:
+                    for r in radii:
+                        meta = dict(layer=layer, head=h, prompt=0, query_pos=qp, length=T)
+                        out.append(HeadProblem(arrays["W_Q"][h], arrays["W_K"][h], arrays["W_V"][h],
+                                               arrays["b_Q"][h], arrays["b_K"][h], arrays["b_V"][h], Z0, qp, c,
+                                               float(r), norm, mode, meta=meta))
     return out
 
 
+def unit_record(problem: HeadProblem) -> dict:
+    """The unit of a long-context row, as its certificates name it (`certificate_store`)."""
+    return dict(problem.meta, radius=float(problem.radius), norm=problem.norm, mode=problem.mode)
+
+
 def certify_long_context(problems: list[HeadProblem], *, ascent_restarts: int, ascent_steps: int, seed: int,
-                         tight: bool) -> pd.DataFrame:
+                         tight: bool) -> tuple[pd.DataFrame, dict, RowPool]:
+    """(table, certificate entries, row pool): every unit certified, with the certificate of each certified number
+    (for `certificate_store.write_certificates`)."""
     from tqdm import tqdm
 
-    rows = [certify_unit(p, ascent_restarts=ascent_restarts, ascent_steps=ascent_steps, seed=seed, tight=tight,
-                         ascent_check_fraction=0.0)
-            for p in tqdm(problems, desc="long context", file=sys.stderr, mininterval=5)]
-    df = pd.DataFrame(rows, columns=["length"] + COLUMNS)
-    return df
+    rows, entries, pool = [], {}, RowPool()
+    for p in tqdm(problems, desc="long context", file=sys.stderr, mininterval=5):
+        certificates: dict = {}
+        rows.append(certify_unit(p, ascent_restarts=ascent_restarts, ascent_steps=ascent_steps, seed=seed,
+                                 tight=tight, ascent_check_fraction=0.0, certificates=certificates))
+        entries.update(flatten(len(rows) - 1, unit_record(p), certificates, pool))
+    return pd.DataFrame(rows, columns=TABLE_COLUMNS), entries, pool
 
 
 def summary(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
-    """Per (length, radius): median relative gap and seconds of each certificate; and the measured values of
-    the claims (largest length certified without a fallback or a violation, the gap there)."""
+    """Per (mode, length, radius): median relative gap and seconds of each certificate; and the measured values of
+    the claims per mode (largest length certified without a fallback or a violation, the gap there; fixed query:
+    `long_context_*`, varying query: `long_context_varying_*`)."""
     g = add_gaps(df)
     rows = []
-    for (T, r), sub in g.groupby(["length", "radius"]):
-        row = dict(length=int(T), n_keys=int(sub["n_tokens"].iloc[0]), radius=float(r), units=len(sub),
-                   exact_s=float(sub["t_exact_s"].median()))
+    for (mode, T, r), sub in g.groupby(["mode", "length", "radius"]):
+        row = dict(mode=str(mode), length=int(T), n_keys=int(sub["n_tokens"].iloc[0]), radius=float(r),
+                   units=len(sub), exact_s=float(sub["t_exact_s"].median()),
+                   ascent_s=float(sub["t_ascent_s"].median()))
         for cert in CERTS:
             if f"rel_gap_{cert}" in sub:
                 row[f"rel_gap_{cert}"] = float(sub[f"rel_gap_{cert}"].median())
@@ -74,77 +93,123 @@ def summary(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
         row["violations"] = int((sub["status"] == "UNSOUND").sum())
         rows.append(row)
     table = pd.DataFrame(rows)
-    ok = table[(table["fallbacks"] == 0) & (table["violations"] == 0)]
-    n_max = int(ok["n_keys"].max()) if len(ok) else 0
-    measured = {"long_context_largest_n": n_max, "long_context_violations": int(table["violations"].sum())}
-    for r in sorted(table["radius"].unique()):
-        at = table[(table["n_keys"] == n_max) & (table["radius"] == r)]
-        if len(at):
-            measured[f"long_context_rel_gap_r{r:g}"] = float(at["rel_gap_second_order"].iloc[0])
-            measured[f"long_context_tight_rel_gap_r{r:g}"] = float(at["rel_gap_second_order_tight"].iloc[0])
-            measured[f"long_context_seconds_r{r:g}"] = float(at["second_order_s"].iloc[0])
+    measured = {}
+    for mode in sorted(table["mode"].unique()):
+        at_mode = table[table["mode"] == mode]
+        prefix = "long_context" if mode == "fixed" else f"long_context_{mode}"
+        ok = at_mode[(at_mode["fallbacks"] == 0) & (at_mode["violations"] == 0)]
+        n_max = int(ok["n_keys"].max()) if len(ok) else 0
+        measured[f"{prefix}_largest_n"] = n_max
+        measured[f"{prefix}_violations"] = int(at_mode["violations"].sum())
+        for r in sorted(at_mode["radius"].unique()):
+            at = at_mode[(at_mode["n_keys"] == n_max) & (at_mode["radius"] == r)]
+            if len(at):
+                measured[f"{prefix}_rel_gap_r{r:g}"] = float(at["rel_gap_second_order"].iloc[0])
+                measured[f"{prefix}_tight_rel_gap_r{r:g}"] = float(at["rel_gap_second_order_tight"].iloc[0])
+                measured[f"{prefix}_seconds_r{r:g}"] = float(at["second_order_s"].iloc[0])
     return table, measured
 
 
-def figure(table: pd.DataFrame, label: str, out_pdf, paper: dict | None = None) -> None:
-    """Relative gap and seconds per unit vs the number of keys, log-log, one line per certificate and radius.
+def figure(table: pd.DataFrame, label: str, out_pdf, paper: dict | None = None, model_note: str = "") -> None:
+    """Relative gap and seconds per unit vs the number of keys, log-log: one row of panels per query mode (fixed,
+    varying), one line per certificate and radius.
 
-    paper: {radius: the paper's median relative gap of the second-order certificate at 5 keys (GPT-2, query
-    position 4)}, drawn as labelled stars."""
+    paper: the paper's own numbers (GPT-2 small, at most 16 keys), drawn where it has them:
+    {"rel_gap": {radius: median relative gap of the second-order certificate at 5 keys, fixed query},
+     "seconds": {mode: median seconds per unit of the second-order certificate}}.
+    model_note: appended to the title (the embedded model: "the embedded model, not GPT-2")."""
     import matplotlib
     import matplotlib.ticker
+    import matplotlib.transforms
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     from attncert.pipeline.report_files import save_figure
 
+    paper = paper or {}
     colors = {"first_order": "#d95f02", "second_order": "#1b9e77", "second_order_tight": "#7570b3"}
     names = {"first_order": "first order", "second_order": "second order",
              "second_order_tight": "second order, tight (beyond the paper)"}
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
-    for r, style in zip(sorted(table["radius"].unique()), ("o-", "s--", "^:")):
-        sub = table[table["radius"] == r].sort_values("n_keys")
-        for cert in ("first_order", "second_order", "second_order_tight"):
-            axes[0].loglog(sub["n_keys"], sub[f"rel_gap_{cert}"], style, color=colors[cert], ms=4,
-                           label=f"{names[cert]}, r = {r:g}")
-            axes[1].loglog(sub["n_keys"], sub[f"{cert}_s"], style, color=colors[cert], ms=4,
-                           label=f"{names[cert]}, r = {r:g}")
-        axes[1].loglog(sub["n_keys"], sub["exact_s"], style, color="0.4", ms=4, label=f"exact worst case, r = {r:g}")
-    for r, val in sorted((paper or {}).items()):
-        axes[0].loglog([5], [val], "*", color="black", ms=11, label=f"paper (GPT-2, 5 keys), r = {r:g}")
-        axes[0].annotate(f"paper {val:g}", (5, val), xytext=(7, -3), textcoords="offset points", fontsize=8)
-    axes[0].axvspan(1, 16, color="0.85", alpha=0.5, lw=0)
-    axes[0].text(7.3, 0.97, "the paper's range\n(n <= 16)", transform=axes[0].get_xaxis_transform(), fontsize=8,
-                 color="0.3", va="top", ha="center")
-    ours = sorted(set(table["n_keys"].astype(int)))
-    for ax, ticks in zip(axes, (sorted(set(ours) | ({5} if paper else set())), ours)):
-        ax.set_xlim(ticks[0] / 1.5, ticks[-1] * 1.5)
-        ax.set_xticks(ticks)
-        ax.set_xticklabels([str(t) for t in ticks])
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    axes[0].set_ylabel("median gap / output movement range")
-    axes[1].set_ylabel("median seconds per unit")
-    for ax in axes:
-        ax.set_xlabel("attended keys n")
-        ax.grid(True, which="both", alpha=0.3)
-    handles, labels = axes[1].get_legend_handles_labels()
-    h0, l0 = axes[0].get_legend_handles_labels()
-    extra = [(h, lab) for h, lab in zip(h0, l0) if lab.startswith("paper")]
-    handles += [h for h, _ in extra]
-    labels += [lab for _, lab in extra]
-    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=7.5, frameon=False)
-    fig.suptitle(f"Long context, fixed query ({label}; not GPT-2)", fontsize=10)
-    fig.tight_layout(rect=(0, 0.16, 1, 0.95))
+    modes = [m for m in MODES if m in set(table["mode"])]
+    fig, axes = plt.subplots(len(modes), 2, figsize=(11, 3.6 * len(modes) + 1.2), squeeze=False)
+    reference = {"fixed": ("exact_s", "exact worst case"), "varying": ("ascent_s", "best ascent (reference value)")}
+    handles = {}
+    for row, mode in enumerate(modes):
+        ax_gap, ax_sec = axes[row]
+        at_mode = table[table["mode"] == mode]
+        for r, style in zip(sorted(at_mode["radius"].unique()), ("o-", "s--", "^:")):
+            sub = at_mode[at_mode["radius"] == r].sort_values("n_keys")
+            for cert in CERTS:
+                (h,) = ax_gap.loglog(sub["n_keys"], sub[f"rel_gap_{cert}"], style, color=colors[cert], ms=4)
+                ax_sec.loglog(sub["n_keys"], sub[f"{cert}_s"], style, color=colors[cert], ms=4)
+                handles.setdefault(f"{names[cert]}, r = {r:g}", h)
+            col, what = reference[mode]
+            (h,) = ax_sec.loglog(sub["n_keys"], sub[col], style, color="0.45", ms=4)
+            handles.setdefault(f"{what}, r = {r:g}", h)
+        bad = at_mode.groupby("n_keys")["violations"].sum()
+        bad = bad[bad > 0]
+        if len(bad):  # a gap at or below 0 leaves a log axis: the units below an attained value are marked
+            at_bottom = matplotlib.transforms.blended_transform_factory(ax_gap.transData, ax_gap.transAxes)
+            (h,) = ax_gap.plot(bad.index, [0.04] * len(bad), "x", color="red", ms=9, mew=2, transform=at_bottom)
+            for n, k in bad.items():
+                ax_gap.annotate(f"{int(k)}", (n, 0.04), xycoords=at_bottom, xytext=(6, -3), textcoords="offset points",
+                                fontsize=7.5, color="red")
+            handles.setdefault("units whose certificate lies below an attained value (soundness violation; count)", h)
+        if mode == "fixed":
+            for r, val in sorted((paper.get("rel_gap") or {}).items()):
+                (h,) = ax_gap.loglog([5], [val], "*", color="black", ms=11)
+                handles.setdefault("paper (GPT-2 small): second order at 5 keys, fixed query", h)
+                ax_gap.annotate(f"paper, r = {r:g}: {val:g}", (5, val), xytext=(7, -3), textcoords="offset points",
+                                fontsize=7.5)
+        sec = (paper.get("seconds") or {}).get(mode)
+        if sec is not None:
+            (h,) = ax_sec.plot([2, 16], [sec, sec], "-", color="black", lw=2.5)
+            handles.setdefault("paper (GPT-2 small): second order, median s per unit (<= 16 keys)", h)
+            ax_sec.annotate(f"paper {sec:g} s", (16, sec), xytext=(4, -3), textcoords="offset points", fontsize=7.5)
+        ours = sorted(set(at_mode["n_keys"].astype(int)))
+        for ax in (ax_gap, ax_sec):
+            ticks = sorted(set(ours) | ({2, 16} if ax is ax_sec and sec is not None else set())
+                           | ({5} if ax is ax_gap and mode == "fixed" and paper.get("rel_gap") else set()))
+            ax.set_xlim(ticks[0] / 1.5, ticks[-1] * 1.5)
+            ax.set_xticks(ticks)
+            ax.set_xticklabels([str(t) for t in ticks])
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+            span = ax.axvspan(1, 16, color="0.85", alpha=0.5, lw=0)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.set_xlabel("attended keys n")
+        query = "fixed query (exact worst case known)" if mode == "fixed" else \
+            "varying query (no exact value: gap to the best ascent value)"
+        ax_gap.set_title(query, fontsize=9)
+        ax_sec.set_title(f"{mode} query: seconds per unit", fontsize=9)
+        ax_gap.set_ylabel("median gap / output movement range")
+        ax_sec.set_ylabel("median seconds per unit")
+    handles["shaded: the paper's range (at most 16 keys)"] = span
+    fig.legend(list(handles.values()), list(handles.keys()), loc="lower center", ncol=3, fontsize=7.5, frameon=False)
+    fig.suptitle(f"Long context, {' and '.join(modes)} query{' (' + model_note + ')' if model_note else ''}\n{label}",
+                 fontsize=9.5)
+    legend_rows = -(-len(handles) // 3)
+    fig.tight_layout(rect=(0, (0.16 * legend_rows + 0.1) / fig.get_figheight(), 1, 0.95))
     save_figure(fig, out_pdf)
     plt.close(fig)
 
 
 def markdown(table: pd.DataFrame, label: str) -> str:
+    """One table per query mode."""
     cols = ["n_keys", "radius", "units", "rel_gap_first_order", "rel_gap_second_order", "rel_gap_second_order_tight",
-            "exact_s", "first_order_s", "second_order_s", "second_order_tight_s", "fallbacks", "violations"]
-    head = (f"# Long context, fixed query (beyond the paper)\n\n{label}. Medians per number of attended keys; "
-            "relative gap = (certificate - exact bracket's upper end) / output movement range. The paper certifies "
-            "at most 16 keys. **Not audited**: the long-context rows keep no stored certificate, so `attncert audit` "
-            "lists them as not covered (audit.md beside this table).\n\n")
-    return head + table[cols].to_markdown(index=False, floatfmt=".4g") + "\n"
+            "first_order_s", "second_order_s", "second_order_tight_s", "fallbacks", "violations"]
+    out = [f"# Long context (beyond the paper)\n\n{label}. Medians per number of attended keys; relative gap = "
+           "(certificate - reference value) / output movement range, the reference value being the exact worst "
+           "case (fixed query) or the best ascent value (varying query: no exact value exists). The paper certifies "
+           "at most 16 keys. Every certified number is stored with its certificate "
+           "(`data/long_context/{model}/units_certificates.npz`) and audited by `attncert audit` (audit.md beside "
+           "this table).\n"]
+    for mode in MODES:
+        sub = table[table["mode"] == mode]
+        if not len(sub):
+            continue
+        ref = ["exact_s"] if mode == "fixed" else ["ascent_s"]
+        title = "Fixed query" if mode == "fixed" else "Varying query (the query token moves too)"
+        out.append(f"\n## {title}\n\n" + sub[cols[:6] + ref + cols[6:]].to_markdown(index=False, floatfmt=".4g")
+                   + "\n")
+    return "".join(out)

@@ -32,6 +32,7 @@ PRODUCED_BY = (
     (r"data/block/(?P<model>[^/]+)/units\.csv", "block_merge"),
     (r"data/long_context/(?P<model>[^/]+)/layer_tokens\.npz", "long_context_extract"),
     (r"data/long_context/(?P<model>[^/]+)/units\.csv", "long_context_certify"),
+    (r"data/long_context/(?P<model>[^/]+)/units_certificates\.npz", "long_context_certify"),
     (r"data/minip/witness_bound\.json", "minip_witness_bound"),
     (r"data/minip/constructions\.csv", "minip_constructions"),
     (r"data/minip/runs/[^/]+/[^/]+_s\d+\.json", "minip_train"),

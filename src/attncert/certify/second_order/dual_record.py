@@ -40,6 +40,28 @@ class DualCertificate:
     affine: tuple = ()  # (origin, scale, tail) of the map to g, set by the caller's unit conversion
     value: float = math.inf  # the certified value in g units (outward_affine of bound)
     construction: dict = field(default_factory=dict)  # what the program was built from (`note_construction`)
+    kind: str = "dual"
+
+
+@dataclass
+class SupportCertificate:
+    """One bound of `support_bound.bound_from_dual` with what certifies it (objective units of the token program).
+
+    The bound is z.b + max(tau_lo Q, tau_hi Q) (docs/certificate.md §4.1): the rows of X (0 <= lam <= tau and the
+    description of P) carry no multiplier, X enters through the exact support function of P. So the program the
+    certificate needs is the token program without facets (`token_program.build_program` with no edges), z mapped
+    onto its rows by family name (the facet rows' multipliers are zero; `certificate_store` stores that form). A
+    checker rebuilds that program from the relaxation data (`construction`), checks z in K^* and recomputes the
+    bound (`audit.support_duality`).
+    """
+
+    bound: float
+    prog: object  # the token program the bound was computed on (`token_program.Program`)
+    z: np.ndarray  # its repaired dual vector, zero on the rows of X
+    construction: dict = field(default_factory=dict)
+    affine: tuple = ()
+    value: float = math.inf
+    kind: str = "support"
 
 
 class DualRecord:
@@ -109,6 +131,14 @@ def note_affine(origin: float, scale: float, tail: float = 0.0):
 def _dims_record(dims) -> dict:
     return {"zero": int(dims.zero), "nonneg": int(dims.nonneg), "soc": [int(q) for q in dims.soc],
             "exp": int(dims.exp)}
+
+
+def offer_support(bound: float, prog, z: np.ndarray):
+    """Called by `support_bound.bound_from_dual`: a sound bound of the token program from the repaired dual z."""
+    rec = _RECORD.get()
+    if rec is not None and math.isfinite(bound) and rec.construction.get("path") == "support":
+        rec.offer(SupportCertificate(float(bound), prog, np.array(z, dtype=np.float64),
+                                     construction=dict(rec.construction)))
 
 
 def offer_dual(bound, c, A, b, dims, lo, hi, z, data_rel_err):

@@ -30,6 +30,7 @@ import time
 import numpy as np
 
 from attncert.certify.second_order.cutting_planes import vertex_dinkelbach
+from attncert.certify.second_order.dual_record import note_construction
 from attncert.certify.second_order.facets import unit_rows
 from attncert.certify.second_order.fixed import _to_g, prepared_data, second_order_fixed
 from attncert.certify.second_order.relaxation import MONOTONE_POINTS, SecondOrderResult, ellipse_matrix, settle
@@ -81,6 +82,8 @@ def second_order_separable(problem, upper_cone: bool = False, monotone_points: i
     fo, D, early = prepared_data(problem, t0)
     if early is not None:
         return early
+    # what every bound below is certified from: the token program of D (`dual_record.SupportCertificate`)
+    note_construction(reset=True, path="support", key=(D.A.size, problem.norm, upper_cone, monotone_points), data=D)
     gens = unit_generators(D, problem.norm)
     log, best, best_status, primal, n_rounds, n_facets = [], math.inf, "not_run", math.nan, 0, 0
     if D.A.size > family_above:

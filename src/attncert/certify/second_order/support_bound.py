@@ -36,6 +36,7 @@ import numpy as np
 
 from attncert.certify.second_order.compiled import DATA_REL_ERR
 from attncert.certify.second_order.dual_certificate import repair_dual
+from attncert.certify.second_order.dual_record import offer_support
 from attncert.certify.second_order.token_program import LAM, NU, US, UW, VS, VW, Program
 from attncert.head.rounding import UNIT_ROUNDOFF, gamma, round_up
 
@@ -123,7 +124,9 @@ def bound_from_dual(prog: Program, z: np.ndarray, gens: np.ndarray, norm: str,
 
     Returns (bound in objective units, the repaired z)."""
     with np.errstate(all="ignore"):
-        return _bound_from_dual(prog, z, gens, norm, data_rel_err)
+        bound, zr = _bound_from_dual(prog, z, gens, norm, data_rel_err)
+    offer_support(bound, prog, zr)  # kept with what certifies it (`dual_record.SupportCertificate`)
+    return bound, zr
 
 
 def _bound_from_dual(prog, z, gens, norm, data_rel_err):
