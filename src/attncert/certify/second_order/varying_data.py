@@ -79,7 +79,9 @@ class VaryingData:
             absq = np.abs(problem.W_Q)
             e = key_direction_error(problem, K0, self.kbar, self.kq)  # (n, d_h) per coordinate
             shift_err = r * np.array([dual(absq @ e[j]) for j in range(n)]) * (1.0 + gamma(dh + 4)) + 1e-300
-            p_err = np.array([dual(absq @ np.abs(self.kq[j])) for j in range(n)]) * gamma(dh + 4)
+            # the float product's error and the rounding of H_j's own products (relative <= 3u; 8u taken)
+            p_err = np.array([dual(absq @ np.abs(self.kq[j])) * gamma(dh + 4) + 8.0 * UNIT_ROUNDOFF * dual(p[j])
+                              for j in range(n)])
             shift_err = shift_err + r * p_err  # the query token reads its direction u_s + p_i through the float p_i
             pbar = self.kbar @ problem.W_Q.T / sq  # for the record: the program never reads it
         elif center:
