@@ -33,7 +33,7 @@ from attncert.audit.row_audit import NUMBERS, Expect, Outcome, audit_row
 from attncert.audit.long_context_audit import audit_long_context
 from attncert.audit.table_coverage import (AuditInputError, CoverageConfig, block_records, completeness_records,
                                            read_grid_config)
-from attncert.certify.certificate_store import SECOND_ORDER_NUMBERS, CertificateFile, check_program_shapes
+from attncert.certify.certificate_store import CertificateFile
 from attncert.pipeline.intermediate_check import IntermediateError, regenerate_command, verify_intermediate
 
 UNIT_COLUMNS = ["layer", "head", "prompt", "query_pos", "radius", "norm", "mode"]
@@ -104,12 +104,7 @@ def audit_layer(root: Path, model: str, layer: int, rows: set[int] | None = None
             if rows is not None and r not in rows:
                 continue
             try:
-                cert = store.row(r)
-                for name in SECOND_ORDER_NUMBERS:
-                    part = cert.get(name)
-                    if part is not None and str(part.get("kind")) in ("dual", "support"):
-                        check_program_shapes(part)
-                        part["A"] = store.matrix(part["A_rows"], part["A_shape"])
+                cert = store.row_with_programs(r)
                 outcomes = audit_row(files, row, cert, expect)
             except (zipfile.BadZipFile, EOFError, OSError) as e:
                 raise _damaged(certs, e) from None

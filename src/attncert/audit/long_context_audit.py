@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from attncert.audit.head_enclosure import HeadEnclosure
 from attncert.audit.row_audit import NUMBERS, Expect, Outcome, audit_row
-from attncert.certify.certificate_store import SECOND_ORDER_NUMBERS, CertificateFile, check_program_shapes
+from attncert.certify.certificate_store import CertificateFile
 from attncert.head.specification import specification_direction
 from attncert.pipeline.intermediate_check import verify_intermediate
 
@@ -180,12 +180,7 @@ def audit_long_context(root: Path, model: str, cfg: LongContextConfig | None, ma
     with store:
         for r, row in enumerate(tqdm(rows, desc="audit long context", file=sys.stderr, mininterval=5)):
             try:
-                cert = store.row(r)
-                for name in SECOND_ORDER_NUMBERS:
-                    part = cert.get(name)
-                    if part is not None and str(part.get("kind")) in ("dual", "support"):
-                        check_program_shapes(part)
-                        part["A"] = store.matrix(part["A_rows"], part["A_shape"])
+                cert = store.row_with_programs(r)
                 outcomes = audit_row(files, row, cert, expect)
             except (OSError, EOFError) as e:
                 raise damaged(certs, e) from None

@@ -334,6 +334,17 @@ class CertificateFile:
         return sp.csr_matrix((data[take], indices[take], np.concatenate([[0], np.cumsum(lengths)])),
                              shape=tuple(int(x) for x in shape))
 
+    def row_with_programs(self, r: int) -> dict:
+        """`row(r)` with each stored program's shapes validated (`check_program_shapes`, ValueError) and its
+        constraint matrix read from the row pool (field "A")."""
+        out = self.row(r)
+        for name in SECOND_ORDER_NUMBERS:
+            part = out.get(name)
+            if part is not None and str(part.get("kind")) in ("dual", "support"):
+                check_program_shapes(part)
+                part["A"] = self.matrix(part["A_rows"], part["A_shape"])
+        return out
+
     def close(self):
         self._npz.close()
 
