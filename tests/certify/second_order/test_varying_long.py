@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -188,3 +189,30 @@ def test_wide_or_tiny_widths_are_rescued_by_the_cvxpy_programs(norm, scale):
     res = vl.second_order_varying_long(p, upper_cone=scale < 1)
     assert not res.fallback, res.status
     assert res.value >= max(best_feasible_ascent(p, restarts=4, steps=60).value, sampled_max(p, k=16))
+
+
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+def test_token_scaling_leaves_every_dual_bound_unchanged(norm):
+    """The solver's change of variables (`token_scales`: each key's columns times a power of two) is exact: for
+    any dual vector the scaled program's weak-duality bound over the scaled box is the unscaled one bit for bit,
+    so the certified number and its audit do not depend on it. Keys get their weight's power of two, the query
+    token and the shared columns 1."""
+    rng = np.random.default_rng(5)
+    p = random_head_problem(rng, d=6, d_head=3, n=40, radius=0.05, norm=norm, mode="varying", scale=2.0)
+    D = VaryingData(p, first_order_certificate(p), center="key").drop_negligible()
+    edges = vl.start_edges(D) if norm == "linf" else None
+    prog = vlp.build_long_program(D, p.W_Q, False, MONOTONE_POINTS, True, edges)
+    f = vl.token_scales(prog, D)
+    m = D.n - 1
+    assert np.all(np.log2(f) == np.round(np.log2(f))) and f.max() > 1.0
+    lam = prog.offsets["lam"]
+    assert f[lam + m] == 1.0 and f[0] == 1.0 and np.all(f[prog.offsets["W"]:prog.offsets["W"] + D.d] == 1.0)
+    heavy = int(np.argmax(D.A[:m]))
+    assert f[lam + heavy] == 1.0
+    _, _, _, z, _ = vl.solve_scaled(prog, vl.LONG_LADDER[0], D)
+    A_s = (prog.A @ sp.diags(f)).tocsc()
+    for trial in range(8):
+        zt = z if trial == 0 else z * rng.uniform(0.5, 2.0, z.size) + rng.standard_normal(z.size) * 1e-3
+        plain, _ = weak_duality_bound(prog.c, prog.A, prog.b, prog.dims, zt, prog.lo, prog.hi)
+        scaled, _ = weak_duality_bound(prog.c * f, A_s, prog.b, prog.dims, zt, prog.lo / f, prog.hi / f)
+        assert scaled == plain, trial

@@ -11,6 +11,17 @@ returns; the smallest bound is kept and offered to the caller's dual record with
 (`note_construction`: the key-centered `VaryingData` fields, the build key and the facet edges), so that
 `attncert.audit` rebuilds the program and confirms the bound without a solver.
 
+Token scaling. The program's variables of key j are normalized by its weight (e^{A_j} factored out), so a key of
+weight 1e-8 has objective and normalization coefficients of that size, yet the interior-point solver's absolute
+tolerances apply to its dual entries as to the heaviest key's: with a thousand keys their dual residuals, paid at the
+box's width by weak duality, summed to most of the gap (a GPT-2-sized unit with 1,024 keys: 0.16 of a 0.25 movement).
+The solver therefore sees every key's columns multiplied by 2^round((A_max - A_j) / ln 2) (`token_scales`), a change
+of variables that keeps the row duals and the primal objective, and its x is scaled back. The certified number is
+weak duality on the unscaled program, which for a given dual is bit for bit the scaled program's (a power of two
+scales every product exactly), so the stored certificate and the audit's rebuild do not depend on it. An attempt
+whose certified bound lies within ACCEPT x |primal| of its primal is used (cutting planes, no further attempt)
+whatever the solver's status: its dual is as good as a converged one.
+
 linf: each token starts with the half-planes of `token_program.edge_window` around the vertex that the boundary
 Dinkelbach estimate picks (consecutive edges and a sigma grid); after a solve, the edge under every atom
 U_j / lam_j, V_j / (base_j - lam_j) that lies above its chain is added (at most ROUNDS solves, MAX_EDGES edges
@@ -20,24 +31,31 @@ from __future__ import annotations
 
 import math
 import time
+from types import SimpleNamespace
 
 import numpy as np
+import scipy.sparse as sp
 
 from attncert.certify.second_order.cutting_planes import vertex_dinkelbach
-from attncert.certify.second_order.dual_certificate import weak_duality_bound
+from attncert.certify.second_order.dual_certificate import _CLARABEL_STATUS, weak_duality_bound
 from attncert.certify.second_order.dual_record import note_construction, offer_dual
 from attncert.certify.second_order.relaxation import (MONOTONE_POINTS, SecondOrderResult, fallback_bound, representable,
                                                       settle)
-from attncert.certify.second_order.token_program import LADDER, edge_window, solve_program
+from attncert.certify.second_order.token_program import LADDER, _clarabel, edge_window
 from attncert.certify.second_order.varying import _to_g
 from attncert.certify.second_order.varying_data import VaryingData
-from attncert.certify.second_order.varying_long_program import build_long_program, long_chains
+from attncert.certify.second_order.varying_long_program import (KEYS_BLOCKS, TOKEN_BLOCKS, build_long_program,
+                                                                 long_chains)
 from attncert.head.problem import HeadProblem
 
 # Clarabel at 1e-7: on a GPT-2-sized unit with 1,024 keys the 1e-8 rungs stalled at "almost solved" after ~190
 # iterations (4.3 s), 1e-7 converged in 59 (1.5 s); the certified bounds differ by 3e-7 of the objective (the
 # bound is weak duality over the box whatever the accuracy).
-LONG_LADDER = tuple(dict(o, tol_gap_abs=1e-7, tol_gap_rel=1e-7, tol_feas=1e-7) for o in LADDER)
+# min_switch_step_length 0.01 (Clarabel's default 0.1): on GPT-2-sized units with 256 and 1,024 keys at r = 0.02 every
+# rung stopped at "insufficient progress" within a second (the step length fell below 0.1 and the switch to the
+# dual scaling stalled); with 0.01 the same rungs reached bounds within 1e-6 of their primal.
+LONG_LADDER = tuple(dict(o, tol_gap_abs=1e-7, tol_gap_rel=1e-7, tol_feas=1e-7, min_switch_step_length=0.01)
+                    for o in LADDER)
 # (Clarabel settings, tau_exp of `build_long_program`) in order until one converges. On a GPT-2-sized head with
 # 1,024 keys at r = 0.02 (tight variant) every rung at tau_exp 0 stopped at "insufficient progress" after 10 steps;
 # at tau_exp 5 the same rung solved in 54 iterations (2.3 s), the certified bound the same to 1e-4.
@@ -46,9 +64,13 @@ NEAR = 12  # consecutive edges on each side of a token's estimated vertex (linf)
 GRID = 9  # global sigma grid of edges (linf)
 ROUNDS = 3  # solves with cutting planes (linf)
 MAX_EDGES = 40  # half-planes per token at most
-CUT_STOP = 1e-3  # stop once the atoms above their chains weigh <= this x the primal (objective units, origin near
-#                  the optimum: the primal measures about the gap); another solve lowered the bound by < 1% of the gap
+CUT_STOP = 1e-2  # stop once the atoms above their chains weigh <= this x the primal (objective units, origin near
+#                  the optimum: the primal measures about the gap). GPT-2-sized units, linf: with 1e-3, the second
+#                  solve at n = 1024 (r = 0.002) took 2.8 s and moved the relative gap 0.0374 -> 0.0370; at n = 256
+#                  (r = 0.02) three solves gave 0.2458 against one solve's 0.2479
 RESCUE_MAX = 64  # tokens at most for the rescue of a fallback by the cvxpy programs (`_rescued`)
+ACCEPT = 1e-3  # an attempt with bound - primal <= ACCEPT x |primal| counts as converged (primal near the gap)
+MAX_SCALE_EXP = 60  # token scaling: 2^60 at most (keys below e^-60 of the top are dropped beforehand)
 VIOLATION = 1e-9  # an atom this far above its chain (unit value coordinate) gets a cut
 
 
@@ -77,7 +99,7 @@ def second_order_varying_long(problem: HeadProblem, upper_cone: bool = False, mo
             prog = build_long_program(D, problem.W_Q, upper_cone, monotone_points, second, edges, tau_exp)
             key = (D.n, D.d, problem.norm, bool(upper_cone), int(monotone_points), bool(second), int(tau_exp))
             note_construction(key=key, edges=None if edges is None else [np.array(e) for e in edges])
-            status, p_obj, x, z, solve_log = solve_program(prog, (opts,))
+            status, p_obj, x, z, solve_log = solve_scaled(prog, opts, D)
             bound = math.inf
             if z is not None:
                 try:
@@ -91,9 +113,11 @@ def second_order_varying_long(problem: HeadProblem, upper_cone: bool = False, mo
                 best, best_status = val, status
                 primal = _to_g(p_obj, D) if math.isfinite(p_obj) else math.nan
                 gap = best - primal if math.isfinite(primal) else math.nan
-            if x is not None:
+            if x is not None and (status in ("optimal", "optimal_inaccurate")
+                                  or bound - p_obj <= ACCEPT * max(abs(p_obj), 1e-300)):
                 attempts = [(opts, tau_exp)]  # later rounds: the attempt that converged
                 break
+            x = None
         if x is None or edges is None:
             break
         new, excess = cuts(prog, x, D, edges)
@@ -104,6 +128,42 @@ def second_order_varying_long(problem: HeadProblem, upper_cone: bool = False, mo
     res = settle(best, fo, t0, "varying", status=best_status, solver="CLARABEL" if math.isfinite(best) else "none",
                  primal=primal, rounds=rounds, n_facets=n_facets, log=log, dual_gap=gap)
     return _rescued(problem, res, upper_cone, monotone_points, t0) if res.fallback else res
+
+
+def token_scales(prog, D: VaryingData) -> np.ndarray:
+    """Per column the power of two the solver's variables are divided by (module docstring): key j's columns by
+    2^round((A_max - A_j) / ln 2), the query token's and the shared columns (tau, W, Y) by 1."""
+    m = D.n - 1
+    f = np.ones(prog.c.size)
+    if m < 1:
+        return f
+    e = np.clip(np.round((np.max(D.A[:m]) - D.A[:m]) / math.log(2.0)), 0, MAX_SCALE_EXP)
+    scale = np.exp2(e)
+    for name in KEYS_BLOCKS:
+        f[prog.offsets[name]:prog.offsets[name] + m] = scale
+    for name in TOKEN_BLOCKS:
+        f[prog.offsets[name]:prog.offsets[name] + m] = scale
+    return f
+
+
+def solve_scaled(prog, opts: dict, D: VaryingData):
+    """One Clarabel solve of `prog` in the token-scaled variables. Returns (status, primal objective, x, z, log),
+    x in the program's own variables and z (row duals, unchanged by a column scaling) whatever the status, so
+    that every attempt's dual is bounded; x is None only when the solver returned nothing."""
+    f = token_scales(prog, D)
+    scaled = SimpleNamespace(c=prog.c * f, A=(prog.A @ sp.diags(f)).tocsc(), b=prog.b, dims=prog.dims)
+    t0 = time.perf_counter()
+    try:
+        raw = _clarabel(scaled, opts)
+    except Exception as exc:  # noqa: BLE001 - a solver crash is one failed attempt
+        return "solver_error", math.nan, None, None, [("CLARABEL", f"solver_error: {type(exc).__name__}: {exc}",
+                                                       time.perf_counter() - t0)]
+    status, _ = _CLARABEL_STATUS.get(str(raw.status), ("solver_error", False))
+    log = [("CLARABEL", status, time.perf_counter() - t0)]
+    if raw.x is None or raw.z is None or len(raw.x) != prog.c.size:
+        return status, math.nan, None, None, log
+    x = np.asarray(raw.x, dtype=np.float64) * f
+    return status, -float(raw.obj_val), x, np.asarray(raw.z, dtype=np.float64), log
 
 
 def _rescued(problem: HeadProblem, res: SecondOrderResult, upper_cone: bool, monotone_points: int,
