@@ -12,7 +12,8 @@ with the same coefficients. It differs from `fixed` in three ways:
 Facets for the solve (linf): per token the `near` consecutive edges on each side of the vertex of its estimated
 optimum (`facets.vertex_dinkelbach`) and a global sigma grid; after a solve, tokens whose atoms U/lam, V/(tau-lam)
 lie above the boundary of P get the edges under them (cutting planes, at most `rounds` solves; every round's
-bound is sound, the smallest is kept). Each solve's dual is also polished (`token_program.polished_dual`).
+bound is sound, the smallest is kept). Each solve's dual is also refined by the outer-approximation LPs of
+`token_program.refined_solutions` (supporting cuts of the cones, HiGHS); every LP's dual is bounded as well.
 
 Rescue: where the token family falls back to the first-order bound (weight bands near e^14 and beyond, where the
 root of the family's normalization equation lies below the token solves' accuracy) and at most RESCUE_MAX tokens
@@ -36,7 +37,7 @@ from attncert.certify.second_order.relaxation import MONOTONE_POINTS, SecondOrde
 from attncert.certify.second_order.support_bound import bound_from_dual, unit_generators
 from attncert.certify.second_order.token_family import FAMILY_ABOVE, family_bound
 from attncert.certify.second_order.token_program import (GRID, LADDER, NEAR, ROUNDS, build_program,
-                                                         cutting_plane_rounds, edge_window, polished_dual,
+                                                         cutting_plane_rounds, edge_window, refined_duals,
                                                          solve_program)
 from attncert.head.reduced_geometry import reduced_geometry
 from attncert.head.rounding import gamma
@@ -46,13 +47,12 @@ RESCUE_MAX = 128  # kept tokens at most for the monolithic rescue of a family th
 
 
 def _bound_and_log(prog, z, gens, norm, solve_log):
-    """The certified bound from the dual z of one solve or its polished version (inf without one), and its log
+    """The certified bound from the dual z of one solve or its refined versions (inf without one), and its log
     [(solver, status, bound, seconds)] with the bound on the converged attempt."""
     bound = math.inf
     if z is not None:
-        for zz in (z, polished_dual(prog, z)):
-            if zz is not None:
-                bound = min(bound, bound_from_dual(prog, zz, gens, norm)[0])
+        for zz in [z] + refined_duals(prog, z):
+            bound = min(bound, bound_from_dual(prog, zz, gens, norm)[0])
     log = [(s, st, math.nan, sec) for s, st, sec in solve_log]
     if log:
         log[-1] = log[-1][:2] + (bound, log[-1][3])
