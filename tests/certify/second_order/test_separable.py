@@ -229,3 +229,29 @@ def test_cone_cut_is_a_supporting_half_space_that_cuts_off_the_point(kind, s, p)
     y = Y[0]
     assert np.all(np.isfinite(y)) and float(y @ S[0]) < 0.0
     assert float(y @ point) >= -1e-9 * float(np.abs(y) @ np.abs(point))
+
+
+@pytest.mark.parametrize("tight", [False, True])
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+def test_kept_certificate_of_the_token_family_re_derives_the_reported_value(norm, tight):
+    """The certificate the record keeps for a token-family bound is one of the unit's own token program (not of
+    the family's grid programs, whose bounds only rank their duals), and the audit's arithmetic
+    (`support_duality.support_bound_upper` on the rebuilt program) re-derives the reported value from it."""
+    from flint import arb
+
+    from attncert.audit.support_duality import support_bound_upper
+    from attncert.certify.certificate_store import bare_program
+    from attncert.certify.second_order.dual_record import recording_duals
+
+    problem = _dominant_family_head(1, norm)
+    with recording_duals() as rec:
+        res = sep.second_order_separable(problem, upper_cone=tight)
+    assert not res.fallback
+    cert = rec.best
+    D = cert.construction["data"]
+    assert cert.kind == "support" and cert.prog.n == D.A.size > FAMILY_ABOVE
+    assert cert.value == res.value
+    prog, z = bare_program(cert)
+    bound = support_bound_upper(prog, z, D.u_s, D.u_w, D.radius, D.R_s, D.rho_w, norm)
+    origin, scale, tail = cert.affine
+    assert float((arb(res.value) - (arb(origin) + arb(scale) * bound + arb(tail))).lower()) >= 0.0

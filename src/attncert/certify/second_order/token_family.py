@@ -142,7 +142,8 @@ def _solve_tokens(D, upper_cone, mono, geometry, norm, ladder, near, grid, round
         x = refined[-1][0]
         gens_v = unit_generators(D, norm)
         refined = [min((zz for _, zz in refined),
-                       key=lambda zz: bound_from_dual(prog, _unscaled(prog, zz, 1.0 / k["El"]), gens_v, norm)[0])]
+                       key=lambda zz: bound_from_dual(prog, _unscaled(prog, zz, 1.0 / k["El"]), gens_v, norm,
+                                                      offer=False)[0])]
     lam, Uw, Vw = x[prog.var(LAM)], x[prog.var(UW)], x[prog.var(VW)]
     psi = k["wt"] * (1.0 + k["kappa"] * lam) + (k["c_V"] * Vw + k["c_U"] * Uw) / k["El"]
     return prog, [z1] + refined, psi, 1.0 + k["kappa"] * lam
