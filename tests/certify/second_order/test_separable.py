@@ -82,7 +82,8 @@ def test_dispatch_uses_the_separable_path_for_long_contexts():
     problem = random_head_problem(rng, d=6, d_head=3, n=FAMILY_ABOVE + 1, radius=0.01)
     res = second_order_certificate(problem)
     ex = exact_worst_case(problem)
-    assert res.value >= ex.hi and res.rounds == 2  # the family path's two passes
+    # the family path's two passes, or the joint token program beside it (few kept tokens) when smaller
+    assert res.value >= ex.hi and (res.rounds == 2 or "joint token program" in res.status)
 
 
 @pytest.mark.parametrize("radius,scale", [(1e-7, 1.0), (1e-4, 0.1), (1.0, 1.0), (3.0, 6.0)])
@@ -162,19 +163,20 @@ def test_long_context_path_as_tight_as_the_monolithic_program_on_dominant_token_
     assert gap_long <= 2.0 * gap_mono + 1e-5 * (fo - ex.hi)
 
 
-def test_no_fallback_at_a_weight_band_of_e14_where_the_monolithic_program_certifies():
-    """R_s = 7 (weight band e^14), 64 keys, GPT-2-sized: the token family's root lies below the token solves'
-    accuracy and its bound reaches the first-order one; the long-context path certifies anyway (the monolithic
-    program as rescue), as the monolithic program does. Fell back before the rescue."""
+@pytest.mark.parametrize("tight", [False, True])
+def test_no_fallback_at_a_weight_band_of_e14_where_the_monolithic_program_certifies(tight):
+    """R_s = 7 (weight band e^14), 64 keys, GPT-2-sized: every interior-point rung of the token solves fails; the
+    long-context path certifies anyway (the refining LPs start from the last dual iterate; the joint token program
+    beside the family), as the monolithic program does, within twice its gap. Fell back before the rescue."""
     from bench.long_context_regimes import unit
 
     problem = unit(1, 64, "linf", 0.14, "Rs", 7.0)
     ex = exact_worst_case(problem)
-    mono = second_order_fixed(problem)
-    long = sep.second_order_separable(problem)
+    mono = second_order_fixed(problem, upper_cone=tight)
+    long = sep.second_order_separable(problem, upper_cone=tight)
     assert not mono.fallback and not long.fallback
     assert long.value >= ex.hi - 1e-9 * (1.0 + ex.value_spread)
-    assert long.value <= mono.value
+    assert long.value - ex.hi <= 2.0 * (mono.value - ex.hi)
 
 
 def _dominant_family_head(seed: int, norm: str):

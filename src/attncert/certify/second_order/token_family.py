@@ -116,8 +116,9 @@ def _unit_scale(prog, El):
 
 def _solve_tokens(D, upper_cone, mono, geometry, norm, ladder, near, grid, rounds, log):
     """Solve the (independent, tau = 1) token programs of D; returns (prog, [z, refined z] at E_l = 1 (None when
-    no solve converged; the refined one only when its LP succeeds), per-token primal values at E_l = 1, their
-    slopes 1 + kappa lam).
+    no solve converged and the LPs from the last dual iterate failed too; the refined one only when its LP
+    succeeds), per-token primal values at E_l = 1 (the last LP's point when there is one), their slopes
+    1 + kappa lam).
 
     The interior-point solve runs at D's weight scales (`_block_scale`: its accuracy goes where the weight is); the
     outer-approximation LPs of `token_program.refined_duals` run on the same programs at E_l = 1, every block at its
@@ -126,18 +127,20 @@ def _solve_tokens(D, upper_cone, mono, geometry, norm, ladder, near, grid, round
     k = weight_coefficients(D.A, np.full(D.A.size, D.R_s), D.eps_s, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w, mono)
     if norm == "l2":
         prog = build_program(D, upper_cone, mono, ellipse=geometry, k=k, fix_tau=True)
-        _, _, x, z, lg = solve_program(prog, ladder)
+        _, _, x, z, lg = solve_program(prog, ladder, iterate=True)
         log += lg
     else:
         chain, hs, hw, hb = geometry
         edges = _vertex_edges(D, chain, (D.w0 - D.g0) / D.rho_o, near, grid)
         for prog, _, _, _, x, z, lg in cutting_plane_rounds(D, upper_cone, mono, edges, (hs, hw, hb), chain, ladder,
-                                                            rounds, k=k, fix_tau=True):
+                                                            rounds, k=k, fix_tau=True, iterate=True):
             log += lg
-    if x is None:
+    if z is None:
         return prog, None, None, None
     z1 = _unscaled(prog, z, k["El"])
     refined = refined_solutions(_unit_scale(prog, k["El"]), z1)
+    if x is None and not refined:  # no solve converged and the LPs from its last iterate failed
+        return prog, None, None, None
     if refined:  # the LP's point is more accurate than an interior-point solve that ends optimal_inaccurate
         x = refined[-1][0]
         gens_v = unit_generators(D, norm)

@@ -360,10 +360,14 @@ def _clarabel(prog: Program, opts: dict):
     return clarabel.DefaultSolver(P, prog.c, prog.A, prog.b, cones, settings).solve()
 
 
-def solve_program(prog: Program, ladder=LADDER):
+def solve_program(prog: Program, ladder=LADDER, iterate: bool = False):
     """Clarabel rungs until one converges. Returns (status, primal objective, x, z) of the converged attempt
-    (x, z None when none converged) and the log [(solver, status, seconds)]."""
-    log = []
+    (x, z None when none converged) and the log [(solver, status, seconds)].
+
+    iterate: when no rung converged, z is the last finite dual iterate of the last rung that returned one (x stays
+    None): a dual bounded like any other (`support_bound` is sound for any z), and the start of the
+    outer-approximation LPs of `refined_solutions`, which need no converged solve."""
+    log, last = [], None
     for opts in ladder:
         t0 = time.perf_counter()
         try:
@@ -375,7 +379,10 @@ def solve_program(prog: Program, ladder=LADDER):
         log.append(("CLARABEL", status, time.perf_counter() - t0))
         if ok:
             return status, -float(raw.obj_val), np.asarray(raw.x, dtype=np.float64), np.asarray(raw.z, dtype=np.float64), log
-    return (log[-1][1] if log else "not_run"), math.nan, None, None, log
+        zi = np.asarray(raw.z, dtype=np.float64)
+        if iterate and zi.size == prog.b.size and np.all(np.isfinite(zi)):
+            last = zi
+    return (log[-1][1] if log else "not_run"), math.nan, None, last, log
 
 
 def cuts(prog: Program, x: np.ndarray, D, chain, edges: np.ndarray) -> tuple[np.ndarray, float]:
@@ -398,15 +405,16 @@ def cuts(prog: Program, x: np.ndarray, D, chain, edges: np.ndarray) -> tuple[np.
 
 
 def cutting_plane_rounds(D, upper_cone: bool, mono: int, edges: np.ndarray, facets: tuple, chain, ladder=LADDER,
-                         rounds: int = ROUNDS, k: dict | None = None, fix_tau: bool = False):
+                         rounds: int = ROUNDS, k: dict | None = None, fix_tau: bool = False, iterate: bool = False):
     """Solve, add the edges under the atoms that lie above P, solve again (at most `rounds` solves, linf).
 
     facets: (hs, hw, hb) of every edge (`separable.linf_rows`). Yields, per solve, (prog, facet rows per token,
-    status, primal, x, z, log); x and z are None when no attempt converged (then it stops)."""
+    status, primal, x, z, log); x and z are None when no attempt converged (then it stops; iterate: z is then the
+    last dual iterate, `solve_program`)."""
     hs, hw, hb = facets
     for rnd in range(1, rounds + 1):
         prog = build_program(D, upper_cone, mono, edges, hs, hw, hb, k=k, fix_tau=fix_tau)
-        status, primal, x, z, log = solve_program(prog, ladder)
+        status, primal, x, z, log = solve_program(prog, ladder, iterate)
         yield prog, edges.shape[1], status, primal, x, z, log
         if x is None:
             return
