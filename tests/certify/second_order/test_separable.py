@@ -257,3 +257,34 @@ def test_kept_certificate_of_the_token_family_re_derives_the_reported_value(norm
     bound = support_bound_upper(prog, z, D.u_s, D.u_w, D.radius, D.R_s, D.rho_w, norm)
     origin, scale, tail = cert.affine
     assert float((arb(res.value) - (arb(origin) + arb(scale) * bound + arb(tail))).lower()) >= 0.0
+
+
+@settings(max_examples=6, **SETTINGS)
+@given(st.integers(3, 10_000), st.sampled_from(["linf", "l2"]), st.booleans())
+def test_property_token_family_within_twice_the_monolithic_gap_on_dominant_token_heads(seed, norm, tight):
+    """Property form of the dominant-token comparison: any seed, either norm and variant, the long-context path
+    (token family) is sound and its gap is at most twice the monolithic program's (up to 1e-6 of the first-order
+    gap), and neither falls back."""
+    problem = _dominant_family_head(seed, norm)
+    ex = exact_worst_case(problem)
+    fo = first_order_certificate(problem)
+    long = sep.second_order_separable(problem, upper_cone=tight)
+    mono = second_order_fixed(problem, upper_cone=tight)
+    assert not long.fallback and not mono.fallback
+    gap_long, gap_mono = long.value - ex.hi, mono.value - ex.hi
+    assert gap_long >= -1e-9 * (1.0 + ex.value_spread)
+    assert gap_long <= 2.0 * gap_mono + 1e-6 * (fo - ex.hi)
+
+
+@settings(max_examples=6, **SETTINGS)
+@given(long_heads(max_n=96), st.sampled_from(["separable", "fixed"]))
+def test_property_tight_never_above_paper_like_on_either_path(problem, path):
+    """The tight relaxation is a subset of the paper-like one, so the tight variant's bound is never above the
+    paper-like bound of the same unit, on either path, at any half-width."""
+    from attncert.certify.second_order.certificate import fixed_query_certificate
+
+    if path == "fixed" and problem.n > 64:
+        problem = replace(problem, Z0=problem.Z0[:64], query_index=min(problem.query_index, 63))
+    paper = fixed_query_certificate(problem, False, path=path)
+    tight = fixed_query_certificate(problem, True, path=path)
+    assert tight.value <= paper.value
