@@ -15,9 +15,10 @@ lie above the boundary of P get the edges under them (cutting planes, at most `r
 bound is sound, the smallest is kept). Each solve's dual is also refined by the outer-approximation LPs of
 `token_program.refined_solutions` (supporting cuts of the cones, HiGHS); every LP's dual is bounded as well.
 
-Few kept tokens (at most JOINT_MAX): the family's bound and the joint token program's (the path below
-FAMILY_ABOVE) are both computed and the smaller kept; neither is the tighter one on every unit at weight bands near
-e^14, and the joint solve costs a fraction of the family's there.
+Few kept tokens (at most JOINT_MAX) and a wide weight band (R_s >= JOINT_RS), a family solve whose interior-point
+rungs all failed, or a family that fell back: the joint token program's bound (the path below FAMILY_ABOVE) is
+computed as well and the smaller kept; neither is the tighter one on every unit at weight bands near e^14, and the
+joint solve costs a fraction of the family's there.
 
 A solve whose interior-point rungs all fail still gives its last dual iterate (`token_program.solve_program`):
 bounded like any dual, and the start of the refining LPs, whose point then gives the family's values.
@@ -51,7 +52,8 @@ from attncert.head.rounding import gamma
 
 
 RESCUE_MAX = 128  # kept tokens at most for the monolithic rescue of a family that fell back
-JOINT_MAX = 128  # kept tokens at most for which the joint token program is solved beside the family
+JOINT_MAX = 128  # kept tokens at most for which the joint token program is solved beside the family, ...
+JOINT_RS = 3.0  # ... when the score half-width is at least this (band e^6), a family solve failed or it fell back
 
 
 def _bound_and_log(prog, z, gens, norm, solve_log):
@@ -106,9 +108,11 @@ def second_order_separable(problem, upper_cone: bool = False, monotone_points: i
         log = [(s, st, math.nan, sec) for (s, st, sec) in log]
         res = settle(val, fo, t0, "fixed", status=best_status, solver="CLARABEL" if math.isfinite(val) else "none",
                      primal=_to_g(t, D) if math.isfinite(t) else math.nan, rounds=2, log=log)
-        if D.A.size <= JOINT_MAX:
-            # few kept tokens: the joint token program (one solve, tau shared) as well, the smaller bound kept; at
-            # weight bands near e^14 either can be the tighter one (each by up to 2x on the regime units)
+        failed = any(str(st).startswith("solver_error") for _, st, *_ in log)
+        if D.A.size <= JOINT_MAX and (res.fallback or failed or D.R_s >= JOINT_RS):
+            # few kept tokens at a wide weight band (or a family solve whose rungs failed): the joint token program
+            # (one solve, tau shared) as well, the smaller bound kept; at weight bands near e^14 either can be the
+            # tighter one (each by up to 2x on the regime units)
             joint = second_order_separable(problem, upper_cone, monotone_points, ladder, near, grid, rounds,
                                            family_above=D.A.size)
             if joint.value < res.value:

@@ -378,7 +378,8 @@ def solve_program(prog: Program, ladder=LADDER, iterate: bool = False):
         status, ok = _CLARABEL_STATUS.get(str(raw.status), ("solver_error", False))
         log.append(("CLARABEL", status, time.perf_counter() - t0))
         if ok:
-            return status, -float(raw.obj_val), np.asarray(raw.x, dtype=np.float64), np.asarray(raw.z, dtype=np.float64), log
+            x, z = np.asarray(raw.x, dtype=np.float64), np.asarray(raw.z, dtype=np.float64)
+            return status, -float(raw.obj_val), x, z, log
         zi = np.asarray(raw.z, dtype=np.float64)
         if iterate and zi.size == prog.b.size and np.all(np.isfinite(zi)):
             last = zi
