@@ -134,8 +134,13 @@ def _dims_record(dims) -> dict:
 
 
 def offer_support(bound: float, prog, z: np.ndarray):
-    """Called by `support_bound.bound_from_dual`: a sound bound of the token program from the repaired dual z."""
+    """Called by `support_bound.bound_from_dual`: a sound bound of the token program from the repaired dual z.
+    Only a program over the construction's tokens can be its certificate (a program of other tokens, such as the
+    token family's grid, bounds another program: the audit would rebuild the unit's and not re-derive it)."""
     rec = _RECORD.get()
+    data = rec.construction.get("data") if rec is not None else None
+    if data is not None and getattr(prog, "n", None) != np.asarray(data.A).size:
+        return
     if rec is not None and math.isfinite(bound) and rec.construction.get("path") == "support":
         rec.offer(SupportCertificate(float(bound), prog, np.array(z, dtype=np.float64),
                                      construction=dict(rec.construction)))

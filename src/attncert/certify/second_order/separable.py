@@ -12,7 +12,16 @@ with the same coefficients. It differs from `fixed` in three ways:
 Facets for the solve (linf): per token the `near` consecutive edges on each side of the vertex of its estimated
 optimum (`facets.vertex_dinkelbach`) and a global sigma grid; after a solve, tokens whose atoms U/lam, V/(tau-lam)
 lie above the boundary of P get the edges under them (cutting planes, at most `rounds` solves; every round's
-bound is sound, the smallest is kept). Each solve's dual is also polished (`token_program.polished_dual`).
+bound is sound, the smallest is kept). Each solve's dual is also refined by the outer-approximation LPs of
+`token_program.refined_solutions` (supporting cuts of the cones, HiGHS); every LP's dual is bounded as well.
+
+Few kept tokens (at most JOINT_MAX) and a wide weight band (R_s >= JOINT_RS), a family solve whose interior-point
+rungs all failed, or a family that fell back: the joint token program's bound (the path below FAMILY_ABOVE) is
+computed as well and the smaller kept; neither is the tighter one on every unit at weight bands near e^14, and the
+joint solve costs a fraction of the family's there.
+
+A solve whose interior-point rungs all fail still gives its last dual iterate (`token_program.solve_program`):
+bounded like any dual, and the start of the refining LPs, whose point then gives the family's values.
 
 Rescue: where the token family falls back to the first-order bound (weight bands near e^14 and beyond, where the
 root of the family's normalization equation lies below the token solves' accuracy) and at most RESCUE_MAX tokens
@@ -36,23 +45,24 @@ from attncert.certify.second_order.relaxation import MONOTONE_POINTS, SecondOrde
 from attncert.certify.second_order.support_bound import bound_from_dual, unit_generators
 from attncert.certify.second_order.token_family import FAMILY_ABOVE, family_bound
 from attncert.certify.second_order.token_program import (GRID, LADDER, NEAR, ROUNDS, build_program,
-                                                         cutting_plane_rounds, edge_window, polished_dual,
+                                                         cutting_plane_rounds, edge_window, refined_duals,
                                                          solve_program)
 from attncert.head.reduced_geometry import reduced_geometry
 from attncert.head.rounding import gamma
 
 
 RESCUE_MAX = 128  # kept tokens at most for the monolithic rescue of a family that fell back
+JOINT_MAX = 128  # kept tokens at most for which the joint token program is solved beside the family, ...
+JOINT_RS = 3.0  # ... when the score half-width is at least this (band e^6), a family solve failed or it fell back
 
 
 def _bound_and_log(prog, z, gens, norm, solve_log):
-    """The certified bound from the dual z of one solve or its polished version (inf without one), and its log
+    """The certified bound from the dual z of one solve or its refined versions (inf without one), and its log
     [(solver, status, bound, seconds)] with the bound on the converged attempt."""
     bound = math.inf
     if z is not None:
-        for zz in (z, polished_dual(prog, z)):
-            if zz is not None:
-                bound = min(bound, bound_from_dual(prog, zz, gens, norm)[0])
+        for zz in [z] + refined_duals(prog, z):
+            bound = min(bound, bound_from_dual(prog, zz, gens, norm)[0])
     log = [(s, st, math.nan, sec) for s, st, sec in solve_log]
     if log:
         log[-1] = log[-1][:2] + (bound, log[-1][3])
@@ -98,6 +108,19 @@ def second_order_separable(problem, upper_cone: bool = False, monotone_points: i
         log = [(s, st, math.nan, sec) for (s, st, sec) in log]
         res = settle(val, fo, t0, "fixed", status=best_status, solver="CLARABEL" if math.isfinite(val) else "none",
                      primal=_to_g(t, D) if math.isfinite(t) else math.nan, rounds=2, log=log)
+        failed = any(str(st).startswith("solver_error") for _, st, *_ in log)
+        if D.A.size <= JOINT_MAX and (res.fallback or failed or D.R_s >= JOINT_RS):
+            # few kept tokens at a wide weight band (or a family solve whose rungs failed): the joint token program
+            # (one solve, tau shared) as well, the smaller bound kept; at weight bands near e^14 either can be the
+            # tighter one (each by up to 2x on the regime units)
+            joint = second_order_separable(problem, upper_cone, monotone_points, ladder, near, grid, rounds,
+                                           family_above=D.A.size)
+            if joint.value < res.value:
+                joint.status += "; long-context path: the joint token program, smaller than the family's"
+                joint.seconds += res.seconds
+                res = joint
+            else:
+                res.seconds += joint.seconds
         if res.fallback and D.A.size <= RESCUE_MAX:
             # weight bands near e^14 and beyond: the family's root is below the token solves' accuracy; the
             # monolithic program of `fixed` on these few kept tokens is the rescue (its bound is sound as well)
@@ -110,7 +133,7 @@ def second_order_separable(problem, upper_cone: bool = False, monotone_points: i
     if problem.norm == "l2":
         prog = build_program(D, upper_cone, monotone_points, None, None, None, None,
                              ellipse=ellipse_matrix(D.u_s, D.u_w, D.radius, D.R_s, D.rho_w))
-        best_status, primal, _, z, lg = solve_program(prog, ladder)
+        best_status, primal, _, z, lg = solve_program(prog, ladder, iterate=True)
         best, log = _bound_and_log(prog, z, gens, "l2", lg)
         n_rounds = 1
     else:
@@ -119,7 +142,8 @@ def second_order_separable(problem, upper_cone: bool = False, monotone_points: i
         _, kv = vertex_dinkelbach(D.A, D.w0, D.g0, np.tile(chain.sigma, (n, 1)), np.tile(chain.omega, (n, 1)))
         edges = edge_window(kv, chain, near, grid)
         for prog, n_facets, status, p, x, z, lg in cutting_plane_rounds(D, upper_cone, monotone_points, edges,
-                                                                        (hs, hw, hb), chain, ladder, rounds):
+                                                                        (hs, hw, hb), chain, ladder, rounds,
+                                                                        iterate=True):
             bound, lg = _bound_and_log(prog, z, gens, "linf", lg)
             log += lg
             n_rounds += 1

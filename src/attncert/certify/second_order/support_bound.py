@@ -114,7 +114,7 @@ def _fsum(values: np.ndarray) -> float:
 
 
 def bound_from_dual(prog: Program, z: np.ndarray, gens: np.ndarray, norm: str,
-                    data_rel_err: float = DATA_REL_ERR) -> tuple[float, np.ndarray]:
+                    data_rel_err: float = DATA_REL_ERR, offer: bool = True) -> tuple[float, np.ndarray]:
     """Sound upper bound on max f over the lifted true points, from any dual vector z (see module docstring).
 
     Any z of the program's length gives a finite sound bound or +inf, never an exception: non-finite entries are
@@ -122,10 +122,14 @@ def bound_from_dual(prog: Program, z: np.ndarray, gens: np.ndarray, norm: str,
     logarithm of an underflowed ratio takes the other coordinate, and any overflow or inf - inf on the way (IEEE
     arithmetic, exact sums that leave the float range) makes the result +inf, never a finite number.
 
+    offer: the bound is offered as the certificate of the unit's number (`dual_record.offer_support`); False for a
+    program that is not the unit's own (the token family's grid programs, whose bounds only rank their duals).
+
     Returns (bound in objective units, the repaired z)."""
     with np.errstate(all="ignore"):
         bound, zr = _bound_from_dual(prog, z, gens, norm, data_rel_err)
-    offer_support(bound, prog, zr)  # kept with what certifies it (`dual_record.SupportCertificate`)
+    if offer:
+        offer_support(bound, prog, zr)  # kept with what certifies it (`dual_record.SupportCertificate`)
     return bound, zr
 
 

@@ -5,13 +5,15 @@ is E_lj times one universal program of the scalar w = wt_j - t (its value offset
 do not depend on E_lj or t (all tokens of a fixed query share h = R_s and P; the data errors differ by ~1e-13).
 So the duals of all n tokens come from G << n solved token programs: G values of w (at the tokens with the
 largest weight bounds, for each t of the pass, and spread over the range), solved together as G independent
-blocks (tau = 1), each scaled to O(1) (`_virtual_data`) and its dual scaled back. With Psi(w) the token program's
+blocks (tau = 1), each scaled by the weight share its dual carries (`_block_scale`) and its dual scaled back; the
+outer-approximation LPs of `token_program.refined_solutions` refine the duals on the unscaled blocks, and their last
+point gives the values Psi(w) of the grid. With Psi(w) the token program's
 optimum (convex, increasing, slope 1 + kappa lam), F(t) = sum_j E_lj Psi(wt_j - t) is convex and decreasing and
 the relaxation's multiplier is its root: the first pass (t = 0) gives the root of the interpolated F; later passes
 solve a Newton step from the left of the root and a chord (or midpoint) step from its right, until the Newton
 step times the weight band is small against the dual gap (FAMILY_PASSES at most). Token j's dual at a solved t is
 E_lj times its grid point's dual (heavy tokens) or the linear interpolation of its two neighbours' (a convex
-combination of points of K^* is in K^*); the solver's and the polished duals (`token_program.polished_dual`) are
+combination of points of K^* is in K^*); the solver's and the best refined dual are
 both used, each at its own t and at the normalization multiplier of `support_bound.best_multiplier`. The bound is
 computed from each dual by `support_bound.bound_from_dual`, sound for any dual (the family decides only how tight
 it is), and the smallest is kept. Cost: 2 to FAMILY_PASSES (typically 3) solves of G token programs, O(n) per root
@@ -25,9 +27,9 @@ from dataclasses import replace
 import numpy as np
 
 from attncert.certify.second_order.relaxation import weight_coefficients
-from attncert.certify.second_order.support_bound import best_multiplier, bound_from_dual
+from attncert.certify.second_order.support_bound import best_multiplier, bound_from_dual, unit_generators
 from attncert.certify.second_order.token_program import (LAM, UW, VW, build_program, cutting_plane_rounds,
-                                                         edge_window, polished_dual, solve_program)
+                                                         edge_window, refined_solutions, solve_program)
 
 FAMILY_ABOVE = 48  # more kept tokens than this: duals from the one-parameter family of token programs
 FAMILY_TOP = 64  # grid points placed at the w of the tokens with the largest weight bounds ...
@@ -36,18 +38,50 @@ FAMILY_PASSES = 6  # solves of the grid at most: at t = 0, at the interpolated r
 FAMILY_GAIN = 0.5  # another pass while the Newton step, times the weight band Ehat, exceeds this x (bound - t),
 FAMILY_STALL = 0.01  # ... unless the bound is below the first-order one and the last pass lowered it by at most
 FAMILY_FLOOR = 1e-6  # this x (bound - t), or the Newton step times Ehat is at most this x the first-order bound
+BLOCK_FLOOR = 1e-4  # weight scale of a grid block at least this x 1 / (1 + |w| / typical) (`_block_scale`)
 
 
-def _virtual_data(D, w: np.ndarray, typical: float = 1.0):
-    """The token program at value offsets w (objective units) as relaxation data, with weight scale
-    E_l = 1 / (1 + |w| / typical): token j's program is E_lj times this one at w = wt_j - t divided by its E_l (the
-    rows do not depend on E_l or on t). The blocks are solved together, to one tolerance: a block with |w| far
-    above the weight-averaged |w| of the tokens (`typical`, at least 1) would otherwise set the solver's absolute
-    accuracy for the blocks that carry the weight; blocks within the typical range keep E_l ~ 1."""
+def _virtual_data(D, w: np.ndarray, scale: np.ndarray):
+    """The token program at value offsets w (objective units) as relaxation data, with weight scale E_l = scale:
+    token j's program is E_lj times this one at w = wt_j - t divided by its E_l (the rows do not depend on E_l or
+    on t). The blocks are solved together, to one absolute accuracy, so `scale` decides where that accuracy goes
+    (`_block_scale`)."""
     G = w.size
     eps = np.full(G, float(np.max(D.eps_s)))
-    return replace(D, A=np.full(G, D.R_s) + eps - np.log1p(np.abs(w) / typical), w0=D.g0 + w * D.rho_o, eps_s=eps,
+    return replace(D, A=np.full(G, D.R_s) + eps + np.log(scale), w0=D.g0 + w * D.rho_o, eps_s=eps,
                    eps_w=np.zeros(G), tail=0.0)
+
+
+def _bracket(gw: np.ndarray, w: np.ndarray):
+    """(j, j1, al): the grid points around each w and the interpolation weight of j1 (0 on a grid point)."""
+    j = np.clip(np.searchsorted(gw, w) - 1, 0, gw.size - 1)
+    j1 = np.minimum(j + 1, gw.size - 1)
+    span_w = np.where(j1 > j, gw[j1] - gw[j], 1.0)
+    al = np.clip(np.where(j1 > j, (w - gw[j]) / span_w, 0.0), 0.0, 1.0)
+    return j, j1, al
+
+
+def _block_scale(gw: np.ndarray, wt: np.ndarray, El: np.ndarray, ts, typical: float) -> np.ndarray:
+    """Weight scale of each grid block for the joint interior-point solve: the share of the tokens' weight
+    sum_j El_j that its dual carries into the real program at the pass's multipliers (the largest over ts), relative
+    to the largest share, and at least BLOCK_FLOOR / (1 + |w| / typical).
+
+    Block g's dual enters the bound multiplied by its share, so with E_l,g proportional to it every block's error
+    counts as in the monolithic program: a token that carries almost all the weight is solved to the joint solve's
+    full accuracy, not to 1/G of it (with equal scales, a hundred blocks of value offsets in the thousands set the
+    objective's magnitude, and the relative tolerance with it). The floor keeps blocks that no token reads at these
+    t solvable (they serve the next root); relative to the tokens' weight-averaged offset `typical`, a block far out
+    does not set the scale."""
+    share = np.zeros(gw.size)
+    for t in np.atleast_1d(ts):
+        j, j1, al = _bracket(gw, wt - t)
+        s_t = np.zeros(gw.size)
+        np.add.at(s_t, j, El * (1.0 - al))
+        np.add.at(s_t, j1, El * al)
+        share = np.maximum(share, s_t)
+    top = float(share.max())
+    share = share / top if top > 0.0 else share
+    return np.maximum(share, BLOCK_FLOOR / (1.0 + np.abs(gw) / typical))
 
 
 def _vertex_edges(D, chain, w: np.ndarray, near: int, grid: int) -> np.ndarray:
@@ -70,26 +104,52 @@ def _unscaled(prog, z, El):
     return z
 
 
+def _unit_scale(prog, El):
+    """The same token programs at E_l = 1: only the objective depends on E_l (each token's terms are proportional to
+    it; tau = 1 is fixed, so its coefficient is a constant), the rows do not."""
+    c = np.array(prog.c, dtype=np.float64, copy=True)
+    G = El.size
+    for v in range(prog.nv):
+        c[1 + prog.nv * np.arange(G) + v] /= El
+    return replace(prog, c=c)
+
+
 def _solve_tokens(D, upper_cone, mono, geometry, norm, ladder, near, grid, rounds, log):
-    """Solve the (independent, tau = 1) token programs of D; returns (prog, [z, polished z] at E_l = 1 (None when
-    no solve converged; the polished one only when its LP succeeds), per-token primal values at E_l = 1)."""
+    """Solve the (independent, tau = 1) token programs of D; returns (prog, [z, refined z] at E_l = 1 (None when
+    no solve converged and the LPs from the last dual iterate failed too; the refined one only when its LP
+    succeeds), per-token primal values at E_l = 1 (the last LP's point when there is one), their slopes
+    1 + kappa lam).
+
+    The interior-point solve runs at D's weight scales (`_block_scale`: its accuracy goes where the weight is); the
+    outer-approximation LPs of `token_program.refined_duals` run on the same programs at E_l = 1, every block at its
+    own scale (the LP's absolute tolerances would otherwise lose the blocks of small weight). Of their duals the one
+    whose bound on the weighted programs is smallest is kept."""
     k = weight_coefficients(D.A, np.full(D.A.size, D.R_s), D.eps_s, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w, mono)
     if norm == "l2":
         prog = build_program(D, upper_cone, mono, ellipse=geometry, k=k, fix_tau=True)
-        _, _, x, z, lg = solve_program(prog, ladder)
+        _, _, x, z, lg = solve_program(prog, ladder, iterate=True)
         log += lg
     else:
         chain, hs, hw, hb = geometry
         edges = _vertex_edges(D, chain, (D.w0 - D.g0) / D.rho_o, near, grid)
         for prog, _, _, _, x, z, lg in cutting_plane_rounds(D, upper_cone, mono, edges, (hs, hw, hb), chain, ladder,
-                                                            rounds, k=k, fix_tau=True):
+                                                            rounds, k=k, fix_tau=True, iterate=True):
             log += lg
-    if x is None:
+    if z is None:
         return prog, None, None, None
+    z1 = _unscaled(prog, z, k["El"])
+    refined = refined_solutions(_unit_scale(prog, k["El"]), z1)
+    if x is None and not refined:  # no solve converged and the LPs from its last iterate failed
+        return prog, None, None, None
+    if refined:  # the LP's point is more accurate than an interior-point solve that ends optimal_inaccurate
+        x = refined[-1][0]
+        gens_v = unit_generators(D, norm)
+        refined = [min((zz for _, zz in refined),
+                       key=lambda zz: bound_from_dual(prog, _unscaled(prog, zz, 1.0 / k["El"]), gens_v, norm,
+                                                      offer=False)[0])]
     lam, Uw, Vw = x[prog.var(LAM)], x[prog.var(UW)], x[prog.var(VW)]
     psi = k["wt"] * (1.0 + k["kappa"] * lam) + (k["c_V"] * Vw + k["c_U"] * Uw) / k["El"]
-    zs = [_unscaled(prog, zz, k["El"]) for zz in (z, polished_dual(prog, z)) if zz is not None]
-    return prog, zs, psi, 1.0 + k["kappa"] * lam
+    return prog, [z1] + refined, psi, 1.0 + k["kappa"] * lam
 
 
 def _root(El: np.ndarray, wt: np.ndarray, grid_w: np.ndarray, psi: np.ndarray, lo: float, hi: float) -> float:
@@ -179,11 +239,7 @@ def family_bound(D, upper_cone, mono, geometry, gens, norm, ladder, near, grid, 
     def candidate(t_at, gw, prog_v, z_v):
         """The bound from the grid's duals at multiplier t_at (tokens on a grid point take its dual, the others
         the interpolation of their two neighbours'), also with the best normalization multiplier."""
-        w = wt - t_at
-        j = np.clip(np.searchsorted(gw, w) - 1, 0, gw.size - 1)
-        j1 = np.minimum(j + 1, gw.size - 1)
-        span_w = np.where(j1 > j, gw[j1] - gw[j], 1.0)
-        al = np.clip(np.where(j1 > j, (w - gw[j]) / span_w, 0.0), 0.0, 1.0)
+        j, j1, al = _bracket(gw, wt - t_at)
         out = math.inf
         for zv in z_v:
             z = _spread(real, prog_v, zv, El, j, j1, al, t_at)
@@ -199,7 +255,8 @@ def family_bound(D, upper_cone, mono, geometry, gens, norm, ladder, near, grid, 
     before = math.inf
     for p in range(FAMILY_PASSES):
         gw = _grid(wt, El * k["Ehat"], ts, span)
-        prog_v, z_v, psi, dpsi = _solve_tokens(_virtual_data(D, gw, typical), upper_cone, mono, geometry, norm,
+        scale = _block_scale(gw, wt, El, ts, typical)
+        prog_v, z_v, psi, dpsi = _solve_tokens(_virtual_data(D, gw, scale), upper_cone, mono, geometry, norm,
                                                ladder, near, grid, rounds, log)
         if z_v is None:
             break

@@ -21,7 +21,8 @@ from types import SimpleNamespace
 import numpy as np
 import scipy.sparse as sp
 
-from attncert.certify.second_order.dual_certificate import _CLARABEL_BASE, _CLARABEL_STATUS, polish_dual, repair_dual
+from attncert.certify.second_order.dual_certificate import (_CLARABEL_BASE, _CLARABEL_STATUS, POLISH_SECONDS,
+                                                            _cone_slices, polish_dual, repair_dual)
 from attncert.certify.second_order.relaxation import nu_bound, weight_coefficients
 
 # Clarabel at 1e-8: the bound is computed from the dual with the exact P whatever the solver's accuracy; on the
@@ -36,6 +37,9 @@ ROUNDS = 3  # solves with cutting planes (linf)
 MAX_EDGES = 40  # edges per token at most
 CUT_STOP = 1e-8  # stop cutting once the violated mass weighs <= this x (1 + |primal|)
 VIOLATION = 1e-9  # an atom this far above the boundary of P (unit value coordinate) gets a cut
+RING = 16  # tangent cuts of each 3-dimensional second-order cone given to the first LP of `refined_duals`
+REFINE_STALL = 1e-9  # ... stopping once a round raised the LP's optimum by at most this x (1 + |optimum|)
+REFINE = 3  # rounds of tangent cuts of the outer-approximation LP after the polishing LP (`refined_duals`)
 # variables of one token's block
 LAM, US, UW, VS, VW, NU = range(6)
 
@@ -63,7 +67,8 @@ class Program:
     def box(self) -> tuple[np.ndarray, np.ndarray]:
         """(lo, hi) per variable holding every lifted true point: tau in [tau_lo, tau_hi] (and 1 when tau is
         fixed), lam in [0, tau], the unit coordinates of U and V in [-tau, tau], 0 <= nu <= tau nubar. Used only
-        to polish a dual (`polished_dual`); the certified bound takes the exact set X (`support_bound`)."""
+        to polish or refine a dual (`polished_dual`, `refined_solutions`); the certified bound takes the exact
+        set X (`support_bound`)."""
         t_lo, t_hi = min(self.tau_lo, 1.0), max(self.tau_hi, 1.0)
         lo, hi = np.zeros(self.c.size), np.zeros(self.c.size)
         lo[0], hi[0] = t_lo, t_hi
@@ -205,6 +210,126 @@ def polished_dual(prog: Program, z: np.ndarray) -> np.ndarray | None:
         return polish_dual(prog.c, prog.A, prog.b, prog.dims, zr, lo, hi)
 
 
+def _cone_cuts(kind: str, S: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """For slacks S (one cone per row), the rows that violate their cone and the normals y in K^* of the supporting
+    half-spaces y^T s' >= 0 that cut them off: (mask over the rows, Y (rows of the mask, dim)).
+
+    Exponential cone {(x, y, z): y e^{x/y} <= z}: with r = x/y, the gradient of the convex, 1-homogeneous
+    y e^{x/y} - z at s is (e^r, e^r (1 - r), -1), so y = (-e^r, -e^r (1 - r), 1) (on the boundary of K^*: the cut
+    is tangent at the cone point with the same ratio r). Second-order cone {(t, v): ||v|| <= t}: y = (1, -v/||v||).
+    A row within tol (relative) of its cone, or whose cut is undefined (y <= 0, e^r overflows, v = 0), gets none."""
+    with np.errstate(all="ignore"):
+        if kind == "exp":
+            r = S[:, 0] / S[:, 1]
+            er = np.exp(r)
+            excess = S[:, 1] * er - S[:, 2]
+            mask = (S[:, 1] > 0.0) & (r < 700.0) & (excess > tol * (np.abs(S[:, 1]) * er + np.abs(S[:, 2])))
+            er, r = er[mask], r[mask]
+            return mask, np.stack([-er, -er * (1.0 - r), np.ones_like(er)], axis=1)
+        nv = np.linalg.norm(S[:, 1:], axis=1)
+        mask = (nv > 0.0) & (nv - S[:, 0] > tol * (nv + np.abs(S[:, 0])))
+        return mask, np.concatenate([np.ones((int(mask.sum()), 1)), -S[mask, 1:] / nv[mask, None]], axis=1)
+
+
+def refined_duals(prog: Program, z: np.ndarray, iters: int = REFINE, ring: int = RING, tol: float = 1e-12) -> list:
+    """The duals of `refined_solutions` (see there), in order."""
+    return [zz for _, zz in refined_solutions(prog, z, iters, ring, tol)]
+
+
+def refined_solutions(prog: Program, z: np.ndarray, iters: int = REFINE, ring: int = RING,
+                      tol: float = 1e-12, stall: float = REFINE_STALL) -> list:
+    """Duals of an outer approximation of the program by supporting cuts, refined from the solver's dual z.
+
+    Start as `polished_dual` (one cut per cone block, at the repaired z) and solve the LP
+
+        minimize c^T x   s.t.  zero-cone rows,  nonnegative rows,  every cut y_i^T (b_k - A_k x) >= 0,  x in the box
+
+    (HiGHS). Then, `iters` times: at the LP's point x, every cone block k whose slack b_k - A_k x lies outside its
+    cone gets the cut tangent there (`_cone_cuts`), and the LP is solved again, until no block is violated or the LP's
+    optimum rose by at most `stall` x (1 + |optimum|) in the last round. Each LP is a relaxation of the conic
+    program over the box, so its dual (equality and row multipliers, and per block sum_i mu_i y_i with mu_i >= 0, a
+    point of K^*_k: K^* is a convex cone) is a dual of the program, bounded like any other (`support_bound`). The
+    cuts approach each cone where the optimum sits: the interior-point dual is accurate to its tolerance relative to
+    the row scale, the LP's to simplex accuracy, which decides near-degenerate half-widths (the curvature of the
+    exponential cones is then ~h^2 of their scale) and the ellipse of l2 balls. Second-order cones of dimension 3
+    (the ellipse of l2 balls, the deviation form) also get `ring` tangent cuts around the circle in the first LP.
+    Returns the LPs' (point, dual) in order (empty when the first LP fails); the first dual is `polished_dual`'s up
+    to those ring cuts."""
+    from scipy.optimize import linprog
+
+    lo, hi = prog.box()
+    mag = np.maximum(np.abs(lo), np.abs(hi))
+    with np.errstate(all="ignore"):
+        zr = repair_dual(z, prog.dims, abs(prog.A) @ mag + np.abs(prog.b) + 1e-300)
+    A, b, c = sp.csr_matrix(prog.A), prog.b, prog.c
+    slices, m = _cone_slices(prog.dims)
+    eq = np.concatenate([np.arange(a, e) for k, a, e in slices if k == "zero"] + [np.zeros(0, dtype=np.int64)])
+    ub = np.concatenate([np.arange(a, e) for k, a, e in slices if k == "nonneg"] + [np.zeros(0, dtype=np.int64)])
+    groups = {}  # (kind, dim) -> first rows of its cones
+    for kind, a, e in slices:
+        if kind in ("soc", "exp"):
+            groups.setdefault((kind, e - a), []).append(a)
+    groups = {key: np.asarray(v, dtype=np.int64) for key, v in groups.items()}
+    batches = []  # (rows (k, dim): the rows of each cut's cone, Y (k, dim): its normal)
+
+    for (kind, dim), first in groups.items():
+        rows = first[:, None] + np.arange(dim)[None, :]
+        Y = zr[rows]
+        keep = np.any(Y != 0.0, axis=1)
+        batches.append((rows[keep], Y[keep]))
+        if kind == "soc" and dim == 3 and ring > 0:
+            theta = 2.0 * np.pi * np.arange(ring) / ring
+            circle = np.stack([np.ones(ring), -np.cos(theta), -np.sin(theta)], axis=1)
+            batches.append((np.repeat(rows, ring, axis=0), np.tile(circle, (first.size, 1))))
+    A_eq, b_eq = (A[eq], b[eq]) if eq.size else (None, None)
+    out = []
+    for it in range(iters + 1):
+        ncut = sum(r.shape[0] for r, _ in batches)
+        if ncut:
+            cut_id, start = [], 0
+            for r, _ in batches:
+                cut_id.append(np.repeat(np.arange(start, start + r.shape[0]), r.shape[1]))
+                start += r.shape[0]
+            Ycut = sp.csr_matrix((np.concatenate([Y.ravel() for _, Y in batches]),
+                                  (np.concatenate(cut_id), np.concatenate([r.ravel() for r, _ in batches]))),
+                                 shape=(ncut, m))
+            A_ub, b_ub = sp.vstack([A[ub], Ycut @ A], format="csr"), np.concatenate([b[ub], Ycut @ b])
+        else:
+            A_ub, b_ub = A[ub], b[ub]
+        try:
+            with np.errstate(all="ignore"):
+                res = linprog(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=b_eq, bounds=np.stack([lo, hi], axis=1),
+                              method="highs", options=dict(time_limit=POLISH_SECONDS))
+        except (ValueError, np.linalg.LinAlgError):
+            break
+        if res.status != 0 or res.ineqlin is None or res.x is None:
+            break
+        zn = np.zeros(m)
+        if eq.size:
+            zn[eq] = -np.asarray(res.eqlin.marginals)
+        mu = -np.asarray(res.ineqlin.marginals)
+        zn[ub] = mu[:ub.size]
+        mu_cut, start = np.maximum(mu[ub.size:], 0.0), 0
+        for r, Y in batches:
+            np.add.at(zn, r.ravel(), (mu_cut[start:start + r.shape[0], None] * Y).ravel())
+            start += r.shape[0]
+        out.append((np.asarray(res.x, dtype=np.float64), zn))
+        if it == iters or (it > 0 and res.fun - previous <= stall * (1.0 + abs(res.fun))):
+            break
+        previous = res.fun
+        s = b - A @ res.x
+        new = 0
+        for (kind, dim), first in groups.items():
+            rows = first[:, None] + np.arange(dim)[None, :]
+            mask, Y = _cone_cuts(kind, s[rows], tol)
+            if mask.any():
+                batches.append((rows[mask], Y))
+                new += int(mask.sum())
+        if not new:
+            break
+    return out
+
+
 def edge_window(kv: np.ndarray, chain, near: int, grid: int) -> np.ndarray:
     """(m, K) facet rows per token: the `near` consecutive edges on each side of vertex kv_j of the upper chain
     and a global sigma grid of `grid` edges, plus 2 (rows 0, 1 are the sigma bounds, always included)."""
@@ -235,10 +360,14 @@ def _clarabel(prog: Program, opts: dict):
     return clarabel.DefaultSolver(P, prog.c, prog.A, prog.b, cones, settings).solve()
 
 
-def solve_program(prog: Program, ladder=LADDER):
+def solve_program(prog: Program, ladder=LADDER, iterate: bool = False):
     """Clarabel rungs until one converges. Returns (status, primal objective, x, z) of the converged attempt
-    (x, z None when none converged) and the log [(solver, status, seconds)]."""
-    log = []
+    (x, z None when none converged) and the log [(solver, status, seconds)].
+
+    iterate: when no rung converged, z is the last finite dual iterate of the last rung that returned one (x stays
+    None): a dual bounded like any other (`support_bound` is sound for any z), and the start of the
+    outer-approximation LPs of `refined_solutions`, which need no converged solve."""
+    log, last = [], None
     for opts in ladder:
         t0 = time.perf_counter()
         try:
@@ -249,8 +378,12 @@ def solve_program(prog: Program, ladder=LADDER):
         status, ok = _CLARABEL_STATUS.get(str(raw.status), ("solver_error", False))
         log.append(("CLARABEL", status, time.perf_counter() - t0))
         if ok:
-            return status, -float(raw.obj_val), np.asarray(raw.x, dtype=np.float64), np.asarray(raw.z, dtype=np.float64), log
-    return (log[-1][1] if log else "not_run"), math.nan, None, None, log
+            x, z = np.asarray(raw.x, dtype=np.float64), np.asarray(raw.z, dtype=np.float64)
+            return status, -float(raw.obj_val), x, z, log
+        zi = np.asarray(raw.z, dtype=np.float64)
+        if iterate and zi.size == prog.b.size and np.all(np.isfinite(zi)):
+            last = zi
+    return (log[-1][1] if log else "not_run"), math.nan, None, last, log
 
 
 def cuts(prog: Program, x: np.ndarray, D, chain, edges: np.ndarray) -> tuple[np.ndarray, float]:
@@ -273,15 +406,16 @@ def cuts(prog: Program, x: np.ndarray, D, chain, edges: np.ndarray) -> tuple[np.
 
 
 def cutting_plane_rounds(D, upper_cone: bool, mono: int, edges: np.ndarray, facets: tuple, chain, ladder=LADDER,
-                         rounds: int = ROUNDS, k: dict | None = None, fix_tau: bool = False):
+                         rounds: int = ROUNDS, k: dict | None = None, fix_tau: bool = False, iterate: bool = False):
     """Solve, add the edges under the atoms that lie above P, solve again (at most `rounds` solves, linf).
 
     facets: (hs, hw, hb) of every edge (`separable.linf_rows`). Yields, per solve, (prog, facet rows per token,
-    status, primal, x, z, log); x and z are None when no attempt converged (then it stops)."""
+    status, primal, x, z, log); x and z are None when no attempt converged (then it stops; iterate: z is then the
+    last dual iterate, `solve_program`)."""
     hs, hw, hb = facets
     for rnd in range(1, rounds + 1):
         prog = build_program(D, upper_cone, mono, edges, hs, hw, hb, k=k, fix_tau=fix_tau)
-        status, primal, x, z, log = solve_program(prog, ladder)
+        status, primal, x, z, log = solve_program(prog, ladder, iterate)
         yield prog, edges.shape[1], status, primal, x, z, log
         if x is None:
             return
