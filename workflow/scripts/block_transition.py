@@ -27,11 +27,12 @@ heads = list(p.heads)
 C = specification_rows(nxt["W_V"], nxt["W_O"], L + 1, heads, prompt, position, p.spec_seed)
 logging.info("transition %d -> %d (%s): %d heads, %d attended keys, d = %d, radii %s", L, L + 1, tr.family,
              len(heads), len(tr.keys), tr.d, b["radii"])
-phases = tqdm(total=5, desc=f"block transition {L}", file=sys.stderr)
+phases = tqdm(total=6 + bool(b.get("alpha_crown", False)), desc=f"block transition {L}", file=sys.stderr)
 t0 = time.perf_counter()
 rows, timings = analyze_transition(
     tr, C, b["radii"], qp_starts=b["qp_starts"], sdp_iterations=b["sdp_iterations"],
     ascent_restarts=b["ascent_restarts"], ascent_steps=b["ascent_steps"], seed=b["seed"],
+    certificate_pieces=b["certificate_pieces"], alpha_crown=b["alpha_crown"],
     reference=nxt["Z"][prompt, position], progress=lambda name: (phases.update(1), logging.info("phase %s done", name)))
 phases.close()
 df = transition_table(rows, timings, tr, heads, model_label(p.model), prompt)
