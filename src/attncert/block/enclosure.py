@@ -53,11 +53,13 @@ def _gelu_erf_d3(z):
 
 
 def _autograd_d3(d2):
+    """z -> d/dz d2(z) elementwise (differentiable again when z requires grad)."""
     def d3(z):
+        nested = z.requires_grad
         with torch.enable_grad():
-            x = z.detach().clone().requires_grad_(True)
-            (g,) = torch.autograd.grad(d2(x).sum(), x)
-        return g.detach()
+            x = z if nested else z.detach().clone().requires_grad_(True)
+            (g,) = torch.autograd.grad(d2(x).sum(), x, create_graph=nested)
+        return g if nested else g.detach()
     return d3
 
 
