@@ -11,7 +11,7 @@ import torch
 from attncert.block.build import transition_from_model
 from attncert.block.certificate import block_graph, certify_transition, sdp_box_upper, verified_pd
 from attncert.block.map import specification_values
-from attncert.block.residual import ascent, curvature, residual_values
+from attncert.block.residual import ascent, curvature
 from attncert.pipeline.extraction import load_model
 
 torch.set_num_threads(1)

@@ -15,7 +15,7 @@ j_n(xi)^T + products, A_n = lambda_n phi_n''(z_n), bound every piece soundly:
   (Rump 2006, "Verification of positive definiteness": success implies positive definite for the stated c).
 * the remainder: for ||xi||_inf <= rho, ||u||_inf <= 1,
       |u^T (H(xi) - H0) u| <= Dev(rho) = sum_unary [dA (s + a)^2 + |A0| (2 s a + a^2)]
-                                         + sum_products 2 [Lam (s_x + a_x)(s_y + a_y) + |lam0| (a_x s_y + s_x a_y + a_x a_y)]
+          + sum_products 2 [Lam (s_x + a_x)(s_y + a_y) + |lam0| (a_x s_y + s_x a_y + a_x a_y)]
   with dA = Lam (|phi''(c)| + M3 w) + |lam0| M3 w (M3 = sup |phi'''| over the node's range), s = ||j_n||_1,
   a the Jacobian remainder of the node input and Lam the adjoint's (`enclosure`). Split t in [0, 1] into K
   pieces: the piece [t_k, t_{k+1}] sees ||t delta||_inf <= t_{k+1} r, so

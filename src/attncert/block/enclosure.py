@@ -1,23 +1,23 @@
 """Affine enclosures of the block map over a box, and the adjoints' enclosures over it.
 
-Every intermediate vector v of F (block/map.py; row vectors, float64) is carried as
+Every intermediate vector v of F (block/map.py; row vectors, float64) is carried as an affine form
 
-    v(xi) = c + J xi + eta,        |eta| <= e(rho)     for every ||xi||_inf <= rho,
-    J_v(xi) u = J u + alpha,       |alpha| <= a(rho)   for every ||xi||_inf <= rho, ||u||_inf <= 1,
+    v(xi) = c + J xi + R nu + err,     ||xi||_inf <= rho,
 
-with c, J the float64 value and Jacobian at xi = 0 and e, a nonnegative per entry, one row per radius rho of
-a batch. e and a cover both the variation over the box and the rounding of c and J (so at rho = 0 they are the
-rounding error alone). Range of v over the box: c +- w, w = ||J||_1 rho + e. The rules (derivations in
-docs/block_certificate.md):
+with c, J the float value and Jacobian at xi = 0, one noise symbol nu_n per scalar nonlinear node n (its
+linearization error at the centre, |nu_n| <= eps_n(rho)), R the float coefficients of the centre-linearized
+graph from the node outputs to v (so linear layers keep their cancellations), and |err| the rounding of c, J, R.
+Likewise the Jacobian along any ||u||_inf <= 1: J_v(xi) u = J u + R beta + err', |beta_n| <= b_n(rho), where
+beta_n is the change of node n's local slope over the box times its input's derivative. Hence per entry
 
-    linear  v W + b     e' = e |W| + rho eps_J + eps_c,              a' = a |W| + eps_J
-    unary   phi(z)      e' = |phi'(c)| e + 1/2 M2 w^2 + rounding,   a' = (|phi'(c)| + M2 w) a + M2 w s + rounding
-    product x y         e' = |c_x| e_y + |c_y| e_x + w_x w_y,        a' = |c_y| a_x + |c_x| a_y + (s_x + a_x) w_y
-                                                                          + w_x (s_y + a_y)
+    e(rho) = |R| eps + rounding  (value remainder),    a(rho) = |R| b + rounding  (Jacobian remainder),
+    unary phi(z):  eps = 1/2 M2 w^2 + ...,   b = M2 w (s + a) + ...;   product x y: eps = w_x w_y + ...,
+                   b = (s_x + a_x) w_y + w_x (s_y + a_y) + ...,
 
-with s = ||J||_1 (row-wise) and M2 = sup |phi''| over the range. The adjoint lambda_v(xi) = dg/dv at xi of the
-specification rows g = C F is enclosed by lambda0 +- Lam(rho) through the reversed graph with the same ranges
-(|W^T| on the radius; phi'(z(xi)) in phi'(c) +- M2 w; a product's partner in c +- w).
+with w = ||J||_1 rho + e the half-width of the node input's range, s = ||J||_1 and M2 = sup |phi''| over the
+range. The adjoint lambda_n(xi) = dg/d(node n's output) of g = C F is lambda0 (the output's R columns) plus the
+centre-linearized backward image of the slope changes of every later node, enclosed by
+Lam = sum_later |R| pert (`Graph.adjoints`).
 
 Rounding model: every float64 operation errs by at most u = 2^-53 relatively (Higham's gamma_k for chains);
 exp, erf, tanh and rsqrt of numpy/torch err by at most `FN_ULPS` units of u (an assumption about the math
@@ -26,12 +26,11 @@ library, documented); every derived bound is a sum of nonnegative float terms an
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import numpy as np
 import torch
 
-from attncert.block.map import DTYPE, EXP, GELU_ERF, GELU_TANH, RECIPROCAL, RSQRT, SQUARE, BlockTransition, ScalarCurve
+from attncert.block.map import DTYPE, EXP, GELU_TANH, RECIPROCAL, RSQRT, SQUARE, ScalarCurve
 from attncert.head.rounding import UNIT_ROUNDOFF, gamma
 
 U = UNIT_ROUNDOFF
