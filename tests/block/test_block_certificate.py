@@ -5,13 +5,14 @@ its remainder dropped it is violated (so the tests can see an unsound bound); it
 import itertools
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 from attncert.block.build import transition_from_model
-from attncert.block.certificate import block_graph, certify_transition, sdp_box_upper, verified_pd
+from attncert.block.certificate import block_graph, certify_transition, sdp_box_upper, smaller_sound, verified_pd
 from attncert.block.map import specification_values
-from attncert.block.residual import ascent, curvature
+from attncert.block.residual import analyze_transition, ascent, curvature
 from attncert.pipeline.extraction import load_model
 
 torch.set_num_threads(1)
@@ -103,3 +104,49 @@ def test_sdp_box_upper_covers_every_vertex_and_is_verified():
     assert torch.all(brute <= bound)
     assert torch.all(verified_pd(torch.diag_embed(y) - M))
     assert not bool(verified_pd(-torch.eye(3, dtype=DT).unsqueeze(0))[0])
+
+
+def test_smaller_sound_never_picks_a_bound_that_is_not_finite():
+    value, source = smaller_sound(np.array([1.0, 3.0, np.inf, np.nan, np.inf]),
+                                  np.array([2.0, 2.0, 5.0, 4.0, np.nan]))
+    assert value[:4].tolist() == [1.0, 2.0, 5.0, 4.0] and value[4] == np.inf
+    assert source.tolist() == ["second_order", "crown", "crown", "crown", "none"]
+
+
+@pytest.mark.parametrize("family", ["gpt2", "bert"])
+def test_reported_certificate_is_finite_sound_and_labelled(family, tiny_gpt2_dir, tiny_bert_dir):
+    """At radii where the second-order certificate is +inf or above CROWN, the stage's row reports CROWN's bound
+    (labelled `crown`); every reported bound is finite and holds at sampled points and at the ascent maximum."""
+    path = tiny_gpt2_dir if family == "gpt2" else tiny_bert_dir
+    loaded = load_model({"name": f"tiny-{family}", "family": family, "source": str(path)})
+    rng = np.random.default_rng(1)
+    x0 = rng.standard_normal((6, 16)) * (1.0 if family == "bert" else 2.0)
+    tr = transition_from_model(loaded.model, family, 1, x0, position=3)
+    C = rng.standard_normal((3, 16))
+    C = C / np.linalg.norm(C, axis=1, keepdims=True)
+    radii = [1e-3, 0.3, 1.0]
+    rows, _ = analyze_transition(tr, C, radii, qp_starts=8, ascent_restarts=4, ascent_steps=40, seed=0)
+    df = pd.DataFrame(rows)
+    cols = ["certificate_f", "certificate_g", "certificate_f_neg", "certificate_g_neg"]
+    assert np.isfinite(df[cols].to_numpy()).all()
+    assert (df["status"] == "ok").all()
+    assert (df["certificate_f"] >= df["ascent_max"]).all()
+    for k in ("f", "g", "f_neg", "g_neg"):
+        raw, rep = df[f"second_order_certificate_{k}"], df[f"certificate_{k}"]
+        src = df["certificate_source" if k == "f" else f"certificate_{k}_source"]
+        assert set(src) <= {"second_order", "crown"}
+        assert (rep <= raw).all()
+        assert np.array_equal(rep[src == "second_order"], raw[src == "second_order"])
+    crown_g = df["g0"] + df["gradient_norm_l1"] * df["radius"] + df["crown_upper"]
+    assert np.allclose(df.loc[df.certificate_g_source == "crown", "certificate_g"],
+                       crown_g[df.certificate_g_source == "crown"], rtol=1e-9)
+    assert (df["certificate_source"] == "crown").any()          # the large radii: the enclosure gives up
+    assert (df.loc[df.radius == radii[0], "certificate_source"] == "second_order").all()
+    Ct = torch.as_tensor(C, dtype=DT)
+    for ri, r in enumerate(radii):
+        rr = df[df.radius == r]
+        delta = _points(tr, r, seed=10 + ri)
+        g = specification_values(tr, Ct, delta).detach().numpy()
+        f = g - rr["g0"].to_numpy() - delta.numpy() @ curvature(tr, Ct).gradient.numpy().T
+        assert np.all(f <= rr["certificate_f"].to_numpy()) and np.all(-f <= rr["certificate_f_neg"].to_numpy())
+        assert np.all(g <= rr["certificate_g"].to_numpy()) and np.all(-g <= rr["certificate_g_neg"].to_numpy())

@@ -306,3 +306,42 @@ def certify_transition(tr: BlockTransition, C, g0, grad, radii, pieces: int = 8,
                       (e0 + (off_grad + a0) * 1e-3).unsqueeze(-1).numpy(), (Ct.shape[0], R)).copy()})
     return BlockCertificate(radii=radii, certificate_f=out["pos"][0], certificate_g=out["pos"][1],
                             certificate_f_neg=out["neg"][0], certificate_g_neg=out["neg"][1], parts=parts)
+
+
+# --------------------------------------------------------------------------------------------------
+# The reported bound: the smaller of the second-order certificate and CROWN, labelled
+# --------------------------------------------------------------------------------------------------
+SOURCES = ("second_order", "crown", "none")
+
+
+def crown_g_bounds(g0, grad, radii, crown_upper, crown_lower) -> tuple[np.ndarray, np.ndarray]:
+    """CROWN's bounds on max g and max(-g) (m, R) from its bounds on f (R, m).
+
+    g = g0 + G . delta + f exactly for the stage's float g0 and G (f is defined with them), so
+    max g <= g0 + r ||G||_1 + max f and max(-g) <= -g0 + r ||G||_1 - min f; raised by a bound on the
+    rounding of the float sums (gamma_{d+4} times the sum of magnitudes)."""
+    g0, grad = np.asarray(g0, dtype=np.float64), np.asarray(grad, dtype=np.float64)
+    radii = np.asarray(radii, dtype=np.float64)
+    up, lo = np.asarray(crown_upper, dtype=np.float64).T, np.asarray(crown_lower, dtype=np.float64).T
+    lin = np.abs(grad).sum(-1)[:, None] * radii[None, :]                 # (m, R)
+    slack = 2.0 * gamma(grad.shape[-1] + 4)
+    pos = g0[:, None] + lin + up
+    neg = -g0[:, None] + lin - lo
+    pos = pos + slack * (np.abs(g0)[:, None] + lin + np.abs(up)) + 1e-300
+    neg = neg + slack * (np.abs(g0)[:, None] + lin + np.abs(lo)) + 1e-300
+    return pos, neg
+
+
+def smaller_sound(second_order, crown) -> tuple[np.ndarray, np.ndarray]:
+    """Elementwise the smaller of two sound upper bounds, and which one it is (`SOURCES`).
+
+    A bound that is not finite (an enclosure that reached a singularity, a CROWN error) never wins; where
+    neither is finite the value is +inf and the source "none"."""
+    a = np.asarray(second_order, dtype=np.float64)
+    b = np.broadcast_to(np.asarray(crown, dtype=np.float64), a.shape)
+    fa, fb = np.isfinite(a), np.isfinite(b)
+    take_a = fa & (~fb | (a <= b))
+    take_b = ~take_a & fb
+    value = np.where(take_a, a, np.where(take_b, b, np.inf))
+    source = np.where(take_a, SOURCES[0], np.where(take_b, SOURCES[1], SOURCES[2]))
+    return value, source
