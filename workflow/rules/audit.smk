@@ -14,6 +14,8 @@ rule audit:
         long_context_certificates="data/long_context/{model}/units_certificates.npz",
         long_context_tokens="data/long_context/{model}/layer_tokens.npz",
         block="data/block/{model}/units.csv",
+        block_certificates=expand("data/block/{{model}}/transition{transition}_certificates.npz",
+                                  transition=BLOCK_TRANSITIONS),
     output:
         csv="figures/tables/{model}/audit.csv",
         md="figures/tables/{model}/audit.md",

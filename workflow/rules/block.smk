@@ -26,6 +26,7 @@ rule block_transition:
         next=lambda wc: f"data/extract/{wc.model}/layer{int(wc.transition) + 1}.npz",
     output:
         csv="data/block/{model}/transition{transition}.csv",
+        certificates="data/block/{model}/transition{transition}_certificates.npz",
     params:
         model=MODEL_CFG,
         heads=HEADS,

@@ -31,6 +31,7 @@ from tqdm import tqdm
 from attncert.audit.head_enclosure import LayerFiles
 from attncert.audit.row_audit import NUMBERS, Expect, Outcome, audit_row
 from attncert.audit.long_context_audit import audit_long_context
+from attncert.audit.block_audit import audit_block
 from attncert.audit.table_coverage import (AuditInputError, CoverageConfig, block_records, completeness_records,
                                            read_grid_config)
 from attncert.certify.certificate_store import CertificateFile
@@ -186,7 +187,9 @@ def audit_model(root: Path, model: str, layers: list[int], rows: set[int] | None
         t0 = time.perf_counter()
         records += audit_long_context(root, model, coverage.long_context if coverage else None, MALFORMED, _damaged)
         times["long-context table"] = time.perf_counter() - t0
-        records += block_records(root, model)
+        t0 = time.perf_counter()
+        records += block_records(root, model) + audit_block(root, model)
+        times["block table"] = time.perf_counter() - t0
     return records
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attncert.block.certificate import f_bound, g_bound, verified_pd
+from attncert.block.certificate import f_bound, g_bound, stored_hessian, verified_pd
 from attncert.pipeline.intermediate_check import verify_intermediate
 
 NUMBERS = ("f", "g", "f_neg", "g_neg")
@@ -54,7 +54,8 @@ def _float(text) -> float:
 
 def recomputed_bounds(z) -> dict:
     """(m, R) second-order bounds per number from one transition's stored pieces, and (m,) dual checks per sense."""
-    t = {k: torch.as_tensor(np.asarray(z[k])) for k in z.files}
+    t = {k: torch.as_tensor(np.asarray(z[k])) for k in z.files if k != "H0_triu"}
+    t["H0"] = torch.as_tensor(stored_hessian(np.asarray(z["H0_triu"])))
     out = {}
     for sense, sign, suffix in (("pos", 1.0, ""), ("neg", -1.0, "_neg")):
         y = t[f"y_{sense}"]

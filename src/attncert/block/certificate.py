@@ -247,11 +247,66 @@ class BlockCertificate:
     certificate_f_neg: np.ndarray   # (m, R) the same for -g
     certificate_g_neg: np.ndarray
     parts: dict                  # name -> (m, R) the terms (for measurement and storage)
+    stored: dict | None = None   # what certifies the bounds (`certificate_file_arrays`; the audit's input)
 
 
 def integration_weights(K: int) -> np.ndarray:
     t = np.linspace(0.0, 1.0, K + 1)
     return (t[1:] - t[:-1]) - 0.5 * (t[1:] ** 2 - t[:-1] ** 2)
+
+
+def bound_terms(sign: float, radii, y, dev, weights, off_g0, e0, a0, off_grad):
+    """The outward-rounded terms of the bounds of one sense from the certificate's pieces (all torch float64):
+    radii (R,), y the verified SDP dual (m, d), dev (R, K, m) the remainder's Dev(t_{k+1} r) (node sum plus H0's
+    rounding), weights (K,), off_g0 = g(0) - g0 (m,), e0 / a0 the rounding of g(0) / grad g(0), off_grad =
+    ||grad g(0) - G||_1 raised. Returns (r_t, quad, rem, base_f, lin_err), each (m, R) but r_t (R,)."""
+    K = weights.shape[0]
+    r_t = radii * (1 + 4 * U)
+    r2 = inflate(r_t * r_t)
+    M2 = inflate(0.5 * y.sum(-1))                                           # max of 1/2 u^T (s H0) u on the box
+    quad = inflate(M2.unsqueeze(-1) * r2)
+    dev_int = inflate((dev * weights.view(1, K, 1)).sum(1)).T               # (m, R)
+    rem = inflate(dev_int * r2)
+    off = sign * off_g0
+    base_f = (off + inflate(U * off.abs() + e0)).unsqueeze(-1)
+    lin_err = inflate((off_grad + a0).unsqueeze(-1) * r_t)
+    return r_t, quad, rem, base_f, lin_err
+
+
+def f_bound(sign: float, **pieces) -> torch.Tensor:
+    """Bound on max of sign * f (m, R) from the pieces (`bound_terms`); +inf where a piece is not finite."""
+    _, quad, rem, base_f, lin_err = bound_terms(sign, **pieces)
+    return torch.nan_to_num(inflate(base_f.abs() * (base_f > 0) + lin_err + quad + rem), nan=math.inf)
+
+
+def g_bound(c, grad_l1, sign: float, joint_max=None, **pieces) -> torch.Tensor:
+    """Bound on max of sign * g (m, R): sign c + e0 + a0 r + max(r grad . u + 1/2 r^2 u^T H0 u) + remainder, the
+    maximum bounded by r ||grad||_1 + the quadratic bound unless `joint_max` (the augmented SDP) is given."""
+    r_t, quad, rem, _, _ = bound_terms(sign, **pieces)
+    if joint_max is None:
+        joint_max = inflate(grad_l1.unsqueeze(-1) * r_t + quad)
+    e0, a0 = pieces["e0"], pieces["a0"]
+    cert_g = sign * c.unsqueeze(-1) + inflate(e0.unsqueeze(-1) + a0.unsqueeze(-1) * r_t + joint_max + rem)
+    return torch.nan_to_num(cert_g + inflate(U * cert_g.abs()), nan=math.inf)
+
+
+def certificate_file_arrays(cert: "BlockCertificate", heads: list) -> dict:
+    """One transition's stored pieces as arrays for an npz (`heads`: the table's head of each row of C)."""
+    arrays = {k: np.asarray(v) for k, v in cert.stored.items() if k != "H0"}
+    H0 = np.asarray(cert.stored["H0"])
+    iu = np.triu_indices(H0.shape[-1])
+    return {**arrays, "H0_triu": H0[:, iu[0], iu[1]], "heads": np.asarray(heads, dtype=np.int64)}
+
+
+def stored_hessian(H0_triu: np.ndarray) -> np.ndarray:
+    """The symmetric H0 (m, d, d) from its stored upper triangle (exact: H0 is symmetric as computed)."""
+    n = H0_triu.shape[-1]
+    d = int(round((math.isqrt(8 * n + 1) - 1) / 2))
+    iu = np.triu_indices(d)
+    H = np.zeros(H0_triu.shape[:-1] + (d, d))
+    H[:, iu[0], iu[1]] = H0_triu
+    H[:, iu[1], iu[0]] = H0_triu
+    return H
 
 
 def certify_transition(tr: BlockTransition, C, g0, grad, radii, pieces: int = 8, sdp_iterations: int = 10,
@@ -281,31 +336,33 @@ def certify_transition(tr: BlockTransition, C, g0, grad, radii, pieces: int = 8,
     off_grad = inflate((gv.J - grad).abs().sum(-1) * (1 + 2 * U))           # (m,)
     parts = {"dev_" + k: (inflate((v[1:].reshape(R, K, -1) * w.view(1, K, 1)).sum(1)).T * r2).numpy()
              for k, v in dev_parts.items()}
+    # what certifies the bounds (`stored`; re-checked by attncert audit, audit/block_audit.py)
+    pieces = {"radii": torch.as_tensor(radii, dtype=DTYPE), "dev": dev[1:].reshape(R, K, -1), "weights": w,
+              "off_g0": off_g0, "e0": e0, "a0": a0, "off_grad": off_grad}
+    stored = {k: v.numpy().copy() for k, v in pieces.items()}
+    stored.update(H0=H0.numpy().copy(), c=gv.c.numpy().copy(), grad_l1=gv.J.abs().sum(-1).numpy().copy())
     out = {}
     for sense, sign in (("pos", 1.0), ("neg", -1.0)):
-        M2, yH = sdp_box_upper(sign * H0, sdp_iterations)                   # (m,)
-        quad = inflate(M2.unsqueeze(-1) * r2)                               # (m, R)
-        rem = inflate(dev_int * r2)
-        off = sign * off_g0
-        base_f = (off + inflate(U * off.abs() + e0)).unsqueeze(-1)
-        lin_err = inflate((off_grad + a0).unsqueeze(-1) * r_t)
-        cert_f = inflate(base_f.abs() * (base_f > 0) + lin_err + quad + rem)
+        _, yH = sdp_box_upper(sign * H0, sdp_iterations)                    # (m,), (m, d)
+        stored[f"y_{sense}"] = yH.numpy().copy()
+        _, quad, rem, _, _ = bound_terms(sign, y=yH, **pieces)
+        cert_f = f_bound(sign, y=yH, **pieces)
+        joint_max = None
         if joint:
             joint_max = torch.stack([sdp_box_upper(augmented(sign * H0, sign * gv.J, r), sdp_iterations, torch.cat(
                 [r * r * yH + r * gv.J.abs(), r * gv.J.abs().sum(-1, keepdim=True)], -1))[0]
                 for r in r_t.tolist()], -1)                                    # (m, R)
-        else:
+        cert_g = g_bound(gv.c, gv.J.abs().sum(-1), sign, y=yH, joint_max=joint_max, **pieces)
+        if joint_max is None:
             joint_max = inflate(gv.J.abs().sum(-1).unsqueeze(-1) * r_t + quad)
-        gc = sign * gv.c
-        cert_g = gc.unsqueeze(-1) + inflate(e0.unsqueeze(-1) + a0.unsqueeze(-1) * r_t + joint_max + rem)
-        cert_g = cert_g + inflate(U * cert_g.abs())
         # a nan can only come from an infinite bound (inf - inf, 0 * inf): the sound reading is +inf
         out[sense] = tuple(torch.nan_to_num(v, nan=math.inf).numpy() for v in (cert_f, cert_g, quad, rem, joint_max))
     parts.update({"quadratic": out["pos"][2], "remainder": out["pos"][3], "joint": out["pos"][4],
                   "quadratic_neg": out["neg"][2], "rounding": np.broadcast_to(
                       (e0 + (off_grad + a0) * 1e-3).unsqueeze(-1).numpy(), (Ct.shape[0], R)).copy()})
     return BlockCertificate(radii=radii, certificate_f=out["pos"][0], certificate_g=out["pos"][1],
-                            certificate_f_neg=out["neg"][0], certificate_g_neg=out["neg"][1], parts=parts)
+                            certificate_f_neg=out["neg"][0], certificate_g_neg=out["neg"][1], parts=parts,
+                            stored=stored)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -291,7 +291,7 @@ def analyze_transition(tr: BlockTransition, C: np.ndarray, radii, *, qp_starts: 
                        qp_sweeps: int = 10, sdp_iterations: int = 10, ascent_restarts: int = 8,
                        ascent_steps: int = 120, seed: int = 0, reference: np.ndarray | None = None,
                        certificate_pieces: int = 8, alpha_crown: bool = True,
-                       progress=None) -> tuple[list[dict], dict]:
+                       progress=None, keep: dict | None = None) -> tuple[list[dict], dict]:
     """All block-residual quantities of one transition for the specification rows C (m, d).
 
     Returns (rows, timings): one row per (row of C, radius) with the quantities of the module
@@ -365,6 +365,8 @@ def analyze_transition(tr: BlockTransition, C: np.ndarray, radii, *, qp_starts: 
     t0 = tick("crown", t0)
     cert = certify_transition(tr, Ct.numpy(), cv.g0.numpy(), cv.gradient.numpy(), radii, pieces=certificate_pieces,
                               sdp_iterations=sdp_iterations)
+    if keep is not None:                      # the caller stores what certifies the bounds
+        keep["certificate"] = cert
     # the reported bounds: the smaller of the second-order certificate and CROWN's, labelled by source
     crown_g, crown_g_neg = crown_g_bounds(cv.g0.numpy(), cv.gradient.numpy(), radii, crown, crown_lo)
     reported = {"f": smaller_sound(cert.certificate_f, crown.T), "g": smaller_sound(cert.certificate_g, crown_g),
