@@ -94,3 +94,13 @@ def test_a_missing_certificate_file_fails(stage_files, tmp_path):
     (root / "block" / MODEL / "transition1_certificates.npz").unlink()
     recs = audit_block(root, MODEL)
     assert _by(recs, "fail", "certificate_file") and not _by(recs, "pass")
+
+
+def test_a_negative_remainder_piece_fails_pieces(stage_files, tmp_path):
+    df, arrays = stage_files
+    arrays = dict(arrays)
+    dev = arrays["dev"].copy()
+    dev[0, 0, 2] = -1.0                       # head 2: a negative Dev would lower every bound of that head
+    arrays["dev"] = dev
+    fails = _by(audit_block(_write(tmp_path, df, arrays), MODEL), "fail")
+    assert fails and {r["check"] for r in fails} == {"pieces"} and {str(r["head"]) for r in fails} == {"2"}

@@ -340,7 +340,8 @@ def certify_transition(tr: BlockTransition, C, g0, grad, radii, pieces: int = 8,
     pieces = {"radii": torch.as_tensor(radii, dtype=DTYPE), "dev": dev[1:].reshape(R, K, -1), "weights": w,
               "off_g0": off_g0, "e0": e0, "a0": a0, "off_grad": off_grad}
     stored = {k: v.numpy().copy() for k, v in pieces.items()}
-    stored.update(H0=H0.numpy().copy(), c=gv.c.numpy().copy(), grad_l1=gv.J.abs().sum(-1).numpy().copy())
+    stored.update(H0=H0.numpy().copy(), c=gv.c.numpy().copy(), J=gv.J.numpy().copy(), g0=g0.numpy().copy(),
+                  G=grad.numpy().copy(), pieces=np.int64(K))
     out = {}
     for sense, sign in (("pos", 1.0), ("neg", -1.0)):
         _, yH = sdp_box_upper(sign * H0, sdp_iterations)                    # (m,), (m, d)
