@@ -50,8 +50,8 @@ def test_every_second_order_row_passes_and_crown_rows_are_not_covered(stage_file
     df, arrays = stage_files
     recs = audit_block(_write(tmp_path, df, arrays), MODEL)
     assert len(recs) == 4 * len(df)
-    n_second = sum(int((df[c] == "second_order").sum()) for c in ("certificate_source", "certificate_g_source",
-                                                                  "certificate_f_neg_source", "certificate_g_neg_source"))
+    sources = ("certificate_source", "certificate_g_source", "certificate_f_neg_source", "certificate_g_neg_source")
+    n_second = sum(int((df[c] == "second_order").sum()) for c in sources)
     assert len(_by(recs, "pass")) == n_second > 0
     assert len(_by(recs, "not covered")) == 4 * len(df) - n_second > 0        # the largest radius: CROWN's bound
     assert not _by(recs, "fail")

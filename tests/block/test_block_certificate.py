@@ -141,6 +141,7 @@ def test_reported_certificate_is_finite_sound_and_labelled(family, tiny_gpt2_dir
     assert np.allclose(df.loc[df.certificate_g_source == "crown", "certificate_g"],
                        crown_g[df.certificate_g_source == "crown"], rtol=1e-9)
     assert (df["certificate_source"] == "crown").any()          # the large radii: the enclosure gives up
+    assert np.isposinf(df["second_order_certificate_f"]).any()   # +inf stays +inf (not the largest float)
     assert (df.loc[df.radius == radii[0], "certificate_source"] == "second_order").all()
     Ct = torch.as_tensor(C, dtype=DT)
     for ri, r in enumerate(radii):

@@ -255,6 +255,12 @@ def integration_weights(K: int) -> np.ndarray:
     return (t[1:] - t[:-1]) - 0.5 * (t[1:] ** 2 - t[:-1] ** 2)
 
 
+def _not_finite_is_inf(v: torch.Tensor) -> torch.Tensor:
+    """NaN (inf - inf, 0 * inf: an infinite piece) read as +inf; +inf kept (torch's default maps it to the largest
+    float, which would read as finite)."""
+    return torch.nan_to_num(v, nan=math.inf, posinf=math.inf)
+
+
 def bound_terms(sign: float, radii, y, dev, weights, off_g0, e0, a0, off_grad):
     """The outward-rounded terms of the bounds of one sense from the certificate's pieces (all torch float64):
     radii (R,), y the verified SDP dual (m, d), dev (R, K, m) the remainder's Dev(t_{k+1} r) (node sum plus H0's
@@ -276,7 +282,7 @@ def bound_terms(sign: float, radii, y, dev, weights, off_g0, e0, a0, off_grad):
 def f_bound(sign: float, **pieces) -> torch.Tensor:
     """Bound on max of sign * f (m, R) from the pieces (`bound_terms`); +inf where a piece is not finite."""
     _, quad, rem, base_f, lin_err = bound_terms(sign, **pieces)
-    return torch.nan_to_num(inflate(base_f.abs() * (base_f > 0) + lin_err + quad + rem), nan=math.inf)
+    return _not_finite_is_inf(inflate(base_f.abs() * (base_f > 0) + lin_err + quad + rem))
 
 
 def g_bound(c, grad_l1, sign: float, joint_max=None, **pieces) -> torch.Tensor:
@@ -287,7 +293,7 @@ def g_bound(c, grad_l1, sign: float, joint_max=None, **pieces) -> torch.Tensor:
         joint_max = inflate(grad_l1.unsqueeze(-1) * r_t + quad)
     e0, a0 = pieces["e0"], pieces["a0"]
     cert_g = sign * c.unsqueeze(-1) + inflate(e0.unsqueeze(-1) + a0.unsqueeze(-1) * r_t + joint_max + rem)
-    return torch.nan_to_num(cert_g + inflate(U * cert_g.abs()), nan=math.inf)
+    return _not_finite_is_inf(cert_g + inflate(U * cert_g.abs()))
 
 
 def certificate_file_arrays(cert: "BlockCertificate", heads: list) -> dict:
@@ -357,7 +363,7 @@ def certify_transition(tr: BlockTransition, C, g0, grad, radii, pieces: int = 8,
         if joint_max is None:
             joint_max = inflate(gv.J.abs().sum(-1).unsqueeze(-1) * r_t + quad)
         # a nan can only come from an infinite bound (inf - inf, 0 * inf): the sound reading is +inf
-        out[sense] = tuple(torch.nan_to_num(v, nan=math.inf).numpy() for v in (cert_f, cert_g, quad, rem, joint_max))
+        out[sense] = tuple(_not_finite_is_inf(v).numpy() for v in (cert_f, cert_g, quad, rem, joint_max))
     parts.update({"quadratic": out["pos"][2], "remainder": out["pos"][3], "joint": out["pos"][4],
                   "quadratic_neg": out["neg"][2], "rounding": np.broadcast_to(
                       (e0 + (off_grad + a0) * 1e-3).unsqueeze(-1).numpy(), (Ct.shape[0], R)).copy()})
