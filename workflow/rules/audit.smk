@@ -1,6 +1,7 @@
 # Audit: every certified number of the certification and long-context tables re-derived from its stored
-# certificate, without a solver, every unit of the configured grids present; the block table listed with its
-# coverage (attncert.audit; docs/audit.md). One table per model.
+# certificate, without a solver, every unit of the configured grids present; the block table's certificates
+# re-checked from transition{L}_certificates.npz, its other numbers listed with their coverage (attncert.audit;
+# docs/audit.md). One table per model.
 AUDIT_OUTPUTS = [f"figures/tables/{MODEL}/audit.csv", f"figures/tables/{MODEL}/audit.md"]
 
 
