@@ -121,10 +121,12 @@ def summary_markdown(records: list[dict], model: str, seconds: float, layers: li
     by = Counter((r["table"], r["number"], r["status"]) for r in records)
     units = len({(r["layer"], r["row"]) for r in records if r["table"] == "certify" and r["number"] in NUMBERS})
     lc_units = len({r["row"] for r in records if r["table"] == "long_context" and r["number"] in NUMBERS})
+    block_rows = len({r["row"] for r in records if r["table"] == "block" and r["number"].startswith("certificate_")})
     parts = f" ({', '.join(f'{k} {v:.1f} s' for k, v in stage_seconds.items())})" if stage_seconds else ""
     lines = [f"# Audit of the certified numbers: {model}", "",
              f"Model **{model}**, layers {', '.join(map(str, layers))}; {units} certification units, {lc_units} "
-             f"long-context units. Every number re-derived from its stored certificate and the extracted weights in "
+             f"long-context units{f', {block_rows} block rows' if block_rows else ''}. Every number re-derived "
+             "from its stored certificate and the extracted weights in "
              f"ball arithmetic, without a solver (docs/audit.md). **Audit time {seconds:.1f} s**{parts} "
              "(one process).", "",
              "| table | number | " + " | ".join(STATUSES) + " |", "|---|---|" + "---|" * len(STATUSES)]

@@ -194,5 +194,6 @@ def audit_block(root: Path, model: str) -> list[dict]:
                 out.append(_record(L, r, row, number, "fail", "reported", f"reported {reported!r} is not the "
                                    f"second-order bound {second!r} (source {source!r})", reported))
             else:
-                out.append(_record(L, r, row, number, "pass", "", "", reported, margin=second - bound))
+                out.append(_record(L, r, row, number, "pass", "pieces+dual_pd+sum+reported", "", reported,
+                                   margin=second - bound))
     return out
