@@ -1,6 +1,7 @@
 # Audit: every certified number of the certification and long-context tables re-derived from its stored
-# certificate, without a solver, every unit of the configured grids present; the block table listed with its
-# coverage (attncert.audit; docs/audit.md). One table per model.
+# certificate, without a solver, every unit of the configured grids present; the block table's certificates
+# re-checked from transition{L}_certificates.npz, its other numbers listed with their coverage (attncert.audit;
+# docs/audit.md). One table per model.
 AUDIT_OUTPUTS = [f"figures/tables/{MODEL}/audit.csv", f"figures/tables/{MODEL}/audit.md"]
 
 
@@ -14,6 +15,8 @@ rule audit:
         long_context_certificates="data/long_context/{model}/units_certificates.npz",
         long_context_tokens="data/long_context/{model}/layer_tokens.npz",
         block="data/block/{model}/units.csv",
+        block_certificates=expand("data/block/{{model}}/transition{transition}_certificates.npz",
+                                  transition=BLOCK_TRANSITIONS),
     output:
         csv="figures/tables/{model}/audit.csv",
         md="figures/tables/{model}/audit.md",

@@ -5,7 +5,8 @@ from attncert.block.figure_names import FIGURE_NAMES as _BLOCK_FIGURE_NAMES
 from attncert.block.transitions import transition_points
 
 BLOCK_TRANSITIONS = transition_points(_dims[0], LAYERS)
-BLOCK_TABLES = [f"figures/tables/{MODEL}/block_{name}.{ext}" for name in ("summary", "vs_paper") for ext in ("csv", "md")]
+BLOCK_TABLES = [f"figures/tables/{MODEL}/block_{name}.{ext}" for name in ("summary", "vs_paper", "certificate")
+                for ext in ("csv", "md")]
 BLOCK_FIGURES = [f"figures/block/{MODEL}/{name}.{ext}" for name in _BLOCK_FIGURE_NAMES for ext in ("pdf", "png")]
 BLOCK_OUTPUTS = BLOCK_TABLES + BLOCK_FIGURES if BLOCK_TRANSITIONS else []
 
@@ -25,6 +26,7 @@ rule block_transition:
         next=lambda wc: f"data/extract/{wc.model}/layer{int(wc.transition) + 1}.npz",
     output:
         csv="data/block/{model}/transition{transition}.csv",
+        certificates="data/block/{model}/transition{transition}_certificates.npz",
     params:
         model=MODEL_CFG,
         heads=HEADS,
@@ -77,6 +79,8 @@ rule block_table:
         summary_md="figures/tables/{model}/block_summary.md",
         paper="figures/tables/{model}/block_vs_paper.csv",
         paper_md="figures/tables/{model}/block_vs_paper.md",
+        certificate="figures/tables/{model}/block_certificate.csv",
+        certificate_md="figures/tables/{model}/block_certificate.md",
         measured="figures/tables/{model}/block_measured.json",
     params:
         block=config["block"],

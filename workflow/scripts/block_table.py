@@ -22,6 +22,9 @@ report.write_table(report.paper_table(df, block, claim_dicts(sm.input.claims, "p
                    sm.output.paper_md, f"Paper A block residual experiment (GPT-2 small) vs ours — {label}",
                    ["Paper values from data/paper_claims.yaml (paper_a, block_*). Ours: this run; embedded-model "
                     "results are not GPT-2 results.", f"Rank correlations at r = {r_ref:g}."])
+report.write_table(report.certificate_table(df), sm.output.certificate, sm.output.certificate_md,
+                   f"Block certificate vs CROWN and α-CROWN per radius (beyond the paper) — {label}",
+                   report.CERTIFICATE_NOTES)
 write_measured(sm.output.measured, report.measured_values(df, block), label)
 for out in sm.output:
     write_sidecar(out, provenance(sm.params, stage="block_table", inputs=[str(sm.input.units)], grid=label))

@@ -3,10 +3,12 @@ import logging
 import sys
 import time
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
 from attncert.block.build import specification_rows, transition_from_arrays
+from attncert.block.certificate import certificate_file_arrays
 from attncert.block.residual import analyze_transition, transition_table
 from attncert.pipeline.extraction import load_layer
 from attncert.pipeline.intermediate_check import expect_model_of
@@ -27,16 +29,23 @@ heads = list(p.heads)
 C = specification_rows(nxt["W_V"], nxt["W_O"], L + 1, heads, prompt, position, p.spec_seed)
 logging.info("transition %d -> %d (%s): %d heads, %d attended keys, d = %d, radii %s", L, L + 1, tr.family,
              len(heads), len(tr.keys), tr.d, b["radii"])
-phases = tqdm(total=5, desc=f"block transition {L}", file=sys.stderr)
+phases = tqdm(total=6 + bool(b.get("alpha_crown", False)), desc=f"block transition {L}", file=sys.stderr)
 t0 = time.perf_counter()
+stored = {}
 rows, timings = analyze_transition(
     tr, C, b["radii"], qp_starts=b["qp_starts"], sdp_iterations=b["sdp_iterations"],
     ascent_restarts=b["ascent_restarts"], ascent_steps=b["ascent_steps"], seed=b["seed"],
-    reference=nxt["Z"][prompt, position], progress=lambda name: (phases.update(1), logging.info("phase %s done", name)))
+    certificate_pieces=b["certificate_pieces"], alpha_crown=b["alpha_crown"],
+    reference=nxt["Z"][prompt, position], keep=stored, progress=lambda name: (phases.update(1), logging.info("phase %s done", name)))
 phases.close()
 df = transition_table(rows, timings, tr, heads, model_label(p.model), prompt)
 with atomic_path(sm.output.csv) as tmp:
     df.to_csv(tmp, index=False, float_format="%.17g")
+with atomic_path(sm.output.certificates) as tmp:
+    with open(tmp, "wb") as fh:
+        np.savez_compressed(fh, **certificate_file_arrays(stored["certificate"], heads))
+write_sidecar(sm.output.certificates, provenance(p, stage="block_transition", transition=L,
+                                                 inputs=[str(sm.input.npz), str(sm.input.next)]))
 write_sidecar(sm.output.csv, provenance(
     p, stage="block_transition", seeds={"block_seed": b["seed"], "spec_seed": p.spec_seed}, transition=L,
     inputs=[str(sm.input.npz), str(sm.input.next)], units=int(len(df)), cpu_seconds=timings,

@@ -31,6 +31,7 @@ from tqdm import tqdm
 from attncert.audit.head_enclosure import LayerFiles
 from attncert.audit.row_audit import NUMBERS, Expect, Outcome, audit_row
 from attncert.audit.long_context_audit import audit_long_context
+from attncert.audit.block_audit import audit_block
 from attncert.audit.table_coverage import (AuditInputError, CoverageConfig, block_records, completeness_records,
                                            read_grid_config)
 from attncert.certify.certificate_store import CertificateFile
@@ -120,10 +121,12 @@ def summary_markdown(records: list[dict], model: str, seconds: float, layers: li
     by = Counter((r["table"], r["number"], r["status"]) for r in records)
     units = len({(r["layer"], r["row"]) for r in records if r["table"] == "certify" and r["number"] in NUMBERS})
     lc_units = len({r["row"] for r in records if r["table"] == "long_context" and r["number"] in NUMBERS})
+    block_rows = len({r["row"] for r in records if r["table"] == "block" and r["number"].startswith("certificate_")})
     parts = f" ({', '.join(f'{k} {v:.1f} s' for k, v in stage_seconds.items())})" if stage_seconds else ""
     lines = [f"# Audit of the certified numbers: {model}", "",
              f"Model **{model}**, layers {', '.join(map(str, layers))}; {units} certification units, {lc_units} "
-             f"long-context units. Every number re-derived from its stored certificate and the extracted weights in "
+             f"long-context units{f', {block_rows} block rows' if block_rows else ''}. Every number re-derived "
+             "from its stored certificate and the extracted weights in "
              f"ball arithmetic, without a solver (docs/audit.md). **Audit time {seconds:.1f} s**{parts} "
              "(one process).", "",
              "| table | number | " + " | ".join(STATUSES) + " |", "|---|---|" + "---|" * len(STATUSES)]
@@ -186,7 +189,9 @@ def audit_model(root: Path, model: str, layers: list[int], rows: set[int] | None
         t0 = time.perf_counter()
         records += audit_long_context(root, model, coverage.long_context if coverage else None, MALFORMED, _damaged)
         times["long-context table"] = time.perf_counter() - t0
-        records += block_records(root, model)
+        t0 = time.perf_counter()
+        records += block_records(root, model) + audit_block(root, model)
+        times["block table"] = time.perf_counter() - t0
     return records
 
 

@@ -254,15 +254,44 @@ def residual_network(tr: BlockTransition, C: np.ndarray, g0: np.ndarray, G: np.n
 
 
 @torch.no_grad()
-def crown_upper(tr: BlockTransition, C, g0, G, radii) -> np.ndarray:
-    """Sound (up to the stated rounding margin) CROWN upper bounds on max f over ||delta||_inf <= r.
+def crown_bounds(tr: BlockTransition, C, g0, G, radii) -> tuple[np.ndarray, np.ndarray]:
+    """Sound (up to the stated rounding margin) CROWN bounds (upper, lower) on f over ||delta||_inf <= r.
 
-    Returns (len(radii), m)."""
+    One pass: the intermediate bounds are shared, the output's lower bound costs one more backward step.
+    Returns two (len(radii), m) arrays."""
     net = residual_network(tr, np.asarray(C), np.asarray(g0), np.asarray(G))
     bnet = block_factory().build(net)
     r = torch.as_tensor(np.asarray(radii, dtype=np.float64), dtype=DTYPE)
     half = r[:, None].expand(len(r), tr.d)
     region = HyperRectangle(-half, half)
-    upper = bnet.crown(region, bound_lower=False, bound_upper=True).concretize().upper.numpy()
+    b = bnet.crown(region, bound_lower=True, bound_upper=True).concretize()
+    upper, lower = b.upper.numpy(), b.lower.numpy()
+    base = ROUNDING_ABS * (1.0 + np.abs(np.asarray(g0)))[None, :]
+    return upper + base + ROUNDING_REL * np.abs(upper), lower - base - ROUNDING_REL * np.abs(lower)
+
+
+def crown_upper(tr: BlockTransition, C, g0, G, radii) -> np.ndarray:
+    """CROWN upper bounds on max f over ||delta||_inf <= r (`crown_bounds`' first array), (len(radii), m)."""
+    return crown_bounds(tr, C, g0, G, radii)[0]
+
+
+def alpha_crown_upper_block(tr: BlockTransition, C, g0, G, radii, iterations: int = 30,
+                            optimize_intermediate: bool = False) -> np.ndarray:
+    """alpha-CROWN upper bounds on max f (len(radii), m): `baselines.linear_bound_baselines.alpha_crown_upper`
+    on the same network as `crown_upper`, one radius at a time, Adam lr 0.1, at most `iterations` steps per
+    stage with its convergence test; optimize_intermediate=False optimizes the output's backward pass only
+    (CROWN's intermediate bounds). Same rounding margin as CROWN (an estimate, not a proof)."""
+    from attncert.baselines.linear_bound_baselines import alpha_crown_upper
+
+    net = residual_network(tr, np.asarray(C), np.asarray(g0), np.asarray(G))
+    out = []
+    for r in np.asarray(radii, dtype=np.float64):
+        bnet = block_factory().build(net)
+        half = torch.full((1, tr.d), float(r), dtype=DTYPE)
+        region = HyperRectangle(-half, half)
+        up = alpha_crown_upper(bnet, region, np.asarray(C).shape[0], iterations=iterations,
+                               optimize_intermediate=optimize_intermediate)
+        out.append(up.detach().reshape(-1).numpy())
+    upper = np.stack(out)
     margin = ROUNDING_ABS * (1.0 + np.abs(np.asarray(g0)))[None, :] + ROUNDING_REL * np.abs(upper)
     return upper + margin

@@ -131,11 +131,100 @@ def figure_crown_over_perop(df: pd.DataFrame, claims: list, pdf: str, png: str) 
     save_figure(fig, pdf, png)
 
 
+def _quantiles(df: pd.DataFrame, col: str, radii) -> np.ndarray:
+    """(3, R): 25%, 50%, 75% over units at each radius, +inf kept (as the largest), NaN where all are NaN."""
+    out = np.full((3, len(radii)), np.nan)
+    for k, r in enumerate(radii):
+        v = df.loc[np.isclose(df["radius"], r), col].to_numpy(dtype=float)
+        v = v[~np.isnan(v)]
+        if len(v):
+            with np.errstate(invalid="ignore"):     # +inf quartiles stay +inf (not drawn)
+                out[:, k] = np.quantile(v, [0.25, 0.5, 0.75])
+    return out
+
+
+def figure_certificate_vs_radius(df: pd.DataFrame, claims: list, pdf: str, png: str) -> None:
+    """Bound on max f / ascent maximum of f against the radius: the second-order certificate, the reported bound
+    (the smaller of it and CROWN's), CROWN, alpha-CROWN where run, the per-operation sum; the paper's implied CROWN
+    looseness (its CROWN / per-op median times its per-op / joint maximum median) where the claims give them. Right:
+    the gap on g over the linear movement, certificate vs CROWN."""
+    radii = sorted(df["radius"].unique())
+    fig, axes = plt.subplots(1, 2, figsize=(12.5, 4.8))
+    ax = axes[0]
+    series = [("second_order_certificate_looseness", "second-order certificate (sound)", "tab:red", "o", "-"),
+              ("certificate_looseness", "reported: min(certificate, CROWN) (sound)", "k", "s", ":"),
+              ("crown_looseness", "CROWN", "tab:blue", "^", "-"),
+              ("alpha_crown_looseness", "α-CROWN", "tab:cyan", "v", "--"),
+              ("per_op_looseness", "per-operation sum (not a bound; CROWN's r² floor)", "tab:gray", "x", "--")]
+    finite_top = 1.0
+    for col, label, color, marker, ls in series:
+        if col not in df or not np.isfinite(df[col]).any():
+            continue
+        q = _quantiles(df, col, radii)
+        ok = np.isfinite(q[1])
+        if col == "alpha_crown_looseness":       # drawn over CROWN: say how close, so that a hidden line is read
+            dev = np.nanmax(np.abs(q[1] / _quantiles(df, "crown_looseness", radii)[1] - 1))
+            label = f"{label} (medians within {100 * dev:.2g}% of CROWN's)"
+        ax.plot(np.array(radii)[ok], q[1, ok], color=color, marker=marker, ls=ls, lw=1.4, ms=5,
+                mfc="none" if col == "alpha_crown_looseness" else color, label=f"{label}: median")
+        band = np.isfinite(q[0]) & np.isfinite(q[2])
+        if col != "certificate_looseness" and band.any():
+            ax.fill_between(np.array(radii)[band], q[0, band], q[2, band], color=color, alpha=0.12, lw=0)
+        finite_top = max(finite_top, np.nanmax(np.where(np.isfinite(q), q, np.nan)))
+    for k, r in enumerate(radii):
+        g = df[np.isclose(df["radius"], r)]
+        n_inf = int((~np.isfinite(g["second_order_certificate_f"])).sum())
+        if n_inf:
+            ax.annotate(f"second-order certificate:\n{n_inf} of {len(g)} units +inf at r = {r:g}", (r, finite_top),
+                        textcoords="offset points", xytext=(-8, 4), ha="right", va="bottom", fontsize=7,
+                        color="tab:red")
+    ax.axhline(1.0, color="k", lw=0.8, label="ascent maximum (a lower bound on max f)")
+    c_crown, c_pred = claim(claims, "block_crown_over_perop"), claim(claims, "block_predicted_looseness")
+    med = lambda c: c.get("value", {}).get("median") if isinstance(c.get("value"), dict) else None  # noqa: E731
+    if med(c_crown) is not None and med(c_pred) is not None:
+        small = [r for r in radii if r <= 1e-3 * (1 + 1e-12)] or radii
+        ax.hlines(med(c_crown) * med(c_pred), small[0], small[-1], color="tab:blue", ls="--", lw=1.2,
+                  label=f"paper, GPT-2 small, r ≤ 1e-3: CROWN implied by its medians, (CROWN / per-op sum "
+                        f"{med(c_crown):g}) × (per-op sum / joint max {med(c_pred):g}) ≈ {med(c_crown) * med(c_pred):.0f}")
+        ax.hlines(med(c_pred), small[0], small[-1], color="tab:gray", ls="-.", lw=1.2,
+                  label=f"paper, GPT-2 small: per-op sum / joint maximum ≈ {med(c_pred):g} (median)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(radii, [f"{r:g}" for r in radii])
+    plain_log_axis(ax, "x")
+    ax.set_xlabel("radius r (l∞ box on the query token's residual stream)")
+    ax.set_ylabel("bound on max f / ascent maximum of f")
+    ax.set_ylim(0.7, finite_top * 3)
+    ax.set_title("bound / ascent maximum (lines: medians; shaded: quartiles over units)", fontsize=9)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1, frameon=False)
+    ax = axes[1]
+    for col, label, color, marker in (("certificate_gap_g", "second-order certificate", "tab:red", "o"),
+                                      ("crown_gap_g", "CROWN", "tab:blue", "^")):
+        q = _quantiles(df, col, radii)
+        ok = np.isfinite(q[1]) & (q[1] > 0)
+        ax.plot(np.array(radii)[ok], q[1, ok], color=color, marker=marker, lw=1.4, ms=5, label=f"{label}: median")
+        band = np.isfinite(q[0]) & np.isfinite(q[2]) & (q[0] > 0)
+        ax.fill_between(np.array(radii)[band], q[0, band], q[2, band], color=color, alpha=0.12, lw=0)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(radii, [f"{r:g}" for r in radii])
+    plain_log_axis(ax, "x")
+    ax.set_xlabel("radius r (l∞)")
+    ax.set_ylabel("(bound on max g − g(0) − r‖∇g‖₁) / (r‖∇g‖₁)")
+    ax.set_title("gap on g over the linear movement", fontsize=9)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1, frameon=False)
+    fig.suptitle("Block certificate (beyond the paper) vs CROWN"
+                 + (" and α-CROWN" if np.isfinite(df["alpha_crown_upper"]).any() else " (α-CROWN not run)")
+                 + f"\n{grid_label(df)}", fontsize=8)
+    save_figure(fig, pdf, png)
+
+
 #: figure name (= file name under figures/block/{model}/) -> drawing function (names: `figure_names.FIGURE_NAMES`)
 FIGURES = {
     "crown_vs_predicted_looseness": lambda df, block, claims, pdf, png: figure_crown_vs_predicted(df, block, pdf, png),
     "looseness_and_rank": figure_distributions,
     "crown_over_per_op_sum": lambda df, block, claims, pdf, png: figure_crown_over_perop(df, claims, pdf, png),
+    "certificate_vs_radius": lambda df, block, claims, pdf, png: figure_certificate_vs_radius(df, claims, pdf, png),
 }
 
 

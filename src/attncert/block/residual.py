@@ -52,7 +52,8 @@ from torch.func import hessian, jacfwd, jacrev, vmap
 from attncert.block.map import DTYPE, BlockTransition, Tape, forward, specification_values
 
 
-from attncert.block.crown import crown_upper
+from attncert.block.certificate import certify_transition, crown_g_bounds, smaller_sound
+from attncert.block.crown import crown_bounds
 from attncert.block.box_qp import (QuadraticForms, box_qp_max, box_qp_upper, effective_rank, entropy_rank,
                                    spectral_ratio, stable_rank)
 
@@ -289,7 +290,8 @@ def _distinct_second(vals: torch.Tensor, us: torch.Tensor, best: torch.Tensor) -
 def analyze_transition(tr: BlockTransition, C: np.ndarray, radii, *, qp_starts: int = 64, qp_steps: int = 50,
                        qp_sweeps: int = 10, sdp_iterations: int = 10, ascent_restarts: int = 8,
                        ascent_steps: int = 120, seed: int = 0, reference: np.ndarray | None = None,
-                       progress=None) -> tuple[list[dict], dict]:
+                       certificate_pieces: int = 8, alpha_crown: bool = True,
+                       progress=None, keep: dict | None = None) -> tuple[list[dict], dict]:
     """All block-residual quantities of one transition for the specification rows C (m, d).
 
     Returns (rows, timings): one row per (row of C, radius) with the quantities of the module
@@ -355,12 +357,30 @@ def analyze_transition(tr: BlockTransition, C: np.ndarray, radii, *, qp_starts: 
     best, _ = ascent(tr, Ct, cv.g0, cv.gradient, radii, a_starts, ascent_steps)
     t0 = tick("ascent", t0)
     try:
-        crown = crown_upper(tr, Ct.numpy(), cv.g0.numpy(), cv.gradient.numpy(), radii)   # (R, m)
+        crown, crown_lo = crown_bounds(tr, Ct.numpy(), cv.g0.numpy(), cv.gradient.numpy(), radii)   # (R, m)
         crown_status = "ok"
     except (ValueError, RuntimeError) as e:
-        crown = np.full((len(radii), m), np.nan)
+        crown = crown_lo = np.full((len(radii), m), np.nan)
         crown_status = f"crown_error: {type(e).__name__}: {e}"
     t0 = tick("crown", t0)
+    cert = certify_transition(tr, Ct.numpy(), cv.g0.numpy(), cv.gradient.numpy(), radii, pieces=certificate_pieces,
+                              sdp_iterations=sdp_iterations)
+    if keep is not None:                      # the caller stores what certifies the bounds
+        keep["certificate"] = cert
+    # the reported bounds: the smaller of the second-order certificate and CROWN's, labelled by source
+    crown_g, crown_g_neg = crown_g_bounds(cv.g0.numpy(), cv.gradient.numpy(), radii, crown, crown_lo)
+    reported = {"f": smaller_sound(cert.certificate_f, crown.T), "g": smaller_sound(cert.certificate_g, crown_g),
+                "f_neg": smaller_sound(cert.certificate_f_neg, -crown_lo.T),
+                "g_neg": smaller_sound(cert.certificate_g_neg, crown_g_neg)}
+    t0 = tick("certificate", t0)
+    alpha = np.full((len(radii), m), np.nan)
+    if alpha_crown:
+        from attncert.block.crown import alpha_crown_upper_block
+        try:
+            alpha = alpha_crown_upper_block(tr, Ct.numpy(), cv.g0.numpy(), cv.gradient.numpy(), radii)
+        except (ValueError, RuntimeError) as e:                     # a baseline's failure leaves NaN, logged
+            logging.error("alpha-CROWN failed on transition %d: %s: %s", tr.layer, type(e).__name__, e)
+        t0 = tick("alpha_crown", t0)
     rows = []
     for h in range(m):
         for ri, r in enumerate(radii):
@@ -370,10 +390,23 @@ def analyze_transition(tr: BlockTransition, C: np.ndarray, radii, *, qp_starts: 
             status = crown_status
             if crown_status == "ok":
                 status = "ok" if cu >= asc else "UNSOUND"
+            cf = float(reported["f"][0][h, ri])
+            if not (cf >= asc and cert.certificate_f[h, ri] >= asc):
+                status = "UNSOUND_CERTIFICATE"
             row = {
                 "unit": h, "radius": r, "g0": float(cv.g0[h]),
                 "second_order_max": float(M2[h]) * r2, "second_order_upper": float(M2_upper[h]) * r2,
-                "ascent_max": asc, "crown_upper": cu,
+                "ascent_max": asc, "crown_upper": cu, "alpha_crown_upper": float(alpha[ri, h]),
+                "crown_lower": float(crown_lo[ri, h]),
+                "certificate_f": cf, "certificate_source": str(reported["f"][1][h, ri]),
+                **{f"certificate_{k}": float(reported[k][0][h, ri]) for k in ("g", "f_neg", "g_neg")},
+                **{f"certificate_{k}_source": str(reported[k][1][h, ri]) for k in ("g", "f_neg", "g_neg")},
+                "second_order_certificate_f": float(cert.certificate_f[h, ri]),
+                "second_order_certificate_g": float(cert.certificate_g[h, ri]),
+                "second_order_certificate_f_neg": float(cert.certificate_f_neg[h, ri]),
+                "second_order_certificate_g_neg": float(cert.certificate_g_neg[h, ri]),
+                "certificate_quadratic": float(cert.parts["quadratic"][h, ri]),
+                "certificate_remainder": float(cert.parts["remainder"][h, ri]),
                 "per_op_sum": float(S[h]) * r2, "per_op_sum_softmax_one_op": float(S_soft[h]) * r2,
                 "softmax_one_op": float(merged[h]) * r2, "crown_leading_order": float(lead[h]) * r2,
                 **{f"per_op_{c}": float(by_cat[c][h]) * r2 for c in CATEGORIES},
@@ -401,7 +434,7 @@ def transition_table(rows: list, timings: dict, tr: BlockTransition, heads: list
     for _, r in df[df["status"] != "ok"].iterrows():
         logging.error("%s: head %d radius %g crown %r ascent %r", r["status"], r["head"], r["radius"],
                       r["crown_upper"], r["ascent_max"])
-        if r["status"] == "UNSOUND":
+        if r["status"] in ("UNSOUND", "UNSOUND_CERTIFICATE"):
             print(f"attncert: SOUNDNESS VIOLATION block transition {tr.layer} head {r['head']} r={r['radius']}",
                   file=sys.stderr)
     return df

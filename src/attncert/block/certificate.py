@@ -1,0 +1,411 @@
+"""A sound second-order certificate of the block map over the whole box (issue 32).
+
+g(delta) = c . F(x0 + delta e_i) for a specification row c, ||delta||_inf <= r. Taylor's formula with the
+integral remainder,
+
+    g(delta) = g(0) + grad g(0) . delta + 1/2 delta^T H0 delta + int_0^1 (1 - t) delta^T (H(t delta) - H0) delta dt,
+
+and the node decomposition of the Hessian at any point xi (block/residual.py), H(xi) = sum_n A_n(xi) j_n(xi)
+j_n(xi)^T + products, A_n = lambda_n phi_n''(z_n), bound every piece soundly:
+
+* g(0), grad g(0), H0: from the first-order Taylor models of `enclosure` at rho = 0 (float values plus their
+  rounding errors); H0 = sum_n A_n(0) j_n j_n^T in float, its rounding error bounded by gamma_K sum |A_n| s_n^2.
+* max over the box of 1/2 u^T H0 u: the diagonal SDP dual (`box_qp.box_qp_upper`'s iteration), with
+  diag(y) - H0 checked positive definite by a floating-point Cholesky factorization of diag(y) - H0 - c I
+  (Rump 2006, "Verification of positive definiteness": success implies positive definite for the stated c).
+* the remainder: for ||xi||_inf <= rho, ||u||_inf <= 1,
+      |u^T (H(xi) - H0) u| <= Dev(rho) = sum_unary [dA (s + a)^2 + |A0| (2 s a + a^2)]
+          + sum_products 2 [Lam (s_x + a_x)(s_y + a_y) + |lam0| (a_x s_y + s_x a_y + a_x a_y)]
+  with dA = Lam (|phi''(c)| + M3 w) + |lam0| M3 w (M3 = sup |phi'''| over the node's range), s = ||j_n||_1,
+  a the Jacobian remainder of the node input and Lam the adjoint's (`enclosure`). Split t in [0, 1] into K
+  pieces: the piece [t_k, t_{k+1}] sees ||t delta||_inf <= t_{k+1} r, so
+      int_0^1 (1 - t) |delta^T (H(t delta) - H0) delta| dt <= r^2 sum_k w_k Dev(t_{k+1} r),
+      w_k = int_{t_k}^{t_{k+1}} (1 - t) dt.
+
+certificate_f bounds max f with f = g - g0 - G . delta for the stage's own float (g0, G) (the ascent's f):
+    certificate_f = (g(0) - g0) + r ||grad g(0) - G||_1 + r^2 [1/2 SDP(H0) + sum_k w_k Dev(t_{k+1} r)]
+certificate_g bounds max g:  g(0) + max_u (r grad . u + 1/2 r^2 u^T H0 u) + r^2 sum_k w_k Dev_k, the first
+maximum by the same SDP dual on the (d + 1) x (d + 1) matrix [[r^2 H0, r grad], [r grad^T, 0]] (a sign t = +-1
+homogenizes the linear term).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from attncert.block.enclosure import FN_ULPS, U, Graph, Var, inflate, range_bounds
+from attncert.block.map import DTYPE, EXP, RECIPROCAL, RSQRT, SQUARE, BlockTransition, LayerNormParams
+from attncert.head.rounding import gamma
+
+
+# --------------------------------------------------------------------------------------------------
+# The block map as a graph of Taylor models (the same operations as map.forward)
+# --------------------------------------------------------------------------------------------------
+def _layer_norm(G: Graph, x: Var, p: LayerNormParams) -> Var:
+    d = x.c.shape[0]
+    P = torch.eye(d, dtype=DTYPE) - torch.full((d, d), 1.0 / d, dtype=DTYPE)
+    c = G.linear([(x, P)])
+    sq = G.unary(c, SQUARE)
+    ms = G.linear([(sq, torch.full((d, 1), 1.0 / d, dtype=DTYPE))], torch.tensor([p.eps], dtype=DTYPE))
+    r = G.unary(ms, RSQRT, floor=p.eps)
+    rb = G.linear([(r, torch.ones(1, d, dtype=DTYPE))])
+    n = G.product(c, rb)
+    return G.linear([(n, torch.diag(p.gain))], p.bias)
+
+
+def block_graph(tr: BlockTransition, C: torch.Tensor, rho: torch.Tensor) -> tuple[Graph, Var]:
+    """The graph of g = C F(x0 + xi e_i) with Taylor models over ||xi||_inf <= rho (B,)."""
+    d, H, dh = tr.d, tr.n_heads, tr.d_head
+    n, iq = len(tr.keys), tr.query_index
+    G = Graph(d, rho)
+    x = G.input(tr.x0[tr.position])
+    u = _layer_norm(G, x, tr.ln_in) if tr.ln_in is not None else x
+    q = G.linear([(u, tr.W_Q)], tr.b_Q)
+    k = G.linear([(u, tr.W_K)], tr.b_K)
+    v = G.linear([(u, tr.W_V)], tr.b_V)
+    p = G.product(q, k)
+    Kq = torch.zeros(d, H * n, dtype=DTYPE)          # s_j (j != i) = q^h . K0_j^h, unscaled
+    Sp = torch.zeros(d, H * n, dtype=DTYPE)          # s_i = sum_e p^h_e, unscaled
+    for h in range(H):
+        cols = slice(h * dh, (h + 1) * dh)
+        for j in range(n):
+            if j == iq:
+                Sp[cols, h * n + j] = 1.0
+            else:
+                Kq[cols, h * n + j] = tr.K0[j, h]
+    s_raw = G.linear([(q, Kq), (p, Sp)])
+    s = G.linear([(s_raw, torch.eye(H * n, dtype=DTYPE) * (1.0 / math.sqrt(dh)))])
+    # softmax per head with a constant shift m_h (the largest centre score): a_j = E_j / sum_k E_k,
+    # E_j = exp(s_j - m_h) (the same function as map.forward's 1 / (1 + sum exp(s_k - s_j)), well scaled)
+    shift = -s.c.reshape(H, n).amax(-1).repeat_interleave(n)
+    t = G.linear([(s, torch.eye(H * n, dtype=DTYPE))], shift)
+    E = G.unary(t, EXP)
+    S = torch.zeros(H * n, H, dtype=DTYPE)
+    for h in range(H):
+        S[h * n:(h + 1) * n, h] = 1.0
+    D = G.linear([(E, S)])
+    Dinv = G.unary(D, RECIPROCAL)
+    a = G.product(E, G.linear([(Dinv, S.T.contiguous())]))
+    A_fixed = torch.zeros(H * n, d, dtype=DTYPE)
+    Sel = torch.zeros(H * n, d, dtype=DTYPE)
+    for h in range(H):
+        for j in range(n):
+            if j == iq:
+                Sel[h * n + j, h * dh:(h + 1) * dh] = 1.0
+            else:
+                A_fixed[h * n + j, h * dh:(h + 1) * dh] = tr.V0[j, h]
+    ai = G.linear([(a, Sel)])
+    pv = G.product(ai, v)
+    o = G.linear([(a, A_fixed), (pv, torch.eye(d, dtype=DTYPE))])
+    y = G.linear([(x, torch.eye(d, dtype=DTYPE)), (o, tr.W_O)], tr.b_O)
+    h_ln = _layer_norm(G, y, tr.ln_attn)
+    base = y if tr.family == "gpt2" else h_ln
+    pre = G.linear([(h_ln, tr.W_1)], tr.b_1)
+    mm = G.unary(pre, tr.activation)
+    y2 = G.linear([(base, torch.eye(d, dtype=DTYPE)), (mm, tr.W_2)], tr.b_2)
+    F = _layer_norm(G, y2, tr.ln_out)
+    g = G.linear([(F, C.T.contiguous())])
+    return G, g
+
+
+# --------------------------------------------------------------------------------------------------
+# Hessian at the centre and its variation over the box
+# --------------------------------------------------------------------------------------------------
+def centre_hessian(G: Graph, lam0: list) -> tuple[torch.Tensor, torch.Tensor]:
+    """(H0 (m, d, d) float, its rounding bound on the box: max_u |u^T (H0 - H_exact) u| / 1 for ||u|| <= 1)."""
+    H = None
+    absum = None
+    count = 0
+    for op in G.ops:
+        if op.kind == "linear":
+            continue
+        l0 = lam0[op.out]                                            # (m, N)
+        if op.kind == "unary":
+            z = G.vars[op.inputs[0]]
+            A = l0 * op.curve.d2(z.c)
+            term = torch.einsum("mn,nd,ne->mde", A, z.J, z.J)
+            ab = (A.abs() * z.s ** 2).sum(-1) * (1.0 + FN_ULPS * U)
+        else:
+            x, y = (G.vars[i] for i in op.inputs)
+            half = torch.einsum("mn,nd,ne->mde", l0, x.J, y.J)
+            term = half + half.transpose(-1, -2)
+            ab = 2.0 * (l0.abs() * x.s * y.s).sum(-1)
+        count += l0.shape[1]
+        H = term if H is None else H + term
+        absum = ab if absum is None else absum + ab
+    H = 0.5 * (H + H.transpose(-1, -2))
+    return H, inflate(gamma(count + 16) * absum)
+
+
+def deviation(G: Graph, lam0: list, Lam: list) -> dict:
+    """Dev(rho) (B, m) per node category: bound on |u^T (H(xi) - H0) u| over ||xi|| <= rho, ||u||_inf <= 1."""
+    out = {}
+    for op in G.ops:
+        if op.kind == "linear":
+            continue
+        l0, L = lam0[op.out].abs().unsqueeze(0), Lam[op.out]          # (1, m, N), (B, m, N)
+        if op.kind == "unary":
+            z = G.vars[op.inputs[0]]
+            w = G.width(z)
+            _, M3 = range_bounds(op.curve, z.c, w, z.floor)
+            d2 = op.curve.d2(z.c).abs() * (1 + FN_ULPS * U)
+            s, a = z.s.unsqueeze(0), z.a
+            dA = L * (d2 + M3 * w).unsqueeze(1) + l0 * (M3 * w).unsqueeze(1)
+            sa = (s + a).unsqueeze(1)
+            term = dA * sa * sa + (l0 * d2) * (2 * s * a + a * a).unsqueeze(1)
+            key = op.curve.name
+        else:
+            x, y = (G.vars[i] for i in op.inputs)
+            sx, sy, ax, ay = x.s.unsqueeze(0), y.s.unsqueeze(0), x.a, y.a
+            term = 2.0 * (L * ((sx + ax) * (sy + ay)).unsqueeze(1)
+                          + l0 * (ax * sy + sx * ay + ax * ay).unsqueeze(1))
+            key = "product"
+        v = inflate(term.sum(-1))
+        out[key] = v if key not in out else inflate(out[key] + v)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Box maximum of a quadratic form: SDP dual with a verified positive definiteness
+# --------------------------------------------------------------------------------------------------
+def psd_shift(A: torch.Tensor) -> torch.Tensor:
+    """c such that a successful float Cholesky of A - c I proves A (exactly as stored) positive definite
+    (Rump 2006, Thm 2.3 with alpha = gamma_{n+1} / (1 - gamma_{n+1}); doubled and padded here)."""
+    n = A.shape[-1]
+    g = gamma(n + 2)
+    tr = torch.diagonal(A, dim1=-2, dim2=-1).abs().sum(-1)
+    return 2.0 * (g / (1.0 - g)) * tr * (1 + 1e-6) + 1e-280
+
+
+def verified_pd(A: torch.Tensor) -> torch.Tensor:
+    """(P,) bool: A_p positive definite, proved by a float Cholesky of A_p - c_p I."""
+    c = psd_shift(A)
+    _, info = torch.linalg.cholesky_ex(A - c.view(-1, 1, 1) * torch.eye(A.shape[-1], dtype=DTYPE))
+    return info == 0
+
+
+def sdp_box_upper(M: torch.Tensor, iterations: int = 12, D0: torch.Tensor | None = None):
+    """Sound upper bound of max over u in [-1,1]^n of 1/2 u^T M u (M (P, n, n) float, symmetric).
+
+    For y with diag(y) - M positive semidefinite and y >= 0: u^T M u <= u^T diag(y) u <= sum y. y is found by
+    projected subgradient steps on D (y = D + lambda_max(M - D)), then raised until diag(y) - M passes
+    `verified_pd`. Returns (bound (P,), y (P, n))."""
+    P, n, _ = M.shape
+    D = torch.diagonal(M, dim1=-2, dim2=-1).clone() if D0 is None else D0.clone()
+    best_val = torch.full((P,), math.inf, dtype=DTYPE)
+    best_y = torch.zeros(P, n, dtype=DTYPE)
+    norm = torch.linalg.matrix_norm(M, ord=2)
+    step = norm / n
+    for it in range(iterations):
+        evals, evecs = torch.linalg.eigh(M - torch.diag_embed(D))
+        mu = evals[:, -1]
+        y = torch.clamp(D + mu.unsqueeze(-1), min=0.0)
+        val = 0.5 * y.sum(-1)
+        better = val < best_val
+        best_val = torch.where(better, val, best_val)
+        best_y = torch.where(better.unsqueeze(-1), y, best_y)
+        active = (D + mu.unsqueeze(-1) > 0).to(DTYPE)
+        v2 = evecs[:, :, -1] ** 2
+        sub = active - active.sum(-1, keepdim=True) * v2
+        D = D - (step / math.sqrt(it + 1)).unsqueeze(-1) * sub / sub.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+    tau = (1e-12 * norm).unsqueeze(-1) + 1e-300
+    y = best_y + tau
+    ok = torch.zeros(P, dtype=torch.bool)
+    for _ in range(60):
+        A = torch.diag_embed(y) - M
+        ok_now = verified_pd(A)
+        ok = ok | ok_now
+        if bool(ok.all()):
+            break
+        tau = torch.where(ok.unsqueeze(-1), tau, 4.0 * tau)
+        y = torch.where(ok.unsqueeze(-1), y, best_y + tau)
+    y = torch.where(ok.unsqueeze(-1), y, torch.full_like(y, math.inf))
+    return inflate(0.5 * y.sum(-1)), y
+
+
+def augmented(H: torch.Tensor, grad: torch.Tensor, r: float) -> torch.Tensor:
+    """[[r^2 H, r grad], [r grad^T, 0]] (P, d + 1, d + 1): 1/2 [u; t]^T M [u; t] = r grad . u t + r^2/2 u^T H u."""
+    P, d, _ = H.shape
+    M = torch.zeros(P, d + 1, d + 1, dtype=DTYPE)
+    M[:, :d, :d] = (r * r) * H
+    M[:, :d, d] = r * grad
+    M[:, d, :d] = r * grad
+    return M
+
+
+# --------------------------------------------------------------------------------------------------
+# The certificate of one transition
+# --------------------------------------------------------------------------------------------------
+@dataclass
+class BlockCertificate:
+    radii: np.ndarray            # (R,)
+    certificate_f: np.ndarray    # (m, R) bound on max f (f with the stage's float g0, G)
+    certificate_g: np.ndarray    # (m, R) bound on max g
+    certificate_f_neg: np.ndarray   # (m, R) the same for -g
+    certificate_g_neg: np.ndarray
+    parts: dict                  # name -> (m, R) the terms (for measurement and storage)
+    stored: dict | None = None   # what certifies the bounds (`certificate_file_arrays`; the audit's input)
+
+
+def integration_weights(K: int) -> np.ndarray:
+    t = np.linspace(0.0, 1.0, K + 1)
+    return (t[1:] - t[:-1]) - 0.5 * (t[1:] ** 2 - t[:-1] ** 2)
+
+
+def _not_finite_is_inf(v: torch.Tensor) -> torch.Tensor:
+    """NaN (inf - inf, 0 * inf: an infinite piece) read as +inf; +inf kept (torch's default maps it to the largest
+    float, which would read as finite)."""
+    return torch.nan_to_num(v, nan=math.inf, posinf=math.inf)
+
+
+def bound_terms(sign: float, radii, y, dev, weights, off_g0, e0, a0, off_grad):
+    """The outward-rounded terms of the bounds of one sense from the certificate's pieces (all torch float64):
+    radii (R,), y the verified SDP dual (m, d), dev (R, K, m) the remainder's Dev(t_{k+1} r) (node sum plus H0's
+    rounding), weights (K,), off_g0 = g(0) - g0 (m,), e0 / a0 the rounding of g(0) / grad g(0), off_grad =
+    ||grad g(0) - G||_1 raised. Returns (r_t, quad, rem, base_f, lin_err), each (m, R) but r_t (R,)."""
+    K = weights.shape[0]
+    r_t = radii * (1 + 4 * U)
+    r2 = inflate(r_t * r_t)
+    M2 = inflate(0.5 * y.sum(-1))                                           # max of 1/2 u^T (s H0) u on the box
+    quad = inflate(M2.unsqueeze(-1) * r2)
+    dev_int = inflate((dev * weights.view(1, K, 1)).sum(1)).T               # (m, R)
+    rem = inflate(dev_int * r2)
+    off = sign * off_g0
+    base_f = (off + inflate(U * off.abs() + e0)).unsqueeze(-1)
+    lin_err = inflate((off_grad + a0).unsqueeze(-1) * r_t)
+    return r_t, quad, rem, base_f, lin_err
+
+
+def f_bound(sign: float, **pieces) -> torch.Tensor:
+    """Bound on max of sign * f (m, R) from the pieces (`bound_terms`); +inf where a piece is not finite."""
+    _, quad, rem, base_f, lin_err = bound_terms(sign, **pieces)
+    return _not_finite_is_inf(inflate(base_f.abs() * (base_f > 0) + lin_err + quad + rem))
+
+
+def g_bound(c, grad_l1, sign: float, joint_max=None, **pieces) -> torch.Tensor:
+    """Bound on max of sign * g (m, R): sign c + e0 + a0 r + max(r grad . u + 1/2 r^2 u^T H0 u) + remainder, the
+    maximum bounded by r ||grad||_1 + the quadratic bound unless `joint_max` (the augmented SDP) is given."""
+    r_t, quad, rem, _, _ = bound_terms(sign, **pieces)
+    if joint_max is None:
+        joint_max = inflate(grad_l1.unsqueeze(-1) * r_t + quad)
+    e0, a0 = pieces["e0"], pieces["a0"]
+    cert_g = sign * c.unsqueeze(-1) + inflate(e0.unsqueeze(-1) + a0.unsqueeze(-1) * r_t + joint_max + rem)
+    return _not_finite_is_inf(cert_g + inflate(U * cert_g.abs()))
+
+
+def certificate_file_arrays(cert: "BlockCertificate", heads: list) -> dict:
+    """One transition's stored pieces as arrays for an npz (`heads`: the table's head of each row of C)."""
+    arrays = {k: np.asarray(v) for k, v in cert.stored.items() if k != "H0"}
+    H0 = np.asarray(cert.stored["H0"])
+    iu = np.triu_indices(H0.shape[-1])
+    return {**arrays, "H0_triu": H0[:, iu[0], iu[1]], "heads": np.asarray(heads, dtype=np.int64)}
+
+
+def stored_hessian(H0_triu: np.ndarray) -> np.ndarray:
+    """The symmetric H0 (m, d, d) from its stored upper triangle (exact: H0 is symmetric as computed)."""
+    n = H0_triu.shape[-1]
+    d = int(round((math.isqrt(8 * n + 1) - 1) / 2))
+    iu = np.triu_indices(d)
+    H = np.zeros(H0_triu.shape[:-1] + (d, d))
+    H[:, iu[0], iu[1]] = H0_triu
+    H[:, iu[1], iu[0]] = H0_triu
+    return H
+
+
+def certify_transition(tr: BlockTransition, C, g0, grad, radii, pieces: int = 8, sdp_iterations: int = 10,
+                       joint: bool = False) -> BlockCertificate:
+    """Sound bounds on max f and max g over ||delta||_inf <= r for every row of C and radius r."""
+    Ct = torch.as_tensor(np.asarray(C, dtype=np.float64), dtype=DTYPE)
+    g0 = torch.as_tensor(np.asarray(g0, dtype=np.float64), dtype=DTYPE)
+    grad = torch.as_tensor(np.asarray(grad, dtype=np.float64), dtype=DTYPE)
+    radii = np.asarray(radii, dtype=np.float64)
+    R, K = len(radii), pieces
+    ts = np.arange(1, K + 1) / K
+    rho = np.concatenate([[0.0], (radii[:, None] * ts[None, :]).reshape(-1)])
+    # rho slightly raised so that t r (real) <= rho (float)
+    rho_t = torch.as_tensor(rho * (1 + 4 * U), dtype=DTYPE)
+    G, gv = block_graph(tr, Ct, rho_t)
+    lam0, Lam = G.adjoints(gv)
+    H0, h_round = centre_hessian(G, lam0)
+    dev_parts = deviation(G, lam0, Lam)
+    dev = sum(dev_parts.values()) + h_round.unsqueeze(0)                  # (B, m)
+    w = torch.as_tensor(integration_weights(K), dtype=DTYPE)
+    dev_int = inflate((dev[1:].reshape(R, K, -1) * w.view(1, K, 1)).sum(1)).T    # (m, R)
+    e0 = gv.e[0]                                                            # (m,) rounding of g(0)
+    a0 = gv.a[0]                                                            # (m,) rounding of grad g(0)
+    r_t = torch.as_tensor(radii * (1 + 4 * U), dtype=DTYPE)
+    r2 = inflate(r_t * r_t)
+    off_g0 = gv.c - g0                                                      # float difference (one rounding)
+    off_grad = inflate((gv.J - grad).abs().sum(-1) * (1 + 2 * U))           # (m,)
+    parts = {"dev_" + k: (inflate((v[1:].reshape(R, K, -1) * w.view(1, K, 1)).sum(1)).T * r2).numpy()
+             for k, v in dev_parts.items()}
+    # what certifies the bounds (`stored`; re-checked by attncert audit, audit/block_audit.py)
+    pieces = {"radii": torch.as_tensor(radii, dtype=DTYPE), "dev": dev[1:].reshape(R, K, -1), "weights": w,
+              "off_g0": off_g0, "e0": e0, "a0": a0, "off_grad": off_grad}
+    stored = {k: v.numpy().copy() for k, v in pieces.items()}
+    stored.update(H0=H0.numpy().copy(), c=gv.c.numpy().copy(), J=gv.J.numpy().copy(), g0=g0.numpy().copy(),
+                  G=grad.numpy().copy(), pieces=np.int64(K))
+    out = {}
+    for sense, sign in (("pos", 1.0), ("neg", -1.0)):
+        _, yH = sdp_box_upper(sign * H0, sdp_iterations)                    # (m,), (m, d)
+        stored[f"y_{sense}"] = yH.numpy().copy()
+        _, quad, rem, _, _ = bound_terms(sign, y=yH, **pieces)
+        cert_f = f_bound(sign, y=yH, **pieces)
+        joint_max = None
+        if joint:
+            joint_max = torch.stack([sdp_box_upper(augmented(sign * H0, sign * gv.J, r), sdp_iterations, torch.cat(
+                [r * r * yH + r * gv.J.abs(), r * gv.J.abs().sum(-1, keepdim=True)], -1))[0]
+                for r in r_t.tolist()], -1)                                    # (m, R)
+        cert_g = g_bound(gv.c, gv.J.abs().sum(-1), sign, y=yH, joint_max=joint_max, **pieces)
+        if joint_max is None:
+            joint_max = inflate(gv.J.abs().sum(-1).unsqueeze(-1) * r_t + quad)
+        # a nan can only come from an infinite bound (inf - inf, 0 * inf): the sound reading is +inf
+        out[sense] = tuple(_not_finite_is_inf(v).numpy() for v in (cert_f, cert_g, quad, rem, joint_max))
+    parts.update({"quadratic": out["pos"][2], "remainder": out["pos"][3], "joint": out["pos"][4],
+                  "quadratic_neg": out["neg"][2], "rounding": np.broadcast_to(
+                      (e0 + (off_grad + a0) * 1e-3).unsqueeze(-1).numpy(), (Ct.shape[0], R)).copy()})
+    return BlockCertificate(radii=radii, certificate_f=out["pos"][0], certificate_g=out["pos"][1],
+                            certificate_f_neg=out["neg"][0], certificate_g_neg=out["neg"][1], parts=parts,
+                            stored=stored)
+
+
+# --------------------------------------------------------------------------------------------------
+# The reported bound: the smaller of the second-order certificate and CROWN, labelled
+# --------------------------------------------------------------------------------------------------
+SOURCES = ("second_order", "crown", "none")
+
+
+def crown_g_bounds(g0, grad, radii, crown_upper, crown_lower) -> tuple[np.ndarray, np.ndarray]:
+    """CROWN's bounds on max g and max(-g) (m, R) from its bounds on f (R, m).
+
+    g = g0 + G . delta + f exactly for the stage's float g0 and G (f is defined with them), so
+    max g <= g0 + r ||G||_1 + max f and max(-g) <= -g0 + r ||G||_1 - min f; raised by a bound on the
+    rounding of the float sums (gamma_{d+4} times the sum of magnitudes)."""
+    g0, grad = np.asarray(g0, dtype=np.float64), np.asarray(grad, dtype=np.float64)
+    radii = np.asarray(radii, dtype=np.float64)
+    up, lo = np.asarray(crown_upper, dtype=np.float64).T, np.asarray(crown_lower, dtype=np.float64).T
+    lin = np.abs(grad).sum(-1)[:, None] * radii[None, :]                 # (m, R)
+    slack = 2.0 * gamma(grad.shape[-1] + 4)
+    pos = g0[:, None] + lin + up
+    neg = -g0[:, None] + lin - lo
+    pos = pos + slack * (np.abs(g0)[:, None] + lin + np.abs(up)) + 1e-300
+    neg = neg + slack * (np.abs(g0)[:, None] + lin + np.abs(lo)) + 1e-300
+    return pos, neg
+
+
+def smaller_sound(second_order, crown) -> tuple[np.ndarray, np.ndarray]:
+    """Elementwise the smaller of two sound upper bounds, and which one it is (`SOURCES`).
+
+    A bound that is not finite (an enclosure that reached a singularity, a CROWN error) never wins; where
+    neither is finite the value is +inf and the source "none"."""
+    a = np.asarray(second_order, dtype=np.float64)
+    b = np.broadcast_to(np.asarray(crown, dtype=np.float64), a.shape)
+    fa, fb = np.isfinite(a), np.isfinite(b)
+    take_a = fa & (~fb | (a <= b))
+    take_b = ~take_a & fb
+    value = np.where(take_a, a, np.where(take_b, b, np.inf))
+    source = np.where(take_a, SOURCES[0], np.where(take_b, SOURCES[1], SOURCES[2]))
+    return value, source

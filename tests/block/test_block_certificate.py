@@ -1,0 +1,153 @@
+"""The sound block certificate (block/certificate.py, block/enclosure.py) on tiny random blocks (GPT-2 pre-LN and
+BERT post-LN): it bounds f and g at random points, vertices and ascent maxima at every radius, both senses; with
+its remainder dropped it is violated (so the tests can see an unsound bound); its pieces hold on their own.
+"""
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from attncert.block.build import transition_from_model
+from attncert.block.certificate import block_graph, certify_transition, sdp_box_upper, smaller_sound, verified_pd
+from attncert.block.map import specification_values
+from attncert.block.residual import analyze_transition, ascent, curvature
+from attncert.pipeline.extraction import load_model
+
+torch.set_num_threads(1)
+DT = torch.float64
+RADII = [1e-3, 1e-2, 3e-2]
+
+
+@pytest.fixture(scope="module", params=["gpt2", "bert"])
+def tiny(request, tiny_gpt2_dir, tiny_bert_dir):
+    family = request.param
+    path = tiny_gpt2_dir if family == "gpt2" else tiny_bert_dir
+    loaded = load_model({"name": f"tiny-{family}", "family": family, "source": str(path)})
+    rng = np.random.default_rng(1)
+    x0 = rng.standard_normal((6, 16)) * (1.0 if family == "bert" else 2.0)
+    tr = transition_from_model(loaded.model, family, 1, x0, position=3)
+    C = torch.as_tensor(rng.standard_normal((3, 16)), dtype=DT)
+    C = C / C.norm(dim=1, keepdim=True)
+    cv = curvature(tr, C)
+    cert = certify_transition(tr, C.numpy(), cv.g0.numpy(), cv.gradient.numpy(), RADII, pieces=8)
+    return tr, C, cv, cert
+
+
+def _points(tr, r, n=400, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    pts = (2 * torch.rand(n, tr.d, dtype=DT, generator=gen) - 1) * r
+    vertices = torch.sign(torch.randn(n, tr.d, dtype=DT, generator=gen)) * r
+    return torch.cat([pts, vertices])
+
+
+def _ascent_max(tr, C, cv, sign=1.0, radii=RADII):
+    Cs = sign * C
+    g0, grad = sign * cv.g0, sign * cv.gradient
+    starts = torch.sign(torch.randn(C.shape[0], 6, tr.d, dtype=DT, generator=torch.Generator().manual_seed(3)))
+    best, _ = ascent(tr, Cs, g0, grad, radii, starts, steps=60)
+    return best.numpy()                                                    # (m, R)
+
+
+def test_certificate_bounds_f_and_g_everywhere(tiny):
+    tr, C, cv, cert = tiny
+    assert np.all(np.isfinite(cert.certificate_f)) and np.all(np.isfinite(cert.certificate_g))
+    for ri, r in enumerate(RADII):
+        delta = _points(tr, r, seed=ri)
+        g = specification_values(tr, C, delta).detach().numpy()           # (n, m)
+        f = g - cv.g0.numpy() - (delta @ cv.gradient.T).numpy()
+        assert np.all(f <= cert.certificate_f[:, ri]), r
+        assert np.all(-f <= cert.certificate_f_neg[:, ri]), r
+        assert np.all(g <= cert.certificate_g[:, ri]), r
+        assert np.all(-g <= cert.certificate_g_neg[:, ri]), r
+    assert np.all(_ascent_max(tr, C, cv) <= cert.certificate_f)
+    assert np.all(_ascent_max(tr, C, cv, -1.0) <= cert.certificate_f_neg)
+
+
+def test_certificate_without_remainder_is_violated(tiny):
+    """The certificate with its remainder dropped (the SDP bound of 1/2 r^2 u^T H0 u alone) is not an upper
+    bound at large radii: the ascent exceeds it on some unit in one sense or the other, and so the soundness
+    test above would fail without the remainder. The full certificate still holds there (or is +inf)."""
+    tr, C, cv, _ = tiny
+    radii = [0.1, 0.3, 1.0]
+    cert = certify_transition(tr, C.numpy(), cv.g0.numpy(), cv.gradient.numpy(), radii, pieces=8)
+    up, down = _ascent_max(tr, C, cv, radii=radii), _ascent_max(tr, C, cv, -1.0, radii=radii)
+    over = (up > cert.parts["quadratic"]) | (down > cert.parts["quadratic_neg"])
+    assert over.any()
+    assert np.all(up <= cert.certificate_f) and np.all(down <= cert.certificate_f_neg)
+    assert np.all(cert.parts["remainder"] > 0)
+
+
+def test_affine_enclosure_holds_at_sampled_points(tiny):
+    tr, C, cv, _ = tiny
+    r = RADII[-1]
+    G, gv = block_graph(tr, C, torch.tensor([r], dtype=DT))
+    xi = _points(tr, r, n=200, seed=7)
+    g = specification_values(tr, C, xi).detach()
+    lin = gv.c + xi @ gv.J.T
+    assert torch.all((g - lin).abs() <= gv.e[0])
+    # the Jacobian remainder: J(xi) u - J u for u = sign vectors
+    jac = torch.func.vmap(torch.func.jacrev(lambda x: specification_values(tr, C, x)))(xi[:20])   # (20, m, d)
+    u = torch.sign(torch.randn(5, tr.d, dtype=DT, generator=torch.Generator().manual_seed(2)))
+    dev = torch.einsum("nmd,kd->nkm", jac - gv.J.unsqueeze(0), u).abs()
+    assert torch.all(dev <= gv.a[0])
+
+
+def test_sdp_box_upper_covers_every_vertex_and_is_verified():
+    gen = torch.Generator().manual_seed(0)
+    A = torch.randn(4, 8, 8, dtype=DT, generator=gen)
+    M = 0.5 * (A + A.transpose(-1, -2))
+    bound, y = sdp_box_upper(M, iterations=20)
+    V = torch.tensor(list(itertools.product([-1.0, 1.0], repeat=8)), dtype=DT)
+    brute = 0.5 * torch.einsum("vd,pde,ve->pv", V, M, V).amax(-1)
+    assert torch.all(brute <= bound)
+    assert torch.all(verified_pd(torch.diag_embed(y) - M))
+    assert not bool(verified_pd(-torch.eye(3, dtype=DT).unsqueeze(0))[0])
+
+
+def test_smaller_sound_never_picks_a_bound_that_is_not_finite():
+    value, source = smaller_sound(np.array([1.0, 3.0, np.inf, np.nan, np.inf]),
+                                  np.array([2.0, 2.0, 5.0, 4.0, np.nan]))
+    assert value[:4].tolist() == [1.0, 2.0, 5.0, 4.0] and value[4] == np.inf
+    assert source.tolist() == ["second_order", "crown", "crown", "crown", "none"]
+
+
+@pytest.mark.parametrize("family", ["gpt2", "bert"])
+def test_reported_certificate_is_finite_sound_and_labelled(family, tiny_gpt2_dir, tiny_bert_dir):
+    """At radii where the second-order certificate is +inf or above CROWN, the stage's row reports CROWN's bound
+    (labelled `crown`); every reported bound is finite and holds at sampled points and at the ascent maximum."""
+    path = tiny_gpt2_dir if family == "gpt2" else tiny_bert_dir
+    loaded = load_model({"name": f"tiny-{family}", "family": family, "source": str(path)})
+    rng = np.random.default_rng(1)
+    x0 = rng.standard_normal((6, 16)) * (1.0 if family == "bert" else 2.0)
+    tr = transition_from_model(loaded.model, family, 1, x0, position=3)
+    C = rng.standard_normal((3, 16))
+    C = C / np.linalg.norm(C, axis=1, keepdims=True)
+    radii = [1e-3, 0.3, 1.0]
+    rows, _ = analyze_transition(tr, C, radii, qp_starts=8, ascent_restarts=4, ascent_steps=40, seed=0)
+    df = pd.DataFrame(rows)
+    cols = ["certificate_f", "certificate_g", "certificate_f_neg", "certificate_g_neg"]
+    assert np.isfinite(df[cols].to_numpy()).all()
+    assert (df["status"] == "ok").all()
+    assert (df["certificate_f"] >= df["ascent_max"]).all()
+    for k in ("f", "g", "f_neg", "g_neg"):
+        raw, rep = df[f"second_order_certificate_{k}"], df[f"certificate_{k}"]
+        src = df["certificate_source" if k == "f" else f"certificate_{k}_source"]
+        assert set(src) <= {"second_order", "crown"}
+        assert (rep <= raw).all()
+        assert np.array_equal(rep[src == "second_order"], raw[src == "second_order"])
+    crown_g = df["g0"] + df["gradient_norm_l1"] * df["radius"] + df["crown_upper"]
+    assert np.allclose(df.loc[df.certificate_g_source == "crown", "certificate_g"],
+                       crown_g[df.certificate_g_source == "crown"], rtol=1e-9)
+    assert (df["certificate_source"] == "crown").any()          # the large radii: the enclosure gives up
+    assert np.isposinf(df["second_order_certificate_f"]).any()   # +inf stays +inf (not the largest float)
+    assert (df.loc[df.radius == radii[0], "certificate_source"] == "second_order").all()
+    Ct = torch.as_tensor(C, dtype=DT)
+    for ri, r in enumerate(radii):
+        rr = df[df.radius == r]
+        delta = _points(tr, r, seed=10 + ri)
+        g = specification_values(tr, Ct, delta).detach().numpy()
+        f = g - rr["g0"].to_numpy() - delta.numpy() @ curvature(tr, Ct).gradient.numpy().T
+        assert np.all(f <= rr["certificate_f"].to_numpy()) and np.all(-f <= rr["certificate_f_neg"].to_numpy())
+        assert np.all(g <= rr["certificate_g"].to_numpy()) and np.all(-g <= rr["certificate_g_neg"].to_numpy())
