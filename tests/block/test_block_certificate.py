@@ -15,6 +15,8 @@ from attncert.block.map import specification_values
 from attncert.block.residual import analyze_transition, ascent, curvature
 from attncert.pipeline.extraction import load_model
 
+from tiny_blocks import tiny_block  # tests/tiny_blocks.py
+
 torch.set_num_threads(1)
 DT = torch.float64
 RADII = [1e-3, 1e-2, 3e-2]
@@ -22,15 +24,7 @@ RADII = [1e-3, 1e-2, 3e-2]
 
 @pytest.fixture(scope="module", params=["gpt2", "bert"])
 def tiny(request, tiny_gpt2_dir, tiny_bert_dir):
-    family = request.param
-    path = tiny_gpt2_dir if family == "gpt2" else tiny_bert_dir
-    loaded = load_model({"name": f"tiny-{family}", "family": family, "source": str(path)})
-    rng = np.random.default_rng(1)
-    x0 = rng.standard_normal((6, 16)) * (1.0 if family == "bert" else 2.0)
-    tr = transition_from_model(loaded.model, family, 1, x0, position=3)
-    C = torch.as_tensor(rng.standard_normal((3, 16)), dtype=DT)
-    C = C / C.norm(dim=1, keepdim=True)
-    cv = curvature(tr, C)
+    _, tr, C, cv = tiny_block(request.param, tiny_gpt2_dir, tiny_bert_dir)
     cert = certify_transition(tr, C.numpy(), cv.g0.numpy(), cv.gradient.numpy(), RADII, pieces=8)
     return tr, C, cv, cert
 

@@ -15,11 +15,13 @@ from attncert.block.crown_modules import BoundScalarCurve, ScalarCurveModule, bl
 from attncert.block.build import reference_output, transition_from_model
 from attncert.block.transitions import transition_points
 from attncert.block.map import (GELU_ERF, GELU_TANH, RSQRT, SQUARE, forward, specification_values)
-from attncert.block.residual import (QuadraticForms, analyze_transition, box_qp_max, box_qp_upper, curvature,
+from attncert.block.residual import (QuadraticForms, analyze_transition, box_qp_max, box_qp_upper,
                                      effective_rank, max_bilinear_box, node_hessians, per_op_maxima,
                                      residual_values, softmax_forms)
 from attncert.pipeline.extraction import load_model
 from bound_propagation.bounds import IntervalBounds
+
+from tiny_blocks import tiny_block  # tests/tiny_blocks.py
 
 torch.set_num_threads(1)
 DT = torch.float64
@@ -27,15 +29,8 @@ DT = torch.float64
 
 @pytest.fixture(scope="module", params=["gpt2", "bert"])
 def tiny(request, tiny_gpt2_dir, tiny_bert_dir):
+    loaded, tr, C, cv = tiny_block(request.param, tiny_gpt2_dir, tiny_bert_dir)
     family = request.param
-    path = tiny_gpt2_dir if family == "gpt2" else tiny_bert_dir
-    loaded = load_model({"name": f"tiny-{family}", "family": family, "source": str(path)})
-    rng = np.random.default_rng(1)
-    x0 = rng.standard_normal((6, 16)) * (1.0 if family == "bert" else 2.0)
-    tr = transition_from_model(loaded.model, family, 1, x0, position=3)
-    C = torch.as_tensor(rng.standard_normal((3, 16)), dtype=DT)
-    C = C / C.norm(dim=1, keepdim=True)
-    cv = curvature(tr, C)
     return loaded.model, family, tr, C, cv
 
 

@@ -190,6 +190,19 @@ def _dominant_family_head(seed: int, norm: str):
     return replace(problem, Z0=Z0)
 
 
+def _assert_within_twice_the_monolithic_gap(problem, tight: bool):
+    """Neither path falls back, the long-context path is sound against the exact value and its gap is at most
+    twice the monolithic program's, up to 1e-6 of the first-order gap."""
+    ex = exact_worst_case(problem)
+    fo = first_order_certificate(problem)
+    long = sep.second_order_separable(problem, upper_cone=tight)
+    mono = second_order_fixed(problem, upper_cone=tight)
+    assert not long.fallback and not mono.fallback
+    gap_long, gap_mono = long.value - ex.hi, mono.value - ex.hi
+    assert gap_long >= -1e-9 * (1.0 + ex.value_spread)
+    assert gap_long <= 2.0 * gap_mono + 1e-6 * (fo - ex.hi)
+
+
 @pytest.mark.parametrize("tight", [False, True])
 @pytest.mark.parametrize("norm", ["linf", "l2"])
 @pytest.mark.parametrize("seed", range(3))
@@ -199,14 +212,7 @@ def test_token_family_as_tight_as_the_monolithic_program_on_dominant_token_heads
     problem = _dominant_family_head(seed, norm)
     _, D, early = prepared_data(problem, time.perf_counter())
     assert early is None and D.A.size > FAMILY_ABOVE
-    ex = exact_worst_case(problem)
-    fo = first_order_certificate(problem)
-    long = sep.second_order_separable(problem, upper_cone=tight)
-    mono = second_order_fixed(problem, upper_cone=tight)
-    assert not long.fallback and not mono.fallback
-    gap_long, gap_mono = long.value - ex.hi, mono.value - ex.hi
-    assert gap_long >= -1e-9 * (1.0 + ex.value_spread)
-    assert gap_long <= 2.0 * gap_mono + 1e-6 * (fo - ex.hi)
+    _assert_within_twice_the_monolithic_gap(problem, tight)
 
 
 @settings(max_examples=60, **SETTINGS)
@@ -266,14 +272,7 @@ def test_property_token_family_within_twice_the_monolithic_gap_on_dominant_token
     (token family) is sound and its gap is at most twice the monolithic program's (up to 1e-6 of the first-order
     gap), and neither falls back."""
     problem = _dominant_family_head(seed, norm)
-    ex = exact_worst_case(problem)
-    fo = first_order_certificate(problem)
-    long = sep.second_order_separable(problem, upper_cone=tight)
-    mono = second_order_fixed(problem, upper_cone=tight)
-    assert not long.fallback and not mono.fallback
-    gap_long, gap_mono = long.value - ex.hi, mono.value - ex.hi
-    assert gap_long >= -1e-9 * (1.0 + ex.value_spread)
-    assert gap_long <= 2.0 * gap_mono + 1e-6 * (fo - ex.hi)
+    _assert_within_twice_the_monolithic_gap(problem, tight)
 
 
 @settings(max_examples=6, **SETTINGS)
