@@ -17,7 +17,8 @@ maximum of f (`residual.ascent` from the stage's starts: +-u* and +-(second best
 centre Hessian, then random vertices, --ascent-starts in all, --ascent-steps steps) gives certificate_f / ascent
 and crown_upper / ascent (medians over the rows; the certificate's also split into its SDP quadratic term and its
 remainder). A CROWN call whose predicted time (the last n's times (n ratio)^2) exceeds --crown-cap seconds is not
-run, and said so.
+run, and said so; the process runs under an address-space limit (--memory-limit-gb), so that a call that runs
+out of memory fails (recorded, and no larger n is tried for it) instead of calling the machine's OOM killer.
 
 Fitted growth exponents: slope of log(median seconds) (and of log(peak MB)) on log(n) per model and method; the d
 ratio is time(random-gpt2) / time(MiniLM) at the same n, with log2 of it the implied exponent in d (the two models
@@ -139,6 +140,11 @@ def run(args) -> dict:
     from attncert.block.residual import ascent
 
     torch.set_num_threads(1)
+    if args.memory_limit_gb > 0:      # a failed allocation raises (caught per call) instead of the OOM killer
+        import resource
+
+        limit = int(args.memory_limit_gb * 2 ** 30)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
     r = float(args.radius)
     rows = []
     for name in args.models:
@@ -147,14 +153,21 @@ def run(args) -> dict:
             Ct, g0, G = centre(tr, C)
             m = C.shape[0]
             row = dict(model=name, n=n, d=tr.d, keys=len(tr.keys), m=m, heads=tr.n_heads, radius=r)
-            cert, row["certificate_s"], row["certificate_mb"] = measure(
-                lambda: certify_transition(tr, C, g0.numpy(), G.numpy(), [r], pieces=8, sdp_iterations=10), args.reps)
+            try:
+                cert, row["certificate_s"], row["certificate_mb"] = measure(
+                    lambda: certify_transition(tr, C, g0.numpy(), G.numpy(), [r], pieces=8, sdp_iterations=10),
+                    args.reps)
+            except (MemoryError, RuntimeError) as e:
+                print(f"[{name} n={n}] certificate failed: {type(e).__name__}: {e}"[:240], flush=True)
+                continue
             row["certificate_f"] = cert.certificate_f[:, 0].tolist()
             row["certificate_g"] = cert.certificate_g[:, 0].tolist()
             row["certificate_quadratic"] = cert.parts["quadratic"][:, 0].tolist()
             row["certificate_remainder"] = cert.parts["remainder"][:, 0].tolist()
             predicted = None if last_crown is None else last_crown[1] * (n / last_crown[0]) ** 2
-            if predicted is not None and predicted > args.crown_cap:
+            if predicted is not None and not math.isfinite(predicted):
+                row["crown_status"] = f"not run: failed at n = {last_crown[0]}"
+            elif predicted is not None and predicted > args.crown_cap:
                 row["crown_status"] = f"not run: predicted {predicted:.0f} s > --crown-cap {args.crown_cap:g} s"
             else:
                 try:
@@ -163,7 +176,10 @@ def run(args) -> dict:
                     row["crown_upper"], row["crown_status"] = up[0].tolist(), "ok"
                     last_crown = (n, row["crown_s"])
                 except (MemoryError, RuntimeError) as e:
-                    row["crown_status"] = f"{type(e).__name__}: {e}"[:200]
+                    row["crown_status"] = (f"failed under the {args.memory_limit_gb:g} GB address-space limit: "
+                                           f"{type(e).__name__}: {e}")[:240]
+                    last_crown = (n, math.inf)
+                    gc.collect()
             t0 = time.perf_counter()
             starts = ascent_starts(cert.stored["H0"], args.ascent_starts)
             best, _ = ascent(tr, Ct, g0, G, [r], starts, args.ascent_steps)
@@ -342,6 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--ascent-starts", type=int, default=8)
     ap.add_argument("--ascent-steps", type=int, default=60)
     ap.add_argument("--crown-cap", type=float, default=240.0, help="skip a CROWN call predicted above this (s)")
+    ap.add_argument("--memory-limit-gb", type=float, default=8.0,
+                    help="address-space limit of the process (0: none); without it CROWN at MiniLM n = 64 took all "
+                         "24 GB of the machine and was killed")
     ap.add_argument("--eig-max", type=int, default=3072, help="largest D of the eigendecomposition timing")
     return ap
 
