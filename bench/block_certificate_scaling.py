@@ -61,14 +61,6 @@ MODELS = {
 }
 
 
-def _status_mb(field: str) -> float:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return float(line.split()[1]) / 1024.0
-    return math.nan
-
-
 def _reset_peak() -> bool:
     try:
         import ctypes
@@ -90,11 +82,11 @@ def measure(fn, reps: int):
     for _ in range(reps):
         gc.collect()
         ok = _reset_peak()
-        start = _status_mb("VmRSS")
+        start = common.process_status_mb("VmRSS")
         t0 = time.perf_counter()
         out = fn()
         secs.append(time.perf_counter() - t0)
-        mbs.append(_status_mb("VmHWM") - start if ok else math.nan)
+        mbs.append(common.process_status_mb("VmHWM") - start if ok else math.nan)
     return out, float(np.median(secs)), float(np.max(mbs))
 
 

@@ -37,6 +37,19 @@ RESULTS = REPO / "bench" / "results"
 PACKAGES = ("numpy", "scipy", "cvxpy", "clarabel", "scs", "torch", "bound-propagation", "python-flint", "transformers")
 
 
+def process_status_mb(field: str) -> float:
+    """A memory field of this process from /proc/self/status in MB (VmRSS: resident now, VmHWM: its peak); NaN
+    where the kernel does not report it."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return float(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return float("nan")
+
+
 def single_threaded_blas() -> None:
     """2 shared cores: one BLAS/OpenMP thread per process (set before numpy is imported)."""
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):

@@ -73,14 +73,6 @@ def timed(fn):
     return out, time.perf_counter() - t0, "ok"
 
 
-def _status_mb(field: str) -> float:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return float(line.split()[1]) / 1024.0
-    return math.nan
-
-
 def _second_order_call(args):
     """In a fresh interpreter: one second-order certificate; (value, seconds, status, peak memory above the
     interpreter's level before the call, MB). The solver allocates outside Python, so the kernel's high-water mark
@@ -94,9 +86,9 @@ def _second_order_call(args):
           "second_order_tight": lambda: second_order_certificate(problem, upper_cone=True).value,
           "before_second_order": lambda: second_order_varying_factored(problem).value,
           "before_second_order_tight": lambda: second_order_varying_factored(problem, upper_cone=True).value}[name]
-    start = _status_mb("VmRSS")
+    start = common.process_status_mb("VmRSS")
     val, sec, status = timed(fn)
-    return val, sec, status, _status_mb("VmHWM") - start
+    return val, sec, status, common.process_status_mb("VmHWM") - start
 
 
 def isolated(problem, name):
