@@ -62,15 +62,15 @@ LONG_LADDER = tuple(dict(o, tol_gap_abs=1e-7, tol_gap_rel=1e-7, tol_feas=1e-7, m
 ATTEMPTS = ((0, 0), (0, 5), (1, 0), (2, -5))
 NEAR = 12  # consecutive edges on each side of a token's estimated vertex (linf)
 GRID = 9  # global sigma grid of edges (linf), above GRID_WIDE_UP_TO tokens
-GRID_WIDE, GRID_WIDE_UP_TO = 25, 128  # up to 128 tokens a 25-point grid: GPT-2-sized units with 64 keys (linf, tight,
-#                                       r = 0.02) gap 0.0119 -> 0.0097 at the same time (the cvxpy program: 0.0102);
-#                                       at 1,024 keys it cost 3.4x the time for no gain
+GRID_WIDE, GRID_WIDE_UP_TO = 25, 128  # up to 128 tokens a 25-point grid: on a GPT-2-sized unit with 64 keys (linf,
+#                                       tight, r = 0.02) it gives a gap of 0.0097 against 0.0119 with 9 points in the
+#                                       same time (the cvxpy program: 0.0102); with 1,024 keys 3.4x the time, no gain
 ROUNDS = 3  # solves with cutting planes (linf)
 MAX_EDGES = 40  # half-planes per token at most
 CUT_STOP = 1e-2  # stop once the atoms above their chains weigh <= this x the primal (objective units, origin near
-#                  the optimum: the primal measures about the gap). GPT-2-sized units, linf: with 1e-3, the second
-#                  solve at n = 1024 (r = 0.002) took 2.8 s and moved the relative gap 0.0374 -> 0.0370; at n = 256
-#                  (r = 0.02) three solves gave 0.2458 against one solve's 0.2479
+#                  the optimum: the primal measures about the gap). GPT-2-sized units, linf: a second solve at
+#                  n = 1024 (r = 0.002) takes 2.8 s for a relative gap of 0.0370 against one solve's 0.0374; at
+#                  n = 256 (r = 0.02) three solves give 0.2458 against one solve's 0.2479
 RESCUE_MAX = 64  # tokens at most for the rescue of a fallback by the cvxpy programs (`_rescued`)
 ACCEPT = 1e-3  # an attempt with bound - primal <= ACCEPT x |primal| counts as converged (primal near the gap)
 MAX_SCALE_EXP = 60  # token scaling: 2^60 at most (keys below e^-60 of the top are dropped beforehand)
