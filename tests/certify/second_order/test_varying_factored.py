@@ -20,6 +20,7 @@ from attncert.certify.second_order.varying_data import VaryingData
 from attncert.head.problem import random_head_problem
 
 from head_strategies import sampled_max, small_heads  # tests/head_strategies.py
+from lifted_varying_point import lifted_factored_point  # tests/lifted_varying_point.py
 
 SETTINGS = dict(suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
@@ -79,29 +80,7 @@ def test_query_budget_covers_every_query_perturbation(norm):
 
 def _lift_factored(p, D, delta):
     """Values of every variable of the factored program at the lifted true point of `delta`."""
-    M = p.W_Q @ p.W_K.T / np.sqrt(p.d_head)
-    dp = delta[D.order]
-    di = dp[-1]
-    n, m = D.n, D.n - 1
-    x = np.zeros((n, 3))  # sigma, omega, beta
-    eta = np.zeros(n)
-    for j in range(m):
-        x[j] = [D.u_s @ dp[j], D.u_w @ dp[j], di @ M @ dp[j]]
-        eta[j] = D.p[j] @ di
-    x[-1] = [D.u_q @ di, D.u_w @ di, di @ M @ di]
-    Hf, hk = vfp.widths(D)
-    e = np.exp(D.A + x[:, 0] + x[:, 2] + eta)
-    tau = 1.0 / e.sum()
-    bt = tau * np.exp(eta[:m] + Hf[:m])
-    base = np.concatenate([bt, [tau]])
-    sk = x[:, 0] + x[:, 2]
-    lam = base * np.expm1(sk + hk + D.eps) / np.expm1(2 * hk + 2 * D.eps)
-    xhat = x / D.scales[:, [0, 1, 3]] * D.active[:, [0, 1, 3]]
-    etahat = eta[:m] / Hf[:m]
-    vals = {"tau": tau, "mu": tau * np.expm1(eta[:m] + Hf[:m]) / np.expm1(2 * Hf[:m]), "bt": bt,
-            "eta": tau * etahat, "lam": lam, "U": lam[:, None] * xhat, "V": (base - lam)[:, None] * xhat,
-            "SU": lam * sk / hk, "SV": (base - lam) * sk / hk, "W": tau * di / p.radius, "Q": tau * etahat ** 2}
-    return vals
+    return lifted_factored_point(p, D, delta, lambda j, di: D.p[j] @ di)
 
 
 @pytest.mark.parametrize("norm", ["linf", "l2"])

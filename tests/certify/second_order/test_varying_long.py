@@ -22,10 +22,10 @@ from attncert.certify.second_order.dual_certificate import _cone_slices, weak_du
 from attncert.certify.second_order.relaxation import MONOTONE_POINTS
 from attncert.certify.second_order.token_program import solve_program
 from attncert.certify.second_order.varying_data import VaryingData
-from attncert.certify.second_order.varying_factored_program import widths
 from attncert.head.problem import random_head_problem
 
 from head_strategies import sampled_max  # tests/head_strategies.py
+from lifted_varying_point import lifted_factored_point  # tests/lifted_varying_point.py
 
 SETTINGS = dict(suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
@@ -59,33 +59,18 @@ def test_long_path_sound_against_ascent(problem, upper_cone, negate):
 
 
 def _lift(p, D, delta):
-    """Every variable of the long program at the lifted true point of `delta` (D: key-centered data)."""
-    M = p.W_Q @ p.W_K.T / np.sqrt(p.d_head)
-    dp = delta[D.order]
-    di = dp[-1]
-    n, m = D.n, D.n - 1
-    x = np.zeros((n, 3))  # sigma, omega, beta
-    eta = np.zeros(n)
-    for j in range(m):
-        x[j] = [D.u_s @ dp[j], D.u_w @ dp[j], di @ M @ dp[j]]
+    """Every variable of the long program at the lifted true point of `delta` (D: key-centered data); the keys are
+    read from the weights (the query inside the context included)."""
+    def query_shift(j, di):
         k0 = p.Z0[D.order[j]] @ p.W_K + p.b_K  # the key of token order[j], from the weights
-        eta[j] = (di @ p.W_Q) @ (k0 - D.kbar) / np.sqrt(p.d_head)
-    x[-1] = [D.u_q @ di, D.u_w @ di, di @ M @ di]
-    Hf, hk = widths(D)
-    e = np.exp(D.A + x[:, 0] + x[:, 2] + eta)
-    tau = 1.0 / e.sum()
-    bt = tau * np.exp(eta[:m] + Hf[:m])
-    base = np.concatenate([bt, [tau]])
-    sk = x[:, 0] + x[:, 2]
-    lam = base * np.expm1(sk + hk + D.eps) / np.expm1(2 * hk + 2 * D.eps)
-    xhat = x / D.scales[:, [0, 1, 3]] * D.active[:, [0, 1, 3]]
-    etahat = eta[:m] / Hf[:m]
-    W = tau * di / p.radius
-    return {"tau": np.array([tau]), "W": W, "Y": p.W_Q.T @ W, "bt": bt,
-            "mu": tau * np.expm1(eta[:m] + Hf[:m]) / np.expm1(2 * Hf[:m]), "eta": tau * etahat, "Q": tau * etahat ** 2, "lam": lam,
-            "Us": lam * xhat[:, 0], "Uw": lam * xhat[:, 1], "Ub": lam * xhat[:, 2],
-            "Vs": (base - lam) * xhat[:, 0], "Vw": (base - lam) * xhat[:, 1], "Vb": (base - lam) * xhat[:, 2],
-            "SU": lam * sk / hk, "SV": (base - lam) * sk / hk}
+        return (di @ p.W_Q) @ (k0 - D.kbar) / np.sqrt(p.d_head)
+
+    v = lifted_factored_point(p, D, delta, query_shift)
+    U, V = v.pop("U"), v.pop("V")
+    v["tau"] = np.array([v["tau"]])
+    v["Y"] = p.W_Q.T @ v["W"]
+    v.update(Us=U[:, 0], Uw=U[:, 1], Ub=U[:, 2], Vs=V[:, 0], Vw=V[:, 1], Vb=V[:, 2])
+    return v
 
 
 def _violation(prog, x) -> float:

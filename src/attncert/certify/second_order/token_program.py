@@ -360,6 +360,19 @@ def _clarabel(prog: Program, opts: dict):
     return clarabel.DefaultSolver(P, prog.c, prog.A, prog.b, cones, settings).solve()
 
 
+def solve_once(prog, opts: dict):
+    """One Clarabel solve of `prog` (c, A, b, dims) with the settings `opts`: (status, converged, raw result, log
+    entry (solver, status, seconds)); a solver crash is a failed attempt with raw None."""
+    t0 = time.perf_counter()
+    try:
+        raw = _clarabel(prog, opts)
+    except Exception as exc:  # noqa: BLE001 - a solver crash is one failed attempt
+        return "solver_error", False, None, ("CLARABEL", f"solver_error: {type(exc).__name__}: {exc}",
+                                             time.perf_counter() - t0)
+    status, ok = _CLARABEL_STATUS.get(str(raw.status), ("solver_error", False))
+    return status, ok, raw, ("CLARABEL", status, time.perf_counter() - t0)
+
+
 def solve_program(prog: Program, ladder=LADDER, iterate: bool = False):
     """Clarabel rungs until one converges. Returns (status, primal objective, x, z) of the converged attempt
     (x, z None when none converged) and the log [(solver, status, seconds)].
@@ -369,14 +382,10 @@ def solve_program(prog: Program, ladder=LADDER, iterate: bool = False):
     outer-approximation LPs of `refined_solutions`, which need no converged solve."""
     log, last = [], None
     for opts in ladder:
-        t0 = time.perf_counter()
-        try:
-            raw = _clarabel(prog, opts)
-        except Exception as exc:  # noqa: BLE001 - a solver crash is one failed attempt
-            log.append(("CLARABEL", f"solver_error: {type(exc).__name__}: {exc}", time.perf_counter() - t0))
+        status, ok, raw, entry = solve_once(prog, opts)
+        log.append(entry)
+        if raw is None:
             continue
-        status, ok = _CLARABEL_STATUS.get(str(raw.status), ("solver_error", False))
-        log.append(("CLARABEL", status, time.perf_counter() - t0))
         if ok:
             x, z = np.asarray(raw.x, dtype=np.float64), np.asarray(raw.z, dtype=np.float64)
             return status, -float(raw.obj_val), x, z, log

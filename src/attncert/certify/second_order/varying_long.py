@@ -37,11 +37,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from attncert.certify.second_order.cutting_planes import vertex_dinkelbach
-from attncert.certify.second_order.dual_certificate import _CLARABEL_STATUS, weak_duality_bound
+from attncert.certify.second_order.dual_certificate import weak_duality_bound
 from attncert.certify.second_order.dual_record import note_construction, offer_dual
 from attncert.certify.second_order.relaxation import (MONOTONE_POINTS, SecondOrderResult, fallback_bound, representable,
                                                       settle)
-from attncert.certify.second_order.token_program import LADDER, _clarabel, edge_window
+from attncert.certify.second_order.token_program import LADDER, edge_window, solve_once
 from attncert.certify.second_order.varying import _to_g
 from attncert.certify.second_order.varying_data import VaryingData
 from attncert.certify.second_order.varying_long_program import (KEYS_BLOCKS, TOKEN_BLOCKS, build_long_program,
@@ -155,18 +155,11 @@ def solve_scaled(prog, opts: dict, D: VaryingData):
     that every attempt's dual is bounded; x is None only when the solver returned nothing."""
     f = token_scales(prog, D)
     scaled = SimpleNamespace(c=prog.c * f, A=(prog.A @ sp.diags(f)).tocsc(), b=prog.b, dims=prog.dims)
-    t0 = time.perf_counter()
-    try:
-        raw = _clarabel(scaled, opts)
-    except Exception as exc:  # noqa: BLE001 - a solver crash is one failed attempt
-        return "solver_error", math.nan, None, None, [("CLARABEL", f"solver_error: {type(exc).__name__}: {exc}",
-                                                       time.perf_counter() - t0)]
-    status, _ = _CLARABEL_STATUS.get(str(raw.status), ("solver_error", False))
-    log = [("CLARABEL", status, time.perf_counter() - t0)]
-    if raw.x is None or raw.z is None or len(raw.x) != prog.c.size:
-        return status, math.nan, None, None, log
+    status, _, raw, entry = solve_once(scaled, opts)
+    if raw is None or raw.x is None or raw.z is None or len(raw.x) != prog.c.size:
+        return status, math.nan, None, None, [entry]
     x = np.asarray(raw.x, dtype=np.float64) * f
-    return status, -float(raw.obj_val), x, np.asarray(raw.z, dtype=np.float64), log
+    return status, -float(raw.obj_val), x, np.asarray(raw.z, dtype=np.float64), [entry]
 
 
 def _rescued(problem: HeadProblem, res: SecondOrderResult, upper_cone: bool, monotone_points: int,
