@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attncert.certify.second_order.compiled import assign
+from attncert.certify.second_order.dual_bound.compiled import assign
 from attncert.head.projected_ball import Zonotope2D
 from attncert.head.rounding import UNIT_ROUNDOFF, gamma
 
