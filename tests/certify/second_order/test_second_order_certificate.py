@@ -235,7 +235,7 @@ def test_near_edges_keep_the_global_sigma_grid():
     """With the consecutive edges (fixed query, near = NEAR_EDGES) the initial facets are capped; the global sigma
     grid comes before the local one, so the far parts of P stay covered. (When the local grid came first, a wide
     window at r = 0.02 pushed the global grid out and the tight certificate's median gap on the default run rose
-    from 0.00144 to 0.0025 of the movement: docs/history/paper_cost_ratio.md.)"""
+    from 0.00144 to 0.0025 of the movement: CHANGELOG.md, "Measurements moved from the reference docs".)"""
     rng = np.random.default_rng(10)
     for d in (40, 384, 768):
         chains, R_s, k = _random_chains(rng, d, 0.02, 4)

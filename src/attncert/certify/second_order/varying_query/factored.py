@@ -64,7 +64,7 @@ from attncert.head.reduced_geometry import ReducedGeometry
 # SCS. On GPT-2-shaped units (n = 5, d = 768) the last 1e-10 cost ~1/3 of the interior-point iterations for a
 # certified bound lower by a median 4e-6 of the movement (the bound is weak duality over the box, whatever the
 # tolerance), and SCS took 1.6-3.3 s where every Clarabel rung stalled; when they all fail the unfactored program
-# (with its own ladder, SCS included) is the next sound attempt (docs/history/paper_cost_ratio.md, "varying query").
+# (with its own ladder, SCS included) is the next sound attempt (docs/certificate.md section 5.1).
 FACTORED_LADDER = tuple((s, dict(o, tol_gap_abs=1e-8, tol_gap_rel=1e-8, tol_feas=1e-8))
                         for s, o in SOLVER_LADDER if s == "CLARABEL")
 # Cutting planes stop once the edges violated under the solution weigh <= this x the primal (objective units,
