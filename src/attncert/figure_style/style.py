@@ -12,6 +12,8 @@ Imports matplotlib only: nothing from the stage packages (they import this modul
 """
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -55,7 +57,7 @@ METHOD_COLORS = {
     "exact": "#555555",
     "ascent": "#555555",
     "per_op": "#7f7f7f",
-    "certificate": "#1b9e77",
+    "certificate": "#e69f00",
     "kernel": "#0072b2",
     "dense": "#009e73",
 }
@@ -86,6 +88,11 @@ def figsize(ncols: int = 1, nrows: int = 1, panel_w: float = 4.6, panel_h: float
     """(width, height) in inches for a grid of panels plus `extra_h` for titles and legends, capped so the
     PNG stays within about 1600 × 1000 px."""
     return min(ncols * panel_w, MAX_WIDTH), min(nrows * panel_h + extra_h, MAX_HEIGHT)
+
+
+def wrap(text: str, width: int = 110) -> str:
+    """A long title (a grid label) broken into lines of at most `width` characters, keeping every word."""
+    return "\n".join(textwrap.fill(line, width, break_long_words=False) for line in text.split("\n"))
 
 
 def method_name(code: str) -> str:
