@@ -217,11 +217,13 @@ def figure_certificate_vs_radius(df: pd.DataFrame, claims: list, pdf: str, png: 
     ax = axes[0]
     cert = style.method_name("certificate")
     colour_of = style.method_color
-    series = [("second_order_certificate_looseness", f"{cert} (second order, sound)", colour_of("certificate"), "o", "-"),
+    series = [("second_order_certificate_looseness", f"{cert} (second order, sound)", colour_of("certificate"), "o",
+               "-"),
               ("certificate_looseness", "reported: min(certificate, CROWN) (sound)", "k", "s", ":"),
               ("crown_looseness", "CROWN", colour_of("crown"), "^", "-"),
               ("alpha_crown_looseness", "α-CROWN", colour_of("alpha_crown"), "v", "--"),
-              ("per_op_looseness", "per-operation sum (not a bound; CROWN's r² floor)", colour_of("per_op"), "x", "--")]
+              ("per_op_looseness", "per-operation sum (not a bound; CROWN's r² floor)", colour_of("per_op"), "x",
+               "--")]
     finite_top = 1.0
     for col, label, color, marker, ls in series:
         if col not in df or not np.isfinite(df[col]).any():
