@@ -154,8 +154,12 @@ def paper_marker(ax, x, y, label: str | None = "paper", bound: str | None = None
     xs, ys = (list(x), list(y)) if hasattr(x, "__len__") else ([x], [y])
     if bound:
         up = bound in (">", "≥")
-        artist = ax.scatter(xs, ys, marker="_", s=260, linewidths=2.4, color=color, zorder=Z_PAPER,
-                            label=label, **kw)
+        if scatter:
+            artist = ax.scatter(xs, ys, marker="_", s=260, linewidths=2.4, color=color, zorder=Z_PAPER,
+                                label=label, **kw)
+        else:
+            (artist,) = ax.plot(xs, ys, ls="none", marker="_", ms=16, mew=2.4, color=color, zorder=Z_PAPER,
+                                label=label, **kw)
         for xi, yi in zip(xs, ys):
             tip = transforms.offset_copy(ax.transData, fig=ax.figure, y=22 if up else -22, units="points")
             ax.annotate("", xy=(xi, yi), xycoords=tip, xytext=(xi, yi), textcoords="data", zorder=Z_PAPER,
@@ -173,6 +177,21 @@ def paper_marker(ax, x, y, label: str | None = "paper", bound: str | None = None
             text = note.format(x=xi, y=yi) if "{" in note else note
             ax.annotate(text, (xi, yi), textcoords="offset points", xytext=(dx, dy), ha=ha, va=va,
                         fontsize=FONT["note"], color=color, zorder=Z_PAPER)
+    return artist
+
+
+def paper_bound_line(ax, x0, x1, y, bound: str, label: str | None = "paper", color: str = PAPER_COLOR,
+                     arrows: int = 2):
+    """A one-sided bound the paper states over an x-interval ("> 0.8 for r < 8"): a dashed line (ax.hlines)
+    with `arrows` arrows towards the allowed side (spaced evenly on a log x axis when the axis is log)."""
+    artist = ax.hlines(y, x0, x1, color=color, lw=2.2, ls="--", zorder=Z_PAPER, label=label)
+    log = ax.get_xscale() == "log"
+    for t in [(k + 1) / (arrows + 1) for k in range(arrows)]:
+        x = x0 * (x1 / x0) ** t if log and x0 > 0 else x0 + (x1 - x0) * t
+        tip = transforms.offset_copy(ax.transData, fig=ax.figure, y=18 if bound in (">", "≥") else -18,
+                                     units="points")
+        ax.annotate("", xy=(x, y), xycoords=tip, xytext=(x, y), textcoords="data", zorder=Z_PAPER,
+                    arrowprops=dict(arrowstyle="-|>", color=color, lw=1.4, shrinkA=0, shrinkB=0))
     return artist
 
 
