@@ -3,12 +3,14 @@ small modules, thin entry scripts.
 
 Stages (subpackages of `attncert`) and what each may import besides itself:
 
+    figure_style  the one figure style (names, colours, sizes, the paper's marks)  (matplotlib only)
     pipeline   config, model source, extraction, provenance, logs, shared tables   (the foundation)
     head       one head and its perturbation set, rounding, the fixed-query reduction  -> pipeline
-    certify    exact worst case and the certificates                                 -> head, pipeline
-    baselines  IBP / CROWN / alpha-CROWN                                             -> head, pipeline
-    block      block-residual analysis (reuses the baselines' bound modules)          -> baselines, head, pipeline
-    minip      Paper B                                                               -> pipeline
+    certify    exact worst case and the certificates                -> figure_style, head, pipeline
+    baselines  IBP / CROWN / alpha-CROWN                            -> figure_style, head, pipeline
+    block      block-residual analysis (reuses the baselines' bound modules)
+                                                                    -> baselines, figure_style, head, pipeline
+    minip      Paper B                                              -> figure_style, pipeline
     audit      independent checks of the certified numbers (numpy, python-flint)     -> certify, head, pipeline
     checkpoint certify one head of a local checkpoint (attncert certify)            -> baselines, certify, head, pipeline
     cli        the `attncert` command: dispatches to its subcommands                 -> audit, checkpoint, pipeline
@@ -25,12 +27,13 @@ from conftest import REPO
 
 SRC = REPO / "src" / "attncert"
 ALLOWED = {
+    "figure_style": set(),
     "pipeline": set(),
     "head": {"pipeline"},
-    "certify": {"head", "pipeline"},
-    "baselines": {"head", "pipeline"},
-    "block": {"baselines", "head", "pipeline"},
-    "minip": {"pipeline"},
+    "certify": {"figure_style", "head", "pipeline"},
+    "baselines": {"figure_style", "head", "pipeline"},
+    "block": {"baselines", "figure_style", "head", "pipeline"},
+    "minip": {"figure_style", "pipeline"},
     "audit": {"certify", "head", "pipeline"},
     "checkpoint": {"baselines", "certify", "head", "pipeline"},
     "cli": {"audit", "checkpoint", "pipeline"},

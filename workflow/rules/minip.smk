@@ -132,8 +132,10 @@ wildcard_constraints:
 rule minip_figure:
     input:
         unpack(lambda wc: {"sweep": "data/minip/sweep.csv",
-                           **({"bound": "data/minip/witness_bound.json", "claims": "data/paper_claims.yaml"}
-                              if "bound" in _MINIP_FIGURE_NAMES[wc.minip_figure] else {})}),
+                           **({"bound": "data/minip/witness_bound.json"}
+                              if "bound" in _MINIP_FIGURE_NAMES[wc.minip_figure] else {}),
+                           **({"claims": "data/paper_claims.yaml"}
+                              if "claims" in _MINIP_FIGURE_NAMES[wc.minip_figure] else {})}),
     output:
         pdf="figures/minip/{minip_figure}.pdf",
         png=report("figures/minip/{minip_figure}.png", caption="../report/minip.rst", category="Paper B, Min-IP"),

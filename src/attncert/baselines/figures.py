@@ -15,16 +15,22 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
 
 from attncert.baselines.comparison import KEYS, PAPER_ALPHA_METHOD, PAPER_CROWN_METHOD  # noqa: E402
+from attncert.figure_style import style  # noqa: E402
 from attncert.pipeline.report_files import save_figure  # noqa: E402
 
 #: the methods of the ratio row, and the claim-id prefix of the paper's ratio for each
-RATIO_METHODS = {PAPER_CROWN_METHOD: ("CROWN", "crown_over_cert_"),
-                 PAPER_ALPHA_METHOD: ("α-CROWN (last layer, auto_LiRPA softmax)", "alpha_crown_over_cert_")}
-RATIO_COLORS = {PAPER_CROWN_METHOD: "tab:red", PAPER_ALPHA_METHOD: "tab:blue"}
-TIGHT = "second_order_tight (beyond the paper)"
+RATIO_METHODS = {PAPER_CROWN_METHOD: (style.method_name(PAPER_CROWN_METHOD), "crown_over_cert_"),
+                 PAPER_ALPHA_METHOD: (style.method_name(PAPER_ALPHA_METHOD), "alpha_crown_over_cert_")}
+RATIO_COLORS = {m: style.method_color(m) for m in RATIO_METHODS}
+TIGHT = "second_order_tight"
+#: the methods whose numbers the paper reports (drawn bold); the others are variants (thin, open markers)
+PAPER_METHODS = ("ibp", PAPER_CROWN_METHOD, PAPER_ALPHA_METHOD)
+#: drawing order and marker of every method of the top row (unknown methods follow, marker "o")
+ORDER = {"ibp": "P", "crown": "o", "crown_mid": "v", "crown_lirpa_softmax": "^", "alpha_crown": "s",
+         "alpha_crown_last_layer": "<", "alpha_crown_last_layer_lirpa_softmax": "D", "second_order": "o",
+         TIGHT: "o"}
 
 
 def paper_ratios(claims, prefix: str, mode: str, radii) -> list[tuple[list[float], float, float]]:
@@ -40,8 +46,24 @@ def paper_ratios(claims, prefix: str, mode: str, radii) -> list[tuple[list[float
     return out
 
 
-def _legend_below(ax, ncol: int = 2) -> None:
-    ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=ncol, frameon=False)
+def _legend_below(ax, ncol: int = 2, **kw) -> None:
+    style.legend_below(ax, ncol=ncol, **kw)
+
+
+def _dodge(method: str) -> float:
+    """A small multiplicative x-offset per method so that coinciding medians stay visible side by side."""
+    k = list(ORDER).index(method) if method in ORDER else len(ORDER)
+    return 1.0 + 0.025 * (k - (len(ORDER) - 1) / 2)
+
+
+def _method_style(method: str) -> dict:
+    if method in ("second_order", TIGHT):
+        return dict(color=style.method_color(method), lw=2.8, marker="o", ms=6, zorder=4,
+                    ls="-" if method == "second_order" else "--")
+    paper = method in PAPER_METHODS
+    return dict(color=style.method_color(method), lw=2.0 if paper else 1.1, marker=ORDER.get(method, "o"),
+                ms=6 if paper else 5, mfc=None if paper else "white", ls="-" if paper else (0, (4, 2)),
+                zorder=style.Z_OURS)
 
 
 def figure_gap_vs_radius(m: pd.DataFrame, label: str, out_pdf, claims=()) -> None:
@@ -55,23 +77,30 @@ def figure_gap_vs_radius(m: pd.DataFrame, label: str, out_pdf, claims=()) -> Non
                                                rel_gap=lambda d: d["gap_second_order_tight"] / d["movement"])
         parts.append(tight[tight["gap"] > 0])
     allm = pd.concat(parts, ignore_index=True)
-    sns.set_theme(style="whitegrid")
+    style.use()
     modes = sorted(allm["mode"].unique())
-    fig, axes = plt.subplots(2, len(modes), figsize=(6.4 * len(modes), 10.5), squeeze=False, sharey="row",
-                             gridspec_kw={"hspace": 0.75})
+    fig = plt.figure(figsize=(5.2 * len(modes), 7.8))
+    top, bottom = fig.subfigures(2, 1, height_ratios=[1.1, 1])
+    axes = [top.subplots(1, len(modes), squeeze=False, sharey=True)[0],
+            bottom.subplots(1, len(modes), squeeze=False, sharey=True)[0]]
+    methods = sorted(allm["method"].unique(), key=lambda m: (list(ORDER).index(m) if m in ORDER else 99, m))
     for col, mode in enumerate(modes):
         ax = axes[0][col]
-        for method, g in allm[allm["mode"] == mode].groupby("method"):
+        at_mode = allm[allm["mode"] == mode]
+        for method in methods:
+            g = at_mode[at_mode["method"] == method]
+            if g.empty:
+                continue
             q = g.groupby("radius")["rel_gap"].median()
-            style = dict(lw=2.6, color="black") if method == "second_order" else (
-                dict(lw=2.0, color="dimgrey", ls="--") if method == TIGHT else {})
-            ax.plot(q.index, q.values, marker="o", **{"ls": "-", **style}, label=method)
+            ax.plot(q.index * _dodge(method), q.values, label=style.method_label(method), **_method_style(method))
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel("radius r")
-        ax.set_title(f"{mode} query: median relative gap", fontsize=10)
-        _legend_below(ax)
+        ax.set_xlabel("radius r (markers offset slightly per method)", fontsize=style.FONT["tick"])
+        ax.set_title(f"{mode} query: median relative gap")
 
+    handles, labels = axes[0][0].get_legend_handles_labels()  # the same methods in both columns: one legend
+    style.figure_legend(top, handles, labels, ncol=3)
+    for col, mode in enumerate(modes):
         ax = axes[1][col]
         sub = ok[ok["mode"] == mode]
         radii = sorted(set(sub["radius"]))
@@ -80,26 +109,24 @@ def figure_gap_vs_radius(m: pd.DataFrame, label: str, out_pdf, claims=()) -> Non
             if g.empty:
                 continue
             q = g.groupby("radius")["ratio_to_certificate"].median()
-            ax.plot(q.index, q.values, "o-", color=RATIO_COLORS[method], label=f"ours: {name} / certificate")
+            ax.plot(q.index, q.values, "o-", color=RATIO_COLORS[method], label=f"ours: {name} / certificate",
+                    zorder=style.Z_OURS)
             claimed = paper_ratios(claims, prefix, mode, radii)
-            for at, lo, hi in (c for c in claimed if c[2] > c[1]):  # a range claimed at every radius: bars
-                ax.vlines(at, lo, hi, color=RATIO_COLORS[method], lw=6, alpha=0.45,
-                          label=f"paper (GPT-2 small): {name} {lo:g}–{hi:g}× at every radius")
-            points = sorted((c[0][0], c[1]) for c in claimed if c[2] == c[1])  # one value at one radius: stars
+            for at, lo, hi in (c for c in claimed if c[2] > c[1]):  # a range claimed at every radius: a band
+                style.paper_range(ax, min(at) / 1.1, max(at) * 1.1, lo, hi, color=RATIO_COLORS[method],
+                                  label=f"paper (GPT-2 small): {name} {lo:g}–{hi:g}× at every radius")
+            points = sorted((c[0][0], c[1]) for c in claimed if c[2] == c[1])  # one value at one radius
             if points:
-                ax.scatter([r for r, _ in points], [v for _, v in points], marker="*", s=240, color=RATIO_COLORS[method],
-                           edgecolor="black", linewidth=0.6, zorder=5, label=f"paper (GPT-2 small): {name} "
-                           + ", ".join(f"{v:g}× at r = {r:g}" for r, v in points))
-                for r, v in points:
-                    ax.annotate(f"paper {v:g}×", (r, v), textcoords="offset points", xytext=(9, -4), fontsize=8)
-        ax.axhline(1.0, color="grey", lw=1, ls=":")
+                style.paper_marker(ax, [r for r, _ in points], [v for _, v in points], scatter=True,
+                                   color=RATIO_COLORS[method], label=f"paper (GPT-2 small): {name}\n    "
+                                   + ", ".join(f"{v:g}× at r = {r:g}" for r, v in points))
+        ax.axhline(1.0, color="grey", lw=1, ls=":", label="ratio 1 (as tight as the certificate)")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("radius r")
-        ax.set_title(f"{mode} query: gap / certificate's gap (median per unit)", fontsize=10)
-        _legend_below(ax, ncol=1)
+        ax.set_title(f"{mode} query: gap / certificate's gap (median per unit)")
+        _legend_below(ax, ncol=1, offset=0.28)
     axes[0][0].set_ylabel("median relative gap\n(bound − reference) / movement")
-    axes[1][0].set_ylabel("gap / second-order certificate's gap")
-    fig.subplots_adjust(top=0.94)
-    fig.suptitle(f"IBP / CROWN / α-CROWN vs the second-order certificate — {label}", fontsize=9, y=0.985)
+    axes[1][0].set_ylabel("gap / second-order (paper-like)\ncertificate's gap")
+    fig.suptitle(f"IBP / CROWN / α-CROWN vs the second-order certificate\n{label}")
     save_figure(fig, out_pdf)

@@ -5,6 +5,7 @@ Inputs: the concatenated per-layer tables `data/certify/{model}/layer{L}.csv` an
 (`claim_dicts(data/paper_claims.yaml, "paper_a")`): wherever a claim has a number at a plotted point, the
 paper's value is drawn as a labelled marker beside ours (`paper_points`). Every figure title names the
 model and the grid, so embedded-model results are never read as GPT-2's; legends sit outside the axes.
+Names, colours, sizes and the paper's marks: `figure_style.style` (the paper's marks under our series).
 """
 from __future__ import annotations
 
@@ -15,15 +16,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
 
+from attncert.figure_style import style  # noqa: E402
 from attncert.pipeline.report_files import grid_label, save_figure  # noqa: E402
 from attncert.pipeline.unit_tables import add_gaps, per_unit_slopes, share_within  # noqa: E402
 
-CERTS = {"first_order": "first-order (greedy LP)", "second_order": "second-order (exp-cone moments)",
-         "second_order_tight": "second-order tight (+ upper exp cone; beyond the paper)"}
-COLORS = {"first_order": "#d95f02", "second_order": "#1b9e77", "second_order_tight": "#7570b3"}
-PAPER_STYLE = dict(marker="*", s=220, color="black", edgecolor="white", linewidth=0.8, zorder=5)
+CERTS = {c: style.method_label(c) for c in ("first_order", "second_order", "second_order_tight")}
+COLORS = {c: style.method_color(c) for c in CERTS}
 
 
 def paper_points(claims, prefix: str) -> list[tuple[float, float]]:
@@ -59,18 +58,20 @@ def paper_shares(claims, radii) -> list[tuple[str, list[float], float, str]]:
     return out
 
 
-def legend_below(ax, ncol: int = 1) -> None:
+def legend_below(ax, ncol: int = 1, handles=None, labels=None) -> None:
     """The legend under the axes, where it cannot cover a line or the axis label."""
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=ncol, frameon=False)
+    style.legend_below(ax, ncol=ncol, handles=handles, labels=labels)
 
 
 def figure_relative_gap(df: pd.DataFrame, model: str, out_pdf, slope_max_radius: float = 0.005, claims=()):
     """Relative gap vs radius, log-log: medians with quartile bands, per-unit slope medians annotated; the
-    paper's second-order relative gaps (fixed query) as markers."""
+    paper's second-order relative gaps (fixed query) as marks under ours; the varying-query panel says the
+    paper has no value there. The shaded part of each panel: the radii of the slope fits."""
     g = add_gaps(df)
     modes = [m for m in ("fixed", "varying") if m in set(g["mode"])]
-    sns.set_theme(style="whitegrid", context="notebook")
-    fig, axes = plt.subplots(1, len(modes), figsize=(6 * len(modes), 4.6), squeeze=False, sharey=True)
+    style.use()
+    fig, axes = plt.subplots(1, len(modes), figsize=style.figsize(len(modes), 1, 5.2, 4.4, 0.6), squeeze=False,
+                             sharey=True)
     for ax, mode in zip(axes[0], modes):
         sub = g[g["mode"] == mode]
         for cert, label in CERTS.items():
@@ -80,59 +81,72 @@ def figure_relative_gap(df: pd.DataFrame, model: str, out_pdf, slope_max_radius:
             vals = sub[sub[col] > 0]
             q = vals.groupby("radius")[col].quantile([0.25, 0.5, 0.75]).unstack()
             slope = per_unit_slopes(sub, f"gap_{cert}", slope_max_radius).median()
-            ax.plot(q.index, q[0.5], "o-", color=COLORS[cert], label=f"{label}: gap slope {slope:.2f}")
-            ax.fill_between(q.index, q[0.25], q[0.75], color=COLORS[cert], alpha=0.2)
-        if mode == "fixed":
-            points = paper_points(claims, "second_order_rel_gap_r")
-            if points:
-                r, v = zip(*points)
-                ax.scatter(r, v, label="paper, second order (GPT-2 small): "
-                           + ", ".join(f"{y:g} at r = {x:g}" for x, y in points), **PAPER_STYLE)
-                for x, y in points:
-                    ax.annotate(f"paper {y:g}", (x, y), textcoords="offset points", xytext=(8, 6), fontsize=8)
+            ax.plot(q.index, q[0.5], "o-", color=COLORS[cert], label=f"{label}: gap slope {slope:.2f}",
+                    zorder=style.Z_OURS)
+            ax.fill_between(q.index, q[0.25], q[0.75], color=COLORS[cert], alpha=0.18, lw=0)
+        if mode == "fixed" and (points := paper_points(claims, "second_order_rel_gap_r")):
+            r, v = zip(*points)
+            style.paper_marker(ax, r, v, scatter=True, note="paper {y:g}", note_side="left",
+                               label="paper, second order (GPT-2 small): "
+                               + ", ".join(f"{y:g} at r = {x:g}" for x, y in points))
         mslope = per_unit_slopes(sub, "movement", slope_max_radius).median()
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("radius r")
         ref = "exact worst case" if mode == "fixed" else "best feasible (ascent)"
-        ax.set_title(f"{mode} query (gap vs {ref}; movement slope {mslope:.2f})", fontsize=10)
-        ax.axvline(slope_max_radius, color="grey", ls=":", lw=1)
+        ax.set_title(f"{mode} query: gap vs {ref} (movement slope {mslope:.2f})")
+        if mode != "fixed":
+            style.no_paper_value(ax, "the paper states no varying-query gap")
+        ax.axvspan(ax.get_xlim()[0], slope_max_radius, color="0.5", alpha=0.08, lw=0,
+                   label=f"shaded: r ≤ {slope_max_radius:g}, the radii of the slope fits")
         legend_below(ax)
     axes[0][0].set_ylabel("relative gap\n(certificate − reference) / movement range")
     fig.suptitle(f"Certificate looseness vs radius — {grid_label(df, model)}\n"
-                 f"median and quartiles over units; slopes: per-unit log-log fits over r ≤ {slope_max_radius}",
-                 fontsize=10, y=1.04)
+                 f"median and quartiles over units; slopes: per-unit log-log fits over r ≤ {slope_max_radius}")
     save_figure(fig, out_pdf)
 
 
 def figure_gap_over_secant(df: pd.DataFrame, model: str, out_pdf, claims=()):
     """Distribution of (second-order gap) / (secant-slack bound) on fixed-query units, per radius; the
-    paper's largest ratio as a line (a maximum over all radii, not a point)."""
+    paper's largest ratio as a line (a maximum over all radii, not a point). Title and panel count the same
+    units: the fixed-query ones (the varying query has no secant-slack bound)."""
     g = add_gaps(df)
-    sub = g[(g["mode"] == "fixed") & g["secant_bound"].notna() & (g["secant_bound"] > 0)].copy()
+    fixed = g[g["mode"] == "fixed"]
+    sub = fixed[fixed["secant_bound"].notna() & (fixed["secant_bound"] > 0)].copy()
     sub["ratio"] = sub["gap_second_order"] / sub["secant_bound"]
-    sns.set_theme(style="whitegrid", context="notebook")
-    fig, ax = plt.subplots(figsize=(7, 4.4))
+    style.use()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
     if len(sub):
-        sns.boxplot(data=sub, x="radius", y="ratio", ax=ax, color="#7570b3", fliersize=2)
+        radii = sorted(sub["radius"].unique())
+        ax.boxplot([sub.loc[sub["radius"] == r, "ratio"] for r in radii], positions=range(len(radii)),
+                   widths=0.55, patch_artist=True, flierprops=dict(ms=2.5, mec="0.3"),
+                   boxprops=dict(facecolor=style.method_color("second_order"), alpha=0.75),
+                   medianprops=dict(color="black"), zorder=style.Z_OURS)
+        ax.set_xticks(range(len(radii)), [f"{r:g}" for r in radii])
         ax.axhline(1.0, color="crimson", ls="--", lw=1, label="secant-slack bound (ratio 1)")
         paper_max = next((c["value"] for c in claims or () if c["id"] == "gap_over_secant_max"), None)
         if isinstance(paper_max, (int, float)):
-            ax.axhline(paper_max, color="black", ls=":", lw=1.2, label=f"paper's largest ratio ({paper_max:g}, GPT-2 small)")
-        ax.set_title(f"max ratio {sub['ratio'].max():.3f} over {len(sub)} units", fontsize=10)
+            ax.axhline(paper_max, color=style.PAPER_COLOR, ls=":", lw=1.4, zorder=style.Z_PAPER,
+                       label=f"paper's largest ratio ({paper_max:g}, GPT-2 small)")
+        dropped = f" (of {len(fixed)}: the others have no positive bound)" if len(sub) < len(fixed) else ""
+        ax.set_title(f"max ratio {sub['ratio'].max():.3f} over {len(sub)} fixed-query units{dropped}")
         legend_below(ax, ncol=2)
     ax.set_ylabel("second-order gap / secant-slack bound")
     ax.set_xlabel("radius r")
-    fig.suptitle(f"Gap vs value-weighted secant-slack bound (fixed query) — {grid_label(df, model)}", fontsize=9, y=1.02)
+    fig.suptitle(f"Gap vs value-weighted secant-slack bound, fixed query only\n{grid_label(fixed, model)}",
+                 fontsize=style.FONT["title"])
     save_figure(fig, out_pdf)
 
 
 def figure_certified_within(df: pd.DataFrame, model: str, out_pdf, claims=()):
-    """Share of units certified within 10% and 1% of their movement range, per radius."""
+    """Share of units certified within 10% and 1% of their movement range, per radius; the paper's shares
+    under ours: a share it states as a value as an open mark, a share it bounds ("> 0.5") as a bar with an
+    arrow (not a measured point)."""
     g = add_gaps(df)
-    sns.set_theme(style="whitegrid", context="notebook")
+    style.use()
     modes = [m for m in ("fixed", "varying") if m in set(g["mode"])]
-    fig, axes = plt.subplots(1, len(modes), figsize=(6 * len(modes), 4.2), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, len(modes), figsize=style.figsize(len(modes), 1, 5.2, 4.0, 0.6), squeeze=False,
+                             sharey=True)
     for ax, mode in zip(axes[0], modes):
         sub = g[g["mode"] == mode]
         for cert, ls in (("second_order", "-"), ("first_order", "--")):
@@ -140,20 +154,25 @@ def figure_certified_within(df: pd.DataFrame, model: str, out_pdf, claims=()):
                 continue
             for frac, marker in ((0.10, "o"), (0.01, "s")):
                 s = share_within(sub, cert, frac)
-                ax.plot(s.index, s.values, ls=ls, marker=marker, color=COLORS[cert],
-                        label=f"{CERTS[cert].split(' ')[0]} within {int(frac * 100)}%")
-        if mode == "fixed":  # the paper's shares are fixed-query claims; ^ = a lower limit
-            for (label, at, share, within), colour in zip(paper_shares(claims, sorted(set(sub["radius"]))),
-                                                          ("black", "dimgrey")):
-                ax.scatter(at, [share] * len(at), marker="^", s=110, color=colour, edgecolor="white", zorder=5,
-                           label=label)
+                ax.plot(s.index, s.values, ls=ls, marker=marker, color=COLORS[cert], zorder=style.Z_OURS,
+                        label=f"{style.method_name(cert)} within {int(frac * 100)}%")
+        handles, labels = ax.get_legend_handles_labels()
+        if mode == "fixed":  # the paper's shares are fixed-query claims
+            for label, at, share, within in paper_shares(claims, sorted(set(sub["radius"]))):
+                op = label.split(": ")[1].split(" ")[0]
+                bound = op if op in (">", "≥") else None
+                style.paper_marker(ax, at, [share] * len(at), bound=bound, scatter=True, label=None)
+                handles.append(style.paper_handle(bound))
+                labels.append(label + (" (a lower bound)" if bound else ""))
         ax.set_xscale("log")
-        ax.set_ylim(-0.02, 1.02)
+        ax.set_ylim(-0.03, 1.08)
         ax.set_xlabel("radius r")
-        ax.set_title(f"{mode} query", fontsize=10)
-        legend_below(ax, ncol=2)
+        ax.set_title(f"{mode} query")
+        if mode != "fixed":
+            style.no_paper_value(ax, "the paper's shares are fixed-query")
+        legend_below(ax, ncol=1 if mode == "fixed" else 2, handles=handles, labels=labels)
     axes[0][0].set_ylabel("share of units")
-    fig.suptitle(f"Units certified within 10% / 1% of their movement range — {grid_label(df, model)}", fontsize=9, y=1.02)
+    fig.suptitle(f"Units certified within 10% / 1% of their movement range\n{grid_label(df, model)}")
     save_figure(fig, out_pdf)
 
 

@@ -124,29 +124,32 @@ def figure(table: pd.DataFrame, label: str, out_pdf, paper: dict | None = None, 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
+    from attncert.figure_style import style
     from attncert.pipeline.report_files import save_figure
 
     paper = paper or {}
-    colors = {"first_order": "#d95f02", "second_order": "#1b9e77", "second_order_tight": "#7570b3"}
-    names = {"first_order": "first order", "second_order": "second order",
-             "second_order_tight": "second order, tight (beyond the paper)"}
     modes = [m for m in MODES if m in set(table["mode"])]
-    fig, axes = plt.subplots(len(modes), 2, figsize=(11, 3.6 * len(modes) + 1.2), squeeze=False)
-    reference = {"fixed": ("exact_s", "exact worst case"), "varying": ("ascent_s", "best ascent (reference value)")}
-    handles = {}
+    style.use()
+    fig, axes = plt.subplots(len(modes), 2, figsize=(10.4, 2.9 * len(modes) + 1.5), squeeze=False)
+    reference = {"fixed": ("exact_s", "exact worst case"), "varying": ("ascent_s", "best ascent")}
+    radii = sorted(table["radius"].unique())
+    line_styles = dict(zip(radii, (("o", "-"), ("s", "--"), ("^", ":"))))
+    extra = {}  # the paper's marks and the violations: a third legend
     for row, mode in enumerate(modes):
         ax_gap, ax_sec = axes[row]
         at_mode = table[table["mode"] == mode]
-        for r, style in zip(sorted(at_mode["radius"].unique()), ("o-", "s--", "^:")):
+        for r in sorted(at_mode["radius"].unique()):
+            marker, ls = line_styles[r]
             sub = at_mode[at_mode["radius"] == r].sort_values("n_keys")
             for cert in CERTS:
-                (h,) = ax_gap.loglog(sub["n_keys"], sub[f"rel_gap_{cert}"], style, color=colors[cert], ms=4)
-                ax_sec.loglog(sub["n_keys"], sub[f"{cert}_s"], style, color=colors[cert], ms=4)
-                handles.setdefault(f"{names[cert]}, r = {r:g}", h)
-            col, what = reference[mode]
-            (h,) = ax_sec.loglog(sub["n_keys"], sub[col], style, color="0.45", ms=4)
-            handles.setdefault(f"{what}, r = {r:g}", h)
+                kw = dict(color=style.method_color(cert), marker=marker, ls=ls, ms=4, zorder=style.Z_OURS)
+                ax_gap.loglog(sub["n_keys"], sub[f"rel_gap_{cert}"], **kw)
+                ax_sec.loglog(sub["n_keys"], sub[f"{cert}_s"], **kw)
+            ax_sec.loglog(sub["n_keys"], sub[reference[mode][0]], color=style.method_color("exact"), marker=marker,
+                          ls=ls, ms=4, zorder=style.Z_OURS)
         bad = at_mode.groupby("n_keys")["violations"].sum()
         bad = bad[bad > 0]
         if len(bad):  # a gap at or below 0 leaves a log axis: the units below an attained value are marked
@@ -154,19 +157,18 @@ def figure(table: pd.DataFrame, label: str, out_pdf, paper: dict | None = None, 
             (h,) = ax_gap.plot(bad.index, [0.04] * len(bad), "x", color="red", ms=9, mew=2, transform=at_bottom)
             for n, k in bad.items():
                 ax_gap.annotate(f"{int(k)}", (n, 0.04), xycoords=at_bottom, xytext=(6, -3), textcoords="offset points",
-                                fontsize=7.5, color="red")
-            handles.setdefault("units whose certificate lies below an attained value (soundness violation; count)", h)
-        if mode == "fixed":
-            for r, val in sorted((paper.get("rel_gap") or {}).items()):
-                (h,) = ax_gap.loglog([5], [val], "*", color="black", ms=11)
-                handles.setdefault("paper (GPT-2 small): second order at 5 keys, fixed query", h)
-                ax_gap.annotate(f"paper, r = {r:g}: {val:g}", (5, val), xytext=(7, -3), textcoords="offset points",
-                                fontsize=7.5)
+                                fontsize=style.FONT["note"], color="red")
+            extra.setdefault("units whose certificate lies below an attained value\n(soundness violation; count)", h)
+        if mode == "fixed" and paper.get("rel_gap"):
+            for r, val in sorted(paper["rel_gap"].items()):
+                h = style.paper_marker(ax_gap, [5], [val], label=None, note=f"paper, r = {r:g}: {val:g}")
+            extra.setdefault("paper (GPT-2 small): second order at 5 keys, fixed query", h)
         sec = (paper.get("seconds") or {}).get(mode)
         if sec is not None:
-            (h,) = ax_sec.plot([2, 16], [sec, sec], "-", color="black", lw=2.5)
-            handles.setdefault("paper (GPT-2 small): second order, median s per unit (<= 16 keys)", h)
-            ax_sec.annotate(f"paper {sec:g} s", (16, sec), xytext=(4, -3), textcoords="offset points", fontsize=7.5)
+            (h,) = ax_sec.plot([2, 16], [sec, sec], "-", color=style.PAPER_COLOR, lw=2.5, zorder=style.Z_PAPER)
+            extra.setdefault("paper (GPT-2 small): second order,\nmedian s per unit (≤ 16 keys)", h)
+            ax_sec.annotate(f"paper {sec:g} s", (16, sec), xytext=(4, -3), textcoords="offset points",
+                            fontsize=style.FONT["note"])
         ours = sorted(set(at_mode["n_keys"].astype(int)))
         for ax in (ax_gap, ax_sec):
             ticks = sorted(set(ours) | ({2, 16} if ax is ax_sec and sec is not None else set())
@@ -175,21 +177,29 @@ def figure(table: pd.DataFrame, label: str, out_pdf, paper: dict | None = None, 
             ax.set_xticks(ticks)
             ax.set_xticklabels([str(t) for t in ticks])
             ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-            span = ax.axvspan(1, 16, color="0.85", alpha=0.5, lw=0)
-            ax.grid(True, which="both", alpha=0.3)
+            ax.axvspan(1, 16, color="0.85", alpha=0.5, lw=0, zorder=0)
             ax.set_xlabel("attended keys n")
         query = "fixed query (exact worst case known)" if mode == "fixed" else \
             "varying query (no exact value: gap to the best ascent value)"
-        ax_gap.set_title(query, fontsize=9)
-        ax_sec.set_title(f"{mode} query: seconds per unit", fontsize=9)
-        ax_gap.set_ylabel("median gap / output movement range")
+        ax_gap.set_title(query)
+        if mode != "fixed":
+            style.no_paper_value(ax_gap, "the paper states no varying-query gap")
+        ax_sec.set_title(f"{mode} query: seconds per unit")
+        ax_gap.set_ylabel("median gap /\noutput movement range")
         ax_sec.set_ylabel("median seconds per unit")
-    handles["shaded: the paper's range (at most 16 keys)"] = span
-    fig.legend(list(handles.values()), list(handles.keys()), loc="lower center", ncol=3, fontsize=7.5, frameon=False)
-    fig.suptitle(f"Long context, {' and '.join(modes)} query{' (' + model_note + ')' if model_note else ''}\n{label}",
-                 fontsize=9.5)
-    legend_rows = -(-len(handles) // 3)
-    fig.tight_layout(rect=(0, (0.16 * legend_rows + 0.1) / fig.get_figheight(), 1, 0.95))
+    extra["shaded: the paper's range (at most 16 keys)"] = Patch(color="0.85", alpha=0.5, lw=0)
+    colours = {style.method_label(c): Line2D([], [], color=style.method_color(c), lw=2.2) for c in CERTS}
+    colours["reference: exact worst case (fixed) /\nbest ascent (varying)"] = Line2D(
+        [], [], color=style.method_color("exact"), lw=2.2)
+    shapes = {f"r = {r:g}": Line2D([], [], color="black", marker=line_styles[r][0], ls=line_styles[r][1])
+              for r in radii}
+    for title, entries, loc in (("colour: method", colours, "outside lower left"),
+                                ("marker and line: radius", shapes, "outside lower center"),
+                                ("the paper and other marks", extra, "outside lower right")):
+        fig.legend(list(entries.values()), list(entries.keys()), loc=loc, title=title, fontsize=style.FONT["legend"],
+                   title_fontsize=style.FONT["legend"], alignment="left")
+    fig.suptitle(f"Long context, {' and '.join(modes)} query{' (' + model_note + ')' if model_note else ''}\n"
+                 f"{style.wrap(label)}")
     save_figure(fig, out_pdf)
     plt.close(fig)
 

@@ -3,5 +3,5 @@ sweep table; `minip.figures.draw` draws them. Apart from the drawing code so tha
 targets without importing matplotlib or torch: every cluster job parses the workflow again."""
 
 #: figure name -> the inputs it reads besides the sweep table
-FIGURES = {"witness_phase_transition": ("bound",), "scaling_error_vs_rank": (), "transition_rank_vs_size": (),
-           "transition_rank_by_criterion": ()}
+FIGURES = {"witness_phase_transition": ("bound", "claims"), "scaling_error_vs_rank": (),
+           "transition_rank_vs_size": ("claims",), "transition_rank_by_criterion": ()}

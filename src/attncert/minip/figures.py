@@ -2,7 +2,8 @@
 
     witness_phase_transition      error and largest |y - t| vs rank on the witness suite, proven bound
     scaling_error_vs_rank         random tokens: error vs rank per problem size, kernel vs dense
-    transition_rank_vs_size       transition rank vs problem size at the configured threshold
+    transition_rank_vs_size       transition rank vs problem size at the configured threshold, the paper's
+                                  8 -> 16 -> 64 beside it
     transition_rank_by_criterion  the transition rank under each reported threshold and |y - t| < 1/2
 """
 from __future__ import annotations
@@ -18,13 +19,14 @@ from attncert.minip.tables import transition_table
 def draw(name: str, runs: pd.DataFrame, bound: dict | None, threshold: float, thresholds: list[float],
          pdf: str, png: str, claims: list[dict] | None = None) -> None:
     """Draw the figure `name` from the sweep table `runs` (and the witness bound record; `claims`: Paper B's
-    claims, whose numbers the witness figure marks)."""
+    claims, whose numbers the witness and transition figures mark)."""
     if name == "witness_phase_transition":
         plots.witness_figure(runs, bound, pdf, png, paper_marks(claims or []))
     elif name == "scaling_error_vs_rank":
         plots.scaling_figure(runs, threshold, pdf, png)
     elif name == "transition_rank_vs_size":
-        plots.transition_figure(transition_table(runs, threshold), threshold, pdf, png)
+        paper = next((c["value"] for c in claims or [] if c["id"] == "ood_transition"), None)
+        plots.transition_figure(transition_table(runs, threshold), threshold, pdf, png, paper)
     elif name == "transition_rank_by_criterion":
         criteria = [criterion_label(p) for p in thresholds] + [MAX_ERR_CRITERION]
         plots.threshold_figure(criterion_transitions(runs, list(thresholds)), criteria, pdf, png)
