@@ -13,7 +13,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from attncert.block.report import at_reference, claim, grid_label, rho  # noqa: E402
-from attncert.pipeline.provenance import atomic_path  # noqa: E402
+from attncert.provenance.provenance import atomic_path  # noqa: E402
 
 
 def plain_log_axis(ax, which: str = "x") -> None:

@@ -17,8 +17,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from attncert.pipeline.report_files import grid_label, save_figure  # noqa: E402
-from attncert.pipeline.unit_tables import add_gaps, per_unit_slopes, share_within  # noqa: E402
+from attncert.reporting.report_files import grid_label, save_figure  # noqa: E402
+from attncert.reporting.unit_tables import add_gaps, per_unit_slopes, share_within  # noqa: E402
 
 CERTS = {"first_order": "first-order (greedy LP)", "second_order": "second-order (exp-cone moments)",
          "second_order_tight": "second-order tight (+ upper exp cone; beyond the paper)"}

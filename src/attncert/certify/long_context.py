@@ -22,7 +22,7 @@ from attncert.certify.certificate_store import RowPool, flatten
 from attncert.certify.run import COLUMNS, certify_unit
 from attncert.head.problem import HeadProblem
 from attncert.head.specification import specification_direction
-from attncert.pipeline.unit_tables import add_gaps
+from attncert.reporting.unit_tables import add_gaps
 
 CERTS = ("first_order", "second_order", "second_order_tight")
 MODES = ("fixed", "varying")
@@ -125,7 +125,7 @@ def figure(table: pd.DataFrame, label: str, out_pdf, paper: dict | None = None, 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from attncert.pipeline.report_files import save_figure
+    from attncert.reporting.report_files import save_figure
 
     paper = paper or {}
     colors = {"first_order": "#d95f02", "second_order": "#1b9e77", "second_order_tight": "#7570b3"}

@@ -19,7 +19,7 @@ import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from attncert.pipeline.provenance import atomic_path  # noqa: E402
+from attncert.provenance.provenance import atomic_path  # noqa: E402
 
 SEED_MARKERS = "osD^v<>ph*"
 
