@@ -193,3 +193,34 @@ def test_snakemake_takes_list_overrides_and_rejects_unknown_keys(tmp_path):
     bad = _run_snakemake(["-n", "--cores", "1", *where, "--config", "modle_source=/tmp/x"])
     lines = [l for l in (bad.stdout + bad.stderr).splitlines() if l.startswith("attncert:")]
     assert bad.returncode != 0 and len(lines) == 1 and "did you mean 'model_source'" in lines[0], bad.stderr[-2000:]
+
+
+def _x_fixes(node, out=None) -> set[str]:
+    """Every check name stated under `x-fix` anywhere in the schema."""
+    out = set() if out is None else out
+    if isinstance(node, dict):
+        out.update((node.get("x-fix") or {}).keys())
+        for v in node.values():
+            _x_fixes(v, out)
+    elif isinstance(node, list):
+        for v in node:
+            _x_fixes(v, out)
+    return out
+
+
+def test_the_fixes_of_cross_key_checks_come_from_the_schema(monkeypatch):
+    """Every check the schema cannot express takes its fix from the schema's `x-fix`, and every `x-fix` is used;
+    an edit of the schema's text is what the error says."""
+    import re
+
+    import attncert.configuration.config as config_module
+
+    schema = yaml.safe_load((REPO / "workflow" / "config" / "schema.yaml").read_text())
+    source = (REPO / "src" / "attncert" / "configuration" / "config.py").read_text()
+    used = set(re.findall(r'_check_error\([^;]*?"(\w+)"(?:,\s*\w+=[^)]*)?\)', source, re.S))
+    assert used and used == _x_fixes(schema), used ^ _x_fixes(schema)
+    assert "fix:" not in source.split("def validate_config")[1], "a fix written in the code, not the schema"
+    schema["properties"]["n_prompts"]["x-fix"]["enough_prompts"] = "write more prompts"
+    monkeypatch.setattr(config_module, "load_schema", lambda *path: schema)
+    with pytest.raises(ConfigError, match=r"^config key 'n_prompts': 5 prompts .* has 0; fix: write more prompts$"):
+        validate_config(_bad(lambda c: c.update(prompts="tests/data/empty_prompts.txt")), base_dir=REPO)

@@ -5,7 +5,8 @@ malformed config) and by the tests. It runs the JSON schema (`workflow/config/sc
 `snakemake.utils.validate`, which also fills defaults; `config_schema` converts command-line strings, finds
 unknown keys and writes each error's fix from the schema) and then the checks a schema cannot express:
 the prompt file exists and has enough prompts, query positions fit in `max_tokens`, layer/head
-indices exist in the model.
+indices exist in the model. Their fixes are stated in the schema too (`x-fix`, read by `config_schema.check_fix`),
+so every fix of a configuration error comes from `workflow/config/schema.yaml`.
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from attncert.configuration.config_schema import SCHEMA_PATH, coerce, describe, load_schema, node_at, unknown_key
+from attncert.configuration.config_schema import (SCHEMA_PATH, check_fix, coerce, describe, load_schema, node_at,
+                                                  unknown_key)
 from attncert.model.model_source import RANDOM_GPT2, ModelSourceError, checkpoint_family, model_dimensions
 
 
@@ -37,6 +39,13 @@ def _schema_error(err, schema: dict) -> ConfigError:
     if len(problem) > 160:
         problem = problem[:157] + "..."
     return ConfigError(f"config key '{_key_path(path)}': {problem}; fix: {fix}")
+
+
+def _check_error(key: str, problem: str, check: str, /, **values) -> ConfigError:
+    """One line: the key, the problem a check found, and the fix the schema states for that check (`x-fix`),
+    its `{name}` fields filled from `values`."""
+    fix = check_fix(key.split("."), check, load_schema()).format(**values)
+    return ConfigError(f"config key '{key}': {problem}; fix: {fix}")
 
 
 def _unknown_key_error(found) -> ConfigError:
@@ -74,10 +83,11 @@ def schema_validate(config: dict, schema_path: Path = SCHEMA_PATH) -> None:
 def read_prompts(path: str | Path, n_prompts: int) -> list[str]:
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"config key 'prompts': file {str(p)!r} does not exist; fix: point 'prompts' at a text file with one prompt per line")
+        raise _check_error("prompts", f"file {str(p)!r} does not exist", "exists")
     prompts = [line.strip() for line in p.read_text().splitlines() if line.strip()]
     if len(prompts) < n_prompts:
-        raise ConfigError(f"config key 'n_prompts': {n_prompts} prompts requested but {str(p)!r} has {len(prompts)}; fix: add prompts or lower n_prompts")
+        raise _check_error("n_prompts", f"{n_prompts} prompts requested but {str(p)!r} has {len(prompts)}",
+                           "enough_prompts")
     return prompts[:n_prompts]
 
 
@@ -88,11 +98,13 @@ def validate_config(config: dict, base_dir: str | Path = ".", check_model: bool 
     for section in ("certify", "baselines"):
         for qp in config[section]["query_positions"]:
             if qp >= config["max_tokens"]:
-                raise ConfigError(f"config key '{section}.query_positions': position {qp} >= max_tokens {config['max_tokens']}; fix: use positions below max_tokens or raise max_tokens")
+                raise _check_error(f"{section}.query_positions", f"position {qp} >= max_tokens {config['max_tokens']}",
+                                   "below_max_tokens")
     for section in ("certify", "baselines"):
         bad = [q for q in config[section].get("prompts", []) if q >= config["n_prompts"]]
         if bad:
-            raise ConfigError(f"config key '{section}.prompts': prompt {bad[0]} >= n_prompts {config['n_prompts']}; fix: use prompt indices below n_prompts")
+            raise _check_error(f"{section}.prompts", f"prompt {bad[0]} >= n_prompts {config['n_prompts']}",
+                               "below_n_prompts")
     cert, base = config["certify"], config["baselines"]
     _check_model_and_varying(config)
     for key in ("radii", "query_positions", "norms", "modes", "prompts"):
@@ -100,11 +112,13 @@ def validate_config(config: dict, base_dir: str | Path = ".", check_model: bool 
         b_vals = base.get(key, list(range(config["n_prompts"]))) if key == "prompts" else base[key]
         extra = [v for v in b_vals if v not in c_vals]
         if extra:
-            raise ConfigError(f"config key 'baselines.{key}': {extra[0]!r} is not in certify.{key}; fix: the baseline grid must be a subset of the certification grid (it is compared unit by unit)")
-    if config["block"]["query_position"] >= config["max_tokens"]:
-        raise ConfigError(f"config key 'block.query_position': {config['block']['query_position']} >= max_tokens {config['max_tokens']}; fix: use a position below max_tokens")
-    if config["block"]["prompt"] >= config["n_prompts"]:
-        raise ConfigError(f"config key 'block.prompt': {config['block']['prompt']} >= n_prompts {config['n_prompts']}; fix: use a prompt index below n_prompts")
+            raise _check_error(f"baselines.{key}", f"{extra[0]!r} is not in certify.{key}", "subset_of_certify")
+    block = config["block"]
+    if block["query_position"] >= config["max_tokens"]:
+        raise _check_error("block.query_position", f"{block['query_position']} >= max_tokens {config['max_tokens']}",
+                           "below_max_tokens")
+    if block["prompt"] >= config["n_prompts"]:
+        raise _check_error("block.prompt", f"{block['prompt']} >= n_prompts {config['n_prompts']}", "below_n_prompts")
     if check_model:
         try:
             dims = model_dimensions(config["model"])
@@ -112,9 +126,8 @@ def validate_config(config: dict, base_dir: str | Path = ".", check_model: bool 
         except ModelSourceError as e:
             raise ConfigError(str(e)) from None
         if family is not None and family != config["model"]["family"]:
-            raise ConfigError(f"config key 'model.family': {config['model']['family']!r} but the checkpoint "
-                              f"{config['model']['source']} is a {family!r} model; fix: set model.family: {family}, or "
-                              f"leave model.family out with --config model_source=DIR (it is then read from the checkpoint)")
+            raise _check_error("model.family", f"{config['model']['family']!r} but the checkpoint "
+                               f"{config['model']['source']} is a {family!r} model", "checkpoint", family=family)
         if dims is not None:
             n_layers, n_heads = dims
             for key, limit in (("layers", n_layers), ("heads", n_heads)):
@@ -122,7 +135,8 @@ def validate_config(config: dict, base_dir: str | Path = ".", check_model: bool 
                 if sel != "all":
                     bad = [i for i in sel if i >= limit]
                     if bad:
-                        raise ConfigError(f"config key '{key}': index {bad[0]} out of range, the model has {limit}; fix: use indices 0..{limit - 1} or 'all'")
+                        raise _check_error(key, f"index {bad[0]} out of range, the model has {limit}", "in_model",
+                                           last=limit - 1)
     return config
 
 
@@ -132,19 +146,23 @@ def _check_model_and_varying(config: dict) -> None:
     model = config["model"]
     if model["source"] == RANDOM_GPT2:
         if model["family"] != "gpt2":
-            raise ConfigError(f"config key 'model.family': {model['family']!r} but source 'random-gpt2' is GPT-2-shaped; fix: set model.family: gpt2")
+            raise _check_error("model.family", f"{model['family']!r} but source 'random-gpt2' is GPT-2-shaped",
+                               "random_gpt2")
         if not any(w in model["name"].lower() for w in ("random", "synthetic")):
-            raise ConfigError(f"config key 'model.name': {model['name']!r} would present the synthetic random-gpt2 as a real model; fix: use a name containing 'random' or 'synthetic', e.g. random-gpt2")
+            raise _check_error("model.name", f"{model['name']!r} would present the synthetic random-gpt2 as a "
+                               "real model", "synthetic_label")
     cert, base = config["certify"], config["baselines"]
     varying = cert.get("varying") or {}
     for key in ("query_positions", "radii"):
         extra = [v for v in varying.get(key, []) if v not in cert[key]]
         if extra:
-            raise ConfigError(f"config key 'certify.varying.{key}': {extra[0]!r} is not in certify.{key}; fix: certify.varying restricts the certification grid, use a subset of certify.{key}")
+            raise _check_error(f"certify.varying.{key}", f"{extra[0]!r} is not in certify.{key}", "in_certify_grid",
+                               key=key)
         if "varying" in base["modes"] and key in varying:
             missing = [v for v in base[key] if v not in varying[key]]
             if missing:
-                raise ConfigError(f"config key 'baselines.{key}': {missing[0]!r} is not in certify.varying.{key}; fix: the varying-query baseline units must be certified too, add it to certify.varying.{key}")
+                raise _check_error(f"baselines.{key}", f"{missing[0]!r} is not in certify.varying.{key}",
+                                   "varying_certified", key=key)
 
 
 def selected(config: dict, key: str, count: int) -> list[int]:

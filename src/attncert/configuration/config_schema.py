@@ -8,6 +8,9 @@
   (`difflib`), so a misspelt key (`modle_source`, `modle:` in a config file) is an error, never ignored.
 - `describe`: the fix text of a validation error, generated from the schema node of the offending key
   (type, bounds, allowed values, list size), so it cannot go stale when the schema changes.
+- `check_fix`: the fix of a check the schema cannot express (two keys together, the prompts file, the model),
+  as the schema states it under the custom keyword `x-fix: {check: fix}` at the key or the nearest section
+  above it; jsonschema and Snakemake's validator ignore the keyword.
 """
 from __future__ import annotations
 
@@ -43,6 +46,18 @@ def node_at(path, schema: dict) -> dict:
         else:
             node = resolve((node.get("properties") or {}).get(part, {}), schema)
     return node
+
+
+def check_fix(path, check: str, schema: dict) -> str:
+    """The fix text (`x-fix`) the schema states for `check` on the key at `path`: on the key's own node (as written,
+    then with its `$ref` followed), else on the nearest section above it."""
+    for depth in range(len(path), -1, -1):
+        here = node_at(path[:depth - 1], schema).get("properties", {}).get(path[depth - 1], {}) if depth else schema
+        for node in (here, resolve(here, schema)):
+            fix = (node.get("x-fix") or {}).get(check)
+            if fix:
+                return fix
+    raise KeyError(f"the schema states no x-fix '{check}' for {'.'.join(map(str, path))} or a section above it")
 
 
 def _valid(value, node: dict, schema: dict) -> bool:
