@@ -8,7 +8,8 @@ import torch
 import yaml
 
 from attncert.configuration.config import ConfigError, validate_config
-from attncert.model.extraction import extract_layers, load_model, output_projection, recompute_head_output, tokenize_prompts
+from attncert.model.extraction import (extract_layers, load_model, output_projection, recompute_head_output,
+                                      tokenize_prompts)
 from attncert.model.model_source import check_reachable, model_dimensions, model_label
 from attncert.provenance.provenance import provenance
 from attncert.model.random_gpt2 import build_random_gpt2

@@ -1,7 +1,8 @@
 """Snakemake entry point: figures/tables/{model}/paper_vs_reproduced.{md,csv,json} from every stage's measurements.
 
-The verdict rule is attncert.paper_comparison.verdict; the JSON ({"model", "measured", "provenance"}) is the snapshot that
-`python -m attncert.paper_comparison.readme_results` adopts to regenerate the README's verdict tally and docs/results.md.
+The verdict rule is attncert.paper_comparison.verdict; the JSON ({"model", "measured", "provenance"}) is the snapshot
+that `python -m attncert.paper_comparison.readme_results` adopts to regenerate the README's verdict tally and
+docs/results.md.
 """
 from attncert.paper_comparison.claims import load_claims
 from attncert.integrity.intermediate_check import verify_intermediate

@@ -3,7 +3,10 @@
 tests' models and the SLURM benchmark's reduced DAG); its numbers mean nothing about any real model.
 
 LayerNorm gains and biases are perturbed away from 1 / 0 (a fresh init leaves them there), so that
-their effect is visible."""
+their effect is visible.
+
+It lives in the package, not in tests/, because the SLURM benchmark (`bench/slurm_profile.py`) builds its reduced
+DAG on it and benchmark scripts import shared code from packages only (tests/test_bench_interface.py)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -167,7 +167,8 @@ def to_markdown(table: pd.DataFrame, claims: Claims, measured: dict, model: str)
            "Verdicts and their rule: `attncert.paper_comparison.verdict`; tolerances, directions and reasons: "
            "`data/paper_claims.yaml`. A result on another model or suite than the claim's is at best "
            "`qualitative` for a magnitude of the paper's set-up; the `note` column gives the uncapped verdict.\n",
-           f"**Verdicts, one per sentence of the papers ({len(sentences)} sentences; `attncert.paper_comparison.sentence_tally`):"
+           f"**Verdicts, one per sentence of the papers ({len(sentences)} sentences; "
+           "`attncert.paper_comparison.sentence_tally`):"
            f"** {counts_line(sentences)}. Beyond the paper ({len(beyond)} variants, tallied apart): "
            f"{counts_line(beyond)}.\n",
            f"**Verdicts per claim ({len(table)} claims):** {counts_line(table)}. Capped at qualitative by a set-up or "

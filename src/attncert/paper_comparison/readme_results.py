@@ -72,7 +72,8 @@ def render_results(table: pd.DataFrame, model: str, grids: dict[str, str]) -> st
              "small's, Paper B's the authors' suites. Every claim both papers make that a measurement can check "
              "is a row of [data/paper_claims.yaml](../data/paper_claims.yaml), with a tolerance in the claim's "
              "own metric and one sentence of why. The verdict "
-             "([src/attncert/paper_comparison/verdict.py](../src/attncert/paper_comparison/verdict.py)) is one of: `reproduced` "
+             "([src/attncert/paper_comparison/verdict.py](../src/attncert/paper_comparison/verdict.py)) is one of: "
+             "`reproduced` "
              "(within tolerance, in the claim's metric), `stronger` (better than the claim beyond its tolerance, "
              "in the claim's direction), `qualitative` (the direction or order holds, the magnitude is outside "
              "tolerance), `differs`, `set-up differs` (grid, suite or model sizes: reported, not judged) and "
@@ -127,7 +128,8 @@ def main(argv=None) -> int:
         stale = [str(p) for p, have, want in ((README, readme, wanted), (RESULTS, RESULTS.read_text() if RESULTS.exists()
                                                                             else "", results)) if have != want]
         if stale:
-            print(f"out of date: {', '.join(stale)}; run python -m attncert.paper_comparison.readme_results", file=sys.stderr)
+            print(f"out of date: {', '.join(stale)}; run python -m attncert.paper_comparison.readme_results",
+                  file=sys.stderr)
             return 1
         return 0
     README.write_text(wanted)
