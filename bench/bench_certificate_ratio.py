@@ -15,12 +15,12 @@ time   per query position (n = position + 1 tokens) and mode, G groups of (head,
        keyed by the weights' contents are cleared before every group (shared within a group, as in a run).
        Reported: medians over units of the per-unit minimum over R repetitions, and their ratio.
 equal  on units drawn by paper_cost.py's sampler (--sample, --seed): every certified number with the compiled
-       solve path against cvxpy's (`dual_certificate.USE_COMPILED`, must be bit for bit equal), and the
+       solve path against cvxpy's (`solve_ladder.USE_COMPILED`, must be bit for bit equal), and the
        fixed query's initial facets against the two-edge rule (`facets.NEAR_EDGES` = 1: tighter or looser, by how
        much of the movement first order - nominal and of the gap to the exact bracket, how often beyond the
        solve's own reported dual gap), each certificate checked against the exact bracket.
 varying the factored varying-query program (n = 5, the 4 baseline radii, G groups of (head, prompt) drawn with
-       --seed) with today's solver settings (`varying_factored.FACTORED_LADDER`, `VARYING_CUT_STOP`) against the
+       --seed) with today's solver settings (`factored.FACTORED_LADDER`, `VARYING_CUT_STOP`) against the
        alternative (`SOLVER_LADDER` with SCS, the fixed query's `CUT_STOP`), side by side on the same units:
        seconds per unit (median, mean, p90), solves per unit, units that went to the unfactored program, and
        (new - alternative) / movement (first order - nominal); each certificate checked against a short ascent.
@@ -43,14 +43,15 @@ import bench.paper_cost as pc  # noqa: E402  (sets the thread variables)
 import torch  # noqa: E402
 
 import attncert.certify.first_order_certificate as foc  # noqa: E402
-import attncert.certify.second_order.dual_certificate as dc  # noqa: E402
-import attncert.certify.second_order.fixed as fx  # noqa: E402
-import attncert.certify.second_order.varying_data as vq  # noqa: E402
+import attncert.certify.second_order.dual_bound.solve_ladder as dc  # noqa: E402
+import attncert.certify.second_order.fixed_query.monolithic as fx  # noqa: E402
+import attncert.certify.second_order.varying_query.data as vq  # noqa: E402
 import attncert.head.fixed_query as fq  # noqa: E402
 from attncert.baselines.linear_bound_baselines import baseline_upper_bounds  # noqa: E402
 from attncert.certify.exact_worst_case import exact_worst_case  # noqa: E402
 from attncert.certify.first_order_certificate import first_order_certificate  # noqa: E402
 from attncert.certify.second_order.certificate import second_order_certificate  # noqa: E402
+from attncert.head.reduced_geometry import reduced_geometry  # noqa: E402
 from attncert.head.units import Unit, head_problem, specification_vectors  # noqa: E402
 from bench import common  # noqa: E402
 
@@ -149,8 +150,8 @@ def run_equal(args):
 
 
 def run_varying(args):
-    import attncert.certify.second_order.facets as fc
-    import attncert.certify.second_order.varying_factored as vf
+    import attncert.certify.second_order.relaxation.facets as fc
+    import attncert.certify.second_order.varying_query.factored as vf
     from attncert.certify.best_feasible_ascent import best_feasible_ascent
 
     cfg, arr, qps, spec = setup()
@@ -158,7 +159,8 @@ def run_varying(args):
     hp = [(int(rng.integers(12)), int(rng.integers(cfg["n_prompts"]))) for _ in range(args.groups)]
     units = [head_problem(arr, spec, qps, Unit(L, h, p, 4, float(r), "linf", "varying"))
              for h, p in hp for r in cfg["baselines"]["radii"]]
-    vf.second_order_varying_factored(dataclasses.replace(units[0]))  # builds the program of this shape
+    warm = dataclasses.replace(units[0])
+    vf.second_order_varying_factored(warm, reduced_geometry(warm))  # builds the program of this shape
     now_stop = vf.VARYING_CUT_STOP
     out = {}
     for name, ladder, stop in (("SCS ladder, fixed cut stop", dc.SOLVER_LADDER, fc.CUT_STOP), ("new", None, now_stop)):
@@ -167,7 +169,7 @@ def run_varying(args):
         for p in units:
             q = dataclasses.replace(p)
             t0 = time.perf_counter()
-            res = vf.second_order_varying_factored(q, ladder=ladder)
+            res = vf.second_order_varying_factored(q, reduced_geometry(q), ladder=ladder)
             rows.append((time.perf_counter() - t0, res.value, len(res.log), "unfactored" in res.status, res.fallback))
         out[name] = rows
     vf.VARYING_CUT_STOP = now_stop

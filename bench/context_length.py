@@ -7,9 +7,9 @@ widths are GPT-2-like; not GPT-2), layer 5, the committed public-domain passage 
 Methods per unit (each as far as it runs in about 60 s per unit; where it cannot, the table says why):
 exact worst case (fixed query), first-order certificate, second-order certificate (paper-like and tight:
 `second_order_certificate`, which uses the separable path above 48 keys), the monolithic program of
-`second_order.fixed` ("before": every n up to --before-max), CROWN and alpha-CROWN (`bound_propagation` head
+`second_order.fixed_query.monolithic` ("before": every n up to --before-max), CROWN and alpha-CROWN (`bound_propagation` head
 network) up to --crown-max, and the varying query up to --varying-max: its second-order certificate (both variants,
-`varying_long` above 16 tokens), the cvxpy program with the d-dimensional witness up to --before-varying-max, CROWN
+`varying_query.long` above 16 tokens), the cvxpy program with the d-dimensional witness up to --before-varying-max, CROWN
 and alpha-CROWN up to --crown-max-varying, each with its gap against the best ascent value and its peak memory.
 
 Relative gap: (bound - reference) / (reference - nominal), reference = the exact bracket's upper end (fixed
@@ -80,12 +80,13 @@ def _second_order_call(args):
     problem, name = args
     common.single_threaded_blas()
     from attncert.certify.second_order.certificate import second_order_certificate
-    from attncert.certify.second_order.varying_factored import second_order_varying_factored
+    from attncert.certify.second_order.varying_query.factored import second_order_varying_factored
+    from attncert.head.reduced_geometry import reduced_geometry
 
     fn = {"second_order": lambda: second_order_certificate(problem).value,
           "second_order_tight": lambda: second_order_certificate(problem, upper_cone=True).value,
-          "before_second_order": lambda: second_order_varying_factored(problem).value,
-          "before_second_order_tight": lambda: second_order_varying_factored(problem, upper_cone=True).value}[name]
+          "before_second_order": lambda: second_order_varying_factored(problem, reduced_geometry(problem)).value,
+          "before_second_order_tight": lambda: second_order_varying_factored(problem, reduced_geometry(problem), upper_cone=True).value}[name]
     start = common.process_status_mb("VmRSS")
     val, sec, status = timed(fn)
     return val, sec, status, common.process_status_mb("VmHWM") - start
@@ -105,7 +106,8 @@ def run(args) -> dict:
     from attncert.certify.exact_worst_case import exact_worst_case
     from attncert.certify.first_order_certificate import first_order_certificate
     from attncert.certify.second_order.certificate import second_order_certificate
-    from attncert.certify.second_order.fixed import second_order_fixed
+    from attncert.certify.second_order.fixed_query.monolithic import second_order_fixed
+    from attncert.head.reduced_geometry import reduced_geometry
     from attncert.head.units import specification_vectors
     from tqdm import tqdm
 
@@ -125,8 +127,8 @@ def run(args) -> dict:
                    "second_order": lambda: second_order_certificate(p).value,
                    "second_order_tight": lambda: second_order_certificate(p, upper_cone=True).value}
         if n <= args.before_max:
-            methods["before_second_order"] = lambda: second_order_fixed(p).value
-            methods["before_second_order_tight"] = lambda: second_order_fixed(p, upper_cone=True).value
+            methods["before_second_order"] = lambda: second_order_fixed(p, reduced_geometry(p)).value
+            methods["before_second_order_tight"] = lambda: second_order_fixed(p, reduced_geometry(p), upper_cone=True).value
         if n <= args.crown_max:
             methods["crown"] = lambda: baseline_upper_bound(p, "crown").upper
             methods["alpha_crown"] = lambda: baseline_upper_bound(p, "alpha_crown").upper

@@ -14,7 +14,7 @@ with the seed (even: max g, odd: min g). Regimes:
 Each unit goes through both paths, both variants (paper-like and tight), with
 `second_order.certificate.fixed_query_certificate` and the path forced: the long-context path `separable` (what
 `second_order_certificate` runs above 48 keys; the token family when more than 48 tokens are kept, else one
-token-program solve) and the monolithic program `fixed` (the path at n <= 48) on the same unit. The tight
+token-program solve) and the monolithic program `monolithic` (the path at n <= 48) on the same unit. The tight
 variant's time excludes the paper-like solve it reuses. Reference: the upper end
 of the exact worst case's certified bracket. Reported per regime and variant: the gap of each path relative to
 the first-order certificate's gap (median), the gap ratio long / monolithic (median and worst; gaps below the
@@ -121,14 +121,14 @@ def measure(problem) -> dict:
     from attncert.certify.exact_worst_case import exact_worst_case
     from attncert.certify.first_order_certificate import first_order_certificate
     from attncert.certify.second_order.certificate import fixed_query_certificate
-    from attncert.certify.second_order.fixed import prepared_data
+    from attncert.certify.second_order.fixed_query.monolithic import prepared_data
     from attncert.head.reduced_geometry import reduced_geometry
 
     ex = exact_worst_case(problem)
     fo = first_order_certificate(problem)
     floor = max(ex.hi - ex.lo, 1e-12 * (1.0 + abs(ex.hi)))
     fo_gap = max(fo - ex.hi, floor)
-    _, D, _ = prepared_data(problem, time.perf_counter())
+    _, D, _ = prepared_data(problem, reduced_geometry(problem), time.perf_counter())
     row = dict(R_s=float(reduced_geometry(problem).R_s), radius=problem.radius, kept=int(D.A.size), fo_gap=fo_gap,
                exact_hi=ex.hi, floor=floor)
     for path, forced in (("long", "separable"), ("mono", "fixed")):

@@ -2,9 +2,9 @@
 
 Units: `bench_second_order.gpt2_like_head` (d = 768, d_head = 64, linf, random GPT-2-like weights) with
 n = 8 attended tokens (query = last token), mode "varying", radii 0.002 / 0.005 / 0.01 / 0.02.
-For every unit: the first-order certificate (FO), the unfactored second-order certificate of `varying`
+For every unit: the first-order certificate (FO), the unfactored second-order certificate of `unfactored`
 (SO, default variant: the program before the factored one), each requested variant (--variants, names of
-`varying_factored.second_order_varying_variant`; 'moment' is the factored default, 'tight' its tight variant), and the best feasible value of multi-start ascent (`best`, a lower
+`variant`; 'moment' is the factored default, 'tight' its tight variant), and the best feasible value of multi-start ascent (`best`, a lower
 bound of max g). Printed per radius: median relative gap (cert - best) / (best - nominal) of each, median
 seconds per unit (the one-time compile of a shape is excluded: one warm-up unit per variant), fallbacks,
 the median score half-width components (R_s, H = max_j r ||p_j||_1, bb) and the median per-unit log-log
@@ -34,17 +34,41 @@ from bench.bench_second_order import gpt2_like_head  # noqa: E402
 RADII = (0.002, 0.005, 0.01, 0.02)
 
 
+def variant(problem, name: str):
+    """The varying-query variants compared here.
+
+    'shift' / 'oldtight': the unfactored program of `varying_query.unfactored`, centered / with the upper cone
+    (C5); 'factor' / 'factor0': factored, centered / not centered, no second moments; 'moment': factored, centered,
+    second moments (the default); 'tight' / 'tight0': factored, centered, upper cone (C5) at the key level, with /
+    without second moments.
+    """
+    from attncert.certify.second_order.varying_query.factored import second_order_varying_factored as factored
+    from attncert.certify.second_order.varying_query.unfactored import second_order_varying as unfactored
+
+    from attncert.head.reduced_geometry import reduced_geometry
+
+    geo = reduced_geometry(problem)
+    runs = {"shift": lambda: unfactored(problem, geo, center=True),
+            "oldtight": lambda: unfactored(problem, geo, upper_cone=True),
+            "factor": lambda: factored(problem, geo, center=True, second=False),
+            "factor0": lambda: factored(problem, geo, center=False, second=False),
+            "moment": lambda: factored(problem, geo), "tight": lambda: factored(problem, geo, upper_cone=True),
+            "tight0": lambda: factored(problem, geo, upper_cone=True, second=False)}
+    if name not in runs:
+        raise ValueError(f"unknown variant {name!r}")
+    return runs[name]()
+
+
 def certifiers(names):
     """name -> callable(problem) -> SecondOrderResult-like (value, fallback)."""
-    from attncert.certify.second_order.certificate import second_order_certificate
+    from attncert.certify.second_order.attained import first_order_attained
+    from attncert.certify.second_order.varying_query.unfactored import second_order_varying
+    from attncert.head.reduced_geometry import reduced_geometry
 
-    out = {"SO": lambda p: second_order_certificate(p, factored=False)}  # the unfactored program (before)
+    out = {"SO": lambda p: first_order_attained(p, second_order_varying(p, reduced_geometry(p)))}  # the unfactored program
     for name in names:
-        if not name:
-            continue
-        from attncert.certify.second_order import varying_factored as vf
-
-        out[name] = (lambda nm: (lambda p: vf.second_order_varying_variant(p, nm)))(name)
+        if name:
+            out[name] = (lambda nm: (lambda p: variant(p, nm)))(name)
     return out
 
 
@@ -69,7 +93,8 @@ def main(args) -> dict:
     torch.set_num_threads(1)
     from attncert.certify.best_feasible_ascent import best_feasible_ascent
     from attncert.certify.first_order_certificate import first_order_certificate
-    from attncert.certify.second_order.varying_data import VaryingData
+    from attncert.certify.second_order.varying_query.data import VaryingData
+    from attncert.head.reduced_geometry import reduced_geometry
 
     head = gpt2_like_head
     radii = tuple(float(x) for x in args.radii.split(","))
@@ -88,7 +113,7 @@ def main(args) -> dict:
     for seed in range(args.heads):
         for r in radii:
             p = head(seed, r, "varying", n=args.n)
-            D = VaryingData(p, math.inf)
+            D = VaryingData(p, reduced_geometry(p), math.inf)
             comp[r].append((D.R_s, float(np.max(D.H)), D.bb))
             best = best_feasible_ascent(p, restarts=args.restarts, steps=args.steps, seed=seed).value
             vals = {}

@@ -1,9 +1,9 @@
 """The lifted true point of a varying-query perturbation: the values every variable of the factored programs takes
-there (`second_order.varying_factored_program`, `second_order.varying_long_program`). Shared by their tests, which
+there (`second_order.varying_query.program`, `second_order.varying_query.long_program`). Shared by their tests, which
 check that each row of the assembled program holds at it."""
 import numpy as np
 
-from attncert.certify.second_order.varying_factored_program import widths
+from attncert.certify.second_order.varying_query.program import widths
 
 
 def lifted_factored_point(p, D, delta, query_shift) -> dict:

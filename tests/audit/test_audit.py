@@ -352,10 +352,10 @@ def _replace_program(root, row, name, cert, layer=0):
 def test_l2_program_honestly_solved_fails_on_the_linf_row(data_root):
     """The l_inf row's own relaxation data, built into the l2 program (the ellipse inside the zonotope) and
     honestly solved and certified: rebuilt bit for bit, but not the row's unit."""
-    from attncert.certify.second_order.compiled import canonical_program  # noqa: F401 - the builders' path
-    from attncert.certify.second_order.dual_certificate import solve_and_certify
-    from attncert.certify.second_order.dual_record import note_affine, note_construction, recording_duals
-    from attncert.certify.second_order.fixed_program import (FixedRelaxationData, build_fixed_program, fixed_box,
+    from attncert.certify.second_order.dual_bound.compiled import canonical_program  # noqa: F401 - the builders' path
+    from attncert.certify.second_order.dual_bound.solve_ladder import solve_and_certify
+    from attncert.certify.second_order.dual_bound.dual_record import note_affine, note_construction, recording_duals
+    from attncert.certify.second_order.fixed_query.program import (FixedRelaxationData, build_fixed_program, fixed_box,
                                                              set_fixed_parameters)
 
     with CertificateFile(data_root / "certify" / MODEL / "layer0_certificates.npz") as f:
@@ -480,7 +480,7 @@ def test_a_grid_radius_the_table_does_not_hold_fails(certified_root):
 def test_unfactored_varying_program_is_rebuilt(tmp_path, monkeypatch):
     """Varying units below the factored program's width threshold take the unfactored program (here every unit:
     the threshold raised): its builder inputs are stored and the audit rebuilds it."""
-    import attncert.certify.second_order.varying_factored as vf
+    import attncert.certify.second_order.varying_query.factored as vf
 
     monkeypatch.setattr(vf, "DEVIATION_BELOW", 1e9)
     root = tmp_path / "data"

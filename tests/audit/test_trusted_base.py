@@ -11,32 +11,29 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 # reduction, the file checks (with the model a file was written for: model_identity, no imports) and provenance
 ALLOWED = {
     "attncert", "attncert.audit", "attncert.certify", "attncert.certify.second_order",
-    "attncert.certify.certificate_store", "attncert.certify.second_order.compiled",
-    "attncert.certify.second_order.facets", "attncert.certify.second_order.fixed_program",
-    "attncert.certify.second_order.relaxation", "attncert.certify.first_order_certificate",
-    "attncert.certify.second_order.varying_data", "attncert.certify.second_order.varying_factored_program",
-    "attncert.certify.second_order.varying_program", "attncert.certify.second_order.varying_long_program",
+    "attncert.certify.certificate_store", "attncert.certify.second_order.dual_bound.compiled",
+    "attncert.certify.second_order.relaxation.facets", "attncert.certify.second_order.fixed_query.program",
+    "attncert.certify.second_order.relaxation.rows", "attncert.certify.first_order_certificate",
+    "attncert.certify.second_order.relaxation", "attncert.certify.second_order.dual_bound",
+    "attncert.certify.second_order.fixed_query", "attncert.certify.second_order.varying_query",
+    "attncert.certify.second_order.varying_query.data", "attncert.certify.second_order.varying_query.program",
+    "attncert.certify.second_order.varying_query.unfactored_program",
+    "attncert.certify.second_order.varying_query.long_program",
     "attncert.head.unit_grid",
     "attncert.head", "attncert.head.problem", "attncert.head.rounding", "attncert.head.fixed_query",
     "attncert.head.negligible_tokens", "attncert.head.projected_ball", "attncert.head.reduced_geometry",
     "attncert.integrity", "attncert.integrity.intermediate_check", "attncert.integrity.file_integrity",
     "attncert.integrity.model_identity", "attncert.head.specification",
-    "attncert.certify.second_order.token_program",
+    "attncert.certify.second_order.fixed_query.token_program",
 }
-# The long-context token program's builder shares its module with the program's Clarabel solve. The scan does not
-# follow that module's imports (its solve reaches dual_certificate and clarabel); instead the checker may import
-# only the builder's names from it, which is checked on the checker's source below, and
-# test_no_solver_runs_during_the_audit (tests/audit/test_audit.py, test_long_context_audit.py) replaces the
-# solvers by functions that raise.
-BUILDER_ONLY = {"attncert.certify.second_order.token_program":
-                {"build_program", "Program", "LAM", "US", "UW", "VS", "VW", "NU"}}
 # never: solvers, torch and its model code, and attncert's solving code
 FORBIDDEN_THIRD_PARTY = {"clarabel", "scs", "torch", "transformers", "auto_LiRPA", "bound_propagation", "ecos",
                          "osqp", "highspy"}
-FORBIDDEN = {"attncert.certify.second_order.dual_certificate", "attncert.certify.second_order.cutting_planes",
+FORBIDDEN = {"attncert.certify.second_order.dual_bound.solve_ladder", "attncert.certify.second_order.dual_bound.weak_duality",
+             "attncert.certify.second_order.fixed_query.token_solve", "attncert.certify.second_order.relaxation.cutting_planes",
              "attncert.certify.dinkelbach", "attncert.certify.best_feasible_ascent",
              "attncert.certify.exact_worst_case", "attncert.certify.token_max", "attncert.certify.run",
-             "attncert.certify.second_order.fixed", "attncert.certify.second_order.certificate"}
+             "attncert.certify.second_order.fixed_query.monolithic", "attncert.certify.second_order.certificate"}
 
 
 def module_file(name: str) -> Path | None:
@@ -76,7 +73,7 @@ def reached() -> tuple[set[str], set[str]]:
         parts = name.split(".")
         todo += [".".join(parts[:k]) for k in range(1, len(parts))]  # parent packages run their __init__
         path = module_file(name)
-        if path is None or name in BUILDER_ONLY:
+        if path is None:
             continue
         for imp in imports_of(path, name):
             if imp.split(".")[0] == "attncert":
@@ -93,18 +90,6 @@ def test_checker_reaches_only_the_trusted_base():
     assert not outside, sorted(outside)
     assert not (third & FORBIDDEN_THIRD_PARTY), sorted(third & FORBIDDEN_THIRD_PARTY)
     assert third <= {"numpy", "scipy", "flint", "cvxpy", "tqdm", "yaml"}, sorted(third)  # yaml: --configfile
-
-
-def test_the_checker_imports_only_the_builder_from_a_module_that_also_solves():
-    for name, allowed in BUILDER_ONLY.items():
-        mods, _ = reached()
-        for mod in sorted(m for m in mods if m != name and module_file(m)):
-            for node in ast.walk(ast.parse(module_file(mod).read_text())):
-                if isinstance(node, ast.Import):
-                    assert name not in {a.name for a in node.names}, f"{mod} imports {name} whole"
-                elif isinstance(node, ast.ImportFrom) and node.module == name:
-                    names = {a.name for a in node.names}
-                    assert names <= allowed, f"{mod} imports {sorted(names - allowed)} from {name}"
 
 
 def test_the_scan_sees_a_forbidden_import(tmp_path, monkeypatch):

@@ -5,7 +5,7 @@ import math
 import numpy as np
 
 from attncert.certify.exact_worst_case import exact_worst_case
-from attncert.certify.second_order.dual_certificate import ACCEPT_GAP
+from attncert.certify.second_order.dual_bound.solve_ladder import ACCEPT_GAP
 from attncert.certify.run import COLUMNS, certify_unit, in_check_sample
 from attncert.head.fixed_query import fixed_query_reduction
 from attncert.head.problem import random_head_problem

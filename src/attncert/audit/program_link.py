@@ -9,16 +9,16 @@ token. The check has two parts:
    shift = max_j (s0_j + eps_s,j), the kept tokens and the tail of `ReducedGeometry.kept_tokens`, A = (s0 - shift),
    w0, eps_s, eps_w on the kept tokens, the same R_s, R_w and radius (bit for bit: the same float operations);
    g0, rho_w and rho_o are free (any origin and positive units give the same relaxation);
-2. the builder (`certify.second_order.fixed_program`, the facets of `certify.second_order.facets`, canonicalized by
-   cvxpy through `certify.second_order.compiled`) rebuilds (c, A, b, cones, lo, hi) from these inputs, and the
+2. the builder (`certify.second_order.fixed_query.program`, the facets of `certify.second_order.relaxation.facets`, canonicalized by
+   cvxpy through `certify.second_order.dual_bound.compiled`) rebuilds (c, A, b, cones, lo, hi) from these inputs, and the
    result equals the stored program bit for bit.
 
 A varying-query (factored) certificate records the fields of `VaryingData` before its negligible tokens are
 dropped; part 1 is then `varying_data_from_weights` (the score model of the program covers the exact scores of
 the weights, checked in ball arithmetic), and part 2 rebuilds `VaryingData.from_fields`, drops the negligible
-tokens with the builder's own rule and rebuilds the factored program (`varying_factored_program`).
+tokens with the builder's own rule and rebuilds the factored program (`varying_query.program`).
 
-The unfactored varying program (`varying_program`, used for tiny widths, a single token, or when the factored
+The unfactored varying program (`unfactored_program`, used for tiny widths, a single token, or when the factored
 solve fails) records the same fields and is rebuilt the same way.
 
 The link also ties the certificate to the row and fixes what the audit does not take from the file:
@@ -47,15 +47,15 @@ from flint import arb
 
 from attncert.audit.head_enclosure import norm_bound
 from attncert.certify.certificate_store import VARYING_PATHS
-from attncert.certify.second_order.compiled import DATA_REL_ERR, canonical_program
-from attncert.certify.second_order.facets import UpperChainFacets, fill_facets
-from attncert.certify.second_order.fixed_program import (FixedRelaxationData, build_fixed_program, fixed_box,
+from attncert.certify.second_order.dual_bound.compiled import DATA_REL_ERR, canonical_program
+from attncert.certify.second_order.relaxation.facets import UpperChainFacets, fill_facets
+from attncert.certify.second_order.fixed_query.program import (FixedRelaxationData, build_fixed_program, fixed_box,
                                                          set_fixed_parameters)
-from attncert.certify.second_order.varying_data import VaryingData, start_chains
-from attncert.certify.second_order.varying_factored_program import (build_factored_program, factored_box,
+from attncert.certify.second_order.varying_query.data import VaryingData, start_chains
+from attncert.certify.second_order.varying_query.program import (build_factored_program, factored_box,
                                                                     set_factored_parameters)
-from attncert.certify.second_order.varying_long_program import build_long_program
-from attncert.certify.second_order.varying_program import build_varying_program, set_varying_parameters, varying_box
+from attncert.certify.second_order.varying_query.long_program import build_long_program
+from attncert.certify.second_order.varying_query.unfactored_program import build_varying_program, set_varying_parameters, varying_box
 from attncert.head.projected_ball import projected_ball
 from attncert.head.reduced_geometry import ReducedGeometry
 from attncert.head.rounding import gamma
@@ -137,7 +137,7 @@ def rebuild_varying(build: dict, red: dict, norm_row: str, path: str, d_unit: in
 
 
 def rebuild_varying_long(build: dict, red: dict, norm_row: str, W_Q: np.ndarray) -> tuple[dict | None, tuple, str]:
-    """The long-context varying program (`varying_long_program`) the builder gives for the stored key-centered
+    """The long-context varying program (`long_program`) the builder gives for the stored key-centered
     fields, with negligible tokens dropped by the builder's rule; its map to g units; '' or why the key does not
     fit the row. No cvxpy: the builder assembles (c, A, b, cones, box) itself."""
     fields = {k: build.get(k) for k in VaryingData.FIELDS + VaryingData.KEY_FIELDS if k not in ("u_s", "u_w")}
@@ -263,7 +263,7 @@ def varying_long_data_from_weights(build: dict, red: dict, head, radius: float, 
     """'' when the key-centered fields of the long-context varying program describe the unit's exact scores.
 
     The program reads the query's shift of key j's score as (delta_i W_Q) . kq_j, the exact functional of the
-    stored kq_j (`varying_long_program`), after the softmax-invariant shift of every score by
+    stored kq_j (`long_program`), after the softmax-invariant shift of every score by
     -(delta_i W_Q) . kbar / sqrt(d_h). With k0*_j = z_j W_K + b_K exactly, that reads key j's exact score when
     |s0*_j - A_j - shift| + r ||u_s - u_s*||_* + r ||W_Q D_j||_* <= eps_j, D_j = (k0*_j - kbar) / sqrt(d_h) - kq_j,
     and ||W_Q D||_* <= sum_k ||W_Q[:, k]||_1 |D_k| (box) or ||W_Q||_F ||D||_2 (ball): d_h balls per key. The query

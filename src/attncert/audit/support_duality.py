@@ -1,6 +1,6 @@
 """The bound of a support-function certificate (fixed query, long contexts), recomputed without a solver.
 
-The long-context path (`certify.second_order.separable`) bounds the relaxation of docs/certificate.md §4.1 from a
+The long-context path (`certify.second_order.fixed_query.separable`) bounds the relaxation of docs/certificate.md §4.1 from a
 dual vector z of the token program (`token_program.build_program` without facets) through the exact support
 function of P. With X the set every lifted true point lies in (tau in [tau_lo, tau_hi]; per token
 0 <= lam_j <= tau, U_j in lam_j Phat, V_j in (tau - lam_j) Phat, 0 <= nu_j <= tau nubar_j;
@@ -26,9 +26,9 @@ nu the l1 or l2 norm evaluated in float64 (relative error gamma_{d+3} at most). 
 token, the sum over tokens, the max over tau and the map to g are ball arithmetic (flint `arb`): every function of
 g above is nondecreasing in each h, so upper ends suffice.
 
-The builder, `token_program.build_program`, shares its module with the token program's Clarabel solve; the audit
-imports only the builder's names from it, inside the functions that rebuild (so that importing the audit loads no
-solving code), and never calls the solve (tests/audit/test_trusted_base.py, the no-solver tests).
+The builder, `token_program.build_program`, is builder code only (its Clarabel solve is `token_solve`); the audit
+imports it inside the functions that rebuild and never reaches a solve (tests/audit/test_trusted_base.py, the
+no-solver tests).
 """
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ import scipy.sparse as sp
 from flint import arb
 
 from attncert.audit.program_link import data_from_reduction
-from attncert.certify.second_order.compiled import DATA_REL_ERR
-from attncert.certify.second_order.fixed_program import FixedRelaxationData
+from attncert.certify.second_order.dual_bound.compiled import DATA_REL_ERR
+from attncert.certify.second_order.fixed_query.program import FixedRelaxationData
 from attncert.head.rounding import gamma
 
 
@@ -77,7 +77,7 @@ def support_link(stored: dict, red: dict, radius: float, norm: str, mode: str) -
                             eps_w=build["eps_w"], u_s=red["u_s"], u_w=red["u_w"], R_s=float(build["R_s"]),
                             R_w=float(build["R_w"]), rho_w=float(build["rho_w"]), rho_o=float(build["rho_o"]),
                             radius=float(build["radius"]), norm=str(build["norm"]), tail=float(build["tail"]))
-    from attncert.certify.second_order.token_program import build_program  # the builder only: module docstring
+    from attncert.certify.second_order.fixed_query.token_program import build_program  # the builder only: module docstring
 
     prog = build_program(D, bool(upper_cone), int(mono))
     A = sp.csr_matrix(stored["A"])
@@ -132,7 +132,7 @@ def support_bound_upper(prog, z: np.ndarray, u_s: np.ndarray, u_w: np.ndarray, r
                         rho_w: float, norm: str, data_rel_err: float = DATA_REL_ERR) -> arb:
     """A ball whose upper end bounds z.b + max_X g.x plus the data rounding (module docstring), in objective units.
     z must be in K^* (`dual_cone`); prog: the rebuilt `token_program.Program`."""
-    from attncert.certify.second_order.token_program import LAM, NU, US, UW, VS, VW
+    from attncert.certify.second_order.fixed_query.token_program import LAM, NU, US, UW, VS, VW
 
     A = sp.csc_matrix(prog.A)
     absA = abs(A)

@@ -54,7 +54,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from attncert.certify.second_order.compiled import DATA_REL_ERR
+from attncert.certify.second_order.dual_bound.compiled import DATA_REL_ERR
 from attncert.integrity.file_integrity import atomic_path
 
 FORMAT_VERSION = 1
@@ -143,7 +143,7 @@ def _construction_arrays(construction: dict, pool: RowPool) -> dict:
 def bare_program(cert):
     """(the token program without facets, the dual z mapped onto its rows by row family) of a support-function
     certificate (`dual_record.SupportCertificate`): the facet rows (rows of X) carry no multiplier in its bound."""
-    from attncert.certify.second_order.token_program import build_program  # the builder only (no solve)
+    from attncert.certify.second_order.fixed_query.token_program import build_program  # the builder only (no solve)
 
     key = cert.construction["key"]
     prog = build_program(cert.construction["data"], bool(key[2]), int(key[3]))

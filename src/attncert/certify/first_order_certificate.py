@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attncert.head.reduced_geometry import reduced_geometry
+from attncert.head.reduced_geometry import ReducedGeometry, reduced_geometry
 from attncert.head.problem import HeadProblem, cached_by_weights
 from attncert.head.rounding import gamma
 
@@ -121,16 +121,17 @@ def _bilinear_bound(W_Q: np.ndarray, W_K: np.ndarray, norm: str) -> float:
     return min(cols * (1.0 + gamma(2 * d + dh)), d * spec)
 
 
-def score_value_intervals(problem: HeadProblem, beta: float | None = None
+def score_value_intervals(problem: HeadProblem, beta: float | None = None, geometry: ReducedGeometry | None = None
                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Sound (l, u, W_lo, W_hi): s_j in [l_j, u_j], w_j in [W_lo_j, W_hi_j] over the perturbation set.
 
     beta: `bilinear_bound(problem)` (varying query only); it depends only on W_Q, W_K and the norm, so
-    a caller certifying many units of one head can compute it once.
+    a caller certifying many units of one head can compute it once. geometry: `reduced_geometry(problem)`, if the
+    caller has it.
     """
     r = problem.radius
     dual = problem.dual_norm
-    geo = reduced_geometry(problem)
+    geo = reduced_geometry(problem, geometry)
     W_lo, W_hi = geo.value_range()
     if problem.mode == "fixed":
         return (*geo.score_range(), W_lo, W_hi)
@@ -147,21 +148,21 @@ def score_value_intervals(problem: HeadProblem, beta: float | None = None
     return s0 - rad - eps_s_varying, s0 + rad + eps_s_varying, W_lo, W_hi
 
 
-def first_order_certificate(problem: HeadProblem, sense: str = "max", beta: float | None = None) -> float:
+def first_order_certificate(problem: HeadProblem, sense: str = "max", beta: float | None = None,
+                            geometry: ReducedGeometry | None = None) -> float:
     """Sound upper bound on max g (sense="max") or sound lower bound on min g (sense="min").
 
     beta: optional precomputed `bilinear_bound(problem)` (varying query; see `score_value_intervals`).
+    geometry: optional precomputed `reduced_geometry(problem)` (sense "max" only: "min" bounds the negated
+    specification, whose geometry differs).
     """
     if sense == "min":
+        if geometry is not None:
+            raise ValueError("geometry is the maximised problem's: pass it with sense='max' only")
         return -first_order_certificate(problem.negated(), "max", beta)
     if sense != "max":
         raise ValueError(f"sense must be 'max' or 'min'; got {sense!r}")
-    # computed once per problem object: the second-order certificate's fallback bound is this number too
-    return problem.derived(("first_order_certificate", beta), lambda: _first_order_max(problem, beta))
-
-
-def _first_order_max(problem: HeadProblem, beta: float | None) -> float:
-    l, u, _, W = score_value_intervals(problem, beta)
+    l, u, _, W = score_value_intervals(problem, beta, geometry)
     val, _, X = attention_lp_max(l, u, W)
     Wmax = float(np.abs(W).max())
     margin = 2.0 * gamma(problem.n + 6) * (1.0 + X) * Wmax

@@ -44,8 +44,8 @@ from attncert.certify.best_feasible_ascent import best_feasible_ascent
 from attncert.certify.exact_worst_case import exact_worst_case
 from attncert.certify.first_order_certificate import bilinear_bound, first_order_certificate, score_value_intervals
 from attncert.certify.secant_slack_bound import secant_slack_bound
-from attncert.certify.second_order.certificate import second_order_certificate
-from attncert.certify.second_order.dual_record import recording_duals
+from attncert.certify.second_order.certificate import paper_like_solve, second_order_certificate
+from attncert.certify.second_order.dual_bound.dual_record import recording_duals
 from attncert.head.reduced_geometry import reduced_geometry
 from attncert.head.problem import HeadProblem
 from attncert.configuration.device import resolve_device
@@ -103,6 +103,8 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 6, ascent_steps
             traceback.print_exc()
 
     row["nominal"] = problem.nominal_value()
+    geo = None  # the unit's reduced geometry (`run_first`), handed to the certificates
+    paper = None  # the fixed query's paper-like solve (`run_second`), the tight variant's partner
 
     def run_exact():
         res = exact_worst_case(problem, sense="max")
@@ -120,11 +122,12 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 6, ascent_steps
         warm.append((res.witness - problem.Z0, res.seconds))
 
     def run_first():
+        nonlocal geo
         t0 = time.perf_counter()
-        row["first_order"] = first_order_certificate(problem, sense="max")
+        geo = reduced_geometry(problem)
+        row["first_order"] = first_order_certificate(problem, sense="max", geometry=geo)
         row["t_first_s"] = time.perf_counter() - t0
         if certificates is not None:
-            geo = reduced_geometry(problem)
             certificates["reduction"] = {k: np.asarray(getattr(geo, k), dtype=np.float64) for k in
                                          ("s0", "w0", "u_s", "u_w", "eps_s", "eps_w", "R_s", "R_w")}
             beta = bilinear_bound(problem) if problem.mode == "varying" else math.nan
@@ -151,8 +154,11 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 6, ascent_steps
                                   else {"kind": "first_order"})
 
     def run_second():
+        nonlocal paper
         with recording_duals() as rec:
-            res = second_order_certificate(problem, sense="max")
+            if problem.mode == "fixed":
+                paper = paper_like_solve(problem, geometry=geo)
+            res = second_order_certificate(problem, sense="max", geometry=geo, paper_like=paper)
         keep_dual("second_order", rec, res.value)
         row.update(second_order=res.value, t_second_s=res.seconds, solver=res.solver)
         if res.fallback:
@@ -160,7 +166,7 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 6, ascent_steps
 
     def run_tight():
         with recording_duals() as rec:
-            res = second_order_certificate(problem, sense="max", upper_cone=True)
+            res = second_order_certificate(problem, sense="max", upper_cone=True, geometry=geo, paper_like=paper)
         keep_dual("second_order_tight", rec, res.value)
         row.update(second_order_tight=res.value, t_second_tight_s=res.seconds)
         if res.fallback:
@@ -170,9 +176,8 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 6, ascent_steps
         if math.isfinite(row["exact_hi"]):
             row["secant_bound"] = secant_slack_bound(problem, row["exact_hi"]).bound
 
-    # the first-order certificate first: it computes the unit's fixed-query reduction (shared with the exact
-    # solver and the second order through `HeadProblem.derived`), so t_first_s + t_second_s is what the
-    # certificate costs on its own
+    # the first-order certificate first: it computes the unit's reduced geometry (handed to the second order), so
+    # t_first_s + t_second_s is what the certificate costs on its own
     attempt("first_order", run_first)
     if problem.mode == "fixed":
         attempt("exact", run_exact)

@@ -46,16 +46,11 @@ class FixedQueryReduction:
 def fixed_query_reduction(problem) -> FixedQueryReduction:
     """The two directions per token of a `HeadProblem` (any mode: the query is taken at Z0).
 
-    It does not depend on the radius, the norm or the mode: computed once per problem object
-    (`HeadProblem.derived`) and shared by the units of the same head, tokens, query and specification (cached
-    by the arrays' contents); the returned arrays are read-only.
+    It does not depend on the radius, the norm or the mode: shared by the units of the same head, tokens, query and
+    specification (cached by the arrays' contents); the returned arrays are read-only.
     """
-    def compute():
-        return _reduction(problem.W_Q, problem.W_K, problem.W_V, problem.b_Q, problem.b_K, problem.b_V, problem.Z0,
-                          problem.c, int(problem.query_index))
-
-    derived = getattr(problem, "derived", None)
-    return compute() if derived is None else derived("fixed_query_reduction", compute)
+    return _reduction(problem.W_Q, problem.W_K, problem.W_V, problem.b_Q, problem.b_K, problem.b_V, problem.Z0,
+                      problem.c, int(problem.query_index))
 
 
 @cached_by_weights(arrays=3, maxsize=12)

@@ -90,19 +90,6 @@ class HeadProblem:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}; got {self.mode!r}")
 
-    def derived(self, key, compute):
-        """compute() once per problem object: quantities derived from the (immutable) unit, shared by its solvers.
-
-        The first-order certificate, the second-order certificate and the exact solver of one unit all start from
-        the same fixed-query reduction and the same first-order bound; they are computed once and reused (the
-        arrays of a stored reduction are read-only). `negated`, `with_radius` and `dataclasses.replace` return new
-        objects with nothing stored.
-        """
-        store = self.__dict__.setdefault("_derived", {})
-        if key not in store:
-            store[key] = compute()
-        return store[key]
-
     # ----- shapes -----
     @property
     def n(self) -> int:
@@ -140,7 +127,7 @@ class HeadProblem:
         return float(a @ w)
 
     def nominal_value(self) -> float:
-        return self.derived("nominal_value", lambda: self.value(self.Z0))
+        return self.value(self.Z0)
 
     def in_ball(self, Z: np.ndarray, tol: float = 0.0) -> bool:
         D = np.asarray(Z, dtype=np.float64) - self.Z0

@@ -18,7 +18,8 @@ absolute values; every chain is shorter than K = 2d + d_h + 10; moving over the 
 ||abs-product||_*. Doubled for safety. One error model for the first-order interval, the relaxations and the
 trivial bound.
 
-`reduced_geometry(problem)` computes it once per problem object (`HeadProblem.derived`); arrays are read-only.
+`reduced_geometry(problem)` computes it; the certificates take it as an argument (computed once per unit by their
+caller and passed down). Its arrays are read-only.
 """
 from __future__ import annotations
 
@@ -79,12 +80,18 @@ class ReducedGeometry:
         return self.s0 - half, self.s0 + half
 
 
-def reduced_geometry(problem) -> ReducedGeometry:
-    """The unit's record (see the module docstring), computed once per problem object."""
-    return problem.derived("reduced_geometry", lambda: _reduced_geometry(problem))
+def reduced_geometry(problem, given: ReducedGeometry | None = None) -> ReducedGeometry:
+    """The unit's record (see the module docstring).
 
-
-def _reduced_geometry(problem) -> ReducedGeometry:
+    given: the record a caller already computed for this unit, returned as it is after a check that it belongs to
+    the unit (token count, radius, norm); None computes it.
+    """
+    if given is not None:
+        if given.s0.shape[0] != problem.n or given.radius != float(problem.radius) or given.norm != problem.norm:
+            raise ValueError(f"the given reduced geometry is for n={given.s0.shape[0]}, r={given.radius}, "
+                             f"{given.norm}, not this unit's n={problem.n}, r={problem.radius}, {problem.norm}: "
+                             f"pass reduced_geometry(problem) of this unit")
+        return given
     red = fixed_query_reduction(problem)
     s0, w0, u_s, u_w = red.directions()
     d, dh, r = problem.d, problem.d_head, problem.radius

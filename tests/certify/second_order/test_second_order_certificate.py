@@ -11,20 +11,22 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import attncert.certify.second_order.dual_certificate as dc
-import attncert.certify.second_order.cutting_planes as cp_loop
-import attncert.certify.second_order.facets as fc
-import attncert.certify.second_order.fixed as so
-import attncert.certify.second_order.fixed_program as fp
-import attncert.certify.second_order.relaxation as rl
-import attncert.certify.second_order.varying_program as vq
+import attncert.certify.second_order.dual_bound.solve_ladder as ladder_module
+import attncert.certify.second_order.dual_bound.weak_duality as wd
+import attncert.certify.second_order.relaxation.cutting_planes as cp_loop
+import attncert.certify.second_order.relaxation.facets as fc
+import attncert.certify.second_order.fixed_query.monolithic as so
+import attncert.certify.second_order.fixed_query.program as fp
+import attncert.certify.second_order.relaxation.rows as rl
+import attncert.certify.second_order.varying_query.unfactored_program as vq
 from attncert.certify.best_feasible_ascent import best_feasible_ascent
 from attncert.certify.exact_worst_case import exact_worst_case
 from attncert.certify.first_order_certificate import first_order_certificate
 from attncert.head.problem import random_head_problem
 from attncert.certify.second_order.certificate import second_order_certificate
-from attncert.certify.second_order.relaxation import SecondOrderResult
-from attncert.certify.second_order.compiled import CompiledProgram
+from attncert.certify.second_order.relaxation.rows import SecondOrderResult
+from attncert.certify.second_order.dual_bound.compiled import CompiledProgram
+from attncert.head.reduced_geometry import reduced_geometry
 
 from head_strategies import sampled_max, small_heads  # tests/head_strategies.py
 
@@ -162,7 +164,7 @@ def test_compiled_path_gives_the_same_certificate(problem):
     for upper_cone in (False, True):
         fast = second_order_certificate(dataclasses.replace(problem), upper_cone=upper_cone)
         with pytest.MonkeyPatch.context() as m:
-            m.setattr(dc, "USE_COMPILED", False)
+            m.setattr(ladder_module, "USE_COMPILED", False)
             slow = second_order_certificate(dataclasses.replace(problem), upper_cone=upper_cone)
         assert fast.value == slow.value and fast.status == slow.status and fast.rounds == slow.rounds
     for prob, _, _ in list(fp._CACHE.values()) + list(vq._CACHE.values()):
@@ -233,7 +235,7 @@ def test_near_edges_keep_the_global_sigma_grid():
     """With the consecutive edges (fixed query, near = NEAR_EDGES) the initial facets are capped; the global sigma
     grid comes before the local one, so the far parts of P stay covered. (When the local grid came first, a wide
     window at r = 0.02 pushed the global grid out and the tight certificate's median gap on the default run rose
-    from 0.00144 to 0.0025 of the movement: docs/history/paper_cost_ratio.md.)"""
+    from 0.00144 to 0.0025 of the movement: CHANGELOG.md, "Measurements moved from the reference docs".)"""
     rng = np.random.default_rng(10)
     for d in (40, 384, 768):
         chains, R_s, k = _random_chains(rng, d, 0.02, 4)
@@ -270,7 +272,7 @@ def test_problem_derived_data_and_weight_cache():
 
 
 # ---------------------------------------------------------------------------------------------
-# weak duality with repaired duals (dual_certificate)
+# weak duality with repaired duals (dual_bound.weak_duality)
 # ---------------------------------------------------------------------------------------------
 def _toy_problem():
     """max x + y  s.t.  (x, 1, y) in K_exp (e^x <= y), y <= 2: optimum log 2 + 2."""
@@ -283,7 +285,7 @@ def _toy_problem():
 def test_weak_duality_bound_valid_for_any_dual():
     prob, x, y, opt = _toy_problem()
     box = {x: (-5.0, 5.0), y: (-5.0, 5.0)}
-    res = dc.solve_and_certify(prob, box)
+    res = ladder_module.solve_and_certify(prob, box)
     assert res.converged
     assert opt <= res.bound <= opt + 1e-7
     data, _, _ = prob.get_problem_data(cp.CLARABEL, solver_opts={})
@@ -291,7 +293,7 @@ def test_weak_duality_bound_valid_for_any_dual():
     rng = np.random.default_rng(0)
     for _ in range(200):  # garbage duals: still upper bounds after repair
         z = rng.standard_normal(data["b"].size) * 10 ** rng.uniform(-3, 3)
-        bound, zr = dc.weak_duality_bound(data["c"], data["A"], data["b"], data["dims"], z, lo, hi)
+        bound, zr = wd.weak_duality_bound(data["c"], data["A"], data["b"], data["dims"], z, lo, hi)
         assert bound >= opt
 
 
@@ -302,7 +304,7 @@ def test_repair_dual_lands_in_dual_cone():
     rng = np.random.default_rng(1)
     for _ in range(500):
         z = rng.standard_normal(12) * 10 ** rng.uniform(-4, 4, size=12)
-        zr = dc.repair_dual(z, Dims, np.ones(12))
+        zr = wd.repair_dual(z, Dims, np.ones(12))
         assert np.all(zr[1:3] >= 0)
         assert zr[3] >= np.linalg.norm(zr[4:6])
         for a in (6, 9):
@@ -370,7 +372,7 @@ def _check_point(prob, V, box, values):
 def test_lifted_true_points_are_feasible_fixed(norm, upper_cone, radius):
     rng = np.random.default_rng(7)
     p = random_head_problem(rng, d=6, d_head=4, n=5, radius=radius, norm=norm)
-    D = so.relaxation_data(p)
+    D = so.relaxation_data(p, reduced_geometry(p))
     assert D.deviation == (radius < 1e-3)
     prob, P, V = fp.build_fixed_program(p.n, norm, fc.SLOTS if norm == "linf" else 0, upper_cone, rl.MONOTONE_POINTS,
                            D.deviation)
@@ -395,12 +397,12 @@ def test_lifted_true_points_are_feasible_fixed(norm, upper_cone, radius):
 @pytest.mark.parametrize("norm", ["linf", "l2"])
 @pytest.mark.parametrize("radius", [0.05, 1e-5])
 def test_lifted_true_points_are_feasible_varying(norm, radius):
-    import attncert.certify.second_order.varying as sv
-    import attncert.certify.second_order.varying_program as vp
+    import attncert.certify.second_order.varying_query.unfactored as sv
+    import attncert.certify.second_order.varying_query.unfactored_program as vp
 
     rng = np.random.default_rng(8)
     p = random_head_problem(rng, d=6, d_head=4, n=5, radius=radius, norm=norm, mode="varying")
-    D = sv.VaryingData(p, first_order_certificate(p))
+    D = sv.VaryingData(p, reduced_geometry(p), first_order_certificate(p))
     prob, P, V = vp.build_varying_program(p.n, D.d, norm, fc.SLOTS if norm == "linf" else 0, True, rl.MONOTONE_POINTS,
                            D.deviation)
     El, Ehat, (tau_lo, tau_hi) = vp.set_varying_parameters(P, D)
@@ -466,13 +468,13 @@ def test_first_order_bound_attained_is_not_a_fallback():
     whose F no feasible value reaches keeps its label, with the distance in `status`."""
     from attncert.certify.best_feasible_ascent import best_feasible_ascent
     from attncert.certify.second_order.attained import ATTAINED_TOL
-    from attncert.certify.second_order.relaxation import fallback_bound
+    from attncert.certify.second_order.relaxation.rows import fallback_bound
 
     for mode in ("fixed", "varying"):
         p = _scaled_head(0, 10.0, 3.0, mode, "linf")  # score half-width far above MAX_HALF_WIDTH
         res = second_order_certificate(p)
         assert res.solver == "first_order_attained" and not res.fallback
-        assert res.value == fallback_bound(p)
+        assert res.value == fallback_bound(p, reduced_geometry(p))
         feasible = best_feasible_ascent(p, restarts=16, steps=200, seed=3).value
         assert res.value >= feasible - 1e-12 * (1.0 + abs(feasible))
         assert res.value - feasible <= ATTAINED_TOL * (res.value - p.nominal_value()) + 1e-12 * (1.0 + abs(feasible))
@@ -561,7 +563,7 @@ def test_negligible_tokens_are_dropped_with_a_sound_tail():
     from attncert.head.problem import HeadProblem
 
     q = HeadProblem(p.W_Q, p.W_K, p.W_V, p.b_Q, p.b_K, p.b_V, Z0, p.query_index, p.c, p.radius, p.norm, "fixed")
-    D = so.relaxation_data(q).drop_negligible()
+    D = so.relaxation_data(q, reduced_geometry(q)).drop_negligible()
     assert D.A.size == q.n - 1 and D.tail >= 0.0
     res = second_order_certificate(q)
     ex = exact_worst_case(q)
@@ -576,7 +578,7 @@ def test_loose_dual_is_recorded_and_labelled():
     loose = (("CLARABEL", dict(tol_gap_abs=1e-3, tol_gap_rel=1e-3, tol_feas=1e-3, max_iter=50)),)
     res = second_order_certificate(p, ladder=loose)
     assert math.isfinite(res.dual_gap)
-    if res.dual_gap > dc.ACCEPT_GAP * 10:
+    if res.dual_gap > ladder_module.ACCEPT_GAP * 10:
         assert "loose_dual" in res.status
     ok = second_order_certificate(p)
-    assert ok.dual_gap <= dc.ACCEPT_GAP * (1.0 + abs(ok.value)) * 10 and "loose" not in ok.status
+    assert ok.dual_gap <= ladder_module.ACCEPT_GAP * (1.0 + abs(ok.value)) * 10 and "loose" not in ok.status

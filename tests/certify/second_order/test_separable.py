@@ -1,4 +1,4 @@
-"""The separable fixed-query certificate (`second_order.separable`): sound for any dual, sound and tight on
+"""The separable fixed-query certificate (`second_order.fixed_query.separable`): sound for any dual, sound and tight on
 random heads with up to 256 keys, and equal to the monolithic relaxation up to the solver's accuracy."""
 import math
 import time
@@ -8,15 +8,17 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import attncert.certify.second_order.separable as sep
+import attncert.certify.second_order.fixed_query.separable as sep
 from attncert.certify.exact_worst_case import exact_worst_case
 from attncert.certify.first_order_certificate import first_order_certificate
 from attncert.certify.second_order.certificate import second_order_certificate
-from attncert.certify.second_order.fixed import _to_g, prepared_data, relaxation_data, second_order_fixed
-from attncert.certify.second_order.support_bound import bound_from_dual, unit_generators
-from attncert.certify.second_order.token_family import FAMILY_ABOVE
-from attncert.certify.second_order.token_program import _cone_cuts, build_program
+from attncert.certify.second_order.fixed_query.monolithic import _to_g, prepared_data, relaxation_data, second_order_fixed
+from attncert.certify.second_order.fixed_query.support_bound import bound_from_dual, unit_generators
+from attncert.certify.second_order.fixed_query.token_family import FAMILY_ABOVE
+from attncert.certify.second_order.fixed_query.token_program import build_program
+from attncert.certify.second_order.fixed_query.token_solve import _cone_cuts
 from attncert.head.problem import random_head_problem
+from attncert.head.reduced_geometry import reduced_geometry
 
 from head_strategies import sampled_max  # tests/head_strategies.py
 
@@ -38,7 +40,7 @@ def long_heads(draw, max_n=256):
 @given(long_heads(), st.booleans())
 def test_separable_sound_and_below_first_order(problem, tight):
     ex = exact_worst_case(problem)
-    res = sep.second_order_separable(problem, upper_cone=tight)
+    res = sep.second_order_separable(problem, reduced_geometry(problem), upper_cone=tight)
     assert math.isfinite(res.value)
     assert res.value >= ex.hi - 1e-9 * (1.0 + ex.value_spread)  # sound against the certified exact bracket
     assert res.value >= sampled_max(problem, k=16)
@@ -52,7 +54,7 @@ def test_bound_from_any_dual_is_sound():
     for n, norm in ((3, "linf"), (60, "l2"), (60, "linf")):
         problem = random_head_problem(rng, d=5, d_head=3, n=n, radius=0.05, norm=norm)
         ex = exact_worst_case(problem)
-        D = relaxation_data(problem)
+        D = relaxation_data(problem, reduced_geometry(problem))
         prog = build_program(D, True, 7)
         gens = unit_generators(D, norm)
         for _ in range(20):
@@ -69,8 +71,8 @@ def test_family_path_matches_the_monolithic_relaxation(norm):
     rng = np.random.default_rng(11)
     problem = random_head_problem(rng, d=8, d_head=4, n=80, radius=0.02, norm=norm)
     ex = exact_worst_case(problem)
-    mono = second_order_fixed(problem)
-    fam = sep.second_order_separable(problem)
+    mono = second_order_fixed(problem, reduced_geometry(problem))
+    fam = sep.second_order_separable(problem, reduced_geometry(problem))
     assert not fam.fallback and not mono.fallback
     gap_fam, gap_mono = fam.value - ex.hi, mono.value - ex.hi
     assert gap_fam >= -1e-9 * (1.0 + ex.value_spread)
@@ -95,7 +97,7 @@ def test_separable_finite_and_sound_at_extreme_radii_and_scales(radius, scale, n
                                   scale=scale)
     ex = exact_worst_case(problem)
     for tight in (False, True):
-        res = sep.second_order_separable(problem, upper_cone=tight)
+        res = sep.second_order_separable(problem, reduced_geometry(problem), upper_cone=tight)
         assert math.isfinite(res.value) and res.value >= ex.lo - 1e-9 * (1.0 + ex.value_spread)
         assert not res.fallback or res.status.startswith("fallback")
 
@@ -112,7 +114,7 @@ def dual_targets():
     for n, norm, radius in ((3, "linf", 0.05), (7, "l2", 0.05), (5, "linf", 1e-5)):
         problem = random_head_problem(rng, d=5, d_head=3, n=n, radius=radius, norm=norm)
         ex = exact_worst_case(problem)
-        D = relaxation_data(problem)
+        D = relaxation_data(problem, reduced_geometry(problem))
         for tight in (False, True):
             out.append((build_program(D, tight, 7), unit_generators(D, norm), norm, D, ex.hi,
                         1e-9 * (1.0 + ex.value_spread)))
@@ -164,8 +166,8 @@ def test_no_fallback_at_a_weight_band_of_e14_where_the_monolithic_program_certif
 
     problem = unit(1, 64, "linf", 0.14, "Rs", 7.0)
     ex = exact_worst_case(problem)
-    mono = second_order_fixed(problem, upper_cone=tight)
-    long = sep.second_order_separable(problem, upper_cone=tight)
+    mono = second_order_fixed(problem, reduced_geometry(problem), upper_cone=tight)
+    long = sep.second_order_separable(problem, reduced_geometry(problem), upper_cone=tight)
     assert not mono.fallback and not long.fallback
     assert long.value >= ex.hi - 1e-9 * (1.0 + ex.value_spread)
     assert long.value - ex.hi <= 2.0 * (mono.value - ex.hi)
@@ -187,8 +189,8 @@ def _assert_within_twice_the_monolithic_gap(problem, tight: bool, slack: float =
     twice the monolithic program's, up to `slack` of the first-order gap."""
     ex = exact_worst_case(problem)
     fo = first_order_certificate(problem)
-    long = sep.second_order_separable(problem, upper_cone=tight)
-    mono = second_order_fixed(problem, upper_cone=tight)
+    long = sep.second_order_separable(problem, reduced_geometry(problem), upper_cone=tight)
+    mono = second_order_fixed(problem, reduced_geometry(problem), upper_cone=tight)
     assert not long.fallback and not mono.fallback
     gap_long, gap_mono = long.value - ex.hi, mono.value - ex.hi
     assert gap_long >= -1e-9 * (1.0 + ex.value_spread)
@@ -202,7 +204,7 @@ def test_token_family_as_tight_as_the_monolithic_program_on_dominant_token_heads
     """Through the token family (more than FAMILY_ABOVE kept tokens), with one token carrying most of the weight:
     the gap is at most twice the monolithic program's, up to 1e-6 of the first-order gap."""
     problem = _dominant_family_head(seed, norm)
-    _, D, early = prepared_data(problem, time.perf_counter())
+    _, D, early = prepared_data(problem, reduced_geometry(problem), time.perf_counter())
     assert early is None and D.A.size > FAMILY_ABOVE
     _assert_within_twice_the_monolithic_gap(problem, tight)
 
@@ -211,7 +213,7 @@ def test_token_family_as_tight_as_the_monolithic_program_on_dominant_token_heads
 @given(st.sampled_from(["exp", "soc"]), st.lists(st.floats(-30.0, 30.0), min_size=3, max_size=3),
        st.lists(st.floats(-30.0, 30.0), min_size=3, max_size=3))
 def test_cone_cut_is_a_supporting_half_space_that_cuts_off_the_point(kind, s, p):
-    """A cut of the outer-approximation LP (`token_program._cone_cuts`) is a normal y of the dual cone: y^T s' >= 0
+    """A cut of the outer-approximation LP (`token_solve._cone_cuts`) is a normal y of the dual cone: y^T s' >= 0
     for every point s' of the cone (here one point built from p), and y^T s < 0 at the violating slack s."""
     S = np.array([s])
     mask, Y = _cone_cuts(kind, S, 1e-12)
@@ -241,11 +243,11 @@ def test_kept_certificate_of_the_token_family_re_derives_the_reported_value(norm
 
     from attncert.audit.support_duality import support_bound_upper
     from attncert.certify.certificate_store import bare_program
-    from attncert.certify.second_order.dual_record import recording_duals
+    from attncert.certify.second_order.dual_bound.dual_record import recording_duals
 
     problem = _dominant_family_head(1, norm)
     with recording_duals() as rec:
-        res = sep.second_order_separable(problem, upper_cone=tight)
+        res = sep.second_order_separable(problem, reduced_geometry(problem), upper_cone=tight)
     assert not res.fallback
     cert = rec.best
     D = cert.construction["data"]

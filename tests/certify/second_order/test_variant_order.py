@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from attncert.certify.exact_worst_case import exact_worst_case
 from attncert.certify.second_order.certificate import fixed_query_certificate, second_order_certificate
-from attncert.certify.second_order.dual_record import recording_duals
+from attncert.certify.second_order.dual_bound.dual_record import recording_duals
 from attncert.head.problem import random_head_problem
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py

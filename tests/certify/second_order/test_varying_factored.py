@@ -1,4 +1,4 @@
-"""Varying query, factored weights (`second_order.varying_factored`): soundness and the derivation, checked.
+"""Varying query, factored weights (`second_order.varying_query.factored`): soundness and the derivation, checked.
 
 References: multi-start ascent and random box vertices / sphere points (feasible values, lower bounds of
 max g); the lifted true points (every constraint of the program must hold there, inside the box).
@@ -10,14 +10,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import attncert.certify.second_order.facets as fc
-import attncert.certify.second_order.relaxation as rl
-import attncert.certify.second_order.varying_factored as vf
-import attncert.certify.second_order.varying_factored_program as vfp
+import attncert.certify.second_order.relaxation.facets as fc
+import attncert.certify.second_order.relaxation.rows as rl
+import attncert.certify.second_order.varying_query.factored as vf
+import attncert.certify.second_order.varying_query.program as vfp
 from attncert.certify.best_feasible_ascent import best_feasible_ascent
 from attncert.certify.first_order_certificate import first_order_certificate
-from attncert.certify.second_order.varying_data import VaryingData
+from attncert.certify.second_order.varying_query.data import VaryingData
 from attncert.head.problem import random_head_problem
+from attncert.head.reduced_geometry import reduced_geometry
 
 from head_strategies import sampled_max, small_heads  # tests/head_strategies.py
 from lifted_varying_point import lifted_factored_point  # tests/lifted_varying_point.py
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 def test_factored_sound_against_ascent(problem, upper_cone, negate):
     """Certificate >= every feasible value found (ascent, random vertices), <= first order; both senses."""
     p = problem.negated() if negate else problem
-    res = vf.second_order_varying_factored(p, upper_cone=upper_cone)
+    res = vf.second_order_varying_factored(p, reduced_geometry(p), upper_cone=upper_cone)
     assert math.isfinite(res.value)
     best = best_feasible_ascent(p, restarts=8, steps=80).value
     assert res.value >= best
@@ -89,7 +90,7 @@ def _lift_factored(p, D, delta):
 def test_lifted_true_points_are_feasible_factored(norm, upper_cone, center):
     rng = np.random.default_rng(11)
     p = random_head_problem(rng, d=6, d_head=4, n=5, radius=0.08, norm=norm, mode="varying")
-    D = VaryingData(p, first_order_certificate(p), center)
+    D = VaryingData(p, reduced_geometry(p), first_order_certificate(p), center)
     prob, P, V = vfp.build_factored_program(p.n, D.d, norm, fc.SLOTS, rl.MONOTONE_POINTS, True, upper_cone)
     tau_lo, tau_hi, Hf = vfp.set_factored_parameters(P, D)
     if norm == "linf":
@@ -122,9 +123,9 @@ def test_centering_keeps_the_head_and_narrows_the_query_shift():
     """Subtracting a common query direction changes no value (softmax is shift invariant) and narrows H."""
     p = random_head_problem(np.random.default_rng(5), d=8, d_head=4, n=6, radius=0.05, norm="linf", mode="varying")
     p.b_K[:] += 3.0  # a large common key component
-    plain, centred = VaryingData(p, math.inf), VaryingData(p, math.inf, center=True)
+    plain, centred = VaryingData(p, reduced_geometry(p), math.inf), VaryingData(p, reduced_geometry(p), math.inf, center=True)
     assert np.max(centred.H) < np.max(plain.H)
-    res = vf.second_order_varying_factored(p)
+    res = vf.second_order_varying_factored(p, reduced_geometry(p))
     assert res.value >= max(best_feasible_ascent(p, restarts=8, steps=80).value, sampled_max(p, k=32))
 
 
@@ -135,7 +136,7 @@ def test_factored_is_second_order(norm):
     for r in (0.01, 0.02, 0.04):
         p = random_head_problem(np.random.default_rng(0), d=6, d_head=4, n=5, radius=r, norm=norm, mode="varying")
         best = best_feasible_ascent(p, restarts=8, steps=80).value
-        rel.append((vf.second_order_varying_factored(p).value - best) / (best - p.nominal_value()))
+        rel.append((vf.second_order_varying_factored(p, reduced_geometry(p)).value - best) / (best - p.nominal_value()))
         assert rel[-1] < 0.5 * (first_order_certificate(p) - best) / (best - p.nominal_value())
     assert rel[0] < rel[1] < rel[2]
 
@@ -155,9 +156,9 @@ def test_factored_ladder_has_no_scs_and_failure_goes_to_the_unfactored_program(m
     factored attempt fails, the unfactored program (its ladder with SCS) gives the bound, labelled, and sound."""
     assert vf.FACTORED_LADDER and all(s == "CLARABEL" for s, _ in vf.FACTORED_LADDER)
     p = random_head_problem(np.random.default_rng(3), d=8, d_head=4, n=5, radius=0.02, norm="linf", mode="varying")
-    ok = vf.second_order_varying_factored(p)
+    ok = vf.second_order_varying_factored(p, reduced_geometry(p))
     assert "unfactored" not in ok.status and not ok.fallback
     monkeypatch.setattr(vf, "FACTORED_LADDER", (("NO_SUCH_SOLVER", {}),))
-    res = vf.second_order_varying_factored(p)
+    res = vf.second_order_varying_factored(p, reduced_geometry(p))
     assert "unfactored: factored" in res.status and not res.fallback
     assert res.value >= max(best_feasible_ascent(p, restarts=8, steps=80).value, sampled_max(p, k=32))

@@ -1,4 +1,4 @@
-"""Varying query at long context (`second_order.varying_long`): soundness, the derivation, the free multipliers.
+"""Varying query at long context (`second_order.varying_query.long`): soundness, the derivation, the free multipliers.
 
 References: multi-start ascent and random box vertices / sphere points (feasible values: lower bounds of max g);
 the lifted true points (every row of the assembled program must hold there, inside the box); any dual vector
@@ -13,16 +13,17 @@ import scipy.sparse as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import attncert.certify.second_order.varying_long as vl
-import attncert.certify.second_order.varying_long_program as vlp
+import attncert.certify.second_order.varying_query.long as vl
+import attncert.certify.second_order.varying_query.long_program as vlp
 from attncert.certify.best_feasible_ascent import best_feasible_ascent
 from attncert.certify.first_order_certificate import first_order_certificate
 from attncert.certify.second_order.certificate import VARYING_LONG_ABOVE, second_order_certificate
-from attncert.certify.second_order.dual_certificate import _cone_slices, weak_duality_bound
-from attncert.certify.second_order.relaxation import MONOTONE_POINTS
-from attncert.certify.second_order.token_program import solve_program
-from attncert.certify.second_order.varying_data import VaryingData
+from attncert.certify.second_order.dual_bound.weak_duality import _cone_slices, weak_duality_bound
+from attncert.certify.second_order.relaxation.rows import MONOTONE_POINTS
+from attncert.certify.second_order.fixed_query.token_solve import solve_program
+from attncert.certify.second_order.varying_query.data import VaryingData
 from attncert.head.problem import random_head_problem
+from attncert.head.reduced_geometry import reduced_geometry
 
 from head_strategies import sampled_max  # tests/head_strategies.py
 from lifted_varying_point import lifted_factored_point  # tests/lifted_varying_point.py
@@ -50,7 +51,7 @@ def test_long_path_sound_against_ascent(problem, upper_cone, negate):
     """Certificate >= every feasible value found (ascent, random vertices / sphere points), <= first order;
     both senses, both variants, both norms, n up to 256."""
     p = problem.negated() if negate else problem
-    res = vl.second_order_varying_long(p, upper_cone=upper_cone)
+    res = vl.second_order_varying_long(p, reduced_geometry(p), upper_cone=upper_cone)
     assert math.isfinite(res.value)
     best = max(best_feasible_ascent(p, restarts=4, steps=60).value, sampled_max(p, k=16))
     assert res.value >= best
@@ -99,7 +100,7 @@ def test_lifted_true_points_are_feasible(norm, upper_cone):
     rng = np.random.default_rng(11)
     p = random_head_problem(rng, d=6, d_head=3, n=30, radius=0.05, norm=norm, mode="varying")
     p = replace(p, query_index=4)  # not the last token: every per-token field must follow the query-last order
-    D = VaryingData(p, first_order_certificate(p), center="key").drop_negligible()
+    D = VaryingData(p, reduced_geometry(p), first_order_certificate(p), center="key").drop_negligible()
     assert D.n == p.n
     edges = [np.arange(p.d + 2)] * D.n if norm == "linf" else None  # every half-plane of each chain
     prog = vlp.build_long_program(D, p.W_Q, upper_cone, MONOTONE_POINTS, True, edges)
@@ -124,7 +125,7 @@ def test_bound_holds_for_every_multiplier(norm):
     solver's, scaled, sign-flipped, noisy and random ones all give a bound >= the best feasible value."""
     rng = np.random.default_rng(2)
     p = random_head_problem(rng, d=6, d_head=3, n=40, radius=0.05, norm=norm, mode="varying")
-    D = VaryingData(p, first_order_certificate(p), center="key").drop_negligible()
+    D = VaryingData(p, reduced_geometry(p), first_order_certificate(p), center="key").drop_negligible()
     edges = vl.start_edges(D) if norm == "linf" else None
     prog = vlp.build_long_program(D, p.W_Q, False, MONOTONE_POINTS, True, edges)
     _, _, _, z, _ = solve_program(prog, vl.LONG_LADDER)
@@ -152,16 +153,16 @@ def test_dispatch_and_agreement_with_the_cvxpy_program():
     the same relaxation up to the budget rows and the facets: their gaps agree to 10%."""
     p = random_head_problem(np.random.default_rng(4), d=8, d_head=4, n=VARYING_LONG_ABOVE, radius=0.02, norm="linf",
                             mode="varying")
-    from attncert.certify.second_order.varying_factored import second_order_varying_factored
+    from attncert.certify.second_order.varying_query.factored import second_order_varying_factored
 
     best = best_feasible_ascent(p, restarts=4, steps=60).value
-    old, new = second_order_varying_factored(p).value, vl.second_order_varying_long(p).value
+    old, new = second_order_varying_factored(p, reduced_geometry(p)).value, vl.second_order_varying_long(p, reduced_geometry(p)).value
     assert min(old, new) >= best
     assert abs(new - old) <= 0.1 * (old - best)
     assert second_order_certificate(p).value == old  # at the threshold: the cvxpy program
     big = random_head_problem(np.random.default_rng(4), d=8, d_head=4, n=VARYING_LONG_ABOVE + 1, radius=0.02,
                               norm="linf", mode="varying")
-    assert second_order_certificate(big).value == vl.second_order_varying_long(big).value
+    assert second_order_certificate(big).value == vl.second_order_varying_long(big, reduced_geometry(big)).value
 
 
 @pytest.mark.parametrize("norm, scale", [("linf", 5.0), ("l2", 5.0), ("l2", 0.01)])
@@ -171,7 +172,7 @@ def test_wide_or_tiny_widths_are_rescued_by_the_cvxpy_programs(norm, scale):
     fallback, and sound."""
     p = random_head_problem(np.random.default_rng(1 if norm == "l2" else 0), d=6, d_head=3, n=40, radius=0.01,
                             norm=norm, mode="varying", scale=scale)
-    res = vl.second_order_varying_long(p, upper_cone=scale < 1)
+    res = vl.second_order_varying_long(p, reduced_geometry(p), upper_cone=scale < 1)
     assert not res.fallback, res.status
     assert res.value >= max(best_feasible_ascent(p, restarts=4, steps=60).value, sampled_max(p, k=16))
 
@@ -184,7 +185,7 @@ def test_token_scaling_leaves_every_dual_bound_unchanged(norm):
     token and the shared columns 1."""
     rng = np.random.default_rng(5)
     p = random_head_problem(rng, d=6, d_head=3, n=40, radius=0.05, norm=norm, mode="varying", scale=2.0)
-    D = VaryingData(p, first_order_certificate(p), center="key").drop_negligible()
+    D = VaryingData(p, reduced_geometry(p), first_order_certificate(p), center="key").drop_negligible()
     edges = vl.start_edges(D) if norm == "linf" else None
     prog = vlp.build_long_program(D, p.W_Q, False, MONOTONE_POINTS, True, edges)
     f = vl.token_scales(prog, D)

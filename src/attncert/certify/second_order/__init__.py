@@ -1,16 +1,37 @@
-"""Second-order certificate: the exponential-cone moment relaxation and its weak-duality certification.
+"""Second-order certificate: the exponential-cone moment relaxation of one head and its weak-duality certification.
 
-    relaxation        variables, constraints, objective shared by both query modes; fallback rule
-    facets            zonotope facets (linf); cutting_planes: the loop that chooses them
-    fixed_program     the fixed-query program's builder (no solver: `attncert.audit` rebuilds programs with it)
-    fixed, varying    the relaxation for a fixed / a varying query
-    varying_factored  the varying query with factored weights a_j = tau e^{eta_j} e^{sigma_j + beta_j} (default)
-    varying_long      the same relaxation above 16 tokens, the query linked through d_h, no cvxpy (linear in n);
-                      varying_long_program: its builder (no solver: the audit rebuilds it)
-    dual_certificate  weak duality with a box, dual repair and outward rounding
-    compiled          cvxpy's compiled data refilled per solve (the canonical program; no solver)
-    certificate       `second_order_certificate`: dispatch on mode and sense
+Read top to bottom: the relaxation's rows, the certified bound from a dual, one program per query kind (each with
+its small-n and long-context solve), the dispatch.
 
-Import from the modules (`certificate.second_order_certificate`, `relaxation.SecondOrderResult`): the package
-itself imports nothing, so that a builder module (`fixed_program`, `compiled`) can be used without the solvers.
+    relaxation/           the relaxation's rows (docs/certificate.md)
+        rows              variables, weight rows (C1)-(C5), objective, ellipse of P (l2), the fallback rule
+        facets            the zonotope facets of P (linf)
+        cutting_planes    the loop that chooses the facets: solve, certify, add the violated facets, repeat
+    dual_bound/           the certified bound from a dual (valid whatever the solver returns)
+        weak_duality      dual repair into K^*, weak duality over a box with outward rounding, dual polishing
+        solve_ladder      a cvxpy program solved by a ladder of solver attempts, each attempt certified
+        compiled          cvxpy's compiled conic data refilled per solve (the canonical program; no solver)
+        dual_record       the kept certificate of the reported number (what a checker needs to re-derive it)
+    fixed_query/          the fixed query
+        program           the cvxpy program's builder (no solver: the audit rebuilds programs with it)
+        monolithic        its solve, up to SEPARABLE_ABOVE attended keys
+        token_program     the same relaxation as conic data assembled per token (builder, no solver)
+        token_solve       the token program's Clarabel solve, polished and refined duals, cutting-plane rounds
+        support_bound     the certified bound from any dual through the exact support function of P
+        token_family      duals for many keys from a one-parameter family of token programs
+        separable         the long-context solve (cost linear in the keys): token program, family, support bound
+    varying_query/        the varying query (every token, the query included, perturbed)
+        data              the reduced data of a unit (`VaryingData`) every varying program is built from
+        program           the factored program's builder (a_j = tau e^{eta_j} e^{sigma_j + beta_j})
+        factored          its solve, up to VARYING_LONG_ABOVE tokens
+        long_program      the factored relaxation linked through the d_h-dimensional query shift (builder)
+        long              its solve above VARYING_LONG_ABOVE tokens (cost linear in n, no cvxpy)
+        unfactored_program, unfactored
+                          the unfactored program (the factored one's fallback where its cones degenerate)
+    attained              a first-order fallback that a feasible point attains is relabelled (same value)
+    certificate           `second_order_certificate`: dispatch on query mode, number of tokens and sense
+
+Imports point down this list. Import from the modules (`certificate.second_order_certificate`,
+`relaxation.rows.SecondOrderResult`): the packages import nothing, so that a builder module can be used without
+the solvers.
 """

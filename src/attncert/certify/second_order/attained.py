@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import time
 
-from attncert.certify.second_order.relaxation import SecondOrderResult
+from attncert.certify.second_order.relaxation.rows import SecondOrderResult
 from attncert.head.problem import HeadProblem
 
 ATTAINED_TOL = 1e-7  # F counts as attained when a feasible value is within this fraction of the movement F - g0

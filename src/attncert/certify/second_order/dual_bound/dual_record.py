@@ -1,6 +1,6 @@
 """The kept certificate of a second-order bound: what a checker that trusts no solver needs to re-derive it.
 
-Within `recording_duals()`, every bound that `dual_certificate.weak_duality_bound` certifies inside
+Within `recording_duals()`, every bound that `weak_duality.weak_duality_bound` certifies inside
 `solve_and_certify` is offered (`offer_dual`) with its program (c, A, b, cones, box) and repaired dual; the
 relaxation's code states what the program was built from (`note_construction`: the builder's inputs) and its
 map to g units (`note_affine`). The record keeps the certificate with the smallest value in g units: the

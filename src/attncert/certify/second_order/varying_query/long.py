@@ -1,12 +1,12 @@
-"""Second-order certificate, varying query, at a cost linear in the number of keys (`varying_long_program`).
+"""Second-order certificate, varying query, at a cost linear in the number of keys (`long_program`).
 
-The relaxation is the factored one of `varying_factored` with the query's shift read through the d_h-dimensional
+The relaxation is the factored one of `factored` with the query's shift read through the d_h-dimensional
 delta_i W_Q; its conic data are assembled per row family (no cvxpy) and solved by Clarabel, whose KKT matrix is a
 block per key plus the dense d_h + d columns of the query side: each interior-point iteration costs
 O(n (rows per key) + n d_h^2 + d d_h), linear in n.
 
 Certification as everywhere: every solve's dual is repaired into K^* and bounded by weak duality over a box that
-holds every lifted true point (`dual_certificate.weak_duality_bound`, outward rounded), whatever the solver
+holds every lifted true point (`weak_duality.weak_duality_bound`, outward rounded), whatever the solver
 returns; the smallest bound is kept and offered to the caller's dual record with the builder's inputs
 (`note_construction`: the key-centered `VaryingData` fields, the build key and the facet edges), so that
 `attncert.audit` rebuilds the program and confirms the bound without a solver.
@@ -22,7 +22,7 @@ scales every product exactly), so the stored certificate and the audit's rebuild
 whose certified bound lies within ACCEPT x |primal| of its primal is used (cutting planes, no further attempt)
 whatever the solver's status: its dual is as good as a converged one.
 
-linf: each token starts with the half-planes of `token_program.edge_window` around the vertex that the boundary
+linf: each token starts with the half-planes of `token_solve.edge_window` around the vertex that the boundary
 Dinkelbach estimate picks (consecutive edges and a sigma grid); after a solve, the edge under every atom
 U_j / lam_j, V_j / (base_j - lam_j) that lies above its chain is added (at most ROUNDS solves, MAX_EDGES edges
 per token), until the violated atoms weigh at most CUT_STOP of the primal.
@@ -36,17 +36,18 @@ from types import SimpleNamespace
 import numpy as np
 import scipy.sparse as sp
 
-from attncert.certify.second_order.cutting_planes import vertex_dinkelbach
-from attncert.certify.second_order.dual_certificate import weak_duality_bound
-from attncert.certify.second_order.dual_record import note_construction, offer_dual
-from attncert.certify.second_order.relaxation import (MONOTONE_POINTS, SecondOrderResult, fallback_bound, representable,
+from attncert.certify.second_order.relaxation.cutting_planes import vertex_dinkelbach
+from attncert.certify.second_order.dual_bound.weak_duality import weak_duality_bound
+from attncert.certify.second_order.dual_bound.dual_record import note_construction, offer_dual
+from attncert.certify.second_order.relaxation.rows import (MONOTONE_POINTS, SecondOrderResult, fallback_bound, representable,
                                                       settle)
-from attncert.certify.second_order.token_program import LADDER, edge_window, solve_once
-from attncert.certify.second_order.varying import _to_g
-from attncert.certify.second_order.varying_data import VaryingData
-from attncert.certify.second_order.varying_long_program import (KEYS_BLOCKS, TOKEN_BLOCKS, build_long_program,
+from attncert.certify.second_order.fixed_query.token_solve import LADDER, edge_window, solve_once
+from attncert.certify.second_order.varying_query.unfactored import _to_g
+from attncert.certify.second_order.varying_query.data import VaryingData
+from attncert.certify.second_order.varying_query.long_program import (KEYS_BLOCKS, TOKEN_BLOCKS, build_long_program,
                                                                  long_chains)
 from attncert.head.problem import HeadProblem
+from attncert.head.reduced_geometry import ReducedGeometry
 
 # Clarabel at 1e-7: on a GPT-2-sized unit with 1,024 keys the 1e-8 rungs stalled at "almost solved" after ~190
 # iterations (4.3 s), 1e-7 converged in 59 (1.5 s); the certified bounds differ by 3e-7 of the objective (the
@@ -77,14 +78,14 @@ MAX_SCALE_EXP = 60  # token scaling: 2^60 at most (keys below e^-60 of the top a
 VIOLATION = 1e-9  # an atom this far above its chain (unit value coordinate) gets a cut
 
 
-def second_order_varying_long(problem: HeadProblem, upper_cone: bool = False, monotone_points: int = MONOTONE_POINTS,
+def second_order_varying_long(problem: HeadProblem, geo: ReducedGeometry, upper_cone: bool = False, monotone_points: int = MONOTONE_POINTS,
                               second: bool = True, ladder=LONG_LADDER) -> SecondOrderResult:
     """Sound upper bound on max g for a varying query (module docstring)."""
     if problem.mode != "varying":
         raise ValueError("second_order_varying_long expects mode='varying'")
     t0 = time.perf_counter()
-    fo = fallback_bound(problem)
-    D = VaryingData(problem, fo, center="key")
+    fo = fallback_bound(problem, geo)
+    D = VaryingData(problem, geo, fo, center="key")
     note_construction(reset=True, path="varying_long", fields=D.fields())  # before drop_negligible changes D
     why = "degenerate score intervals" if not np.all(D.h > 1e-9) else representable(D.A, D.h, D.eps, width_only=True)
     if not why:
@@ -130,7 +131,7 @@ def second_order_varying_long(problem: HeadProblem, upper_cone: bool = False, mo
     n_facets = int(max((e.size for e in edges), default=0)) if edges is not None else 0
     res = settle(best, fo, t0, "varying", status=best_status, solver="CLARABEL" if math.isfinite(best) else "none",
                  primal=primal, rounds=rounds, n_facets=n_facets, log=log, dual_gap=gap)
-    return _rescued(problem, res, upper_cone, monotone_points, t0) if res.fallback else res
+    return _rescued(problem, geo, res, upper_cone, monotone_points, t0) if res.fallback else res
 
 
 def token_scales(prog, D: VaryingData) -> np.ndarray:
@@ -162,16 +163,16 @@ def solve_scaled(prog, opts: dict, D: VaryingData):
     return status, -float(raw.obj_val), x, np.asarray(raw.z, dtype=np.float64), [entry]
 
 
-def _rescued(problem: HeadProblem, res: SecondOrderResult, upper_cone: bool, monotone_points: int,
+def _rescued(problem: HeadProblem, geo: ReducedGeometry, res: SecondOrderResult, upper_cone: bool, monotone_points: int,
              t0: float) -> SecondOrderResult:
-    """A fallback of this program on at most RESCUE_MAX tokens: the cvxpy programs of `varying_factored` (which try
+    """A fallback of this program on at most RESCUE_MAX tokens: the cvxpy programs of `factored` (which try
     the unfactored program in turn: tiny or wide score widths, where this program's solves end above the first-order
     bound) are another sound attempt; the smaller bound is returned, its status says which."""
     if problem.n > RESCUE_MAX:
         return res
-    from attncert.certify.second_order.varying_factored import second_order_varying_factored
+    from attncert.certify.second_order.varying_query.factored import second_order_varying_factored
 
-    other = second_order_varying_factored(problem, monotone_points=monotone_points, upper_cone=upper_cone)
+    other = second_order_varying_factored(problem, geo, monotone_points=monotone_points, upper_cone=upper_cone)
     other.seconds = time.perf_counter() - t0
     if other.value < res.value or (other.value == res.value and not other.fallback):
         other.status = f"{other.status} (rescue of the long-context program: {res.status})"
@@ -181,13 +182,13 @@ def _rescued(problem: HeadProblem, res: SecondOrderResult, upper_cone: bool, mon
 
 
 def _data_err() -> float:
-    from attncert.certify.second_order.compiled import DATA_REL_ERR
+    from attncert.certify.second_order.dual_bound.compiled import DATA_REL_ERR
 
     return DATA_REL_ERR
 
 
 def start_edges(D: VaryingData) -> list:
-    """Per token the indices of its first half-planes (`varying_long_program.chain_rows`): the sigma bounds, NEAR
+    """Per token the indices of its first half-planes (`long_program.chain_rows`): the sigma bounds, NEAR
     consecutive edges on each side of the vertex of its boundary Dinkelbach estimate, a sigma grid of GRID_WIDE
     points (at most GRID_WIDE_UP_TO tokens) or GRID points."""
     keys, query = long_chains(D)

@@ -8,7 +8,7 @@ consecutive edges on each side of the vertex of the token's estimated optimum (v
 at GRID_POINTS sigma values over [-R_s, R_s], the edges at LOCAL_POINTS sigma values around the vertex (the
 global grid before the local one: at r = 0.02 a local window can hold more edges than the cap leaves, and
 without the global grid the far parts of P stay open: the tight certificate's median gap on the default run
-is 1.7x larger, docs/history/paper_cost_ratio.md). After each
+is 1.7x larger, CHANGELOG.md, "Measurements moved from the reference docs"). After each
 solve, the edges under every point U_j / lam_j, V_j / (tau - lam_j) lying above the exact boundary are added
 (at most MAX_ROUNDS solves). Every round's bound is sound; the smallest is kept.
 
@@ -19,13 +19,13 @@ usual, and the bound still ends ~1e-4 of the gap above the value with every edge
 solve reaches that value on ~97% of units. The varying query uses near = 1: its query token's estimate ignores
 the query's effect on every score (its points can lie 100+ edges away), and on the factored program nearly
 parallel consecutive facets make Clarabel stall on a few units (SCS then takes seconds)
-(docs/history/paper_cost_ratio.md).
+(docs/certificate.md section 4; CHANGELOG.md, "Measurements moved from the reference docs").
 """
 from __future__ import annotations
 
 import numpy as np
 
-from attncert.certify.second_order.compiled import assign
+from attncert.certify.second_order.dual_bound.compiled import assign
 from attncert.head.projected_ball import Zonotope2D
 from attncert.head.rounding import UNIT_ROUNDOFF, gamma
 

@@ -6,7 +6,7 @@ do not depend on E_lj or t (all tokens of a fixed query share h = R_s and P; the
 So the duals of all n tokens come from G << n solved token programs: G values of w (at the tokens with the
 largest weight bounds, for each t of the pass, and spread over the range), solved together as G independent
 blocks (tau = 1), each scaled by the weight share its dual carries (`_block_scale`) and its dual scaled back; the
-outer-approximation LPs of `token_program.refined_solutions` refine the duals on the unscaled blocks, and their last
+outer-approximation LPs of `token_solve.refined_solutions` refine the duals on the unscaled blocks, and their last
 point gives the values Psi(w) of the grid. With Psi(w) the token program's
 optimum (convex, increasing, slope 1 + kappa lam), F(t) = sum_j E_lj Psi(wt_j - t) is convex and decreasing and
 the relaxation's multiplier is its root: the first pass (t = 0) gives the root of the interpolated F; later passes
@@ -26,10 +26,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from attncert.certify.second_order.relaxation import weight_coefficients
-from attncert.certify.second_order.support_bound import best_multiplier, bound_from_dual, unit_generators
-from attncert.certify.second_order.token_program import (LAM, UW, VW, build_program, cutting_plane_rounds,
-                                                         edge_window, refined_solutions, solve_program)
+from attncert.certify.second_order.relaxation.rows import weight_coefficients
+from attncert.certify.second_order.fixed_query.support_bound import best_multiplier, bound_from_dual, unit_generators
+from attncert.certify.second_order.fixed_query.token_program import LAM, UW, VW, build_program
+from attncert.certify.second_order.fixed_query.token_solve import cutting_plane_rounds, edge_window, refined_solutions, solve_program
 
 FAMILY_ABOVE = 48  # more kept tokens than this: duals from the one-parameter family of token programs
 FAMILY_TOP = 64  # grid points placed at the w of the tokens with the largest weight bounds ...
@@ -121,7 +121,7 @@ def _solve_tokens(D, upper_cone, mono, geometry, norm, ladder, near, grid, round
     1 + kappa lam).
 
     The interior-point solve runs at D's weight scales (`_block_scale`: its accuracy goes where the weight is); the
-    outer-approximation LPs of `token_program.refined_duals` run on the same programs at E_l = 1, every block at its
+    outer-approximation LPs of `token_solve.refined_duals` run on the same programs at E_l = 1, every block at its
     own scale (the LP's absolute tolerances would otherwise lose the blocks of small weight). Of their duals the one
     whose bound on the weighted programs is smallest is kept."""
     k = weight_coefficients(D.A, np.full(D.A.size, D.R_s), D.eps_s, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w, mono)

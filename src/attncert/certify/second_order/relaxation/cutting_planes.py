@@ -10,9 +10,9 @@ import math
 import cvxpy as cp
 import numpy as np
 
-from attncert.certify.second_order.dual_certificate import solve_and_certify
-from attncert.certify.second_order.dual_record import note_construction
-from attncert.certify.second_order.facets import fill_facets
+from attncert.certify.second_order.dual_bound.solve_ladder import solve_and_certify
+from attncert.certify.second_order.dual_bound.dual_record import note_construction
+from attncert.certify.second_order.relaxation.facets import fill_facets
 
 MAX_ROUNDS = 3  # cutting-plane solves (linf)
 VIOLATION_TOL = 1e-9  # points higher than this (units of the value scale) above the boundary get a cut

@@ -1,7 +1,7 @@
-"""Second-order certificate, fixed query: the relaxation of `relaxation` over the 2-D image of the ball.
+"""Second-order certificate, fixed query: the relaxation of `rows` over the 2-D image of the ball.
 
 Each token has 5 variables (tau shared; lam_j, U_j, V_j in R^2), whatever the model width d, plus one
-deviation variable nu_j when the score half-width is tiny (`relaxation.DEVIATION_BELOW`).
+deviation variable nu_j when the score half-width is tiny (`rows.DEVIATION_BELOW`).
 * l2: P = {x : ||G x|| <= 1} (G from a regularized Cholesky factor of [u_s; u_w][u_s; u_w]^T, so the
   ellipse may only grow): two 3-dimensional second-order cones per token.
 * linf: P is a zonotope; its upper facets are chosen by cutting planes (`facets`).
@@ -18,27 +18,28 @@ from dataclasses import replace
 import numpy as np
 
 from attncert.certify.first_order_certificate import first_order_certificate
-from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, solve_and_certify
-from attncert.certify.second_order.dual_record import note_affine, note_construction
-from attncert.certify.second_order.cutting_planes import cutting_plane_solve, vertex_dinkelbach
-from attncert.certify.second_order.facets import NEAR_EDGES, SLOTS, UpperChainFacets, initial_edges
-from attncert.certify.second_order.fixed_program import (FixedRelaxationData, build_fixed_program, fixed_box,
+from attncert.certify.second_order.dual_bound.solve_ladder import SOLVER_LADDER, solve_and_certify
+from attncert.certify.second_order.dual_bound.dual_record import note_affine, note_construction
+from attncert.certify.second_order.relaxation.cutting_planes import cutting_plane_solve, vertex_dinkelbach
+from attncert.certify.second_order.relaxation.facets import NEAR_EDGES, SLOTS, UpperChainFacets, initial_edges
+from attncert.certify.second_order.fixed_query.program import (FixedRelaxationData, build_fixed_program, fixed_box,
                                                          set_fixed_parameters)
-from attncert.certify.second_order.relaxation import (MONOTONE_POINTS, SecondOrderResult, fallback_bound,
+from attncert.certify.second_order.relaxation.rows import (MONOTONE_POINTS, SecondOrderResult, fallback_bound,
                                                       representable, settle)
 from attncert.head.problem import HeadProblem
-from attncert.head.reduced_geometry import reduced_geometry
+from attncert.head.reduced_geometry import ReducedGeometry
 from attncert.head.rounding import outward_affine
 
-def relaxation_data(problem: HeadProblem, fo: float | None = None, origin: bool = True) -> FixedRelaxationData:
-    """The reduction in the relaxation's units; origin=False keeps the nominal value as objective origin."""
-    geo = reduced_geometry(problem)
+def relaxation_data(problem: HeadProblem, geo: ReducedGeometry, fo: float | None = None,
+                    origin: bool = True) -> FixedRelaxationData:
+    """The reduction (geo: `reduced_geometry(problem)`) in the relaxation's units; origin=False keeps the nominal
+    value as objective origin."""
     s0, w0, u_s, u_w, eps_s, eps_w, R_s, R_w = geo.s0, geo.w0, geo.u_s, geo.u_w, geo.eps_s, geo.eps_w, geo.R_s, geo.R_w
     g_nom = geo.nominal
-    fo = first_order_certificate(problem) if fo is None else fo
+    fo = first_order_certificate(problem, geometry=geo) if fo is None else fo
     rho_w = R_w if R_w > 0 else 1.0
     rho_o = max(fo - g_nom, R_w, 1e-300) if math.isfinite(fo) else max(R_w, 1.0)
-    g0 = _origin(problem, g_nom, fo) if origin else g_nom
+    g0 = _origin(problem, geo, g_nom, fo) if origin else g_nom
     shift = float(np.max(s0 + eps_s))
     return FixedRelaxationData(s0 - shift, w0, g0, eps_s, eps_w, u_s, u_w, R_s, R_w, rho_w, rho_o, problem.radius,
                                problem.norm, geo.kept_tokens())
@@ -47,12 +48,7 @@ def relaxation_data(problem: HeadProblem, fo: float | None = None, origin: bool 
 ORIGIN_POINTS = 65  # points of the ellipse arc (l2) for the origin's Dinkelbach estimate
 
 
-def _image(problem: HeadProblem):
-    """The 2-D image P of the ball (`projected_ball`), built once per problem for the origin and the facets."""
-    return reduced_geometry(problem).image
-
-
-def _origin(problem: HeadProblem, g_nom: float, fo: float) -> float:
+def _origin(problem: HeadProblem, geo: ReducedGeometry, g_nom: float, fo: float) -> float:
     """Objective origin: an estimate of the worst case found without the exact solver, else the nominal value.
 
     Dinkelbach's iteration over points of the upper boundary of P only (linf: the zonotope's vertices;
@@ -62,7 +58,6 @@ def _origin(problem: HeadProblem, g_nom: float, fo: float) -> float:
     normalization row (which the dual pays times the optimum in objective units) costs ~gap instead of
     ~(t* - g_nom). The certificate never uses the exact worst case (it must work where none exists).
     """
-    geo = reduced_geometry(problem)
     s0, w0 = geo.s0, geo.w0
     image = geo.image
     if problem.norm == "linf":
@@ -82,9 +77,9 @@ def _to_g(bound: float, D: FixedRelaxationData) -> float:
     return outward_affine(D.g0, D.rho_o, bound, D.tail)
 
 
-def _solve_linf(problem: HeadProblem, D: FixedRelaxationData, upper_cone: bool, mono: int, ladder):
+def _solve_linf(geo: ReducedGeometry, D: FixedRelaxationData, upper_cone: bool, mono: int, ladder):
     n = D.A.size
-    chain = UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s, chain=_image(problem))
+    chain = UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s, chain=geo.image)
     chains = [chain] * n
     _, k = vertex_dinkelbach(D.A, D.w0, D.g0, np.tile(chain.chain.sigma, (n, 1)), np.tile(chain.chain.omega, (n, 1)))
     edges = initial_edges(chains, k, SLOTS, near=NEAR_EDGES)
@@ -95,28 +90,30 @@ def _solve_linf(problem: HeadProblem, D: FixedRelaxationData, upper_cone: bool, 
     return cutting_plane_solve(prob, P, V, box, chains, edges, SLOTS, D.scales, lambda b: _to_g(b, D), ladder)
 
 
-def prepared_data(problem: HeadProblem, t0: float):
+def prepared_data(problem: HeadProblem, geo: ReducedGeometry, t0: float):
     """(fo, D, early) for a fixed-query relaxation: the fallback bound, the relaxation data with the objective
     origin set and the negligible tokens dropped, and the result to return at once when there is nothing to
-    solve (scores that do not move, or a weight band beyond the program: a labelled fallback), else None."""
+    solve (scores that do not move, or a weight band beyond the program: a labelled fallback), else None.
+    geo: `reduced_geometry(problem)`."""
     if problem.mode != "fixed":
         raise ValueError("the fixed-query relaxation expects mode='fixed'")
-    fo = fallback_bound(problem)
-    D = relaxation_data(problem, fo, origin=False)
+    fo = fallback_bound(problem, geo)
+    D = relaxation_data(problem, geo, fo, origin=False)
     if not D.R_s > 1e-9 * max(1.0, D.R_w):  # scores (almost) do not move: nothing second order to gain
         return fo, D, SecondOrderResult(fo, "static_scores", "first_order_static", time.perf_counter() - t0, False)
     why = representable(D.A, np.full(D.A.size, D.R_s), D.eps_s, width_only=True)
     if not why:
-        D = replace(D, g0=_origin(problem, D.g0, fo)).drop_negligible()
+        D = replace(D, g0=_origin(problem, geo, D.g0, fo)).drop_negligible()
         why = representable(D.A, np.full(D.A.size, D.R_s), D.eps_s)
     return fo, D, (settle(math.inf, fo, t0, "fixed", no_solve_reason=why) if why else None)
 
 
-def second_order_fixed(problem: HeadProblem, upper_cone: bool = False, monotone_points: int = MONOTONE_POINTS,
+def second_order_fixed(problem: HeadProblem, geo: ReducedGeometry, upper_cone: bool = False, monotone_points: int = MONOTONE_POINTS,
                        ladder=SOLVER_LADDER) -> SecondOrderResult:
-    """Sound upper bound on max g for a fixed query (mode "fixed"); see the module docstring."""
+    """Sound upper bound on max g for a fixed query (mode "fixed"); see the module docstring.
+    geo: `reduced_geometry(problem)`."""
     t0 = time.perf_counter()
-    fo, D, early = prepared_data(problem, t0)
+    fo, D, early = prepared_data(problem, geo, t0)
     if early is not None:
         return early
     n = D.A.size
@@ -137,6 +134,6 @@ def second_order_fixed(problem: HeadProblem, upper_cone: bool = False, monotone_
             gap = best - primal
     else:
         best, best_status, best_solver, primal, rounds, n_facets, log, gap = _solve_linf(
-            problem, D, upper_cone, monotone_points, ladder)
+            geo, D, upper_cone, monotone_points, ladder)
     return settle(best, fo, t0, "fixed", status=best_status, solver=best_solver, primal=primal, rounds=rounds,
                   n_facets=n_facets, log=log, dual_gap=gap)

@@ -1,6 +1,6 @@
 """The unfactored varying-query program of the second-order relaxation: its cvxpy problem, parameters and box.
 
-This module builds; it never solves (`varying` solves and certifies; the program is stated in its docstring).
+This module builds; it never solves (`unfactored` solves and certifies; the program is stated in its docstring).
 The builder's inputs -- the build key (n, d, norm, slots, variant, monotone points, deviation form), the fields
 of `VaryingData` and, for linf, the facet edges of each token -- determine the canonical conic program bit for
 bit, so that a checker can rebuild the program a certificate was computed on (`attncert.audit.program_link`).
@@ -10,9 +10,9 @@ from __future__ import annotations
 import cvxpy as cp
 import numpy as np
 
-from attncert.certify.second_order.relaxation import (ellipse_matrix, nu_bound, objective, polygon_constraints,
+from attncert.certify.second_order.relaxation.rows import (ellipse_matrix, nu_bound, objective, polygon_constraints,
                                                       weight_constraints, weight_parameters)
-from attncert.certify.second_order.varying_data import VaryingData
+from attncert.certify.second_order.varying_query.data import VaryingData
 from attncert.head.rounding import UNIT_ROUNDOFF
 
 _CACHE: dict = {}
@@ -85,7 +85,7 @@ def set_varying_parameters(P: dict, D: VaryingData):
 
 
 def varying_box(V: dict, D: VaryingData, tau_hi: float, tau_lo: float) -> dict:
-    """A box containing every lifted true point (the certification box of `dual_certificate`)."""
+    """A box containing every lifted true point (the certification box of `weak_duality`)."""
     n, inflate = D.n, 1.0 + 1e-9
     unit = np.where(D.active > 0, 1.0, 0.0) * inflate  # |coordinate| <= its range = 1 unit
     up = np.full(n, tau_hi * inflate)

@@ -8,12 +8,11 @@ import math
 
 import numpy as np
 
-from attncert.certify.second_order.facets import UpperChainFacets
-from attncert.certify.second_order.relaxation import DEVIATION_BELOW
-from attncert.head.fixed_query import fixed_query_reduction
+from attncert.certify.second_order.relaxation.facets import UpperChainFacets
+from attncert.certify.second_order.relaxation.rows import DEVIATION_BELOW
 from attncert.head.negligible_tokens import negligible_tokens
 from attncert.head.problem import HeadProblem, cached_by_weights
-from attncert.head.reduced_geometry import reduced_geometry
+from attncert.head.reduced_geometry import ReducedGeometry
 from attncert.head.rounding import UNIT_ROUNDOFF, gamma
 
 _LOW = -650.0  # lowest representable log lower weight of the (never dropped) query token
@@ -43,8 +42,8 @@ class VaryingData:
     sigma + eta + beta lies in [-h_j, h_j]; the unit score is (R sigma_hat + H eta_hat + bb beta_hat) / h_j.
     """
 
-    def __init__(self, problem: HeadProblem, fo: float, center: bool | str = False):
-        """center: subtract a common query direction pbar from every score.
+    def __init__(self, problem: HeadProblem, geo: ReducedGeometry, fo: float, center: bool | str = False):
+        """geo: `reduced_geometry(problem)`; fo: the fallback bound. center: subtract a common query direction pbar from every score.
 
         Softmax is invariant under a common shift of the scores, so s_j - pbar.delta_i (every j, the query token
         too) gives the same head for any fixed vector pbar: p_j becomes p_j - pbar and the query token's own
@@ -54,7 +53,7 @@ class VaryingData:
         W_Q kbar / sqrt(d_h) with kbar the coordinatewise median of the keys k0_j, so that every direction stays
         in the range of W_Q: p_j = W_Q kq_j with the key-space direction kq_j = (k0_j - kbar) / sqrt(d_h) (field
         `kq`, (n, d_h)), and a program can read the query's shift of every score through the d_h-dimensional
-        delta_i W_Q (`varying_long_program`). The program's functional of key j is then the exact W_Q kq_j of the
+        delta_i W_Q (`long_program`). The program's functional of key j is then the exact W_Q kq_j of the
         stored kq_j; the rounding of kq_j against (k0*_j - kbar) / sqrt(d_h) (`key_direction_error`) is added to
         eps_j, and H_j covers the rounding of the float p_j against W_Q kq_j.
         """
@@ -63,8 +62,8 @@ class VaryingData:
         self.order = np.array([j for j in range(n) if j != i] + [i])
         dual = problem.dual_norm
         up = 1.0 + gamma(d + 4)
-        s0, w0, u_s, u_w = fixed_query_reduction(problem).directions()
-        eps_w = reduced_geometry(problem).eps_w
+        s0, w0, u_s, u_w = geo.s0, geo.w0, geo.u_s, geo.u_w
+        eps_w = geo.eps_w
         sq = math.sqrt(dh)
         K0 = problem.Z0 @ problem.W_K + problem.b_K
         p = (K0 @ problem.W_Q.T) / sq  # (n, d): p_j = W_Q k0_j / sqrt(d_h)
@@ -92,7 +91,7 @@ class VaryingData:
         self.w0, self.eps_w = w0[o], eps_w[o]
         if self.kq is not None:
             self.kq = self.kq[o]  # token order of every per-token field: the query last
-        self.g0 = problem.nominal_value()
+        self.g0 = geo.nominal
         self.u_s, self.u_w = u_s, u_w
         self.u_q = u_s + p[i]  # score direction of the query token's own perturbation
         self.p = p[o]

@@ -1,6 +1,6 @@
 """The fixed-query program of the second-order relaxation: its data, its cvxpy problem, parameters and box.
 
-This module builds; it never solves (`fixed` solves and certifies). The builder's inputs -- the build key
+This module builds; it never solves (`monolithic` solves and certifies). The builder's inputs -- the build key
 (n, norm, slots, variant, monotone points, deviation form), the relaxation data `FixedRelaxationData` and, for
 linf, the facet edges of each token -- determine the canonical conic program bit for bit, so that a checker can
 rebuild the program a certificate was computed on (`attncert.audit.program_link`).
@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 import cvxpy as cp
 import numpy as np
 
-from attncert.certify.second_order.compiled import assign
-from attncert.certify.second_order.relaxation import (DEVIATION_BELOW, ellipse_matrix, nu_bound, objective,
+from attncert.certify.second_order.dual_bound.compiled import assign
+from attncert.certify.second_order.relaxation.rows import (DEVIATION_BELOW, ellipse_matrix, nu_bound, objective,
                                                       polygon_constraints, weight_constraints, weight_parameters)
 
 _CACHE: dict = {}
@@ -94,7 +94,7 @@ def set_fixed_parameters(P: dict, D: FixedRelaxationData):
 
 
 def fixed_box(V: dict, n: int, tau_lo: float, tau_hi: float, D: FixedRelaxationData) -> dict:
-    """A box containing every lifted true point (the certification box of `dual_certificate`)."""
+    """A box containing every lifted true point (the certification box of `weak_duality`)."""
     inflate = 1.0 + 1e-9
     wb = D.R_w / D.rho_w * inflate
     up = np.full(n, tau_hi * inflate)  # lam <= tau

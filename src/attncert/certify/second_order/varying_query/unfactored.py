@@ -26,7 +26,7 @@ The bilinear term is kept as a coordinate bounded by the product of the two ball
 envelope at the centre), which costs O(r^2): the certificate stays second order; a full cross-moment
 lifting would need n d_h^2 variables.
 
-Relaxation. Exactly the fixed-query program of `fixed` (built from `relaxation`) with per-token intervals
+Relaxation. Exactly the fixed-query program of `monolithic` (built from `rows`) with per-token intervals
 [l_j, -l_j], extended coordinates and the coupling of the query coordinates:
 
     maximize    sum_j E_lj ( ahat_j wt_j + V_j,omega + Ehat_j U_j,omega )
@@ -41,7 +41,7 @@ Relaxation. Exactly the fixed-query program of `fixed` (built from `relaxation`)
                 W in tau B_1.
 
 Every lifted true perturbation is feasible, so the optimum bounds max g; the returned number is
-g0 + the weak-duality bound of `dual_certificate` (never the solver's primal), with facets of P and P_i
+g0 + the weak-duality bound of `weak_duality` (never the solver's primal), with facets of P and P_i
 chosen by the same cutting planes as the fixed query. Every coordinate is in units of its own range
 (sigma by R_s or R_q, omega by R_w, eta_j by H_j, beta by bb; a coordinate whose range is 0 is fixed at 0),
 with the unit score (R sigma_hat + H eta_hat + bb beta_hat) / h_j carried by two auxiliary variables SU, SV
@@ -54,14 +54,15 @@ import time
 
 import numpy as np
 
-from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, solve_and_certify
-from attncert.certify.second_order.dual_record import note_affine, note_construction
-from attncert.certify.second_order.cutting_planes import cutting_plane_solve, vertex_dinkelbach
-from attncert.certify.second_order.facets import SLOTS, initial_edges
-from attncert.certify.second_order.varying_data import VaryingData, start_chains
-from attncert.certify.second_order.relaxation import MONOTONE_POINTS, SecondOrderResult, fallback_bound, representable, settle
-from attncert.certify.second_order.varying_program import build_varying_program, set_varying_parameters, varying_box
+from attncert.certify.second_order.dual_bound.solve_ladder import SOLVER_LADDER, solve_and_certify
+from attncert.certify.second_order.dual_bound.dual_record import note_affine, note_construction
+from attncert.certify.second_order.relaxation.cutting_planes import cutting_plane_solve, vertex_dinkelbach
+from attncert.certify.second_order.relaxation.facets import SLOTS, initial_edges
+from attncert.certify.second_order.varying_query.data import VaryingData, start_chains
+from attncert.certify.second_order.relaxation.rows import MONOTONE_POINTS, SecondOrderResult, fallback_bound, representable, settle
+from attncert.certify.second_order.varying_query.unfactored_program import build_varying_program, set_varying_parameters, varying_box
 from attncert.head.problem import HeadProblem
+from attncert.head.reduced_geometry import ReducedGeometry
 from attncert.head.rounding import outward_affine
 
 
@@ -81,14 +82,14 @@ def _to_g(bound: float, D: VaryingData) -> float:
     return outward_affine(D.g0, D.rho_o, bound, D.tail)
 
 
-def second_order_varying(problem: HeadProblem, upper_cone: bool = False, monotone_points: int = MONOTONE_POINTS,
+def second_order_varying(problem: HeadProblem, geo: ReducedGeometry, upper_cone: bool = False, monotone_points: int = MONOTONE_POINTS,
                          ladder=SOLVER_LADDER, center: bool = False) -> SecondOrderResult:
     """Sound upper bound on max g for a varying query (see module docstring; center: `VaryingData`)."""
     if problem.mode != "varying":
         raise ValueError("second_order_varying expects mode='varying'")
     t0 = time.perf_counter()
-    fo = fallback_bound(problem)
-    D = VaryingData(problem, fo, center)
+    fo = fallback_bound(problem, geo)
+    D = VaryingData(problem, geo, fo, center)
     note_construction(reset=True, path="varying_unfactored", fields=D.fields())  # before drop_negligible changes D
     best, status, solver, primal, rounds, n_facets, log, gap = math.inf, "not_run", "none", math.nan, 0, 0, [], math.nan
     why = "degenerate score intervals" if not np.all(D.h > 1e-9) else representable(D.A, D.h, D.eps, width_only=True)

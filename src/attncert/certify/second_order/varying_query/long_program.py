@@ -1,6 +1,6 @@
 """The factored varying-query program at a cost linear in the number of keys: conic data assembled per row family.
 
-The relaxation is `varying_factored`'s (docs/certificate.md §5.1), with two changes that make every interior-point
+The relaxation is `factored`'s (docs/certificate.md §5.1), with two changes that make every interior-point
 iteration linear in n:
 
 * **the query's shift through d_h.** The keys read the query perturbation only through the d_h-dimensional
@@ -11,7 +11,7 @@ iteration linear in n:
   d_h equality rows with d entries each and one row with d_h entries per key (n d_h + d d_h nonzeros instead of
   the n d of a d-dimensional link). The query token's own (sigma, omega) still reads W directly (two rows).
 * **budgets of the query factor's second moments** on the pairs of the TOP_KEYS heaviest keys and on all keys
-  (`varying_factored_program.budget_subsets`, a number of rows independent of n beyond PAIRS_UP_TO keys), the
+  (`varying_query.program.budget_subsets`, a number of rows independent of n beyond PAIRS_UP_TO keys), the
   all-keys bound computed on the smaller of the two Gram matrices (`all_keys_budget`).
 
 Everything else is the same row for row: the b level (exact hull of (tau, tau t, tau e^{H(t+1)})), the quadratic
@@ -22,7 +22,7 @@ grid, plus cutting planes) or its ellipse (l2), the normalization and the object
 Builder code only (no solver): `build_long_program` is a function of `VaryingData` (key-centered, negligible tokens
 dropped), W_Q, the build key and the facet edges, so that `attncert.audit` rebuilds the same (c, A, b, cones, box)
 bit for bit. The box holds every lifted true point; the certificate is weak duality over it
-(`dual_certificate.weak_duality_bound`), never the solver's primal.
+(`weak_duality.weak_duality_bound`), never the solver's primal.
 """
 from __future__ import annotations
 
@@ -33,10 +33,10 @@ from types import SimpleNamespace
 import numpy as np
 import scipy.sparse as sp
 
-from attncert.certify.second_order.facets import UpperChainFacets, unit_rows
-from attncert.certify.second_order.relaxation import ellipse_matrix, softmax_bounds, weight_coefficients
-from attncert.certify.second_order.varying_data import VaryingData
-from attncert.certify.second_order.varying_factored_program import (QUAD_POINTS, budget_subsets, quadratic_rows,
+from attncert.certify.second_order.relaxation.facets import UpperChainFacets, unit_rows
+from attncert.certify.second_order.relaxation.rows import ellipse_matrix, softmax_bounds, weight_coefficients
+from attncert.certify.second_order.varying_query.data import VaryingData
+from attncert.certify.second_order.varying_query.program import (QUAD_POINTS, budget_subsets, quadratic_rows,
                                                                     widths)
 from attncert.head.projected_ball import projected_ball
 from attncert.head.rounding import UNIT_ROUNDOFF, gamma
@@ -47,7 +47,7 @@ TOKEN_BLOCKS = ("lam", "Us", "Uw", "Ub", "Vs", "Vw", "Vb", "SU", "SV")  # per to
 
 
 def all_keys_budget(Vt: np.ndarray, norm: str, row_err: np.ndarray) -> float:
-    """Lambda >= sum_j etahat_j^2 over every query perturbation (`varying_factored_program.query_budget`, the
+    """Lambda >= sum_j etahat_j^2 over every query perturbation (`varying_query.program.query_budget`, the
     all-keys row), from the Gram matrix of the smaller side: B diag(1/g) B^T (m x m) and diag(1/g)^(1/2) B^T B
     diag(1/g)^(1/2) (d x d) have the same nonzero eigenvalues and trace. Its entries are sums of the longer side's
     length, hence the rounding term. row_err_j bounds |etahat_j| - |(Vt_j . x)| (the float rows against the
@@ -179,7 +179,7 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
     tau_exp: the program is homogeneous in (tau, x) but for the normalization, so multiplying every lower weight
     bound E_l (and the objective's E_l-proportional coefficients) by F = 2^tau_exp is the same program in the
     variables x / F, with the same optimum and the same certified bounds; a power of two adds no rounding. It
-    only changes what the interior-point solver sees (`varying_long.ATTEMPTS`)."""
+    only changes what the interior-point solver sees (`varying_query.long.ATTEMPTS`)."""
     n, d, m = D.n, D.d, D.n - 1
     dh = W_Q.shape[1]
     sizes = {"tau": 1, "W": d, "Y": dh} | {k: m for k in KEYS_BLOCKS} | {k: n for k in TOKEN_BLOCKS}
@@ -285,7 +285,7 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
 def _budgets(D: VaryingData, W_Q: np.ndarray, S: np.ndarray) -> np.ndarray:
     """Lambda_S per row of S: the pairs by `query_budget`'s bound (two rows each), the all-keys row by
     `all_keys_budget`; each inflated by the float rows' error against W_Q kq_j."""
-    from attncert.certify.second_order.varying_factored_program import query_budget
+    from attncert.certify.second_order.varying_query.program import query_budget
 
     m = D.n - 1
     Vt = D.Vt[:m]
@@ -319,7 +319,7 @@ def _facet_rows(R: _Assembly, D: VaryingData, edges: list, offsets: dict, m: int
 
 def _box(D: VaryingData, W_Q: np.ndarray, offsets: dict, nvar: int, tau_lo: float, tau_hi: float, Hf: np.ndarray,
          second: bool) -> tuple[np.ndarray, np.ndarray]:
-    """A box holding every lifted true point (`varying_factored_program.factored_box`, and Y = W_Q^T W:
+    """A box holding every lifted true point (`varying_query.program.factored_box`, and Y = W_Q^T W:
     |Y_k| <= tau ||W_Q[:, k]||_1 (box) or ||W_Q[:, k]||_2 (ball), rounded up)."""
     n, m, d, inflate = D.n, D.n - 1, D.d, 1.0 + 1e-9
     t = tau_hi * inflate

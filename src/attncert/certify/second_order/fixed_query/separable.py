@@ -1,7 +1,7 @@
 """Second-order certificate, fixed query, at a cost linear in the number of keys n.
 
-The relaxation is the one of `relaxation` ((C0)-(C4), and (C5) for the tight variant), in the same units and
-with the same coefficients. It differs from `fixed` in three ways:
+The relaxation is the one of `rows` ((C0)-(C4), and (C5) for the tight variant), in the same units and
+with the same coefficients. It differs from `monolithic` in three ways:
 
 1. the program is conic data assembled per token (`token_program`), no cvxpy compile per shape;
 2. the bound comes from the exact support function of P per token (`support_bound`), sound for any dual
@@ -13,19 +13,19 @@ Facets for the solve (linf): per token the `near` consecutive edges on each side
 optimum (`facets.vertex_dinkelbach`) and a global sigma grid; after a solve, tokens whose atoms U/lam, V/(tau-lam)
 lie above the boundary of P get the edges under them (cutting planes, at most `rounds` solves; every round's
 bound is sound, the smallest is kept). Each solve's dual is also refined by the outer-approximation LPs of
-`token_program.refined_solutions` (supporting cuts of the cones, HiGHS); every LP's dual is bounded as well.
+`token_solve.refined_solutions` (supporting cuts of the cones, HiGHS); every LP's dual is bounded as well.
 
 Few kept tokens (at most JOINT_MAX) and a wide weight band (R_s >= JOINT_RS), a family solve whose interior-point
 rungs all failed, or a family that fell back: the joint token program's bound (the path below FAMILY_ABOVE) is
 computed as well and the smaller kept; neither is the tighter one on every unit at weight bands near e^14, and the
 joint solve costs a fraction of the family's there.
 
-A solve whose interior-point rungs all fail still gives its last dual iterate (`token_program.solve_program`):
+A solve whose interior-point rungs all fail still gives its last dual iterate (`token_solve.solve_program`):
 bounded like any dual, and the start of the refining LPs, whose point then gives the family's values.
 
 Rescue: where the token family falls back to the first-order bound (weight bands near e^14 and beyond, where the
 root of the family's normalization equation lies below the token solves' accuracy) and at most RESCUE_MAX tokens
-are kept, the monolithic program of `fixed` is solved on the unit and the smaller bound returned.
+are kept, the monolithic program of `monolithic` is solved on the unit and the smaller bound returned.
 
 Cost (fixed query; measured growth in `bench/context_length.py`): up to FAMILY_ABOVE keys one solve of the whole
 program, O(n K) per interior-point iteration; above, O(G) solves plus O(n d) for the bound.
@@ -37,17 +37,16 @@ import time
 
 import numpy as np
 
-from attncert.certify.second_order.cutting_planes import vertex_dinkelbach
-from attncert.certify.second_order.dual_record import note_construction
-from attncert.certify.second_order.facets import unit_rows
-from attncert.certify.second_order.fixed import _to_g, prepared_data, second_order_fixed
-from attncert.certify.second_order.relaxation import MONOTONE_POINTS, SecondOrderResult, ellipse_matrix, settle
-from attncert.certify.second_order.support_bound import bound_from_dual, unit_generators
-from attncert.certify.second_order.token_family import FAMILY_ABOVE, family_bound
-from attncert.certify.second_order.token_program import (GRID, LADDER, NEAR, ROUNDS, build_program,
-                                                         cutting_plane_rounds, edge_window, refined_duals,
-                                                         solve_program)
-from attncert.head.reduced_geometry import reduced_geometry
+from attncert.certify.second_order.relaxation.cutting_planes import vertex_dinkelbach
+from attncert.certify.second_order.dual_bound.dual_record import note_construction
+from attncert.certify.second_order.relaxation.facets import unit_rows
+from attncert.certify.second_order.fixed_query.monolithic import _to_g, prepared_data, second_order_fixed
+from attncert.certify.second_order.relaxation.rows import MONOTONE_POINTS, SecondOrderResult, ellipse_matrix, settle
+from attncert.certify.second_order.fixed_query.support_bound import bound_from_dual, unit_generators
+from attncert.certify.second_order.fixed_query.token_family import FAMILY_ABOVE, family_bound
+from attncert.certify.second_order.fixed_query.token_program import build_program
+from attncert.certify.second_order.fixed_query.token_solve import GRID, LADDER, NEAR, ROUNDS, cutting_plane_rounds, edge_window, refined_duals, solve_program
+from attncert.head.reduced_geometry import ReducedGeometry
 from attncert.head.rounding import gamma
 
 
@@ -69,10 +68,10 @@ def _bound_and_log(prog, z, gens, norm, solve_log):
     return bound, log
 
 
-def _linf_rows(problem, D):
+def _linf_rows(geo, D):
     """(chain, hs, hw, hb): every facet of the upper boundary of P in unit coordinates (rows 0, 1: the sigma
     bounds), each a valid half-plane of P whatever the rounding (`facets.unit_rows`)."""
-    chain = reduced_geometry(problem).image
+    chain = geo.image
     H_all = np.stack([-chain.domega, chain.dsigma], axis=1)  # outward normals of the upper edges
     nrm = np.hypot(H_all[:, 0], H_all[:, 1])
     H_all = np.where(nrm[:, None] > 0, H_all / np.where(nrm > 0, nrm, 1.0)[:, None], np.array([0.0, 1.0]))
@@ -83,13 +82,14 @@ def _linf_rows(problem, D):
     return chain, hs_hw[:, 0], hs_hw[:, 1], hb
 
 
-def second_order_separable(problem, upper_cone: bool = False, monotone_points: int = MONOTONE_POINTS,
+def second_order_separable(problem, geo: ReducedGeometry, upper_cone: bool = False, monotone_points: int = MONOTONE_POINTS,
                            ladder=LADDER, near: int = NEAR, grid: int = GRID, rounds: int = ROUNDS,
                            family_above: int = FAMILY_ABOVE) -> SecondOrderResult:
     """Sound upper bound on max g for a fixed query (mode "fixed"); see the module docstring. family_above: more
-    kept tokens than this take their duals from the token family (0: always; benchmarks compare the two)."""
+    kept tokens than this take their duals from the token family (0: always; benchmarks compare the two).
+    geo: `reduced_geometry(problem)`."""
     t0 = time.perf_counter()
-    fo, D, early = prepared_data(problem, t0)
+    fo, D, early = prepared_data(problem, geo, t0)
     if early is not None:
         return early
     # what every bound below is certified from: the token program of D (`dual_record.SupportCertificate`)
@@ -98,11 +98,11 @@ def second_order_separable(problem, upper_cone: bool = False, monotone_points: i
     log, best, best_status, primal, n_rounds, n_facets = [], math.inf, "not_run", math.nan, 0, 0
     if D.A.size > family_above:
         if problem.norm == "l2":
-            geometry = ellipse_matrix(D.u_s, D.u_w, D.radius, D.R_s, D.rho_w)
+            rows_of_p = ellipse_matrix(D.u_s, D.u_w, D.radius, D.R_s, D.rho_w)
         else:
-            geometry = _linf_rows(problem, D)
+            rows_of_p = _linf_rows(geo, D)
         ceiling = (fo - D.g0 - D.tail) / D.rho_o if math.isfinite(fo) else math.inf
-        best, best_status, t, log = family_bound(D, upper_cone, monotone_points, geometry, gens, problem.norm,
+        best, best_status, t, log = family_bound(D, upper_cone, monotone_points, rows_of_p, gens, problem.norm,
                                                   ladder, near, grid, rounds, ceiling)
         val = _to_g(best, D)
         log = [(s, st, math.nan, sec) for (s, st, sec) in log]
@@ -113,7 +113,7 @@ def second_order_separable(problem, upper_cone: bool = False, monotone_points: i
             # few kept tokens at a wide weight band (or a family solve whose rungs failed): the joint token program
             # (one solve, tau shared) as well, the smaller bound kept; at weight bands near e^14 either can be the
             # tighter one (each by up to 2x on the regime units)
-            joint = second_order_separable(problem, upper_cone, monotone_points, ladder, near, grid, rounds,
+            joint = second_order_separable(problem, geo, upper_cone, monotone_points, ladder, near, grid, rounds,
                                            family_above=D.A.size)
             if joint.value < res.value:
                 joint.status += "; long-context path: the joint token program, smaller than the family's"
@@ -123,8 +123,8 @@ def second_order_separable(problem, upper_cone: bool = False, monotone_points: i
                 res.seconds += joint.seconds
         if res.fallback and D.A.size <= RESCUE_MAX:
             # weight bands near e^14 and beyond: the family's root is below the token solves' accuracy; the
-            # monolithic program of `fixed` on these few kept tokens is the rescue (its bound is sound as well)
-            mono = second_order_fixed(problem, upper_cone, monotone_points)
+            # monolithic program of `monolithic` on these few kept tokens is the rescue (its bound is sound as well)
+            mono = second_order_fixed(problem, geo, upper_cone, monotone_points)
             if mono.value < res.value:
                 mono.status += "; long-context path: the token family fell back, monolithic program"
                 mono.seconds += res.seconds
@@ -137,7 +137,7 @@ def second_order_separable(problem, upper_cone: bool = False, monotone_points: i
         best, log = _bound_and_log(prog, z, gens, "l2", lg)
         n_rounds = 1
     else:
-        chain, hs, hw, hb = _linf_rows(problem, D)
+        chain, hs, hw, hb = _linf_rows(geo, D)
         n = D.A.size
         _, kv = vertex_dinkelbach(D.A, D.w0, D.g0, np.tile(chain.sigma, (n, 1)), np.tile(chain.omega, (n, 1)))
         edges = edge_window(kv, chain, near, grid)

@@ -1,6 +1,6 @@
 """Second-order certificate, varying query, with factored weights: the query's score shift gets its own level.
 
-Setting and coordinates as in `varying` (tokens permuted so that the query token is last, m = n - 1 keys):
+Setting and coordinates as in `unfactored` (tokens permuted so that the query token is last, m = n - 1 keys):
 key j scores s_j = A_j + sigma_j + eta_j + beta_j + e_j with (sigma_j, omega_j) in P (key/value shift of
 token j), eta_j = p_j.delta_i in [-H_j, H_j] (the query's shift seen through key j), beta_j in [-bb, bb] (the
 bilinear term), |e_j| <= eps_j (data error); the query token scores A_i + sigma_i^+ + beta_i + e_i with
@@ -11,14 +11,14 @@ Factorization. With tau = 1 / sum_k e^{s_k}, every key weight is a product of a 
     a_j = b_j e^{A_j + sigma_j + beta_j + e_j},      b_j = tau e^{eta_j}                    (j < m),
     a_i = tau e^{A_i + sigma_i^+ + beta_i + e_i}                                           (query token).
 
-The unfactored program (`varying`) sandwiches a_j / tau between e^{s} and the secant of exp over the whole score interval of
+The unfactored program (`unfactored`) sandwiches a_j / tau between e^{s} and the secant of exp over the whole score interval of
 half-width h_j = R_s + H_j + bb, whose band e^{2 h_j} (and secant error ~ h_j^2 / 2) is what the gap pays.
 Here the query factor b_j has its own exact convex envelope over [-H_j, H_j], and the key factor a_j / b_j
-is the fixed-query relaxation of `relaxation` with half-width hk_j = R_s + bb and *base* b_j instead of tau
+is the fixed-query relaxation of `rows` with half-width hk_j = R_s + bb and *base* b_j instead of tau
 (every pointwise constraint of that relaxation, multiplied by b_j >= 0 instead of tau, still holds). The
 secant errors multiply instead of adding in the exponent: cosh(R) cosh(H) - 1 instead of cosh(R + H) - 1.
 
-Program (units as in `relaxation`: btilde_j = e^{H_j} b_j = tau + kb_j mu_j, kb_j = e^{2 H_j} - 1,
+Program (units as in `rows`: btilde_j = e^{H_j} b_j = tau + kb_j mu_j, kb_j = e^{2 H_j} - 1,
 etahat_j = (tau-scaled eta_j) / H_j = (r V^T W)_j, the witness W = tau delta_i / r in tau B_1):
 
     maximize    sum_j E_lj ( base_j wt_j + kappa_j lam_j wt_j + rho_w (V_j,omega + Ehat_j U_j,omega) ) / rho_o
@@ -26,7 +26,7 @@ etahat_j = (tau-scaled eta_j) / H_j = (r V^T W)_j, the witness W = tau delta_i /
                 btilde_j = tau + kb_j mu_j,  0 <= mu_j <= tau,  etahat_j = (r V^T W)_j                      (b level)
                 (H_j (etahat_j + tau), tau, btilde_j) in K_exp         (btilde >= tau e^{H (etahat + 1)}: exact)
                 2 mu_j <= etahat_j + tau                               (secant of e^{H(t+1)} on [-1, 1]: exact)
-                (C1)-(C4) of `relaxation` for a_j / E_lj = base_j + kappa_j lam_j, with half-width hk_j, base_j
+                (C1)-(C4) of `rows` for a_j / E_lj = base_j + kappa_j lam_j, with half-width hk_j, base_j
                 in place of tau and the unit score (R sigma_hat + bb beta_hat) / hk_j of U_j, V_j,
                 U_j,(sigma, omega) in lam_j P_j,  V_j,(sigma, omega) in (base_j - lam_j) P_j,
                 |U_j,beta| <= lam_j,  |V_j,beta| <= base_j - lam_j,
@@ -36,9 +36,9 @@ E_lj = e^{A_j - H_j - hk_j - eps_j}, kappa_j = e^{2 hk_j + 2 eps_j} - 1 (H_i = 0
 b-level pair is the exact convex hull of {(tau, tau t, tau e^{H(t+1)}) : t in [-1, 1]}. Every lifted true
 perturbation (tau, b_j, mu_j = tau (e^{eta_j + H_j} - 1) / kb_j, lam_j = btilde_j (e^{sigma + beta + e + hk + eps}
 - 1) / kappa_j, U_j = lam_j xhat_j, V_j = (btilde_j - lam_j) xhat_j) is feasible, so the optimum bounds max g;
-the returned number is g0 + the weak-duality bound of `dual_certificate` over a box containing every lifted
+the returned number is g0 + the weak-duality bound of `weak_duality` over a box containing every lifted
 true point, never the solver's primal. Units with tiny widths (a key's H_j or any hk_j below
-`DEVIATION_BELOW`, where the cones would be degenerate) and n = 1 use the unfactored `varying` program.
+`DEVIATION_BELOW`, where the cones would be degenerate) and n = 1 use the unfactored `unfactored` program.
 """
 from __future__ import annotations
 
@@ -47,23 +47,24 @@ import time
 
 import numpy as np
 
-from attncert.certify.second_order.dual_certificate import SOLVER_LADDER, solve_and_certify
-from attncert.certify.second_order.dual_record import note_construction
-from attncert.certify.second_order.cutting_planes import cutting_plane_solve
-from attncert.certify.second_order.facets import SLOTS
-from attncert.certify.second_order.relaxation import (DEVIATION_BELOW, MONOTONE_POINTS, SecondOrderResult,
+from attncert.certify.second_order.dual_bound.solve_ladder import SOLVER_LADDER, solve_and_certify
+from attncert.certify.second_order.dual_bound.dual_record import note_construction
+from attncert.certify.second_order.relaxation.cutting_planes import cutting_plane_solve
+from attncert.certify.second_order.relaxation.facets import SLOTS
+from attncert.certify.second_order.relaxation.rows import (DEVIATION_BELOW, MONOTONE_POINTS, SecondOrderResult,
                                                       fallback_bound, representable, settle)
-from attncert.certify.second_order.varying import _to_g, linf_start_facets, second_order_varying
-from attncert.certify.second_order.varying_data import VaryingData
-from attncert.certify.second_order.varying_factored_program import (build_factored_program, factored_box,
+from attncert.certify.second_order.varying_query.unfactored import _to_g, linf_start_facets, second_order_varying
+from attncert.certify.second_order.varying_query.data import VaryingData
+from attncert.certify.second_order.varying_query.program import (build_factored_program, factored_box,
                                                                     set_factored_parameters, widths)
 from attncert.head.problem import HeadProblem
+from attncert.head.reduced_geometry import ReducedGeometry
 
 # The factored program's solver attempts: the Clarabel rungs of SOLVER_LADDER at tolerance 1e-8 (not 1e-10), no
 # SCS. On GPT-2-shaped units (n = 5, d = 768) the last 1e-10 cost ~1/3 of the interior-point iterations for a
 # certified bound lower by a median 4e-6 of the movement (the bound is weak duality over the box, whatever the
 # tolerance), and SCS took 1.6-3.3 s where every Clarabel rung stalled; when they all fail the unfactored program
-# (with its own ladder, SCS included) is the next sound attempt (docs/history/paper_cost_ratio.md, "varying query").
+# (with its own ladder, SCS included) is the next sound attempt (docs/certificate.md section 5.1).
 FACTORED_LADDER = tuple((s, dict(o, tol_gap_abs=1e-8, tol_gap_rel=1e-8, tol_feas=1e-8))
                         for s, o in SOLVER_LADDER if s == "CLARABEL")
 # Cutting planes stop once the edges violated under the solution weigh <= this x the primal (objective units,
@@ -72,7 +73,7 @@ FACTORED_LADDER = tuple((s, dict(o, tol_gap_abs=1e-8, tol_gap_rel=1e-8, tol_feas
 VARYING_CUT_STOP = 1e-4
 
 
-def second_order_varying_factored(problem: HeadProblem, monotone_points: int = MONOTONE_POINTS,
+def second_order_varying_factored(problem: HeadProblem, geo: ReducedGeometry, monotone_points: int = MONOTONE_POINTS,
                                   ladder=None, center: bool = True, second: bool = True,
                                   upper_cone: bool = False) -> SecondOrderResult:
     """Sound upper bound on max g for a varying query with factored weights (see the module docstring).
@@ -82,8 +83,8 @@ def second_order_varying_factored(problem: HeadProblem, monotone_points: int = M
     if problem.mode != "varying":
         raise ValueError("second_order_varying_factored expects mode='varying'")
     t0 = time.perf_counter()
-    fo = fallback_bound(problem)
-    D = VaryingData(problem, fo, center)
+    fo = fallback_bound(problem, geo)
+    D = VaryingData(problem, geo, fo, center)
     note_construction(reset=True, path="varying_factored", fields=D.fields())  # before drop_negligible changes D
     why = "degenerate score intervals" if not np.all(D.h > 1e-9) else representable(D.A, D.h, D.eps, width_only=True)
     if not why:
@@ -93,17 +94,17 @@ def second_order_varying_factored(problem: HeadProblem, monotone_points: int = M
         return settle(math.inf, fo, t0, "varying", no_solve_reason=why)
     Hf, hk = widths(D)
     if D.n < 2 or float(np.min(Hf[:-1])) < DEVIATION_BELOW or float(np.min(hk)) < DEVIATION_BELOW:
-        return _unfactored(problem, upper_cone, monotone_points, ladder or SOLVER_LADDER, center, "tiny width", t0)
+        return _unfactored(problem, geo, upper_cone, monotone_points, ladder or SOLVER_LADDER, center, "tiny width", t0)
     res = _solve(problem, D, monotone_points, ladder or FACTORED_LADDER, second, upper_cone, fo, t0)
     if res.fallback:  # the factored solve failed: the unfactored program is another sound attempt
-        return _unfactored(problem, upper_cone, monotone_points, ladder or SOLVER_LADDER, center,
+        return _unfactored(problem, geo, upper_cone, monotone_points, ladder or SOLVER_LADDER, center,
                            f"factored {res.status}", t0)
     return res
 
 
-def _unfactored(problem, upper_cone, monotone_points, ladder, center, why, t0) -> SecondOrderResult:
-    """The unfactored program of `varying` (sound; its own fallback is the labelled first-order bound)."""
-    res = second_order_varying(problem, upper_cone=upper_cone, monotone_points=monotone_points, ladder=ladder,
+def _unfactored(problem, geo, upper_cone, monotone_points, ladder, center, why, t0) -> SecondOrderResult:
+    """The unfactored program of `unfactored` (sound; its own fallback is the labelled first-order bound)."""
+    res = second_order_varying(problem, geo, upper_cone=upper_cone, monotone_points=monotone_points, ladder=ladder,
                                center=center)
     res.status = f"{res.status} (unfactored: {why})"
     res.seconds = time.perf_counter() - t0
@@ -132,26 +133,3 @@ def _solve(problem, D, monotone_points, ladder, second, upper_cone, fo, t0) -> S
     best, status, solver, primal, rounds, n_facets, log, gap = out
     return settle(best, fo, t0, "varying", status=status, solver=solver, primal=primal, rounds=rounds,
                   n_facets=n_facets, log=log, dual_gap=gap)
-
-
-def second_order_varying_variant(problem: HeadProblem, name: str) -> SecondOrderResult:
-    """Benchmark variants of the varying query.
-
-    'shift' / 'oldtight': the unfactored program of `varying`, centered / with the upper cone (C5);
-    'factor' / 'factor0': factored, centered / not centered, no second moments; 'moment': factored, centered,
-    second moments; 'tight' / 'tight0': factored, centered, upper cone (C5) at the key level, with / without
-    second moments.
-    """
-    if name == "shift":
-        return second_order_varying(problem, center=True)
-    if name in ("factor", "factor0"):
-        return second_order_varying_factored(problem, center=name == "factor", second=False)
-    if name == "moment":
-        return second_order_varying_factored(problem)
-    if name == "tight":
-        return second_order_varying_factored(problem, upper_cone=True)
-    if name == "tight0":
-        return second_order_varying_factored(problem, upper_cone=True, second=False)
-    if name == "oldtight":
-        return second_order_varying(problem, upper_cone=True)
-    raise ValueError(f"unknown variant {name!r}")

@@ -1,7 +1,7 @@
 """The level-1 exponential-cone moment relaxation of one head: its variables, constraints and objective.
 
-Shared by the fixed query (`fixed`) and the varying query (`varying`); the zonotope facets and the
-cutting-plane loop are in `facets`, the weak-duality certification in `dual_certificate`. Derivation and
+Shared by the fixed query (`monolithic`) and the varying query (`unfactored`); the zonotope facets and the
+cutting-plane loop are in `facets`, the weak-duality certification in `weak_duality`. Derivation and
 the secant-slack analysis: docs/certificate.md.
 
 Setting (`HeadProblem`, mode "fixed"). Token j has score s_j = A_j + sigma_j + e_j and value
@@ -56,9 +56,9 @@ bound on every unit measured. The tight variant (upper_cone=True) adds (C5): 10-
 
 Every row of the program has one Parameter (or a constant) per variable, so the canonical conic data are
 the parameter values themselves (computed with expm1 and without cancellation) and the data-rounding
-assumption of `dual_certificate` (relative 1e-12 per entry) holds entrywise. Every lifted true
+assumption of `weak_duality` (relative 1e-12 per entry) holds entrywise. Every lifted true
 perturbation is feasible (checked numerically in tests/certify/second_order), so the optimum is >= max g.
-The certificate is g0 + rho_o x the weak-duality bound of `dual_certificate` over a box containing every
+The certificate is g0 + rho_o x the weak-duality bound of `weak_duality` over a box containing every
 lifted true point; the solver's primal objective is never used as the answer.
 
 Representability (`representable`, `head.negligible_tokens`). Tokens whose weight share is below e^-60 under
@@ -75,9 +75,9 @@ from dataclasses import dataclass, field
 import cvxpy as cp
 import numpy as np
 
-from attncert.certify.second_order.compiled import assign
+from attncert.certify.second_order.dual_bound.compiled import assign
 from attncert.head.problem import HeadProblem
-from attncert.head.reduced_geometry import reduced_geometry
+from attncert.head.reduced_geometry import ReducedGeometry
 from attncert.head.rounding import UNIT_ROUNDOFF, gamma
 
 MONOTONE_POINTS = 7  # interior score points of the monotonicity cuts per token
@@ -256,9 +256,9 @@ def polygon_constraints(P: dict, n: int, K: int, U2, V2, lam, tau_n) -> list:
             row(V2) <= cp.multiply(P["b"], sel @ (tau_n - lam))]
 
 
-def trivial_bound(problem: HeadProblem) -> float:
+def trivial_bound(geo: ReducedGeometry) -> float:
     """max_j (largest value token j can read): g is a convex combination of the values, so g <= this."""
-    _, top = reduced_geometry(problem).value_range()
+    _, top = geo.value_range()
     val = float(np.max(top + 4.0 * _U * np.abs(top)))
     return math.nextafter(val, math.inf) if math.isfinite(val) else math.inf
 
@@ -290,19 +290,19 @@ def ellipse_matrix(u_s: np.ndarray, u_w: np.ndarray, radius: float, scale_s: flo
     return G, cs
 
 
-def fallback_bound(problem: HeadProblem) -> float:
+def fallback_bound(problem: HeadProblem, geo: ReducedGeometry) -> float:
     """The bound returned on fallback: the first-order certificate, capped by the trivial bound max_j W_j.
 
     Both are sound upper bounds of max g; the smaller one is returned (and a finite one when the
-    first-order certificate is not finite at extreme score widths).
+    first-order certificate is not finite at extreme score widths). geo: `reduced_geometry(problem)`.
     """
     from attncert.certify.first_order_certificate import first_order_certificate
 
     try:
-        fo = float(first_order_certificate(problem))
+        fo = float(first_order_certificate(problem, geometry=geo))
     except (ValueError, FloatingPointError, OverflowError, ZeroDivisionError):
         fo = math.nan
-    tb = trivial_bound(problem)
+    tb = trivial_bound(geo)
     finite = [v for v in (fo, tb) if math.isfinite(v)]
     return min(finite) if finite else math.inf
 

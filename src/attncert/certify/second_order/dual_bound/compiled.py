@@ -10,7 +10,7 @@ without these internals, keeps cvxpy's path), so every solve and every certified
 
 `assign` sets a parameter's value without cvxpy's per-assignment projection check (same stored value);
 `box_vectors` lays a {Variable: (lo, hi)} box out in the canonical variable order. The solver call itself is in
-`dual_certificate`; `attncert.audit` rebuilds programs through this module without solving.
+`weak_duality`; `attncert.audit` rebuilds programs through this module without solving.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import scipy.sparse as sp
 
 #: The data-error model of every stored program: each entry of (c, A, b) is the float64 image of the real
 #: relaxation's entry with relative error at most this (a few dozen roundings of derived quantities). The
-#: certifier adds it to weak duality (`dual_certificate`); the audit uses this constant, never a stored value.
+#: certifier adds it to weak duality (`weak_duality`); the audit uses this constant, never a stored value.
 DATA_REL_ERR = 1e-12
 
 _PLAIN = frozenset({"nonneg"})  # the only attribute the relaxations' parameters use

@@ -1,7 +1,7 @@
-"""The factored varying-query program (`varying_factored`): its cvxpy problem, parameters and box.
+"""The factored varying-query program (`factored`): its cvxpy problem, parameters and box.
 
 Builder code only (no solver): the program is determined by the build key and the relaxation data
-`varying_data.VaryingData` (and, for linf, the facet edges), so a checker can rebuild it
+`varying_query.data.VaryingData` (and, for linf, the facet edges), so a checker can rebuild it
 (`attncert.audit.program_link`).
 """
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 import cvxpy as cp
 import numpy as np
 
-from attncert.certify.second_order.relaxation import (ellipse_matrix, polygon_constraints, softmax_bounds,
+from attncert.certify.second_order.relaxation.rows import (ellipse_matrix, polygon_constraints, softmax_bounds,
                                                       weight_parameters)
-from attncert.certify.second_order.varying_data import VaryingData
+from attncert.certify.second_order.varying_query.data import VaryingData
 from attncert.head.rounding import UNIT_ROUNDOFF
 
 _CACHE: dict = {}
@@ -142,7 +142,7 @@ def build_factored_program(n: int, d: int, norm: str, K: int, mono: int, second:
              lam >= 0, lam <= base,
              cp.constraints.ExpCone(cp.multiply(P["hU"], SU) + cp.multiply(P["hV"], SV) + cp.multiply(P["hV"], base),
                                     base, ahat)]
-    if upper_cone:  # (C5) base >= a e^{-s}, per unit of E_l (as in `relaxation.weight_constraints`)
+    if upper_cone:  # (C5) base >= a e^{-s}, per unit of E_l (as in `rows.weight_constraints`)
         cons.append(cp.constraints.ExpCone(-cp.multiply(P["up_tau"], base) - cp.multiply(P["up_lam"], lam)
                                            - cp.multiply(P["up_V"], SV) - cp.multiply(P["up_U"], SU), ahat, base))
     if mono:
@@ -211,7 +211,7 @@ def set_factored_parameters(P: dict, D: VaryingData):
 
 
 def factored_box(V: dict, D: VaryingData, tau_lo: float, tau_hi: float, Hf: np.ndarray) -> dict:
-    """A box containing every lifted true point (the certification box of `dual_certificate`)."""
+    """A box containing every lifted true point (the certification box of `weak_duality`)."""
     n, m, inflate = D.n, D.n - 1, 1.0 + 1e-9
     bt_hi = tau_hi * np.exp(2.0 * Hf[:m]) * (1.0 + 1e-12) * inflate
     base_hi = np.concatenate([bt_hi, [tau_hi * inflate]])
