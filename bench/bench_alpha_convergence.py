@@ -43,8 +43,8 @@ REPO = Path(__file__).resolve().parents[1]
 from attncert.baselines.linear_bound_baselines import METHOD_SPECS, baseline_upper_bounds  # noqa: E402
 from attncert.certify.run import certify_unit  # noqa: E402
 from attncert.head.units import Unit, head_problem, specification_vectors  # noqa: E402
-from attncert.pipeline.model_source import model_dimensions  # noqa: E402
-from attncert.pipeline.model_source import model_label  # noqa: E402
+from attncert.model.model_source import model_dimensions  # noqa: E402
+from attncert.model.model_source import model_label  # noqa: E402
 from bench import common  # noqa: E402
 from bench.paper_cost import RANDOM_GPT2, extract, load, pick  # noqa: E402
 from bench.paper_units import load_config  # noqa: E402

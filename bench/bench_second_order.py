@@ -37,7 +37,7 @@ from attncert.certify.first_order_certificate import first_order_certificate  # 
 from attncert.certify.secant_slack_bound import secant_slack_bound  # noqa: E402
 from attncert.certify.second_order.certificate import second_order_certificate  # noqa: E402
 from attncert.head.problem import HeadProblem  # noqa: E402
-from attncert.pipeline.claims import load_claims  # noqa: E402
+from attncert.paper_comparison.claims import load_claims  # noqa: E402
 from bench import common  # noqa: E402
 
 _PAPER = {c.id: c.value for c in load_claims(common.REPO / "data" / "paper_claims.yaml").claims}

@@ -93,7 +93,7 @@ def measure(fn, reps: int):
 def transitions(name: str, ns: list[int], rows: int):
     """(n, BlockTransition, C) for every n: the stage's construction from the extracted layers."""
     from attncert.block.build import specification_rows, transition_from_arrays
-    from attncert.pipeline.extraction import extract_layers, load_model, tokenize_prompts
+    from attncert.model.extraction import extract_layers, load_model, tokenize_prompts
 
     spec = MODELS[name]
     loaded = load_model(spec["cfg"])

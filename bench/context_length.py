@@ -50,7 +50,7 @@ INIT_STD = 0.08
 
 
 def head_arrays(n_tokens: int):
-    from attncert.pipeline.extraction import extract_layers, load_model, tokenize_prompts
+    from attncert.model.extraction import extract_layers, load_model, tokenize_prompts
 
     loaded = load_model({"source": "random-gpt2", "family": "gpt2", "seed": 0, "init_std": INIT_STD})
     text = (REPO / "data" / "long_context_passage.txt").read_text()

@@ -63,9 +63,9 @@ from attncert.baselines.linear_bound_baselines import EXTRA_METHODS, METHODS, ba
 from attncert.certify.best_feasible_ascent import best_feasible_ascent  # noqa: E402
 from attncert.certify.run import certify_unit  # noqa: E402
 from attncert.head.units import Unit, grid, head_problem, specification_vectors  # noqa: E402
-from attncert.pipeline.config import read_prompts  # noqa: E402
-from attncert.pipeline.extraction import extract_layers, load_model, tokenize_prompts  # noqa: E402
-from attncert.pipeline.model_source import model_label  # noqa: E402
+from attncert.configuration.config import read_prompts  # noqa: E402
+from attncert.model.extraction import extract_layers, load_model, tokenize_prompts  # noqa: E402
+from attncert.model.model_source import model_label  # noqa: E402
 from bench import common  # noqa: E402
 from bench.paper_units import load_config, unit_counts  # noqa: E402
 

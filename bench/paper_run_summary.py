@@ -25,8 +25,8 @@ from snakemake.utils import update_config
 
 from bench import common
 from bench.paper_units import unit_counts
-from attncert.pipeline.config import validate_config
-from attncert.pipeline.model_source import is_synthetic
+from attncert.configuration.config import validate_config
+from attncert.model.model_source import is_synthetic
 
 QUICK: dict = {}  # it reads a finished run: nothing to make smaller
 STAGES = ("extract", "certify", "baselines", "block", "minip", "long_context", "audit", "method_checks")

@@ -26,8 +26,8 @@ from attncert.block.transitions import transition_points
 from attncert.head.units import grid
 from attncert.minip.sweep import runs
 from attncert.minip.witness import witness_family
-from attncert.pipeline.config import selected, validate_config
-from attncert.pipeline.model_source import model_dimensions, model_label
+from attncert.configuration.config import selected, validate_config
+from attncert.model.model_source import model_dimensions, model_label
 from bench import common
 
 REPO = common.REPO

@@ -5,7 +5,7 @@ per pair: the ratio of the two walls.
 
     python -m bench.slurm_profile [--ref 342059e] [--pairs 3]     # needs root (apt-get) or SLURM installed
 
-The reduced DAG: a tiny random GPT-2 (`pipeline.tiny_model`), extraction, one certification layer, one
+The reduced DAG: a tiny random GPT-2 (`model.tiny_model`), extraction, one certification layer, one
 baselines layer, the Min-IP runs of a one-rank sweep, and the certification, baselines and Min-IP
 tables (`TARGETS`, `reduced_config`). Each revision runs its own Snakefile, rules, profile and
 package (PYTHONPATH its src/) on the current environment. `--slurm-status-command squeue` is given to
@@ -93,7 +93,7 @@ def _cluster(action: str, state: Path) -> None:
 
 def main(args) -> dict:
     common.single_threaded_blas()
-    from attncert.pipeline.tiny_model import save_tiny_model
+    from attncert.model.tiny_model import save_tiny_model
 
     base = Path(tempfile.mkdtemp(prefix="attncert-slurm-bench."))
     state, ref_tree = base / "slurm", base / "ref"

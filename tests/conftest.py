@@ -17,7 +17,7 @@ from hypothesis import settings as _hypothesis_settings  # noqa: E402
 _hypothesis_settings.register_profile("attncert", deadline=None)
 _hypothesis_settings.load_profile("attncert")
 
-from attncert.pipeline.tiny_model import save_tiny_model  # noqa: E402
+from attncert.model.tiny_model import save_tiny_model  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """Tiny intermediate files written the way the pipeline's jobs write them (atomic rename, then the sidecar)."""
 import numpy as np
 
-from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
+from attncert.provenance.provenance import atomic_path, provenance, write_sidecar
 
 
 def tiny_layer_arrays(H=2, P=1, T=4, d=6, dh=3) -> dict:

@@ -1,19 +1,27 @@
 """The package's architecture, checked from the source text: stages import one way, no import circles,
 small modules, thin entry scripts.
 
-Stages (subpackages of `attncert`) and what each may import besides itself:
+Stages (subpackages of `attncert`) and what each may import besides itself. The foundation, from the ground up:
 
-    figure_style  the one figure style (names, colours, sizes, the paper's marks)  (matplotlib only)
-    pipeline   config, model source, extraction, provenance, logs, shared tables   (the foundation)
-    head       one head and its perturbation set, rounding, the fixed-query reduction  -> pipeline
-    certify    exact worst case and the certificates                -> figure_style, head, pipeline
-    baselines  IBP / CROWN / alpha-CROWN                            -> figure_style, head, pipeline
+    figure_style     the one figure style (names, colours, sizes, the paper's marks)  (matplotlib only)
+    integrity        atomic writes, sidecar checksums, the model a file was written for
+    model            model sources (embedded, hub, directory, random-gpt2, tiny), extraction  -> integrity
+    configuration    the schema, validation with one-line errors, the torch device  -> integrity, model
+    provenance       sidecars, the code hash, one identity per run, job logs        -> configuration, integrity, model
+    reporting        table and figure files, the unit tables' derived columns      -> integrity
+    paper_comparison the papers' claims, verdicts, the README's tally              -> FOUNDATION
+
+The stages (FOUNDATION = integrity, model, configuration, provenance, reporting):
+
+    head       one head and its perturbation set, rounding, the fixed-query reduction  -> FOUNDATION
+    certify    exact worst case and the certificates                  -> figure_style, head, FOUNDATION
+    baselines  IBP / CROWN / alpha-CROWN                              -> figure_style, head, FOUNDATION
     block      block-residual analysis (reuses the baselines' bound modules)
-                                                                    -> baselines, figure_style, head, pipeline
-    minip      Paper B                                              -> figure_style, pipeline
-    audit      independent checks of the certified numbers (numpy, python-flint)     -> certify, head, pipeline
-    checkpoint certify one head of a local checkpoint (attncert certify)            -> baselines, certify, head, pipeline
-    cli        the `attncert` command: dispatches to its subcommands                 -> audit, checkpoint, pipeline
+                                                      -> baselines, figure_style, head, FOUNDATION
+    minip      Paper B                                                -> figure_style, FOUNDATION
+    audit      independent checks of the certified numbers (numpy, python-flint)     -> certify, head, FOUNDATION
+    checkpoint certify one head of a local checkpoint (attncert certify)  -> baselines, certify, head, FOUNDATION
+    cli        the `attncert` command: dispatches to its subcommands                 -> audit, checkpoint, FOUNDATION
                (the certificate format and the program builders only, never a solver:
                tests/audit/test_trusted_base.py lists every module it may reach)
 
@@ -26,17 +34,23 @@ from pathlib import Path
 from conftest import REPO
 
 SRC = REPO / "src" / "attncert"
+FOUNDATION = {"integrity", "model", "configuration", "provenance", "reporting"}
 ALLOWED = {
     "figure_style": set(),
-    "pipeline": set(),
-    "head": {"pipeline"},
-    "certify": {"figure_style", "head", "pipeline"},
-    "baselines": {"figure_style", "head", "pipeline"},
-    "block": {"baselines", "figure_style", "head", "pipeline"},
-    "minip": {"figure_style", "pipeline"},
-    "audit": {"certify", "head", "pipeline"},
-    "checkpoint": {"baselines", "certify", "head", "pipeline"},
-    "cli": {"audit", "checkpoint", "pipeline"},
+    "integrity": set(),
+    "model": {"integrity"},
+    "configuration": {"integrity", "model"},
+    "provenance": {"configuration", "integrity", "model"},
+    "reporting": {"integrity"},
+    "paper_comparison": FOUNDATION,
+    "head": FOUNDATION,
+    "certify": {"figure_style", "head"} | FOUNDATION,
+    "baselines": {"figure_style", "head"} | FOUNDATION,
+    "block": {"baselines", "figure_style", "head"} | FOUNDATION,
+    "minip": {"figure_style"} | FOUNDATION,
+    "audit": {"certify", "head"} | FOUNDATION,
+    "checkpoint": {"baselines", "certify", "head"} | FOUNDATION,
+    "cli": {"audit", "checkpoint"} | FOUNDATION,
 }
 MAX_MODULE_LINES = 450
 MAX_SCRIPT_LINES = 60
@@ -124,12 +138,16 @@ def test_no_import_circles():
 
 
 def test_the_checks_see_planted_faults():
-    """A sideways import, an upward import and a circle planted into the real graph are all reported."""
+    """A sideways import, an upward import (also inside the foundation) and a circle planted into the real graph
+    are all reported."""
     graph = _graph()
     assert "attncert.head.problem" in graph["attncert.certify.run"]  # the parser sees real imports
     graph["attncert.baselines.layer"] = graph["attncert.baselines.layer"] | {"attncert.certify.run"}
     graph["attncert.head.problem"] = graph["attncert.head.problem"] | {"attncert.certify.run"}
+    graph["attncert.integrity.file_integrity"] = graph["attncert.integrity.file_integrity"] | {
+        "attncert.provenance.provenance"}
     bad = stage_violations(graph)
+    assert any("integrity.file_integrity -> attncert.provenance.provenance" in b for b in bad)
     assert any("baselines.layer -> attncert.certify.run" in b for b in bad)
     assert any("head.problem -> attncert.certify.run" in b for b in bad)
     assert any("attncert.head.problem" in c and "attncert.certify.run" in c for c in circles(graph))

@@ -5,7 +5,7 @@ import torch
 
 from attncert.block.build import transition_from_model
 from attncert.block.residual import curvature
-from attncert.pipeline.extraction import load_model
+from attncert.model.extraction import load_model
 
 
 def tiny_block(family: str, tiny_gpt2_dir, tiny_bert_dir):

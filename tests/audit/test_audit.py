@@ -12,8 +12,8 @@ from attncert.audit.audit_table import audit_layer, main
 from attncert.certify.certificate_store import CertificateFile, write_certificates
 from attncert.certify.layer_run import certify_layer_units
 from attncert.head.units import grid, specification_vectors, write_specification
-from attncert.pipeline.intermediate_check import IntermediateError
-from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
+from attncert.integrity.intermediate_check import IntermediateError
+from attncert.provenance.provenance import atomic_path, provenance, write_sidecar
 from intermediate_files import tiny_layer_arrays
 
 MODEL = "m"

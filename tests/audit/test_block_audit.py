@@ -10,8 +10,8 @@ from attncert.audit.block_audit import audit_block
 from attncert.block.build import transition_from_model
 from attncert.block.certificate import certificate_file_arrays
 from attncert.block.residual import analyze_transition, transition_table
-from attncert.pipeline.extraction import load_model
-from attncert.pipeline.provenance import write_sidecar
+from attncert.model.extraction import load_model
+from attncert.provenance.provenance import write_sidecar
 
 torch.set_num_threads(1)
 MODEL = "tiny-gpt2"

@@ -18,7 +18,7 @@ from attncert.audit.audit_table import MALFORMED, _damaged
 from attncert.audit.long_context_audit import LongContextConfig, audit_long_context
 from attncert.certify.certificate_store import CertificateFile, write_certificates
 from attncert.certify.long_context import certify_long_context, long_context_problems
-from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
+from attncert.provenance.provenance import atomic_path, provenance, write_sidecar
 from intermediate_files import tiny_layer_arrays
 
 MODEL = "m"

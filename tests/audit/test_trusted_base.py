@@ -22,8 +22,8 @@ ALLOWED = {
     "attncert.head.unit_grid",
     "attncert.head", "attncert.head.problem", "attncert.head.rounding", "attncert.head.fixed_query",
     "attncert.head.negligible_tokens", "attncert.head.projected_ball", "attncert.head.reduced_geometry",
-    "attncert.pipeline", "attncert.pipeline.intermediate_check", "attncert.pipeline.file_integrity",
-    "attncert.pipeline.model_identity", "attncert.head.specification",
+    "attncert.integrity", "attncert.integrity.intermediate_check", "attncert.integrity.file_integrity",
+    "attncert.integrity.model_identity", "attncert.head.specification",
     "attncert.certify.second_order.fixed_query.token_program",
 }
 # never: solvers, torch and its model code, and attncert's solving code

@@ -13,7 +13,7 @@ from attncert.baselines.linear_bound_baselines import (AlphaSettings, alpha_crow
                                                        baseline_upper_bounds, bound_network, crown_upper, method_label)
 from attncert.baselines.op_linear import InputLinear
 from attncert.head.problem import random_head_problem
-from attncert.pipeline.device import DeviceError
+from attncert.configuration.device import DeviceError
 
 from test_linear_bound_baselines import sampled_max
 

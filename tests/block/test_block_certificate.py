@@ -13,7 +13,7 @@ from attncert.block.build import transition_from_model
 from attncert.block.certificate import block_graph, certify_transition, sdp_box_upper, smaller_sound, verified_pd
 from attncert.block.map import specification_values
 from attncert.block.residual import analyze_transition, ascent, curvature
-from attncert.pipeline.extraction import load_model
+from attncert.model.extraction import load_model
 
 from tiny_blocks import tiny_block  # tests/tiny_blocks.py
 

@@ -18,7 +18,7 @@ from attncert.block.map import (GELU_ERF, GELU_TANH, RSQRT, SQUARE, forward, spe
 from attncert.block.residual import (QuadraticForms, analyze_transition, box_qp_max, box_qp_upper,
                                      effective_rank, max_bilinear_box, node_hessians, per_op_maxima,
                                      residual_values, softmax_forms)
-from attncert.pipeline.extraction import load_model
+from attncert.model.extraction import load_model
 from bound_propagation.bounds import IntervalBounds
 
 from tiny_blocks import tiny_block  # tests/tiny_blocks.py
@@ -195,7 +195,7 @@ def test_transition_from_extraction_equals_model(family, tiny_gpt2_dir, tiny_ber
     from dataclasses import fields
 
     from attncert.block.build import transition_from_arrays
-    from attncert.pipeline.extraction import extract_layers
+    from attncert.model.extraction import extract_layers
 
     path = tiny_gpt2_dir if family == "gpt2" else tiny_bert_dir
     loaded = load_model({"name": f"tiny-{family}", "family": family, "source": str(path)})

@@ -13,7 +13,7 @@ from attncert.baselines.linear_bound_baselines import baseline_upper_bounds
 from attncert.certify import figures as cfig
 from attncert.certify.run import certify_unit
 from attncert.head.problem import random_head_problem
-from attncert.pipeline.paper_comparison import claim_dicts
+from attncert.paper_comparison.paper_comparison import claim_dicts
 from conftest import REPO
 
 matplotlib.use("Agg")

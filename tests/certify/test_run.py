@@ -9,7 +9,7 @@ from attncert.certify.second_order.dual_bound.solve_ladder import ACCEPT_GAP
 from attncert.certify.run import COLUMNS, certify_unit, in_check_sample
 from attncert.head.fixed_query import fixed_query_reduction
 from attncert.head.problem import random_head_problem
-from attncert.pipeline.unit_tables import soundness_check
+from attncert.reporting.unit_tables import soundness_check
 
 
 def test_certify_unit_fixed_and_varying_rows():

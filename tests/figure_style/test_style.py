@@ -75,7 +75,7 @@ def test_long_context_figure_has_separate_colour_and_line_style_legends(monkeypa
                                  **{f"rel_gap_{c}": 0.01 * n * r for c in long_context.CERTS},
                                  **{f"{c}_s": 0.1 for c in long_context.CERTS}))
     figs = []
-    monkeypatch.setattr("attncert.pipeline.report_files.save_figure", lambda fig, out: figs.append(fig))
+    monkeypatch.setattr("attncert.reporting.report_files.save_figure", lambda fig, out: figs.append(fig))
     long_context.figure(pd.DataFrame(rows), "synthetic", "unused.pdf",
                         {"rel_gap": {0.002: 0.004}, "seconds": {"fixed": 10.0}})
     titles = [lg.get_title().get_text() for lg in figs[0].legends]

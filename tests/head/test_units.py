@@ -4,8 +4,8 @@ import pytest
 
 from attncert.head.specification import spec_seed, specification_direction
 from attncert.head.units import Unit, attended, grid, head_problem, load_unit, specification_vectors, write_specification
-from attncert.pipeline.intermediate_check import IntermediateError
-from attncert.pipeline.provenance import write_sidecar
+from attncert.integrity.intermediate_check import IntermediateError
+from attncert.provenance.provenance import write_sidecar
 
 
 def _arrays(rng, causal: bool, H=2, P=2, T=5, d=4, dh=3):

@@ -162,7 +162,7 @@ def test_cpu_device_gives_the_default_run():
 def test_missing_cuda_is_one_line_before_training():
     import torch
 
-    from attncert.pipeline.device import DeviceError
+    from attncert.configuration.device import DeviceError
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
@@ -222,7 +222,7 @@ def test_witness_figure_marks_the_papers_numbers(tmp_path, monkeypatch):
     """The witness figure draws the paper's claims (from data/paper_claims.yaml) at their points: largest |y - t|
     above 0.80 below the rank bound 8, and solved (< 1/2) at rank 32."""
     from attncert.minip.figures import paper_marks
-    from attncert.pipeline.paper_comparison import claim_dicts
+    from attncert.paper_comparison.paper_comparison import claim_dicts
 
     marks = paper_marks(claim_dicts(REPO / "data" / "paper_claims.yaml", "paper_b"))
     assert marks == {"bound": 8.0, "fail_above": 0.8, "solve_rank": 32.0, "solve_below": 0.5}

@@ -12,13 +12,13 @@ sys.path.insert(0, os.path.join(workflow.basedir, "src"))
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-from attncert.pipeline.code_hash import code_hash
-from attncert.pipeline.config import ConfigError, validate_config, selected
-from attncert.pipeline.model_source import ModelSourceError, check_reachable, model_dimensions
-from attncert.pipeline.run_identity import apply_model_source, check_no_other_model, remove_own_orphan_sidecars
+from attncert.provenance.code_hash import code_hash
+from attncert.configuration.config import ConfigError, validate_config, selected
+from attncert.model.model_source import ModelSourceError, check_reachable, model_dimensions
+from attncert.provenance.run_identity import apply_model_source, check_no_other_model, remove_own_orphan_sidecars
 
 # `--config model_source=DIR` runs on a local checkpoint under its own name (the directory's, unless the user's
-# config gives model.name) and family (read from the checkpoint, unless given): attncert.pipeline.run_identity.
+# config gives model.name) and family (read from the checkpoint, unless given): attncert.provenance.run_identity.
 # `--config model_source=random-gpt2` switches to the SYNTHETIC GPT-2-shaped model (name random-gpt2).
 try:
     with open(os.path.join(workflow.basedir, "workflow", "config", "default.yaml")) as _fh:
@@ -73,5 +73,5 @@ def bench_path(stage, name):
 
 def code(script):
     """params entry: hash of an entry script and every package module it imports (see
-    attncert.pipeline.code_hash), so editing a stage's source reruns that stage and its dependents."""
+    attncert.provenance.code_hash), so editing a stage's source reruns that stage and its dependents."""
     return code_hash(os.path.join(workflow.basedir, "workflow", "scripts", script))

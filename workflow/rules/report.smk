@@ -1,5 +1,5 @@
 # Final stage: every claim of both papers beside ours with its verdict (figures/tables/{model}/paper_vs_reproduced.md,
-# under the model like every result, so a run on another model never rewrites it); the .json is the snapshot `python -m attncert.pipeline.readme_results` turns into the README's tally and docs/results.md.
+# under the model like every result, so a run on another model never rewrites it); the .json is the snapshot `python -m attncert.paper_comparison.readme_results` turns into the README's tally and docs/results.md.
 
 PAPER_VS_REPRODUCED = f"figures/tables/{MODEL}/paper_vs_reproduced.md"
 REPORT_OUTPUTS = [PAPER_VS_REPRODUCED]

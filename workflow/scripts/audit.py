@@ -5,9 +5,9 @@ from pathlib import Path
 
 from attncert.audit.audit_table import audit_model, write_audit
 from attncert.audit.table_coverage import CoverageConfig
-from attncert.pipeline.intermediate_check import expect_model_of
-from attncert.pipeline.job_log import start_job_log
-from attncert.pipeline.provenance import provenance, write_sidecar
+from attncert.integrity.intermediate_check import expect_model_of
+from attncert.provenance.job_log import start_job_log
+from attncert.provenance.provenance import provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])

@@ -8,12 +8,12 @@ import torch
 from attncert.baselines.layer import attained_by_unit, bound_layer
 from attncert.certify.second_order.certificate import second_order_certificate
 from attncert.head.units import load_specification
-from attncert.pipeline.device import DeviceError, resolve_device
-from attncert.pipeline.extraction import load_layer
-from attncert.pipeline.intermediate_check import verify_intermediate
-from attncert.pipeline.intermediate_check import expect_model_of
-from attncert.pipeline.job_log import start_job_log
-from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
+from attncert.configuration.device import DeviceError, resolve_device
+from attncert.model.extraction import load_layer
+from attncert.integrity.intermediate_check import verify_intermediate
+from attncert.integrity.intermediate_check import expect_model_of
+from attncert.provenance.job_log import start_job_log
+from attncert.provenance.provenance import atomic_path, provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])

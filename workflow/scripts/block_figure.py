@@ -2,11 +2,11 @@
 import pandas as pd
 
 from attncert.block import figures, report
-from attncert.pipeline.intermediate_check import verify_intermediate
-from attncert.pipeline.intermediate_check import expect_model_of
-from attncert.pipeline.job_log import start_job_log
-from attncert.pipeline.paper_comparison import claim_dicts
-from attncert.pipeline.provenance import provenance, write_sidecar
+from attncert.integrity.intermediate_check import verify_intermediate
+from attncert.integrity.intermediate_check import expect_model_of
+from attncert.provenance.job_log import start_job_log
+from attncert.paper_comparison.paper_comparison import claim_dicts
+from attncert.provenance.provenance import provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])

@@ -1,10 +1,10 @@
 """Snakemake entry point: merge the per-transition block-residual tables into units.csv."""
 import logging
 
-from attncert.pipeline.intermediate_check import expect_model_of
-from attncert.pipeline.job_log import start_job_log
-from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
-from attncert.pipeline.report_files import load_tables
+from attncert.integrity.intermediate_check import expect_model_of
+from attncert.provenance.job_log import start_job_log
+from attncert.provenance.provenance import atomic_path, provenance, write_sidecar
+from attncert.reporting.report_files import load_tables
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])

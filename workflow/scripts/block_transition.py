@@ -10,11 +10,11 @@ from tqdm import tqdm
 from attncert.block.build import specification_rows, transition_from_arrays
 from attncert.block.certificate import certificate_file_arrays
 from attncert.block.residual import analyze_transition, transition_table
-from attncert.pipeline.extraction import load_layer
-from attncert.pipeline.intermediate_check import expect_model_of
-from attncert.pipeline.job_log import start_job_log
-from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
-from attncert.pipeline.model_source import model_label
+from attncert.model.extraction import load_layer
+from attncert.integrity.intermediate_check import expect_model_of
+from attncert.provenance.job_log import start_job_log
+from attncert.provenance.provenance import atomic_path, provenance, write_sidecar
+from attncert.model.model_source import model_label
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])

@@ -1,11 +1,11 @@
 """Snakemake entry point: one figure of the certification stage (attncert.certify.figures)."""
 from attncert.certify import figures
-from attncert.pipeline.intermediate_check import expect_model_of
-from attncert.pipeline.job_log import start_job_log
-from attncert.pipeline.paper_comparison import claim_dicts
-from attncert.pipeline.provenance import provenance, write_sidecar
-from attncert.pipeline.report_files import load_tables
-from attncert.pipeline.model_source import model_label
+from attncert.integrity.intermediate_check import expect_model_of
+from attncert.provenance.job_log import start_job_log
+from attncert.paper_comparison.paper_comparison import claim_dicts
+from attncert.provenance.provenance import provenance, write_sidecar
+from attncert.reporting.report_files import load_tables
+from attncert.model.model_source import model_label
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])

@@ -7,11 +7,11 @@ import torch
 from attncert.certify.certificate_store import write_certificates
 from attncert.certify.layer_run import certify_layer_units
 from attncert.head.units import grid, specification_vectors, write_specification
-from attncert.pipeline.extraction import load_layer
-from attncert.pipeline.device import DeviceError, resolve_device
-from attncert.pipeline.intermediate_check import expect_model_of
-from attncert.pipeline.job_log import start_job_log
-from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
+from attncert.model.extraction import load_layer
+from attncert.configuration.device import DeviceError, resolve_device
+from attncert.integrity.intermediate_check import expect_model_of
+from attncert.provenance.job_log import start_job_log
+from attncert.provenance.provenance import atomic_path, provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])

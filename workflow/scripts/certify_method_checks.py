@@ -1,8 +1,8 @@
 """Snakemake entry point: Paper A's claims about the method itself, on random small heads (no model)."""
 from attncert.certify.method_checks import substitution_vs_enumeration, two_key_gap_slopes
-from attncert.pipeline.job_log import start_job_log
-from attncert.pipeline.paper_comparison import write_measured
-from attncert.pipeline.provenance import provenance, write_sidecar
+from attncert.provenance.job_log import start_job_log
+from attncert.paper_comparison.paper_comparison import write_measured
+from attncert.provenance.provenance import provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])

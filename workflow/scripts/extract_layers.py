@@ -1,14 +1,14 @@
-"""Snakemake entry point: extraction stage, one layer per job (see attncert.pipeline.extraction)."""
+"""Snakemake entry point: extraction stage, one layer per job (see attncert.model.extraction)."""
 import logging
 import sys
 
 import numpy as np
 
-from attncert.pipeline.config import read_prompts
-from attncert.pipeline.extraction import extract_layers, load_model, tokenize_prompts
-from attncert.pipeline.intermediate_check import expect_model_of
-from attncert.pipeline.job_log import start_job_log
-from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
+from attncert.configuration.config import read_prompts
+from attncert.model.extraction import extract_layers, load_model, tokenize_prompts
+from attncert.integrity.intermediate_check import expect_model_of
+from attncert.provenance.job_log import start_job_log
+from attncert.provenance.provenance import atomic_path, provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])

@@ -4,10 +4,10 @@ import torch
 
 from attncert.certify.certificate_store import write_certificates
 from attncert.certify.long_context import certify_long_context, long_context_problems
-from attncert.pipeline.extraction import load_layer
-from attncert.pipeline.intermediate_check import expect_model_of
-from attncert.pipeline.job_log import start_job_log
-from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
+from attncert.model.extraction import load_layer
+from attncert.integrity.intermediate_check import expect_model_of
+from attncert.provenance.job_log import start_job_log
+from attncert.provenance.provenance import atomic_path, provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])

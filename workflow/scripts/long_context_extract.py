@@ -1,10 +1,10 @@
-"""Snakemake entry point: the passage's normalized tokens at every context length (attncert.pipeline.extraction)."""
+"""Snakemake entry point: the passage's normalized tokens at every context length (attncert.model.extraction)."""
 import numpy as np
 
-from attncert.pipeline.extraction import extract_lengths, load_model
-from attncert.pipeline.intermediate_check import expect_model_of
-from attncert.pipeline.job_log import start_job_log
-from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
+from attncert.model.extraction import extract_lengths, load_model
+from attncert.integrity.intermediate_check import expect_model_of
+from attncert.provenance.job_log import start_job_log
+from attncert.provenance.provenance import atomic_path, provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])

@@ -2,13 +2,13 @@
 import pandas as pd
 
 from attncert.certify.long_context import figure, markdown, summary
-from attncert.pipeline.claims import load_claims
-from attncert.pipeline.intermediate_check import verify_intermediate
-from attncert.pipeline.intermediate_check import expect_model_of
-from attncert.pipeline.job_log import start_job_log
-from attncert.pipeline.model_source import model_label
-from attncert.pipeline.paper_comparison import write_measured
-from attncert.pipeline.provenance import provenance, write_sidecar
+from attncert.paper_comparison.claims import load_claims
+from attncert.integrity.intermediate_check import verify_intermediate
+from attncert.integrity.intermediate_check import expect_model_of
+from attncert.provenance.job_log import start_job_log
+from attncert.model.model_source import model_label
+from attncert.paper_comparison.paper_comparison import write_measured
+from attncert.provenance.provenance import provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])

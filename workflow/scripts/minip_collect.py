@@ -3,9 +3,9 @@ import json
 import logging
 
 from attncert.minip.sweep import collect
-from attncert.pipeline.intermediate_check import verify_intermediate
-from attncert.pipeline.job_log import start_job_log
-from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
+from attncert.integrity.intermediate_check import verify_intermediate
+from attncert.provenance.job_log import start_job_log
+from attncert.provenance.provenance import atomic_path, provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])

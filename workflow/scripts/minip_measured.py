@@ -8,10 +8,10 @@ import json
 import pandas as pd
 
 from attncert.minip.measured import construction_measurements, maxerr_measurements, paper_measurements
-from attncert.pipeline.intermediate_check import verify_intermediate
-from attncert.pipeline.job_log import start_job_log
-from attncert.pipeline.paper_comparison import write_measured
-from attncert.pipeline.provenance import provenance, write_sidecar
+from attncert.integrity.intermediate_check import verify_intermediate
+from attncert.provenance.job_log import start_job_log
+from attncert.paper_comparison.paper_comparison import write_measured
+from attncert.provenance.provenance import provenance, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])

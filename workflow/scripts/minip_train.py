@@ -7,9 +7,9 @@ import sys
 from attncert.minip.sweep import parse_model, parse_setting
 from attncert.minip.training import TrainConfig, run_scaling, run_witness
 from attncert.minip.witness import witness_family
-from attncert.pipeline.device import DeviceError, resolve_device
-from attncert.pipeline.job_log import start_job_log
-from attncert.pipeline.provenance import provenance, write_json, write_sidecar
+from attncert.configuration.device import DeviceError, resolve_device
+from attncert.provenance.job_log import start_job_log
+from attncert.provenance.provenance import provenance, write_json, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])

@@ -3,8 +3,8 @@ import logging
 
 from attncert.minip.lower_bound import bound_record
 from attncert.minip.witness import witness_family
-from attncert.pipeline.job_log import start_job_log
-from attncert.pipeline.provenance import provenance, write_json, write_sidecar
+from attncert.provenance.job_log import start_job_log
+from attncert.provenance.provenance import provenance, write_json, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])

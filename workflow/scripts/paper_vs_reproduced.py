@@ -1,15 +1,16 @@
 """Snakemake entry point: figures/tables/{model}/paper_vs_reproduced.{md,csv,json} from every stage's measurements.
 
-The verdict rule is attncert.pipeline.verdict; the JSON ({"model", "measured", "provenance"}) is the snapshot that
-`python -m attncert.pipeline.readme_results` adopts to regenerate the README's verdict tally and docs/results.md.
+The verdict rule is attncert.paper_comparison.verdict; the JSON ({"model", "measured", "provenance"}) is the snapshot
+that `python -m attncert.paper_comparison.readme_results` adopts to regenerate the README's verdict tally and
+docs/results.md.
 """
-from attncert.pipeline.claims import load_claims
-from attncert.pipeline.intermediate_check import verify_intermediate
-from attncert.pipeline.intermediate_check import expect_model_of
-from attncert.pipeline.job_log import start_job_log
-from attncert.pipeline.model_source import model_label
-from attncert.pipeline.paper_comparison import comparison_table, load_measured, to_markdown
-from attncert.pipeline.provenance import provenance, write_json, write_sidecar
+from attncert.paper_comparison.claims import load_claims
+from attncert.integrity.intermediate_check import verify_intermediate
+from attncert.integrity.intermediate_check import expect_model_of
+from attncert.provenance.job_log import start_job_log
+from attncert.model.model_source import model_label
+from attncert.paper_comparison.paper_comparison import comparison_table, load_measured, to_markdown
+from attncert.provenance.provenance import provenance, write_json, write_sidecar
 
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])

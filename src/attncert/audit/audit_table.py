@@ -2,7 +2,7 @@
 
 For every layer: `data/certify/{model}/layer{L}.csv` (the numbers), `layer{L}_certificates.npz` (what certifies
 them), `layer{L}_spec.npz` and `data/extract/{model}/layer{L}.npz` (what defines the unit). Each file is checked
-against the sha256 in its sidecar first (`pipeline.intermediate_check`: one line naming the file and the command
+against the sha256 in its sidecar first (`integrity.intermediate_check`: one line naming the file and the command
 that regenerates it); a certificate file that does not read as one stops the audit the same way. Writes one
 row per (table row, number): pass, fail (with the check and its margin), not applicable (an empty cell by
 configuration) or not covered (a table whose numbers have no stored certificate, with the reason).
@@ -35,7 +35,7 @@ from attncert.audit.block_audit import audit_block
 from attncert.audit.table_coverage import (AuditInputError, CoverageConfig, block_records, completeness_records,
                                            read_grid_config)
 from attncert.certify.certificate_store import CertificateFile
-from attncert.pipeline.intermediate_check import IntermediateError, regenerate_command, verify_intermediate
+from attncert.integrity.intermediate_check import IntermediateError, regenerate_command, verify_intermediate
 
 UNIT_COLUMNS = ["layer", "head", "prompt", "query_pos", "radius", "norm", "mode"]
 COLUMNS = ["table", "layer", "row", *UNIT_COLUMNS[1:], "length", "number", "reported", "status", "check", "margin", "reason",
@@ -161,7 +161,7 @@ def summary_markdown(records: list[dict], model: str, seconds: float, layers: li
 
 def write_audit(records: list[dict], csv_path: Path, md_path: Path, model: str, seconds: float, layers: list[int],
                 coverage: CoverageConfig | None = None, stage_seconds: dict | None = None):
-    from attncert.pipeline.file_integrity import atomic_path
+    from attncert.integrity.file_integrity import atomic_path
 
     with atomic_path(csv_path) as tmp:
         with open(tmp, "w", newline="") as fh:

@@ -33,7 +33,7 @@ import numpy as np
 
 from attncert.head.rounding import UNIT_ROUNDOFF as U
 from attncert.head.rounding import gamma
-from attncert.pipeline.intermediate_check import verify_intermediate
+from attncert.integrity.intermediate_check import verify_intermediate
 
 NUMBERS = ("f", "g", "f_neg", "g_neg")
 CROWN_REASON = "block stage: this row reports CROWN's bound (smaller or the certificate not finite); no certificate"

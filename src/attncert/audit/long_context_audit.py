@@ -30,7 +30,7 @@ from attncert.audit.head_enclosure import HeadEnclosure
 from attncert.audit.row_audit import NUMBERS, Expect, Outcome, audit_row
 from attncert.certify.certificate_store import CertificateFile
 from attncert.head.specification import specification_direction
-from attncert.pipeline.intermediate_check import verify_intermediate
+from attncert.integrity.intermediate_check import verify_intermediate
 
 TABLE = "long_context"
 NO_CONFIG_REASON = ("long-context experiment: no configuration given (its spec_seed and long_context section define "

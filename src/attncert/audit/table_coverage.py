@@ -25,7 +25,7 @@ import yaml
 from attncert.audit.long_context_audit import LongContextConfig
 from attncert.audit.row_audit import Expect, reported_value
 from attncert.head.unit_grid import grid
-from attncert.pipeline.intermediate_check import verify_intermediate
+from attncert.integrity.intermediate_check import verify_intermediate
 
 BLOCK_NUMBERS = ("second_order_upper",)
 BLOCK_REASON = ("block stage: the SDP-dual bound of the centre's quadratic term keeps no certificate, so it is not "

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from attncert.baselines.seconds_beside import beside_medians
-from attncert.pipeline.unit_tables import UNIT_KEYS, add_gaps, per_unit_slopes
+from attncert.reporting.unit_tables import UNIT_KEYS, add_gaps, per_unit_slopes
 
 KEYS = UNIT_KEYS + ["radius"]
 #: The CROWN the paper's CROWN claims are compared with (auto_LiRPA's relaxations).
@@ -212,7 +212,7 @@ def paper_measurements(table: pd.DataFrame, slopes: pd.DataFrame, head: pd.DataF
 def stage_report(base: pd.DataFrame, cert: pd.DataFrame, model: str) -> dict:
     """Every table of the baseline stage and its Markdown page: {"table", "slopes", "headline", "md",
     "measured", "label", "labels"} (the label names the model and grid)."""
-    from attncert.pipeline.report_files import grid_label
+    from attncert.reporting.report_files import grid_label
 
     m = merge(base, cert)
     label = grid_label(base.drop(columns=["method"]).drop_duplicates(), model)

@@ -18,7 +18,7 @@ import pandas as pd  # noqa: E402
 
 from attncert.baselines.comparison import KEYS, PAPER_ALPHA_METHOD, PAPER_CROWN_METHOD  # noqa: E402
 from attncert.figure_style import style  # noqa: E402
-from attncert.pipeline.report_files import save_figure  # noqa: E402
+from attncert.reporting.report_files import save_figure  # noqa: E402
 
 #: the methods of the ratio row, and the claim-id prefix of the paper's ratio for each
 RATIO_METHODS = {PAPER_CROWN_METHOD: (style.method_name(PAPER_CROWN_METHOD), "crown_over_cert_"),

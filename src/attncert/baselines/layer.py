@@ -1,7 +1,7 @@
 """One layer of the baseline stage: every baseline unit bounded by every method, checked for soundness.
 
 A unit's bound is checked against the largest value actually attained on it (the certification
-stage's exact witness or best ascent value, `pipeline.unit_tables.attained_value`); a bound below it
+stage's exact witness or best ascent value, `reporting.unit_tables.attained_value`); a bound below it
 is recorded as status "UNSOUND: ..." in its row, logged as an error and printed to stderr. It is never
 dropped or clipped.
 """
@@ -20,7 +20,7 @@ from attncert.baselines.linear_bound_baselines import baseline_upper_bounds
 from attncert.baselines.seconds_beside import BESIDE_GROUPS, COLUMN, certificate_seconds
 from attncert.head.problem import HeadProblem
 from attncert.head.units import Unit, head_problem
-from attncert.pipeline.unit_tables import UNIT_KEYS, attained_value, below_attained
+from attncert.reporting.unit_tables import UNIT_KEYS, attained_value, below_attained
 
 KEYS = UNIT_KEYS + ["radius"]
 

@@ -69,7 +69,7 @@ from bound_propagation.bounds import LinearBounds
 from attncert.baselines.alpha_convergence import converged, ibp_clip, stage_width
 from attncert.baselines.head_network import bound_head_network
 from attncert.baselines.relaxation_parameters import DTYPE, alpha_parameters, clamp_alpha_parameters, set_alpha_key
-from attncert.pipeline.device import resolve_device
+from attncert.configuration.device import resolve_device
 from attncert.head.problem import HeadProblem
 from attncert.baselines.l2_input_set import PerTokenL2Ball
 
@@ -364,7 +364,7 @@ def baseline_upper_bounds(problems: list[HeadProblem], method: str, *, alpha_ite
     (specifications become objectives, radii the batch dimension).
 
     alpha_*: the alpha-CROWN settings (`AlphaSettings`). device: 'cpu' (default), 'cuda', 'cuda:N'
-    (`attncert.pipeline.device.resolve_device`; an absent GPU raises DeviceError, never a per-unit status).
+    (`attncert.configuration.device.resolve_device`; an absent GPU raises DeviceError, never a per-unit status).
 
     If that call fails (an exception) or leaves any bound non-finite, every radius is bounded again on
     its own, so one radius can never erase the others (otherwise an exception in a batched call would lose

@@ -15,7 +15,7 @@ import pandas as pd  # noqa: E402
 
 from attncert.block.report import at_reference, claim, grid_label, rho  # noqa: E402
 from attncert.figure_style import style  # noqa: E402
-from attncert.pipeline.provenance import atomic_path  # noqa: E402
+from attncert.provenance.provenance import atomic_path  # noqa: E402
 
 #: the paper's block numbers are medians / ranges over r ≤ this radius (data/paper_claims.yaml: "r ≤ 0.001")
 PAPER_MAX_RADIUS = 1e-3

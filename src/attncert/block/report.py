@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from attncert.pipeline.provenance import atomic_path
+from attncert.provenance.provenance import atomic_path
 
 
 def derive(df: pd.DataFrame) -> pd.DataFrame:

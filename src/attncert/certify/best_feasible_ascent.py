@@ -29,7 +29,7 @@ query's own z_i W_Q replace three of them (varying query). `fused=False` evaluat
 projections (the reference path of the cost benchmark). `stop_tol` ends the
 polish phase once no start has gained more than stop_tol x (the best value's distance from the
 nominal value) over `patience` consecutive steps. `device` is resolved by
-`attncert.pipeline.device.resolve_device` (default cpu).
+`attncert.configuration.device.resolve_device` (default cpu).
 
 The minimum is the maximum of -g (sense="min").
 """
@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from attncert.head.problem import HeadProblem
-from attncert.pipeline.device import resolve_device
+from attncert.configuration.device import resolve_device
 
 
 @dataclass
@@ -130,7 +130,7 @@ def best_feasible_ascent(problem: HeadProblem, restarts: int = 16, steps: int = 
     screen: random points evaluated once, the best of which become the random starts;
     starts: optional extra perturbations (k, n, d) to start from (e.g. a known maximiser: warm start);
     num_threads: torch intra-op threads for this call (restored afterwards); None leaves torch's setting;
-    device: 'cpu' (default), 'cuda', 'cuda:N' (attncert.pipeline.device.resolve_device);
+    device: 'cpu' (default), 'cuda', 'cuda:N' (attncert.configuration.device.resolve_device);
     fused: evaluate g through the few directions it reads (see the module docstring); False = the
     three full projections; stop_tol, patience: early end of the polish phase (0 = never).
     """

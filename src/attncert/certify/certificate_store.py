@@ -55,7 +55,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from attncert.certify.second_order.dual_bound.compiled import DATA_REL_ERR
-from attncert.pipeline.file_integrity import atomic_path
+from attncert.integrity.file_integrity import atomic_path
 
 FORMAT_VERSION = 1
 SECOND_ORDER_NUMBERS = ("second_order", "second_order_tight")

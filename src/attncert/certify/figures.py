@@ -18,8 +18,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from attncert.figure_style import style  # noqa: E402
-from attncert.pipeline.report_files import grid_label, save_figure  # noqa: E402
-from attncert.pipeline.unit_tables import add_gaps, per_unit_slopes, share_within  # noqa: E402
+from attncert.reporting.report_files import grid_label, save_figure  # noqa: E402
+from attncert.reporting.unit_tables import add_gaps, per_unit_slopes, share_within  # noqa: E402
 
 CERTS = {c: style.method_label(c) for c in ("first_order", "second_order", "second_order_tight")}
 COLORS = {c: style.method_color(c) for c in CERTS}

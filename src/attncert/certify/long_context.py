@@ -22,7 +22,7 @@ from attncert.certify.certificate_store import RowPool, flatten
 from attncert.certify.run import COLUMNS, certify_unit
 from attncert.head.problem import HeadProblem
 from attncert.head.specification import specification_direction
-from attncert.pipeline.unit_tables import add_gaps
+from attncert.reporting.unit_tables import add_gaps
 
 CERTS = ("first_order", "second_order", "second_order_tight")
 MODES = ("fixed", "varying")
@@ -128,7 +128,7 @@ def figure(table: pd.DataFrame, label: str, out_pdf, paper: dict | None = None, 
     from matplotlib.patches import Patch
 
     from attncert.figure_style import style
-    from attncert.pipeline.report_files import save_figure
+    from attncert.reporting.report_files import save_figure
 
     paper = paper or {}
     modes = [m for m in MODES if m in set(table["mode"])]

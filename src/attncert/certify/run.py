@@ -48,8 +48,8 @@ from attncert.certify.second_order.certificate import paper_like_solve, second_o
 from attncert.certify.second_order.dual_bound.dual_record import recording_duals
 from attncert.head.reduced_geometry import reduced_geometry
 from attncert.head.problem import HeadProblem
-from attncert.pipeline.device import resolve_device
-from attncert.pipeline.unit_tables import soundness_check
+from attncert.configuration.device import resolve_device
+from attncert.reporting.unit_tables import soundness_check
 
 COLUMNS = ["layer", "head", "prompt", "query_pos", "radius", "norm", "mode", "n_tokens", "nominal",
            "exact_lo", "exact_hi", "value_spread", "best_feasible", "first_order", "second_order",

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from attncert.pipeline.report_files import grid_label, write_table
-from attncert.pipeline.unit_tables import add_gaps, per_unit_slopes, soundness_violations
+from attncert.reporting.report_files import grid_label, write_table
+from attncert.reporting.unit_tables import add_gaps, per_unit_slopes, soundness_violations
 
 
 def summary_table(df: pd.DataFrame, model: str, slope_max_radius: float = 0.005) -> tuple[pd.DataFrame, pd.DataFrame]:

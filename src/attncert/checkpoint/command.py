@@ -24,7 +24,7 @@ from attncert.checkpoint.family import FAMILIES
 from attncert.checkpoint.head_bounds import BOUNDS, head_bounds
 from attncert.checkpoint.one_head import DEFAULT_TEXT, HeadRequest, check_request, checkpoint_head
 from attncert.head.problem import MODES, NORMS
-from attncert.pipeline.model_source import ModelSourceError, embedded_model_dir
+from attncert.model.model_source import ModelSourceError, embedded_model_dir
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,6 +1,6 @@
 """Which supported model family a local checkpoint folder holds, read from its `config.json`.
 
-The supported families are the two whose heads `attncert.pipeline.extraction` reads: GPT-2 (pre-LN, causal)
+The supported families are the two whose heads `attncert.model.extraction` reads: GPT-2 (pre-LN, causal)
 and BERT (post-LN, bidirectional). A checkpoint's `model_type` names its family; a `--family` given by the user
 must agree with it.
 """

@@ -1,8 +1,8 @@
 """The certification unit of one head of a local checkpoint, read on a text: the checked library path.
 
-`checkpoint_head` loads the checkpoint with `transformers` (`pipeline.extraction.load_model`, offline for a
+`checkpoint_head` loads the checkpoint with `transformers` (`model.extraction.load_model`, offline for a
 local folder), tokenizes the text, runs it through the model once and extracts the one layer exactly as the
-pipeline does (`pipeline.extraction.extract_layers`: the normalized tokens the layer's heads read, the head
+pipeline does (`model.extraction.extract_layers`: the normalized tokens the layer's heads read, the head
 matrices in row-vector orientation), draws the specification c the pipeline would draw for that unit
 (`head.units.specification_vectors`, prompt index 0) and builds the `HeadProblem` through
 `head.units.head_problem`. Every choice is checked before any work, with one line naming the valid range:
@@ -18,7 +18,7 @@ from attncert.checkpoint.checkpoint_input import CheckpointInputError
 from attncert.checkpoint.family import checkpoint_config, checkpoint_family
 from attncert.head.problem import MODES, NORMS, HeadProblem
 from attncert.head.units import Unit, head_problem, specification_vectors
-from attncert.pipeline.model_source import EMBEDDED, config_dimensions, embedded_model_dir
+from attncert.model.model_source import EMBEDDED, config_dimensions, embedded_model_dir
 
 DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog."
 
@@ -72,7 +72,7 @@ def checkpoint_head(req: HeadRequest) -> HeadProblem:
     perturbation ball, and the pipeline's specification c for (layer, head, prompt 0, query position)."""
     import numpy as np
 
-    from attncert.pipeline.extraction import extract_layers, load_model
+    from attncert.model.extraction import extract_layers, load_model
 
     model_dir, family, (_, _, positions) = check_request(req)
     source = str(model_dir) if req.model_dir is not None and model_dir != embedded_model_dir() else EMBEDDED

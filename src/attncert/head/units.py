@@ -8,7 +8,7 @@ determined by two files on disk:
 
 `load_unit` rebuilds the complete `HeadProblem` from those files alone, so anyone can re-check a
 row of `data/certify/{model}/layer{L}.csv` independently of this pipeline. Both files are checked
-against their sidecars first (`attncert.pipeline.intermediate_check`).
+against their sidecars first (`attncert.integrity.intermediate_check`).
 
 Attended tokens: a causal head (GPT-2) at query position i reads positions 0..i; a bidirectional
 head (BERT) reads all T positions of the prompt. Every attended token is perturbed.
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from attncert.pipeline.extraction import load_layer
-from attncert.pipeline.intermediate_check import verify_intermediate
-from attncert.pipeline.provenance import atomic_path, provenance, write_sidecar
+from attncert.model.extraction import load_layer
+from attncert.integrity.intermediate_check import verify_intermediate
+from attncert.provenance.provenance import atomic_path, provenance, write_sidecar
 from attncert.head.problem import HeadProblem
 from attncert.head.specification import spec_seed, specification_direction
 from attncert.head.unit_grid import Unit, grid  # noqa: F401 - re-exported: the grid is part of the units' API

@@ -22,7 +22,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 from attncert.figure_style import style  # noqa: E402
-from attncert.pipeline.provenance import atomic_path  # noqa: E402
+from attncert.provenance.provenance import atomic_path  # noqa: E402
 
 SEED_MARKERS = "osD^v<>ph*"
 SEED_SYMBOLS = dict(zip(SEED_MARKERS, "○□◇△▽◁▷⬠⬡*"))  # for legend text

@@ -88,7 +88,7 @@ def table_inputs(table: str) -> dict[str, str]:
 def run_params(cfg: dict, setting: str, device: str = "cpu") -> dict:
     """The part of the config one run of `setting` depends on (Snakemake params of the job, so that
     editing the grid does not invalidate runs that did not change): the `minip` section's settings and
-    the torch `device` (top-level config key; `attncert.pipeline.device`)."""
+    the torch `device` (top-level config key; `attncert.configuration.device`)."""
     kind, _bits, _length = parse_setting(setting)
     out = {"train": asdict(train_config(cfg, setting)), "device": str(device)}
     if kind == "witness":

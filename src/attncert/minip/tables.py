@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from attncert.pipeline.provenance import atomic_path
+from attncert.provenance.provenance import atomic_path
 from .sweep import MAX_ERR_CRITERION, criterion_label, criterion_transitions, scaling_transitions, witness_transition
 from .task import HALF
 

@@ -4,7 +4,7 @@ Objective: mean squared error between predictions and targets over all positions
 cosine-decayed learning rate. Deterministic given the seed: `torch.manual_seed(seed)`,
 `torch.set_num_threads(1)`, and a numpy generator seeded with the seed for the data stream.
 
-Device (config key `device`, `attncert.pipeline.device.resolve_device`): the model is initialized on
+Device (config key `device`, `attncert.configuration.device.resolve_device`): the model is initialized on
 the CPU from the seed, then moved; every batch and evaluation set is created on that device, and
 predictions come back to the CPU for the metrics. A GPU changes results only by floating-point
 reduction order; an absent GPU raises DeviceError (one line) before anything is trained.
@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from attncert.pipeline.device import resolve_device
+from attncert.configuration.device import resolve_device
 
 from .models import NONNEGATIVITY, build_model
 from .pools import sample_sequences, split_pool

@@ -1,0 +1,77 @@
+"""The README's verdict tally and docs/results.md are what data/paper_claims.yaml and
+data/reference_run.json render to."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from attncert.paper_comparison.claims import load_claims
+from attncert.paper_comparison.readme_results import BEGIN, END, from_snapshot, main, splice
+from attncert.paper_comparison.sentence_tally import least_favourable
+
+REPO = Path(__file__).resolve().parents[2]
+SNAPSHOT, CLAIMS = REPO / "data" / "reference_run.json", REPO / "data" / "paper_claims.yaml"
+
+
+def test_readme_tally_is_generated_from_the_claims_and_the_reference_run():
+    readme = (REPO / "README.md").read_text()
+    block, _ = from_snapshot(SNAPSHOT, CLAIMS)
+    assert splice(readme, block) == readme, (
+        "README.md's verdict tally differs from the generated one: run "
+        "`python -m attncert.paper_comparison.readme_results` from the repository root")
+
+
+def test_results_page_is_generated_from_the_claims_and_the_reference_run():
+    _, results = from_snapshot(SNAPSHOT, CLAIMS)
+    assert (REPO / "docs" / "results.md").read_text() == results, (
+        "docs/results.md differs from the generated one: run `python -m attncert.paper_comparison.readme_results`")
+
+
+def test_tally_counts_every_sentence_once_and_names_the_model():
+    block, results = from_snapshot(SNAPSHOT, CLAIMS)
+    snap = json.loads(SNAPSHOT.read_text())
+    claims = load_claims(CLAIMS).claims
+    paper = [c for c in claims if not c.beyond]
+    n_rows = sum(1 for line in results.splitlines() if line.startswith("| ") and not line.startswith("| id "))
+    assert n_rows == len(claims)
+    sentences, n_claims = re.match(r"\*\*(\d+) sentences of the papers \((\d+) claims\)", block).groups()
+    assert int(sentences) == len({(c.paper, c.sentence) for c in paper}) < len(paper) == int(n_claims)
+    assert snap["model"] in block and snap["model"] in results and "docs/results.md" in block
+    counts = [int(x.rsplit(" ", 1)[1]) for x in block.split(":** ", 1)[1].split(". ", 1)[0].split(", ")]
+    assert sum(counts) == int(sentences)
+    beyond = re.search(r"Beyond the paper \((\d+) variants, tallied apart\): (.*)", block)
+    assert int(beyond.group(1)) == sum(c.beyond for c in claims) == sum(int(x.rsplit(" ", 1)[1])
+                                                                      for x in beyond.group(2).split(", "))
+    # the capped sentence names no verdict word with a count that could be read as a second tally
+    capped = re.search(r"(\d+) of the (\d+) qualitative ones .*?(\d+) within tolerance, (\d+) beyond", block)
+    assert int(capped.group(1)) == int(capped.group(3)) + int(capped.group(4)) <= int(capped.group(2))
+    assert "uncapped:" not in block
+
+
+def test_least_favourable_verdict_per_sentence():
+    assert least_favourable(["reproduced", "differs", "stronger"]) == "differs"
+    assert least_favourable(["reproduced", "n/a"]) == "reproduced" and least_favourable(["n/a", "n/a"]) == "n/a"
+    assert least_favourable(["stronger", "qualitative"]) == "qualitative"
+
+
+def test_check_reports_a_stale_results_page(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "docs").mkdir()
+    for src in (SNAPSHOT, CLAIMS):
+        (tmp_path / "data" / src.name).write_text(src.read_text())
+    (tmp_path / "README.md").write_text(f"intro\n{BEGIN}\nold\n{END}\n")
+    assert main(["--check"]) == 1
+    assert main([]) == 0 and main(["--check"]) == 0
+    (tmp_path / "docs" / "results.md").write_text("hand-edited\n")
+    assert main(["--check"]) == 1
+
+
+def test_splice_replaces_only_the_block():
+    text = f"intro\n{BEGIN}\nold numbers\n{END}\noutro\n"
+    assert splice(text, "new") == f"intro\n{BEGIN}\nnew\n{END}\noutro\n"
+    with pytest.raises(ValueError, match="markers"):
+        splice("no markers here", "new")
+    with pytest.raises(ValueError, match="markers"):
+        splice(f"{END}\n{BEGIN}", "new")
