@@ -1,6 +1,6 @@
 # Two entry points for a fresh machine (see README):
 #   make run        set up .venv and run the whole pipeline on the embedded default (snakemake --cores all)
-#   make test       set up .venv and run the whole test suite (what CI runs)
+#   make test       set up .venv, ruff (the linter), then the whole test suite (what CI runs)
 #   make test-fast  the same without the slow end-to-end tests and the SLURM cluster test (markers `slow`, `cluster`), for daily work
 PYTHON ?= python3
 VENV   ?= .venv
@@ -25,12 +25,15 @@ run: setup
 	$(BIN)/snakemake --cores all
 
 test: setup
+	$(BIN)/ruff check .
 	$(BIN)/pytest -q
 
 test-fast: setup
+	$(BIN)/ruff check .
 	$(BIN)/pytest -q -m "not slow and not cluster"
 
 lint: setup
+	$(BIN)/ruff check .
 	$(BIN)/snakemake --lint
 
 clean:

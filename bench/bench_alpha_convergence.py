@@ -87,8 +87,13 @@ def main(args) -> dict:
         cfg["model"] = dict(RANDOM_GPT2)
     b = cfg["baselines"]
     cap, lr, beta2 = int(b["alpha_iterations"]), float(b["alpha_lr"]), float(b["alpha_betas"][1])
-    settings = [(0.0, 0, 0.9)] + [(float(t), int(p), float(b1)) for t, p, b1 in (s.split(":") for s in (args.settings or [
-        f"{b['alpha_tolerance']}:{b['alpha_patience']}:{b['alpha_betas'][0]}"]))]
+    settings = [(0.0, 0, 0.9)] + [
+        (float(t), int(p), float(b1))
+        for t, p, b1 in (
+            s.split(":")
+            for s in (args.settings or [f"{b['alpha_tolerance']}:{b['alpha_patience']}:{b['alpha_betas'][0]}"])
+        )
+    ]
     n_layers, n_heads = model_dimensions(cfg["model"])[:2]
     layers = args.layers if args.layers is not None else (
         list(range(n_layers)) if cfg["layers"] == "all" else list(cfg["layers"]))
@@ -137,10 +142,13 @@ def main(args) -> dict:
                 before = np.array([r["seconds"][0] for r in sub])
                 after = np.array([r["seconds"][k] for r in sub])
                 loos = np.array([(r["upper"][k] - r["upper"][0]) / (r["upper"][0] - r["reference"]) for r in ok])
-                lines.append(f"| {m} | {md} | {settings[k][0]:g}:{settings[k][1]}:{settings[k][2]:g} | {len(sub)} | {np.median(before):.4f} | "
-                             f"{np.median(after):.4f} | {before.sum() / after.sum():.2f} | {np.median(loos):.2e} | "
-                             f"{loos.max():.2e} | {np.mean(loos > 1e-3):.3f} | {int(np.sum(loos < 0))} | "
-                             f"{len(sub) - len(ok)} |")
+                lines.append(
+                    f"| {m} | {md} | {settings[k][0]:g}:{settings[k][1]}:{settings[k][2]:g} | {len(sub)} | "
+                    f"{np.median(before):.4f} | "
+                    f"{np.median(after):.4f} | {before.sum() / after.sum():.2f} | {np.median(loos):.2e} | "
+                    f"{loos.max():.2e} | {np.mean(loos > 1e-3):.3f} | {int(np.sum(loos < 0))} | "
+                    f"{len(sub) - len(ok)} |"
+                )
     lines.append(f"\nBench wall time {time.perf_counter() - t_start:.0f} s.")
     print("\n".join(lines))
     return {"model": model_label(cfg["model"]), "layers": layers, "settings": settings, "rows": rows}

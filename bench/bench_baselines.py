@@ -1,4 +1,5 @@
-"""Benchmark (not a test): IBP, the CROWN variants and the alpha-CROWN variants on one attention head at realistic sizes.
+"""Benchmark (not a test): IBP, the CROWN variants and the alpha-CROWN variants on one attention head at realistic
+sizes.
 
 Configurations (linf, radii 0.001 and 0.01, fixed and varying query):
   * d = 384, d_head = 32, n = 5 and n = 8: real all-MiniLM-L6-v2 heads (the extracted

@@ -1,6 +1,7 @@
 """Certificate time vs CROWN time by number of tokens, and the equality checks of the faster certificate path.
 
-    .venv/bin/python -m bench.bench_certificate_ratio time  [--groups G] [--reps R] [--positions 1,4,8,15] [--modes fixed,varying]
+    .venv/bin/python -m bench.bench_certificate_ratio time  [--groups G] [--reps R] [--positions 1,4,8,15] [--modes
+    fixed,varying]
     .venv/bin/python -m bench.bench_certificate_ratio equal [--sample N] [--seed S]
     .venv/bin/python -m bench.bench_certificate_ratio varying [--groups G] [--seed S]
     (each also with --quick; the result is bench/results/bench_certificate_ratio-PART[-quick].md)
@@ -34,7 +35,6 @@ import math
 import os
 
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -89,7 +89,9 @@ def run_time(args):
     for md in args.modes.split(","):
         for qp in map(int, args.positions.split(",")):
             hp = [(int(rng.integers(12)), int(rng.integers(cfg["n_prompts"]))) for _ in range(args.groups)]
-            groups = [[head_problem(arr, spec, qps, Unit(L, h, p, qp, float(r), "linf", md)) for r in radii] for h, p in hp]
+            groups = [
+                [head_problem(arr, spec, qps, Unit(L, h, p, qp, float(r), "linf", md)) for r in radii] for h, p in hp
+            ]
             baseline_upper_bounds(groups[0], "crown")
             second_order_certificate(dataclasses.replace(groups[0][0]))  # builds the program of this shape
             t = {k: [[math.inf] * len(g) for g in groups] for k in ("cert", "tight", "crown")}
@@ -103,11 +105,20 @@ def run_time(args):
                         t["cert"][gi][k] = min(t["cert"][gi][k], timed(lambda: (first_order_certificate(q),
                                                                                  second_order_certificate(q))))
                         q = dataclasses.replace(p)
-                        t["tight"][gi][k] = min(t["tight"][gi][k], timed(lambda: second_order_certificate(q, upper_cone=True)))
+                        t["tight"][gi][k] = min(
+                            t["tight"][gi][k], timed(lambda: second_order_certificate(q, upper_cone=True))
+                        )
             m = {k: float(np.median(np.concatenate(v))) for k, v in t.items()}
-            print(f"| {md} | {qp + 1} | {len(groups) * len(radii)} | {m['cert']:.4f} | {m['tight']:.4f} | {m['crown']:.4f} | "
-                  f"{m['cert'] / m['crown']:.2f} | {m['tight'] / m['crown']:.2f} |", flush=True)
-    print(f"\nload average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; groups {args.groups}, repetitions {args.reps}")
+            print(
+                f"| {md} | {qp + 1} | {len(groups) * len(radii)} | {m['cert']:.4f} | {m['tight']:.4f} | "
+                f"{m['crown']:.4f} | "
+                f"{m['cert'] / m['crown']:.2f} | {m['tight'] / m['crown']:.2f} |",
+                flush=True,
+            )
+    print(
+        f"\nload average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; groups {args.groups}, repetitions "
+        f"{args.reps}"
+    )
 
 
 def run_equal(args):
@@ -137,7 +148,10 @@ def run_equal(args):
                           d > max(new.dual_gap, 0.0) + 1e-12 * (1 + abs(old.value)), new.rounds, old.rounds))
     print(f"compiled solve path vs cvxpy's: {bitwise} of {checked} certificates bit for bit equal "
           f"({len(units)} units x paper and tight)\n")
-    print("Fixed query, initial facets with the consecutive edges vs the two-edge rule NEAR_EDGES = 1 (per variant and n):\n")
+    print(
+        "Fixed query, initial facets with the consecutive edges vs the two-edge rule NEAR_EDGES = 1 (per variant and "
+        "n):\n"
+    )
     print("| variant | n | units | tighter | looser | looser beyond own dual gap | (new - old) / movement: min, max | "
           "(new - old) / gap: min, max | solves per unit new / two-edge |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -179,8 +193,11 @@ def run_varying(args):
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, rows in out.items():
         a = np.array(rows, dtype=float)
-        print(f"| {name} | {len(a)} | {np.median(a[:, 0]):.4f} | {a[:, 0].mean():.4f} | {np.percentile(a[:, 0], 90):.4f} | "
-              f"{a[:, 2].mean():.2f} | {int(a[:, 3].sum())} | {int(a[:, 4].sum())} | {int((a[:, 1] < best).sum())} |")
+        print(
+            f"| {name} | {len(a)} | {np.median(a[:, 0]):.4f} | {a[:, 0].mean():.4f} | {np.percentile(a[:, 0], 90):.4f} "
+            f"| "
+            f"{a[:, 2].mean():.2f} | {int(a[:, 3].sum())} | {int(a[:, 4].sum())} | {int((a[:, 1] < best).sum())} |"
+        )
     d = (np.array([r[1] for r in out["new"]]) - np.array([r[1] for r in out["SCS ladder, fixed cut stop"]])) / move
     print(f"\n(new - SCS ladder) / movement: min {d.min():.2e}, median {np.median(d):.2e}, max {d.max():.2e}; "
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")

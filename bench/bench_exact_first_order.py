@@ -117,9 +117,16 @@ def main(args) -> dict:
                     assert fo >= asc.value
                     ta.append(s2)
                     gap.append((fo - asc.value) / (asc.value - P.nominal_value()))
-            result["varying"].append({"norm": norm, "radius": radius, "first_order_ms": np.median(tf) * 1e3,
-                                      "first_order_beta_cached_ms": np.median(tb) * 1e3, "ascent_ms": np.median(ta) * 1e3,
-                                      "first_order_gap_over_ascent_range": float(np.median(gap))})
+            result["varying"].append(
+                {
+                    "norm": norm,
+                    "radius": radius,
+                    "first_order_ms": np.median(tf) * 1e3,
+                    "first_order_beta_cached_ms": np.median(tb) * 1e3,
+                    "ascent_ms": np.median(ta) * 1e3,
+                    "first_order_gap_over_ascent_range": float(np.median(gap)),
+                }
+            )
             print(f"{norm:5s} {radius:6.3f} | {np.median(tf) * 1e3:9.3f}ms {np.median(tb) * 1e3:11.3f}ms |"
                   f" {np.median(ta) * 1e3:6.0f}ms | {np.median(gap):8.3f}")
 

@@ -220,6 +220,8 @@ def main(args) -> dict:
 if __name__ == "__main__":
     _args = common.parse(build_parser(), QUICK)
     if _args.raw:
-        Path(_args.raw).write_text(json.dumps(measure(_args.units, _args.seed, tuple(_args.scale), tuple(_args.radius))))
+        Path(_args.raw).write_text(
+            json.dumps(measure(_args.units, _args.seed, tuple(_args.scale), tuple(_args.radius)))
+        )
     else:
         common.run("bench_extreme_radii", main, _args)

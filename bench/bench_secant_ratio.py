@@ -138,11 +138,16 @@ def main(args) -> dict:
                              "max_gap_minus_tol_over_B": float(np.max([x[1] for x in v])),
                              "max_gap_minus_tol_minus_dual_gap_over_B": float(np.max([x[2] for x in v])),
                              "median_gap_over_B": float(np.median([x[0] for x in v]))} for band, v in s.items()}}
-        print(f"\nvariant {name}: fallbacks {fallbacks[name]} (first order attained: {attained[name]}), median {np.median(seconds[name]):.3f} s per unit "
-              f"(max {np.max(seconds[name]):.2f}); units with gap > B + tol: {excess[name]}; with primal - t* > B + tol "
-              f"(beyond the solve's accuracy): {beyond[name]}")
-        print(f"  {'':24s} {'units':>5s}  {'max gap/B':>11s}  {'max (gap-tol)/B':>15s}  {'max (gap-tol-dualgap)/B':>23s}"
-              f"  {'median gap/B':>12s}")
+        print(
+            f"\nvariant {name}: fallbacks {fallbacks[name]} (first order attained: {attained[name]}), median "
+            f"{np.median(seconds[name]):.3f} s per unit "
+            f"(max {np.max(seconds[name]):.2f}); units with gap > B + tol: {excess[name]}; with primal - t* > B + tol "
+            f"(beyond the solve's accuracy): {beyond[name]}"
+        )
+        print(
+            f"  {'':24s} {'units':>5s}  {'max gap/B':>11s}  {'max (gap-tol)/B':>15s}  {'max (gap-tol-dualgap)/B':>23s}"
+            f"  {'median gap/B':>12s}"
+        )
         for band in sorted(s, key=lambda b: (b != "all", b)):
             a = np.array(s[band])
             print(f"  {band:24s} {a.shape[0]:5d}  {a[:, 0].max():11.4g}  {a[:, 1].max():15.4f}  {a[:, 2].max():23.4f}"

@@ -79,7 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(args) -> dict:
     warnings.filterwarnings("ignore")
-    variant = "tight (upper exponential cone)" if args.tight else "paper (lower cone + secant + couplings + monotone cuts)"
+    variant = (
+        "tight (upper exponential cone)" if args.tight else "paper (lower cone + secant + couplings + monotone cuts)"
+    )
     print(f"second-order certificate, variant: {variant}; d=768, d_head=64, n=16, linf")
 
     # compile once per shape (timed separately)
@@ -130,7 +132,10 @@ def main(args) -> dict:
     print("median seconds per unit (this machine, 2 shared cores)   paper")
     for mode in ("fixed", "varying"):
         t = np.array(times[mode])
-        print(f"  {mode:8s} {np.median(t):7.2f} s  (max {t.max():.2f} s, {t.size} units)       {PAPER_SECONDS[mode]:5.1f} s")
+        print(
+            f"  {mode:8s} {np.median(t):7.2f} s  (max {t.max():.2f} s, {t.size} units)       "
+            f"{PAPER_SECONDS[mode]:5.1f} s"
+        )
     print()
     print("fixed query: relative gap (SO - exact)/(exact - nominal), median [min, max] over heads")
     for r in radii:
@@ -148,12 +153,19 @@ def main(args) -> dict:
         print(f"  r={r:<6} SO {np.median(a):.4f} [{a.min():.4f}, {a.max():.4f}]   FO {np.median(f):.3f}")
     print(f"\nfallbacks to the first-order certificate: {fallbacks}")
     med = lambda v: float(np.median(v))  # noqa: E731
-    return {"variant": variant, "seconds_median": {m: med(t) for m, t in times.items()},
-            "paper_seconds": PAPER_SECONDS, "fallbacks": int(fallbacks),
-            "fixed_rel_gap_median": {r: med(rel[r]) for r in radii}, "fixed_first_order_rel_gap_median":
-            {r: med(rel_fo[r]) for r in radii}, "fixed_gap_over_secant_max": {r: float(np.max(ratio_B[r])) for r in radii},
-            "fixed_slope_median": med(slopes), "varying_rel_gap_median": {r: med(rel_v[r]) for r in rel_v},
-            "paper_rel_gap": PAPER_REL_GAP, "paper_slope": PAPER_SLOPE}
+    return {
+        "variant": variant,
+        "seconds_median": {m: med(t) for m, t in times.items()},
+        "paper_seconds": PAPER_SECONDS,
+        "fallbacks": int(fallbacks),
+        "fixed_rel_gap_median": {r: med(rel[r]) for r in radii},
+        "fixed_first_order_rel_gap_median": {r: med(rel_fo[r]) for r in radii},
+        "fixed_gap_over_secant_max": {r: float(np.max(ratio_B[r])) for r in radii},
+        "fixed_slope_median": med(slopes),
+        "varying_rel_gap_median": {r: med(rel_v[r]) for r in rel_v},
+        "paper_rel_gap": PAPER_REL_GAP,
+        "paper_slope": PAPER_SLOPE,
+    }
 
 
 if __name__ == "__main__":

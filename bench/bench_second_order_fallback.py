@@ -105,7 +105,9 @@ def main(args) -> dict:
                     res = second_order_certificate(p, upper_cone=args.tight)
                 except Exception as exc:  # noqa: BLE001 - counted, must never happen
                     cnt["exception"] += 1
-                    reasons[f"{mode} r{'<=' if r <= 0.1 else '>'}0.1: EXCEPTION {type(exc).__name__}: {str(exc)[:60]}"] += 1
+                    reasons[
+                        f"{mode} r{'<=' if r <= 0.1 else '>'}0.1: EXCEPTION {type(exc).__name__}: {str(exc)[:60]}"
+                    ] += 1
                     continue
                 times[mode].append(time.perf_counter() - t0)
                 cnt["units"] += 1
@@ -113,7 +115,10 @@ def main(args) -> dict:
                     cnt["nonfinite"] += 1
                 if res.solver == "first_order_attained":
                     cnt["attained"] += 1
-                    reasons[f"{mode} r{'<=' if r <= 0.1 else '>'}0.1: attained, {_reason(res.status.split('(instead of ')[-1])}"] += 1
+                    reasons[
+                        f"{mode} r{'<=' if r <= 0.1 else '>'}0.1: attained, "
+                        f"{_reason(res.status.split('(instead of ')[-1])}"
+                    ] += 1
                 if res.fallback:
                     cnt["fallback"] += 1
                     reasons[f"{mode} r{'<=' if r <= 0.1 else '>'}0.1: {_reason(res.status)}"] += 1
@@ -126,13 +131,19 @@ def main(args) -> dict:
             cnt["units"] += 0
             rows.append((mode, r, cnt))
     print()
-    print(f"{'mode':8s} {'radius':>7s} {'units':>6s} {'fallback':>9s} {'rate':>6s} {'attained':>8s} {'exc':>4s} {'nonfin':>6s}"
-          f" {'unsound':>7s}")
+    print(
+        f"{'mode':8s} {'radius':>7s} {'units':>6s} {'fallback':>9s} {'rate':>6s} {'attained':>8s} {'exc':>4s} "
+        f"{'nonfin':>6s}"
+        f" {'unsound':>7s}"
+    )
     for mode, r, c in rows:
         tot = c["units"] + c["exception"]
         rate = (c["fallback"] + c["exception"]) / max(tot, 1)
-        print(f"{mode:8s} {r:7g} {tot:6d} {c['fallback']:9d} {rate:6.1%} {c['attained']:8d} {c['exception']:4d} {c['nonfinite']:6d}"
-              f" {c['unsound']:7d}")
+        print(
+            f"{mode:8s} {r:7g} {tot:6d} {c['fallback']:9d} {rate:6.1%} {c['attained']:8d} {c['exception']:4d} "
+            f"{c['nonfinite']:6d}"
+            f" {c['unsound']:7d}"
+        )
     for mode in args.modes.split(","):
         small = [c for m, r, c in rows if m == mode and r <= 0.1]
         tot = sum(c["units"] + c["exception"] for c in small)

@@ -48,8 +48,11 @@ def read_all(path: Path) -> float:
 
 def main(args) -> dict:
     if not args.file.is_file():
-        raise SystemExit(f"bench.certificate_compression: {args.file} not found; fix: run "
-                         f"`snakemake --cores all {args.file.relative_to(common.REPO) if args.file.is_absolute() else args.file}` first")
+        raise SystemExit(
+            f"bench.certificate_compression: {args.file} not found; fix: run "
+            f"`snakemake --cores all {args.file.relative_to(common.REPO) if args.file.is_absolute() else args.file}` "
+            f"first"
+        )
     with CertificateFile(args.file) as cf:
         entries = {k: cf.array(k) for k in cf.keys}
     print(f"{args.file.name}: {len(entries)} arrays (byte-plane parts not counted)\n")

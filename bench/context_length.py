@@ -7,9 +7,11 @@ widths are GPT-2-like; not GPT-2), layer 5, the committed public-domain passage 
 Methods per unit (each as far as it runs in about 60 s per unit; where it cannot, the table says why):
 exact worst case (fixed query), first-order certificate, second-order certificate (paper-like and tight:
 `second_order_certificate`, which uses the separable path above 48 keys), the monolithic program of
-`second_order.fixed_query.monolithic` ("before": every n up to --before-max), CROWN and alpha-CROWN (`bound_propagation` head
+`second_order.fixed_query.monolithic` ("before": every n up to --before-max), CROWN and alpha-CROWN
+(`bound_propagation` head
 network) up to --crown-max, and the varying query up to --varying-max: its second-order certificate (both variants,
-`varying_query.long` above 16 tokens), the cvxpy program with the d-dimensional witness up to --before-varying-max, CROWN
+`varying_query.long` above 16 tokens), the cvxpy program with the d-dimensional witness up to --before-varying-max,
+CROWN
 and alpha-CROWN up to --crown-max-varying, each with its gap against the best ascent value and its peak memory.
 
 Relative gap: (bound - reference) / (reference - nominal), reference = the exact bracket's upper end (fixed
@@ -83,10 +85,14 @@ def _second_order_call(args):
     from attncert.certify.second_order.varying_query.factored import second_order_varying_factored
     from attncert.head.reduced_geometry import reduced_geometry
 
-    fn = {"second_order": lambda: second_order_certificate(problem).value,
-          "second_order_tight": lambda: second_order_certificate(problem, upper_cone=True).value,
-          "before_second_order": lambda: second_order_varying_factored(problem, reduced_geometry(problem)).value,
-          "before_second_order_tight": lambda: second_order_varying_factored(problem, reduced_geometry(problem), upper_cone=True).value}[name]
+    fn = {
+        "second_order": lambda: second_order_certificate(problem).value,
+        "second_order_tight": lambda: second_order_certificate(problem, upper_cone=True).value,
+        "before_second_order": lambda: second_order_varying_factored(problem, reduced_geometry(problem)).value,
+        "before_second_order_tight": lambda: (
+            second_order_varying_factored(problem, reduced_geometry(problem), upper_cone=True).value
+        ),
+    }[name]
     start = common.process_status_mb("VmRSS")
     val, sec, status = timed(fn)
     return val, sec, status, common.process_status_mb("VmHWM") - start
@@ -128,7 +134,9 @@ def run(args) -> dict:
                    "second_order_tight": lambda: second_order_certificate(p, upper_cone=True).value}
         if n <= args.before_max:
             methods["before_second_order"] = lambda: second_order_fixed(p, reduced_geometry(p)).value
-            methods["before_second_order_tight"] = lambda: second_order_fixed(p, reduced_geometry(p), upper_cone=True).value
+            methods["before_second_order_tight"] = lambda: (
+                second_order_fixed(p, reduced_geometry(p), upper_cone=True).value
+            )
         if n <= args.crown_max:
             methods["crown"] = lambda: baseline_upper_bound(p, "crown").upper
             methods["alpha_crown"] = lambda: baseline_upper_bound(p, "alpha_crown").upper
@@ -239,7 +247,10 @@ def markdown(data: dict, summ: dict) -> str:
     for mode in ("fixed", "varying"):
         if not summ[mode]:
             continue
-        lines += [f"{mode} query: median seconds per unit (relative gap at " + ", ".join(f"r = {r:g}" for r in radii) + ")", ""]
+        lines += [
+            f"{mode} query: median seconds per unit (relative gap at " + ", ".join(f"r = {r:g}" for r in radii) + ")",
+            "",
+        ]
         present = [m for m in METHODS if any(m in c for c in summ[mode].values())]
         lines.append("| n | " + " | ".join(LABELS[m] for m in present) + " |")
         lines.append("| --- " * (len(present) + 1) + "|")
@@ -270,9 +281,13 @@ def markdown(data: dict, summ: dict) -> str:
             lines.append(f"| {n} | " + " | ".join(vals) + " |")
         lines.append("")
     label = lambda k: LABELS.get(k, k.split(": ")[0] + ": " + LABELS.get(k.split(": ")[-1], k))  # noqa: E731
-    lines += ["Fitted growth exponent over n in [64, 1024] (of the median seconds, and of the median peak memory "
-              "above the call's start): " + ", ".join(f"{label(m)} {e:.2f}" for m, e in summ["exponents"].items()), "",
-              f"Soundness violations (a bound below the exact bracket or the best ascent value): {len(summ['violations'])}", ""]
+    lines += [
+        "Fitted growth exponent over n in [64, 1024] (of the median seconds, and of the median peak memory "
+        "above the call's start): " + ", ".join(f"{label(m)} {e:.2f}" for m, e in summ["exponents"].items()),
+        "",
+        f"Soundness violations (a bound below the exact bracket or the best ascent value): {len(summ['violations'])}",
+        "",
+    ]
     return "\n".join(lines)
 
 

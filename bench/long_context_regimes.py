@@ -185,9 +185,11 @@ def main(args) -> dict:
         table += summarize(name, rows)
     print("Gap = bound - exact worst case (upper end of its certified bracket), relative to the first-order gap; "
           "ratio = long-context gap / monolithic gap per unit (units where the monolithic program certifies).\n")
-    print("| regime | variant | units | kept keys (median) | R_s | long gap / FO gap (median) | monolithic gap / FO gap "
-          "(median) | ratio median | ratio worst | fallbacks long / mono | long falls back where mono certifies | "
-          "seconds long / mono (median) | unsound |")
+    print(
+        "| regime | variant | units | kept keys (median) | R_s | long gap / FO gap (median) | monolithic gap / FO gap "
+        "(median) | ratio median | ratio worst | fallbacks long / mono | long falls back where mono certifies | "
+        "seconds long / mono (median) | unsound |"
+    )
     print("| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for t in table:
         print(f"| {t['regime']} | {t['variant']} | {t['units']} | {t['kept']} | {t['R_s'][0]:.3g}–{t['R_s'][1]:.3g} | "

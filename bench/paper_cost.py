@@ -54,7 +54,6 @@ import math  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections import defaultdict  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -204,7 +203,11 @@ def minip(cfg: dict, k: int, rng, log) -> list[dict]:
     chosen = [r for i, g in enumerate(sorted(by)) for r in pick(rng, by[g], k // len(by) + (i < k % len(by)))]
     out = []
     for r in chosen:
-        params, (kind, rank), (what, bits, length) = run_params(m, r.setting, cfg["device"]), parse_model(r.model), parse_setting(r.setting)
+        params, (kind, rank), (what, bits, length) = (
+            run_params(m, r.setting, cfg["device"]),
+            parse_model(r.model),
+            parse_setting(r.setting),
+        )
         train = TrainConfig(**params["train"])
         t0 = time.perf_counter()
         if what == "witness":
@@ -212,8 +215,16 @@ def minip(cfg: dict, k: int, rng, log) -> list[dict]:
             run_witness(family=witness_family(w["bits"], w["queries"], w["ladder_step"]), kind=kind, rank=rank,
                         seed=r.seed, train=train, device=params["device"])
         else:
-            run_scaling(bits=bits, length=length, kind=kind, rank=rank, seed=r.seed, train=train, device=params["device"],
-                        **params["scaling"])
+            run_scaling(
+                bits=bits,
+                length=length,
+                kind=kind,
+                rank=rank,
+                seed=r.seed,
+                train=train,
+                device=params["device"],
+                **params["scaling"],
+            )
         out.append({"group": minip_group(r.setting), "run": r.path, "seconds": time.perf_counter() - t0})
         log(f"  Min-IP {r.path}: {out[-1]['seconds']:.1f} s")
     return out
@@ -275,7 +286,11 @@ def main(args) -> dict:
     load_end = load()
 
     # ---- per-stratum statistics and extrapolation ----
-    c_counts = {(md, qp): counts["certify_by_position"][qp][md] for qp in counts["certify_by_position"] for md in ("fixed", "varying")}
+    c_counts = {
+        (md, qp): counts["certify_by_position"][qp][md]
+        for qp in counts["certify_by_position"]
+        for md in ("fixed", "varying")
+    }
     strata = {"after": defaultdict(list), "before": defaultdict(list)}
     for r in cert:
         for k in strata:
@@ -292,62 +307,93 @@ def main(args) -> dict:
     m_st = {g: stats([r["seconds"] for r in mini if r["group"] == g]) for g in m_counts}
     h_minip = hours(m_st, m_counts)
     h_extract = t_extract / 3600
-    total = {k: h_extract + h_cert[k] + sum(h_base[m] for m in paper_methods) + h_block + h_minip for k in ("after", "before")}
+    total = {
+        k: h_extract + h_cert[k] + sum(h_base[m] for m in paper_methods) + h_block + h_minip
+        for k in ("after", "before")
+    }
     # with --path after the legacy path is not measured: its hours are unknown (None), not an empty sample's 0.0
     measured_before = args.path != "after"
     if not measured_before:
         h_cert["before"] = total["before"] = None
 
-    lines = [f"# Measured cost of paper.yaml on {model_label(cfg['model'])} (init std {cfg['model'].get('init_std', 0.02)}; layer {L}; seed {args.seed}; "
-             f"sample {args.sample or 'whole layer'}; path {args.path})", "",
-             f"Machine load at start: {load_start}; at end: {load_end}. Times are inflated by that load.", "",
-             "| stage | stratum | paper.yaml units | sampled | s/unit median | p90 | mean | CPU-h after | s/unit median before | CPU-h before |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-             f"| extraction | 1 job (model build + forward of 5 prompts; 2 of 12 layers stored) | 1 | 1 | {fmt(t_extract)} | | | {fmt(h_extract)} | | {fmt(h_extract)} |"]
+    lines = [
+        f"# Measured cost of paper.yaml on {model_label(cfg['model'])} (init std {cfg['model'].get('init_std', 0.02)}; "
+        f"layer {L}; seed {args.seed}; "
+        f"sample {args.sample or 'whole layer'}; path {args.path})",
+        "",
+        f"Machine load at start: {load_start}; at end: {load_end}. Times are inflated by that load.",
+        "",
+        "| stage | stratum | paper.yaml units | sampled | s/unit median | p90 | mean | CPU-h after | s/unit median "
+        "before | CPU-h before |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"| extraction | 1 job (model build + forward of 5 prompts; 2 of 12 layers stored) | 1 | 1 | {fmt(t_extract)} "
+        f"| | | {fmt(h_extract)} | | {fmt(h_extract)} |",
+    ]
     for s in sorted(c_counts, key=lambda s: (s[0], s[1])):
         if not c_counts[s]:
             continue
         a, b = st["after"].get(s, stats([])), st["before"].get(s, stats([]))
-        lines.append(f"| certification | {s[0]} query, position {s[1]} (n = {s[1] + 1}) | {c_counts[s]:,} | {a['n'] or b['n']} | "
-                     f"{fmt(a['median'])} | {fmt(a['p90'])} | {fmt(a['mean'])} | {fmt(a['mean'] * c_counts[s] / 3600)} | "
-                     f"{fmt(b['median'])} | {fmt(b['mean'] * c_counts[s] / 3600)} |")
+        lines.append(
+            f"| certification | {s[0]} query, position {s[1]} (n = {s[1] + 1}) | {c_counts[s]:,} | {a['n'] or b['n']} "
+            f"| "
+            f"{fmt(a['median'])} | {fmt(a['p90'])} | {fmt(a['mean'])} | {fmt(a['mean'] * c_counts[s] / 3600)} | "
+            f"{fmt(b['median'])} | {fmt(b['mean'] * c_counts[s] / 3600)} |"
+        )
     for m in methods:
         for md in b_counts:
             x = b_st[m][md]
             note = "" if m in paper_methods else " (not in paper.yaml)"
-            lines.append(f"| baselines | {m}{note}, {md} | {b_counts[md]:,} | {x['n']} | {fmt(x['median'])} | {fmt(x['p90'])} | "
-                         f"{fmt(x['mean'])} | {fmt(x['mean'] * b_counts[md] / 3600)} | (not re-run) | |")
-    lines.append(f"| block | transition {L}->{L + 1}, {len(heads)} heads in one job | {counts['block']} | {len(heads)} | "
-                 f"{fmt(t_block / len(heads))} | | | {fmt(h_block)} | (not re-run) | |")
+            lines.append(
+                f"| baselines | {m}{note}, {md} | {b_counts[md]:,} | {x['n']} | {fmt(x['median'])} | {fmt(x['p90'])} | "
+                f"{fmt(x['mean'])} | {fmt(x['mean'] * b_counts[md] / 3600)} | (not re-run) | |"
+            )
+    lines.append(
+        f"| block | transition {L}->{L + 1}, {len(heads)} heads in one job | {counts['block']} | {len(heads)} | "
+        f"{fmt(t_block / len(heads))} | | | {fmt(h_block)} | (not re-run) | |"
+    )
     for g, n in m_counts.items():
         x = m_st[g]
-        lines.append(f"| Min-IP | {g} (per run) | {n} | {x['n']} | {fmt(x['median'])} | {fmt(x['p90'])} | {fmt(x['mean'])} | "
-                     f"{fmt(x['mean'] * n / 3600 if x['n'] else math.nan)} | (not re-run) | |")
-    lines += ["", f"Extrapolated CPU-hours of paper.yaml: after {total['after']:.1f} h"
-              + (f", before {total['before']:.1f} h" if measured_before else "")
-              + f" (certification {h_cert['after']:.2f} h" + (f" vs {h_cert['before']:.2f} h" if measured_before else "")
-              + "; baselines "
-              f"{sum(h_base[m] for m in paper_methods):.2f} h [{', '.join(f'{m} {h_base[m]:.2f}' for m in paper_methods)}]; "
-              f"block {h_block:.2f} h; Min-IP {h_minip:.2f} h; extraction {h_extract:.3f} h). Ideal wall time on 2 cores: "
-              f"{total['after'] / 2:.1f} h after" + (f", {total['before'] / 2:.1f} h before." if measured_before else "."),
-              f"Longest single jobs (paper.yaml sharding: certification and baselines per layer, block per transition, "
-              f"Min-IP per run): certification {h_cert['after'] / counts['certify_jobs']:.2f} h, baselines "
-              f"{sum(h_base[m] for m in paper_methods) / counts['certify_jobs']:.2f} h, block {t_block / len(heads) * 12 / 3600:.2f} h, "
-              f"Min-IP {max([r['seconds'] for r in mini] or [math.nan]) / 3600:.3f} h (largest sampled run)."]
+        lines.append(
+            f"| Min-IP | {g} (per run) | {n} | {x['n']} | {fmt(x['median'])} | {fmt(x['p90'])} | {fmt(x['mean'])} | "
+            f"{fmt(x['mean'] * n / 3600 if x['n'] else math.nan)} | (not re-run) | |"
+        )
+    lines += [
+        "",
+        f"Extrapolated CPU-hours of paper.yaml: after {total['after']:.1f} h"
+        + (f", before {total['before']:.1f} h" if measured_before else "")
+        + f" (certification {h_cert['after']:.2f} h"
+        + (f" vs {h_cert['before']:.2f} h" if measured_before else "")
+        + "; baselines "
+        f"{sum(h_base[m] for m in paper_methods):.2f} h [{', '.join(f'{m} {h_base[m]:.2f}' for m in paper_methods)}]; "
+        f"block {h_block:.2f} h; Min-IP {h_minip:.2f} h; extraction {h_extract:.3f} h). Ideal wall time on 2 cores: "
+        f"{total['after'] / 2:.1f} h after" + (f", {total['before'] / 2:.1f} h before." if measured_before else "."),
+        f"Longest single jobs (paper.yaml sharding: certification and baselines per layer, block per transition, "
+        f"Min-IP per run): certification {h_cert['after'] / counts['certify_jobs']:.2f} h, baselines "
+        f"{sum(h_base[m] for m in paper_methods) / counts['certify_jobs']:.2f} h, block "
+        f"{t_block / len(heads) * 12 / 3600:.2f} h, "
+        f"Min-IP {max([r['seconds'] for r in mini] or [math.nan]) / 3600:.3f} h (largest sampled run).",
+    ]
     # certificate vs CROWN on the same units (the baseline units)
     by_unit = {r["unit"]: r for r in cert}
-    lines += ["", "Certificate vs the baselines on the same units (the sampled baseline units; medians per unit; "
-              "certificate = first + second order, the paper's; tight = the tight second-order variant the pipeline "
-              "also computes; whole unit = everything certify_unit does, after):", "",
-              "| mode | units | certificate | tight | whole unit | method | method s/unit | certificate / method | whole unit / method |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [
+        "",
+        "Certificate vs the baselines on the same units (the sampled baseline units; medians per unit; "
+        "certificate = first + second order, the paper's; tight = the tight second-order variant the pipeline "
+        "also computes; whole unit = everything certify_unit does, after):",
+        "",
+        "| mode | units | certificate | tight | whole unit | method | method s/unit | certificate / method | whole "
+        "unit / method |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for md in b_counts:
         us = {r["unit"] for r in base if r["mode"] == md and r["unit"] in by_unit}
         cs, ts, whole = (stats([by_unit[u][k] for u in us]) for k in ("cert_s", "tight_s", "after"))
         for m in methods:
             x = stats([r["seconds"] for r in base if r["method"] == m and r["unit"] in us and r["status"] == "ok"])
-            lines.append(f"| {md} | {cs['n']} | {fmt(cs['median'])} | {fmt(ts['median'])} | {fmt(whole['median'])} | {m} | "
-                         f"{fmt(x['median'])} | {fmt(cs['median'] / x['median'])} | {fmt(whole['median'] / x['median'])} |")
+            lines.append(
+                f"| {md} | {cs['n']} | {fmt(cs['median'])} | {fmt(ts['median'])} | {fmt(whole['median'])} | {m} | "
+                f"{fmt(x['median'])} | {fmt(cs['median'] / x['median'])} | {fmt(whole['median'] / x['median'])} |"
+            )
     # the search: what the legacy ascent found compared with the exact witness / the warm-started ascent
     fx = [r for r in cert if r["mode"] == "fixed" and "legacy_value" in r]
     vy = [r for r in cert if r["mode"] == "varying" and "legacy_value" in r]
@@ -357,11 +403,15 @@ def main(args) -> dict:
 
         fs = [rel(r["row"]["exact_lo"], r["legacy_value"], r) for r in fx]
         vs = [rel(r["row"]["best_feasible"], r["legacy_value"], r) for r in vy]
-        lines += ["", f"Search quality: fixed query, the reference path's cold ascent fell short of the exact witness by more than 1e-9 "
-                  f"of the movement on {sum(v > 1e-9 for v in fs)}/{len(fx)} units (largest {max(fs, default=0):.1e}); "
-                  f"varying query, the warm-started ascent ended above the cold ascent by more than 1e-9 of the "
-                  f"movement on {sum(v > 1e-9 for v in vs)}/{len(vy)} units and below it on {sum(v < -1e-9 for v in vs)} "
-                  f"(largest shortfall {-min(vs + [0.0]):.1e} of the movement)."]
+        lines += [
+            "",
+            f"Search quality: fixed query, the reference path's cold ascent fell short of the exact witness by more "
+            f"than 1e-9 "
+            f"of the movement on {sum(v > 1e-9 for v in fs)}/{len(fx)} units (largest {max(fs, default=0):.1e}); "
+            f"varying query, the warm-started ascent ended above the cold ascent by more than 1e-9 of the "
+            f"movement on {sum(v > 1e-9 for v in vs)}/{len(vy)} units and below it on {sum(v < -1e-9 for v in vs)} "
+            f"(largest shortfall {-min(vs + [0.0]):.1e} of the movement).",
+        ]
     bad = defaultdict(int)
     for r in cert:
         if r["status"] not in ("ok", "fallback"):

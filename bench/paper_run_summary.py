@@ -83,19 +83,29 @@ def summarize(run: Path, cfg: dict, extrapolation: dict | None) -> tuple[dict, l
     cert = rows_of((run / "data" / "certify" / model).glob("layer*.csv"))
     base = rows_of((run / "data" / "baselines" / model).glob("layer*.csv"))
     block = rows_of([p for p in [run / "data" / "block" / model / "units.csv"] if p.is_file()])
-    minip_runs = len([p for p in (run / "data" / "minip" / "runs").glob("*/*.json") if not p.name.endswith(".json.json")])
+    minip_runs = len(
+        [p for p in (run / "data" / "minip" / "runs").glob("*/*.json") if not p.name.endswith(".json.json")]
+    )
     expected = {"certify": counts["certify_fixed"] + counts["certify_varying"], "baselines": counts["baselines_rows"],
                 "block": counts["block"] * counts["block_radii"], "minip": counts["minip_runs"], "extract": 1}
     present = {"certify": len(cert), "baselines": len(base), "block": len(block), "minip": minip_runs,
                "extract": int((run / "data" / "extract" / model).is_dir())}
     hours = (extrapolation or {}).get("hours", {})
-    extra = {"certify": (hours.get("certify") or {}).get("after"), "baselines": sum((hours.get("baselines") or {}).values())
-             if hours.get("baselines") else None, "block": hours.get("block"), "minip": hours.get("minip"),
-             "extract": hours.get("extraction")}
+    extra = {
+        "certify": (hours.get("certify") or {}).get("after"),
+        "baselines": sum((hours.get("baselines") or {}).values()) if hours.get("baselines") else None,
+        "block": hours.get("block"),
+        "minip": hours.get("minip"),
+        "extract": hours.get("extraction"),
+    }
     unsound = [r for r in cert if r.get("status") == "UNSOUND"]
-    fallbacks = Counter(re.sub(r"\(.*", "", r.get("error", "")).strip()[:90] for r in cert if r.get("status") == "fallback")
+    fallbacks = Counter(
+        re.sub(r"\(.*", "", r.get("error", "")).strip()[:90] for r in cert if r.get("status") == "fallback"
+    )
     errors = Counter(re.sub(r"\(.*", "", r.get("error", "")).strip()[:90] for r in cert if r.get("status") == "error")
-    base_bad = Counter((r.get("method"), str(r.get("status"))[:60]) for r in base if r.get("status") not in ("ok", None))
+    base_bad = Counter(
+        (r.get("method"), str(r.get("status"))[:60]) for r in base if r.get("status") not in ("ok", None)
+    )
     audit = rows_of([p for p in [run / "figures" / "tables" / model / "audit.csv"] if p.is_file()])
     audit_counts = Counter(r["status"] for r in audit)
     failed = failed_jobs(run)

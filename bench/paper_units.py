@@ -90,32 +90,55 @@ def report(counts: dict) -> list[str]:
         return f"| {stage} | {quantity} | {o} | {p} | {flag} |"
 
     c, P = counts, PAPER
-    lines = [f"Unit counts of the configuration (model {c['model']}: {c['layers']} layers x {c['heads']} heads)", "",
-             "| stage | quantity | this config | paper | |", "| --- | --- | --- | --- | --- |",
-             row("certification", "fixed-query units (exact + first + second order)", c["certify_fixed"], P["certify_fixed"])]
+    lines = [
+        f"Unit counts of the configuration (model {c['model']}: {c['layers']} layers x {c['heads']} heads)",
+        "",
+        "| stage | quantity | this config | paper | |",
+        "| --- | --- | --- | --- | --- |",
+        row(
+            "certification", "fixed-query units (exact + first + second order)", c["certify_fixed"], P["certify_fixed"]
+        ),
+    ]
     for qp, modes in c["certify_by_position"].items():
         n = f"n = {qp + 1} attended tokens" if c["causal"] else "all tokens attended"
         lines.append(row("certification", f"  query position {qp} ({n}): fixed / varying",
                          f"{modes['fixed']:,} / {modes['varying']:,}"))
-    lines += [row("certification", "  fixed units at query position 4 (see note)", c["certify_fixed_qp4"], P["certify_fixed_qp4"]),
-              row("certification", "  fixed units at query position 4 and the 4 baseline radii", c["certify_fixed_qp4_baseline_radii"]),
-              row("certification", "varying-query units (vs search)", c["certify_varying"], P["certify_varying"]),
-              row("certification", "rows in data/certify (fixed + varying)", c["certify_fixed"] + c["certify_varying"]),
-              row("baselines", "units (fixed + varying)", c["baselines"], P["baselines"]),
-              row("baselines", "  fixed units", c["baselines_fixed"], P["baselines_fixed"]),
-              row("baselines", "  varying units", c["baselines_varying"], P["baselines_varying"]),
-              row("baselines", f"rows (units x {len(c['baselines_methods'])} methods)", c["baselines_rows"]),
-              row("block", f"units ({c['block_transitions']} transitions x {c['heads']} heads; x {c['block_radii']} radii)",
-                  c["block"], P["block"]),
-              row("Min-IP", "training runs " + str(c["minip_runs_by_setting"]), c["minip_runs"]),
-              row("Min-IP", "witness suite inputs", c["minip_witness_inputs"], P["minip_witness_inputs"]), "",
-              f"Every baseline unit is also a certification unit: {c['baselines_certified']}.",
-              f"Snakemake jobs: certification {c['certify_jobs']}, baselines {c['certify_jobs']}, block "
-              f"{c['block_transitions']}, Min-IP training {c['minip_runs']}.",
-              "Note: the paper's counts cannot all hold on one grid: 17,280 = 144 x 4 positions x 5 prompts x 6 radii puts "
-              "4,320 units at each position, while '2,880 units at position 4' = 144 x 5 x 4 radii (the baseline grid's size, "
-              "yet the paper quotes that set's gap at r = 0.002 and r = 0.02). This config keeps the 6 radii everywhere; "
-              "the 2,880 fixed units at position 4 and the baseline radii are the ones compared with the baselines."]
+    lines += [
+        row(
+            "certification",
+            "  fixed units at query position 4 (see note)",
+            c["certify_fixed_qp4"],
+            P["certify_fixed_qp4"],
+        ),
+        row(
+            "certification",
+            "  fixed units at query position 4 and the 4 baseline radii",
+            c["certify_fixed_qp4_baseline_radii"],
+        ),
+        row("certification", "varying-query units (vs search)", c["certify_varying"], P["certify_varying"]),
+        row("certification", "rows in data/certify (fixed + varying)", c["certify_fixed"] + c["certify_varying"]),
+        row("baselines", "units (fixed + varying)", c["baselines"], P["baselines"]),
+        row("baselines", "  fixed units", c["baselines_fixed"], P["baselines_fixed"]),
+        row("baselines", "  varying units", c["baselines_varying"], P["baselines_varying"]),
+        row("baselines", f"rows (units x {len(c['baselines_methods'])} methods)", c["baselines_rows"]),
+        row(
+            "block",
+            f"units ({c['block_transitions']} transitions x {c['heads']} heads; x {c['block_radii']} radii)",
+            c["block"],
+            P["block"],
+        ),
+        row("Min-IP", "training runs " + str(c["minip_runs_by_setting"]), c["minip_runs"]),
+        row("Min-IP", "witness suite inputs", c["minip_witness_inputs"], P["minip_witness_inputs"]),
+        "",
+        f"Every baseline unit is also a certification unit: {c['baselines_certified']}.",
+        f"Snakemake jobs: certification {c['certify_jobs']}, baselines {c['certify_jobs']}, block "
+        f"{c['block_transitions']}, Min-IP training {c['minip_runs']}.",
+        "Note: the paper's counts cannot all hold on one grid: 17,280 = 144 x 4 positions x 5 prompts x 6 radii puts "
+        "4,320 units at each position, while '2,880 units at position 4' = 144 x 5 x 4 radii (the baseline grid's "
+        "size, "
+        "yet the paper quotes that set's gap at r = 0.002 and r = 0.02). This config keeps the 6 radii everywhere; "
+        "the 2,880 fixed units at position 4 and the baseline radii are the ones compared with the baselines.",
+    ]
     return lines
 
 

@@ -117,7 +117,9 @@ def main(args) -> dict:
         subprocess.run(["git", "worktree", "remove", "--force", str(ref_tree)], cwd=REPO, check=False)
         shutil.rmtree(base, ignore_errors=True)
 
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
     print(f"Reduced DAG through workflow/profiles/slurm on a single-node SLURM (2 CPUs): before = {args.ref}, "
           f"after = this tree ({head}).\n")
     print("| pair | profile | sbatch submissions | rules run on the submitting host | wall (s) |")

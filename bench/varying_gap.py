@@ -4,7 +4,8 @@ Units: `bench_second_order.gpt2_like_head` (d = 768, d_head = 64, linf, random G
 n = 8 attended tokens (query = last token), mode "varying", radii 0.002 / 0.005 / 0.01 / 0.02.
 For every unit: the first-order certificate (FO), the unfactored second-order certificate of `unfactored`
 (SO, default variant: the program before the factored one), each requested variant (--variants, names of
-`variant`; 'moment' is the factored default, 'tight' its tight variant), and the best feasible value of multi-start ascent (`best`, a lower
+`variant`; 'moment' is the factored default, 'tight' its tight variant), and the best feasible value of multi-start
+ascent (`best`, a lower
 bound of max g). Printed per radius: median relative gap (cert - best) / (best - nominal) of each, median
 seconds per unit (the one-time compile of a shape is excluded: one warm-up unit per variant), fallbacks,
 the median score half-width components (R_s, H = max_j r ||p_j||_1, bb) and the median per-unit log-log
@@ -65,7 +66,8 @@ def certifiers(names):
     from attncert.certify.second_order.varying_query.unfactored import second_order_varying
     from attncert.head.reduced_geometry import reduced_geometry
 
-    out = {"SO": lambda p: first_order_attained(p, second_order_varying(p, reduced_geometry(p)))}  # the unfactored program
+    # the unfactored program
+    out = {"SO": lambda p: first_order_attained(p, second_order_varying(p, reduced_geometry(p)))}
     for name in names:
         if name:
             out[name] = (lambda nm: (lambda p: variant(p, nm)))(name)

@@ -1,6 +1,7 @@
 """Certify one attention head of a checkpoint: no pipeline run needed.
 
-    .venv/bin/python examples/certify_own_head.py [--model-dir DIR] [--layer 2] [--head 5] [--radius 0.002] [--mode fixed]
+    .venv/bin/python examples/certify_own_head.py [--model-dir DIR] [--layer 2] [--head 5] [--radius 0.002] [--mode
+    fixed]
 
 The same library path as `attncert certify` (which has every option): `checkpoint_head` reads one head of a
 local checkpoint (default: the embedded all-MiniLM-L6-v2) on a text, with every choice checked, and returns

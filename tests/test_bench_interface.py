@@ -45,7 +45,9 @@ def test_run_writes_markdown_and_json_with_provenance(tmp_path, capsys):
     md, js = (tmp_path / "demo-quick.md").read_text(), (tmp_path / "demo-quick.json").read_text()
     assert "| a | b |" in md and record["provenance"]["git_commit"][:12] in md
     assert '"answer": 42' in js and record["report"] == ["| a | b |"]
-    assert {"command", "started_utc", "wall_seconds", "git_commit", "packages", "load_average"} <= set(record["provenance"])
+    assert {"command", "started_utc", "wall_seconds", "git_commit", "packages", "load_average"} <= set(
+        record["provenance"]
+    )
 
 
 def test_results_name_no_path_of_this_machine(tmp_path):

@@ -14,6 +14,11 @@ def test_the_profile_has_no_deadline():
 
 
 def test_no_test_sets_its_own_deadline():
-    offenders = [f"{path.relative_to(TESTS)}:{i}" for path in sorted(TESTS.rglob("*.py")) if path.name not in (Path(__file__).name, "conftest.py")
-                 for i, line in enumerate(path.read_text().splitlines(), 1) if re.search(r"\bdeadline\s*=", line)]
+    offenders = [
+        f"{path.relative_to(TESTS)}:{i}"
+        for path in sorted(TESTS.rglob("*.py"))
+        if path.name not in (Path(__file__).name, "conftest.py")
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\bdeadline\s*=", line)
+    ]
     assert not offenders, f"set the deadline in the conftest profile only: {offenders}"

@@ -24,7 +24,9 @@ def write_layer(root, layer: int, seed: int = 0, qps=(QP,)):
     arrays = tiny_layer_arrays()
     if seed:
         rng = np.random.default_rng(seed)
-        arrays = {k: (v + 0.3 * rng.standard_normal(v.shape) if v.dtype == np.float64 else v) for k, v in arrays.items()}
+        arrays = {
+            k: (v + 0.3 * rng.standard_normal(v.shape) if v.dtype == np.float64 else v) for k, v in arrays.items()
+        }
     ext = root / "extract" / MODEL / f"layer{layer}.npz"
     with atomic_path(ext) as tmp:
         with open(tmp, "wb") as fh:
@@ -116,7 +118,9 @@ def test_lowered_bound_fails(data_root, number, check):
 def test_flipped_dual_entry_fails(data_root):
     def flip(e):
         z = e["r2/second_order/z"]
-        nonneg = slice(int(e["r2/second_order/dims"][0]), int(e["r2/second_order/dims"][0] + e["r2/second_order/dims"][1]))
+        nonneg = slice(
+            int(e["r2/second_order/dims"][0]), int(e["r2/second_order/dims"][0] + e["r2/second_order/dims"][1])
+        )
         k = nonneg.start + int(np.argmax(z[nonneg]))
         z[k] = -z[k]
     _edit_certificates(data_root, flip)

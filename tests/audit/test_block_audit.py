@@ -2,7 +2,6 @@
 every second-order row passes; a lowered number fails `sum`, an edited dual fails `dual_pd`, a reported number
 that is not its bound fails `reported`; CROWN-sourced rows are not covered."""
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 

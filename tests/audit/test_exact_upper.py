@@ -26,7 +26,7 @@ from attncert.audit.exact_upper import exact_upper_check, token_terms
 from attncert.audit.planar_image import EllipseImage, ZonotopeImage
 from attncert.certify.exact_worst_case import exact_worst_case
 from attncert.head.fixed_query import fixed_query_reduction
-from attncert.head.problem import HeadProblem, random_head_problem
+from attncert.head.problem import random_head_problem
 
 SETTINGS = dict(derandomize=True, max_examples=60)
 

@@ -147,7 +147,9 @@ def test_lowered_support_bound_fails(data_root, lc_root, number):
 
 def test_lowered_varying_bound_fails(data_root, lc_root):
     r = int(table(data_root).query("mode == 'varying' and length == 8").index[0])
-    _edit_table(data_root, r, "second_order", lambda df, i: df.loc[i, "second_order"] - 1e-9 * abs(df.loc[i, "second_order"]))
+    _edit_table(
+        data_root, r, "second_order", lambda df, i: df.loc[i, "second_order"] - 1e-9 * abs(df.loc[i, "second_order"])
+    )
     _only_failure(outcomes(data_root), lc_root, r, "second_order", "weak_duality")
 
 

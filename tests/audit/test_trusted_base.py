@@ -29,11 +29,19 @@ ALLOWED = {
 # never: solvers, torch and its model code, and attncert's solving code
 FORBIDDEN_THIRD_PARTY = {"clarabel", "scs", "torch", "transformers", "auto_LiRPA", "bound_propagation", "ecos",
                          "osqp", "highspy"}
-FORBIDDEN = {"attncert.certify.second_order.dual_bound.solve_ladder", "attncert.certify.second_order.dual_bound.weak_duality",
-             "attncert.certify.second_order.fixed_query.token_solve", "attncert.certify.second_order.relaxation.cutting_planes",
-             "attncert.certify.dinkelbach", "attncert.certify.best_feasible_ascent",
-             "attncert.certify.exact_worst_case", "attncert.certify.token_max", "attncert.certify.run",
-             "attncert.certify.second_order.fixed_query.monolithic", "attncert.certify.second_order.certificate"}
+FORBIDDEN = {
+    "attncert.certify.second_order.dual_bound.solve_ladder",
+    "attncert.certify.second_order.dual_bound.weak_duality",
+    "attncert.certify.second_order.fixed_query.token_solve",
+    "attncert.certify.second_order.relaxation.cutting_planes",
+    "attncert.certify.dinkelbach",
+    "attncert.certify.best_feasible_ascent",
+    "attncert.certify.exact_worst_case",
+    "attncert.certify.token_max",
+    "attncert.certify.run",
+    "attncert.certify.second_order.fixed_query.monolithic",
+    "attncert.certify.second_order.certificate",
+}
 
 
 def module_file(name: str) -> Path | None:

@@ -18,8 +18,13 @@ from attncert.baselines.registry import head_factory
 from attncert.baselines.relaxation_parameters import set_relaxation_rule
 from attncert.head.problem import HeadProblem, random_head_problem
 from attncert.baselines.l2_input_set import PerTokenL2Ball
-from attncert.baselines.linear_bound_baselines import (EXTRA_METHODS, METHODS, baseline_upper_bound, baseline_upper_bounds,
-                                                       input_set)
+from attncert.baselines.linear_bound_baselines import (
+    EXTRA_METHODS,
+    METHODS,
+    baseline_upper_bound,
+    baseline_upper_bounds,
+    input_set,
+)
 
 ALL_METHODS = METHODS + EXTRA_METHODS
 
@@ -31,7 +36,11 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py
 
 def g_batch(p: HeadProblem, Z: np.ndarray) -> np.ndarray:
     """g for a batch of token sets Z (B, n, d) (vectorized HeadProblem.value)."""
-    q = np.broadcast_to(p.nominal_query(), (len(Z), p.d_head)) if p.mode == "fixed" else Z[:, p.query_index] @ p.W_Q + p.b_Q
+    q = (
+        np.broadcast_to(p.nominal_query(), (len(Z), p.d_head))
+        if p.mode == "fixed"
+        else Z[:, p.query_index] @ p.W_Q + p.b_Q
+    )
     s = np.einsum("bnh,bh->bn", Z @ p.W_K + p.b_K, q) / np.sqrt(p.d_head)
     a = np.exp(s - s.max(axis=1, keepdims=True))
     a /= a.sum(axis=1, keepdims=True)
@@ -326,7 +335,9 @@ def _product_backward(rule, lx, ux, ly, uy, w):
     bm.input_bounds = IntervalBounds(None, torch.tensor([[lx, ly]], dtype=DT), torch.tensor([[ux, uy]], dtype=DT))
     bm.bounded = True
     A = torch.tensor([[[w]]], dtype=DT)
-    out = bm.crown_backward(LinearBounds(None, (A, torch.zeros(1, 1, dtype=DT)), (A, torch.zeros(1, 1, dtype=DT))), False)
+    out = bm.crown_backward(
+        LinearBounds(None, (A, torch.zeros(1, 1, dtype=DT)), (A, torch.zeros(1, 1, dtype=DT))), False
+    )
     (Al, bl), (Au, bu) = out.lower, out.upper
     return Al[0, 0].tolist() + [float(bl[0, 0])], Au[0, 0].tolist() + [float(bu[0, 0])]
 
@@ -388,13 +399,17 @@ def test_interval_linear_has_no_centre_radius_cancellation():
     assert l.tolist() == [[1.0, 1.0 - 1e20]] and u.tolist() == [[1e20, 1.0 - 1e-20]]
     # an overflowed input meets a zero weight: 0 * inf = 0, the other output stays finite
     W0 = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=DT)
-    l, u = interval_linear(W0, None, torch.tensor([[1.0, 1.0]], dtype=DT), torch.tensor([[2.0, float("inf")]], dtype=DT))
+    l, u = interval_linear(
+        W0, None, torch.tensor([[1.0, 1.0]], dtype=DT), torch.tensor([[2.0, float("inf")]], dtype=DT)
+    )
     assert l.tolist() == [[1.0, 1.0]] and u.tolist() == [[2.0, float("inf")]]
 
 
 def test_reciprocal_floor_is_the_structural_lower_bound():
     bm = head_factory().build(PositiveReciprocal(floor=1.0))
-    out = bm.ibp_forward(IntervalBounds(None, torch.tensor([[-5.0, 2.0]], dtype=DT), torch.tensor([[10.0, 4.0]], dtype=DT)))
+    out = bm.ibp_forward(
+        IntervalBounds(None, torch.tensor([[-5.0, 2.0]], dtype=DT), torch.tensor([[10.0, 4.0]], dtype=DT))
+    )
     assert out.lower.tolist() == [[0.1, 0.25]] and out.upper.tolist() == [[1.0, 0.5]]
     with pytest.raises(ValueError):
         PositiveReciprocal(floor=0.0)
@@ -436,7 +451,9 @@ def test_a_failing_batched_call_is_retried_per_radius(monkeypatch):
     monkeypatch.setattr(lbb, "_bound_group", flaky)
     got = baseline_upper_bounds(problems, "crown")
     assert [r.status for r in got] == ["ok", "error: ValueError: simulated failure at r = 0.05", "ok"]
-    assert got[0].upper == pytest.approx(expected[0], rel=1e-12) and got[2].upper == pytest.approx(expected[2], rel=1e-12)
+    assert got[0].upper == pytest.approx(expected[0], rel=1e-12) and got[2].upper == pytest.approx(
+        expected[2], rel=1e-12
+    )
 
 
 def test_a_non_finite_radius_keeps_the_others_for_alpha_crown():

@@ -98,7 +98,8 @@ def test_box_qp_search_and_upper_bound():
     d = 10
     A = rng.standard_normal((3, d, d))
     Q = (A + A.transpose(0, 2, 1)) / 2
-    Q[:, np.arange(d), np.arange(d)] = np.abs(Q[:, np.arange(d), np.arange(d)])   # coordinatewise convex: vertex optimum
+    # coordinatewise convex: vertex optimum
+    Q[:, np.arange(d), np.arange(d)] = np.abs(Q[:, np.arange(d), np.arange(d)])
     V = np.array(list(itertools.product([-1.0, 1.0], repeat=d)))
     exact = 0.5 * np.einsum("vd,pde,ve->pv", V, Q, V).max(1)
     Qt = torch.as_tensor(Q)
@@ -165,7 +166,9 @@ def test_transition_crown_ascent_and_per_op(tiny):
     crown = crown_upper(tr, C.numpy(), cv.g0.numpy(), cv.gradient.numpy(), [0.1])[0]
     rng = np.random.default_rng(8)
     pts = np.concatenate([rng.uniform(-1, 1, (64, tr.d)), np.sign(rng.standard_normal((64, tr.d)))]) * 0.1
-    f = residual_values(tr, C, cv.g0, cv.gradient, torch.as_tensor(pts, dtype=DT).unsqueeze(0).expand(C.shape[0], -1, -1))
+    f = residual_values(
+        tr, C, cv.g0, cv.gradient, torch.as_tensor(pts, dtype=DT).unsqueeze(0).expand(C.shape[0], -1, -1)
+    )
     assert np.all(f.detach().numpy().max(1) <= crown)
 
 

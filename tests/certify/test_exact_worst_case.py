@@ -200,7 +200,9 @@ def test_certificate_chain_and_witness(seed, norm):
     # the witness attains its value; the bracket's end is the certified lower end of that value (extended
     # precision less its error bound), within rounding of the float64 evaluation
     assert P.value(ex.witness) == ex.witness_value and abs(ex.witness_value - ex.lo) <= 1e-12 * (1 + ex.value_spread)
-    assert P.value(exm.witness) == exm.witness_value and abs(exm.witness_value - exm.hi) <= 1e-12 * (1 + exm.value_spread)
+    assert P.value(exm.witness) == exm.witness_value and abs(exm.witness_value - exm.hi) <= 1e-12 * (
+        1 + exm.value_spread
+    )
     # certified width
     assert ex.relative_width < 1e-10 and exm.relative_width < 1e-10
 

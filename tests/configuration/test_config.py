@@ -32,7 +32,11 @@ BAD_CASES = {
     "zero prompts": (lambda c: c.update(n_prompts=0), "n_prompts", "whole number"),
     "head out of range": (lambda c: c.update(heads=[0, 12]), "heads", "0..11"),
     "layer out of range": (lambda c: c.update(layers=[6]), "layers", "0..5"),
-    "query position beyond prompt": (lambda c: c["certify"].update(query_positions=[99]), "certify.query_positions", "max_tokens"),
+    "query position beyond prompt": (
+        lambda c: c["certify"].update(query_positions=[99]),
+        "certify.query_positions",
+        "max_tokens",
+    ),
     "missing section": (lambda c: c.pop("certify"), "certify", "add 'certify'"),
     "unknown norm": (lambda c: c["certify"].update(norms=["l3"]), "certify.norms.0", "linf, l2"),
 }
@@ -154,7 +158,9 @@ def test_an_unknown_key_anywhere_names_the_closest_valid_key(case):
     with pytest.raises(ConfigError) as info:
         validate_config(cfg, base_dir=REPO)
     msg = str(info.value)
-    assert "\n" not in msg and f"'{key}'" in msg and f"did you mean {closest}?" in msg and f"fix: use {closest}" in msg, msg
+    assert (
+        "\n" not in msg and f"'{key}'" in msg and f"did you mean {closest}?" in msg and f"fix: use {closest}" in msg
+    ), msg
 
 
 def test_every_fix_is_written_from_the_schema(tmp_path):
@@ -186,8 +192,19 @@ def test_snakemake_takes_list_overrides_and_rejects_unknown_keys(tmp_path):
         (tmp_path / "data" / f).write_text((REPO / "data" / f).read_text())
     where = ["--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--configfile",
              str(REPO / "workflow" / "config" / "default.yaml")]  # followed by --config
-    ok = _run_snakemake(["data/certify/all-MiniLM-L6-v2/layer2.csv", "-n", "--cores", "1", *where, "--config", "layers=[2]",
-                         "certify={radii: [0.001], modes: [fixed]}", "baselines={radii: [0.001], modes: [fixed]}"])
+    ok = _run_snakemake(
+        [
+            "data/certify/all-MiniLM-L6-v2/layer2.csv",
+            "-n",
+            "--cores",
+            "1",
+            *where,
+            "--config",
+            "layers=[2]",
+            "certify={radii: [0.001], modes: [fixed]}",
+            "baselines={radii: [0.001], modes: [fixed]}",
+        ]
+    )
     assert ok.returncode == 0 and "layers=[2]" not in ok.stderr, (ok.stdout + ok.stderr)[-2000:]
     assert "data/extract/all-MiniLM-L6-v2/layer2.npz" in ok.stdout and "layer1.npz" not in ok.stdout
     bad = _run_snakemake(["-n", "--cores", "1", *where, "--config", "modle_source=/tmp/x"])

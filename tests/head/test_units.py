@@ -3,7 +3,15 @@ import numpy as np
 import pytest
 
 from attncert.head.specification import spec_seed, specification_direction
-from attncert.head.units import Unit, attended, grid, head_problem, load_unit, specification_vectors, write_specification
+from attncert.head.units import (
+    Unit,
+    attended,
+    grid,
+    head_problem,
+    load_unit,
+    specification_vectors,
+    write_specification,
+)
 from attncert.integrity.intermediate_check import IntermediateError
 from attncert.provenance.provenance import write_sidecar
 

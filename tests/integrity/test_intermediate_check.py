@@ -51,8 +51,9 @@ def test_a_truncated_extracted_layer_names_the_file_and_the_command(tmp_path):
     path = write_extracted(tmp_path)
     full = path.stat().st_size
     path.write_bytes(path.read_bytes()[: full // 2])
-    assert _load_message(path) == (f"{path} is corrupted ({full // 2} bytes, its sidecar layer0.npz.json records {full}): "
-                           + EXTRACT_CMD)
+    assert _load_message(path) == (
+        f"{path} is corrupted ({full // 2} bytes, its sidecar layer0.npz.json records {full}): " + EXTRACT_CMD
+    )
 
 
 def test_an_edited_extracted_layer_names_the_file_and_the_command(tmp_path):
@@ -60,7 +61,9 @@ def test_an_edited_extracted_layer_names_the_file_and_the_command(tmp_path):
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
-    assert _load_message(path) == f"{path} is corrupted (sha256 differs from its sidecar layer0.npz.json): " + EXTRACT_CMD
+    assert (
+        _load_message(path) == f"{path} is corrupted (sha256 differs from its sidecar layer0.npz.json): " + EXTRACT_CMD
+    )
 
 
 def test_a_missing_file_or_an_unusable_sidecar_each_say_so(tmp_path):
@@ -71,8 +74,9 @@ def test_a_missing_file_or_an_unusable_sidecar_each_say_so(tmp_path):
     assert re.fullmatch(rf"{re.escape(str(path))} cannot be checked \(its sidecar layer0.npz.json is unreadable: "
                         rf".+\): {EXTRACT_CMD}", _load_message(path))
     side.write_text(json.dumps({k: v for k, v in record.items() if k not in ("sha256", "size_bytes")}))
-    assert _load_message(path) == (f"{path} cannot be checked (its sidecar layer0.npz.json records no sha256 and size): "
-                           + EXTRACT_CMD)
+    assert _load_message(path) == (
+        f"{path} cannot be checked (its sidecar layer0.npz.json records no sha256 and size): " + EXTRACT_CMD
+    )
     side.unlink()
     assert _load_message(path) == f"{path} cannot be checked (its sidecar layer0.npz.json is missing): " + EXTRACT_CMD
     path.unlink()
@@ -123,7 +127,9 @@ def _rule_outputs() -> dict[str, list[str]]:
         for m in re.finditer(r"^rule (\w+):\n(.*?)(?=^rule |\Z)", text, re.M | re.S):
             section = re.search(r"^    output:\n(.*?)(?=^    \w+:|\Z)", m.group(2), re.M | re.S)
             paths = re.findall(r'"([^"]+)"', section.group(1)) if section else []
-            paths += [consts[c] for c in re.findall(r"\b([A-Z_]+)\b", section.group(1)) if c in consts] if section else []
+            paths += (
+                [consts[c] for c in re.findall(r"\b([A-Z_]+)\b", section.group(1)) if c in consts] if section else []
+            )
             out[m.group(1)] = [re.sub(r"\{+(\w+)\}+", lambda w: sample.get(w.group(1), w.group(1)), p) for p in paths
                                if p.startswith(("data/", "figures/"))]  # not the report captions
     return out
@@ -171,11 +177,18 @@ def test_sidecars_whose_file_is_gone_are_removed_and_nothing_else(tmp_path):
     write_sidecar(measured, {"stage": "certify_table"})
     lone_output = tmp_path / "data/minip/witness_bound.json"
     lone_output.parent.mkdir(parents=True)
-    lone_output.write_text(json.dumps({"sha256": "x", "size_bytes": 1}))  # `witness_bound` does not exist: still an output
+    # `witness_bound` does not exist: still an output
+    lone_output.write_text(json.dumps({"sha256": "x", "size_bytes": 1}))
     notes = tmp_path / "data/extract/m/notes.txt.json"
     notes.write_text("not a sidecar")
     removed = remove_orphan_sidecars([tmp_path / "data", tmp_path / "figures"])
     assert removed == [tmp_path / "data/extract/m/layer0.npz.json"]
-    for path in (kept, tmp_path / "data/extract/m/layer1.npz.json", measured, tmp_path / "figures/tables/m/certify_measured.json.json",
-                 lone_output, notes):
+    for path in (
+        kept,
+        tmp_path / "data/extract/m/layer1.npz.json",
+        measured,
+        tmp_path / "figures/tables/m/certify_measured.json.json",
+        lone_output,
+        notes,
+    ):
         assert path.exists(), path

@@ -66,7 +66,12 @@ def _runs():
 def test_criterion_transitions_and_table():
     df = _runs()
     c = criterion_transitions(df, [0.01, 0.05, 0.1]).set_index(["bits", "split"])
-    assert [c.loc[(8, "ood"), k] for k in ("error < 0.01", "error < 0.05", "error < 0.1", MAX_ERR_CRITERION)] == [16, 8, 4, 32]
+    assert [c.loc[(8, "ood"), k] for k in ("error < 0.01", "error < 0.05", "error < 0.1", MAX_ERR_CRITERION)] == [
+        16,
+        8,
+        4,
+        32,
+    ]
     assert [c.loc[(12, "ood"), k] for k in ("error < 0.01", "error < 0.05", "error < 0.1")] == [None, 16, 8]
     assert c.loc[(12, "ood"), MAX_ERR_CRITERION] is None and c.loc[(12, "ood"), "max_rank"] == 32
     assert c.loc[(8, "iid"), "error < 0.01"] == 16 and c.loc[(12, "iid"), MAX_ERR_CRITERION] == 32

@@ -8,8 +8,18 @@ import pytest
 import yaml
 
 from attncert.minip import plots, tables
-from attncert.minip.sweep import (MAX_ERR_CRITERION, collect, criterion_transitions, parse_model, parse_setting, run_params, runs,
-                                  scaling_transitions, train_config, witness_transition)
+from attncert.minip.sweep import (
+    MAX_ERR_CRITERION,
+    collect,
+    criterion_transitions,
+    parse_model,
+    parse_setting,
+    run_params,
+    runs,
+    scaling_transitions,
+    train_config,
+    witness_transition,
+)
 from attncert.minip.training import TrainConfig, evaluate_witness, model_on_device, run_scaling, run_witness
 from attncert.minip.witness import witness_family
 
@@ -168,8 +178,10 @@ def test_missing_cuda_is_one_line_before_training():
         pytest.skip("a CUDA device is present")
     kw = dict(bits=6, length=3, kind="dense", rank=None, seed=0, train=TINY, test_fraction=0.25, max_pool=4096,
               pool_seed=0, eval_sequences=64)
-    for run in (lambda: run_scaling(device="cuda", **kw),
-                lambda: run_witness(family=witness_family(8, 4), kind="kernel", rank=2, seed=0, train=TINY, device="cuda")):
+    for run in (
+        lambda: run_scaling(device="cuda", **kw),
+        lambda: run_witness(family=witness_family(8, 4), kind="kernel", rank=2, seed=0, train=TINY, device="cuda"),
+    ):
         with pytest.raises(DeviceError) as info:
             run()
         assert "\n" not in str(info.value) and "fix: set device: cpu" in str(info.value)

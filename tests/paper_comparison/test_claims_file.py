@@ -57,8 +57,10 @@ MALFORMED = {
     "no why": (lambda d: _first(d).pop("why"), "second_order_slope.*why"),
     "no english": (lambda d: _first(d).pop("english"), "second_order_slope.*english"),
     "beyond not a flag": (lambda d: _first(d).update(beyond="yes"), "second_order_slope.*beyond"),
-    "ordered with a rel tolerance": (lambda d: _first(d, "baselines_faster_than_cert").update(tolerance={"rel": 0.1}),
-                                     "baselines_faster_than_cert.*ordered"),
+    "ordered with a rel tolerance": (
+        lambda d: _first(d, "baselines_faster_than_cert").update(tolerance={"rel": 0.1}),
+        "baselines_faster_than_cert.*ordered",
+    ),
     "not_checked without english": (lambda d: d["paper_a"]["not_checked"][0].pop("english"), "not_checked"),
     "band lo > hi": (lambda d: _first(d, "crown_over_cert_fixed").update(value=[4.7, 3.8]), "crown_over_cert_fixed"),
     "text where a number is compared": (lambda d: _first(d).update(value="about two"), "second_order_slope.*number"),
@@ -67,7 +69,10 @@ MALFORMED = {
     "depends on a non-setup claim": (lambda d: _first(d).update(depends_on=["first_order_slope"]), "not a setup claim"),
     "unknown field": (lambda d: _first(d).update(agree={"kind": "range"}), "unknown field.*agree"),
     "ordered with one key": (lambda d: _first(d, "crown_ratio_grows_varying").update(measured=["a"]), "ordered"),
-    "duplicate id": (lambda d: d["paper_b"]["claims"].append(dict(_first(d))), "duplicate claim id.*second_order_slope"),
+    "duplicate id": (
+        lambda d: d["paper_b"]["claims"].append(dict(_first(d))),
+        "duplicate claim id.*second_order_slope",
+    ),
     "missing section": (lambda d: d.pop("paper_b"), "top level"),
     "no model": (lambda d: d["paper_a"]["grid"].pop("model"), "grid.model"),
 }

@@ -17,10 +17,18 @@ def measured(tmp_path):
     write_measured(tmp_path / "certify_measured.json",
                    {"second_order_slope": 2.01, "cert_seconds_fixed": 0.06, "first_order_slope": float("nan")},
                    "certify grid label")
-    write_measured(tmp_path / "baselines_measured.json",
-                   {"crown_over_cert_fixed": [31.6, 34.5], "crown_seconds": [0.01, 0.02],
-                    "alpha_crown_seconds": [0.7, 0.8], "crown_seconds_beside": 0.015, "alpha_crown_seconds_beside": 0.75,
-                    "cert_seconds_beside": 0.06}, "baselines grid label")
+    write_measured(
+        tmp_path / "baselines_measured.json",
+        {
+            "crown_over_cert_fixed": [31.6, 34.5],
+            "crown_seconds": [0.01, 0.02],
+            "alpha_crown_seconds": [0.7, 0.8],
+            "crown_seconds_beside": 0.015,
+            "alpha_crown_seconds_beside": 0.75,
+            "cert_seconds_beside": 0.06,
+        },
+        "baselines grid label",
+    )
     write_measured(tmp_path / "minip_measured.json", {"witness_suite_size": 190, "witness_bound": 8}, "minip grid")
     return load_measured(sorted(tmp_path.glob("*_measured.json")))
 

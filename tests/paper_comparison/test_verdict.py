@@ -79,7 +79,10 @@ def test_tolerance_kinds_widen_the_papers_interval():
     assert accepted_interval(claim(value=[2.0, 4.0], form="band", tolerance=("abs", 0.5))) == (1.5, 4.5)
     assert accepted_interval(claim(value=[2.0, 4.0], form="band", tolerance=("rel", 0.25))) == (1.5, 5.0)
     assert accepted_interval(claim(value=[2.0, 4.0], form="band", tolerance=("factor", 2.0))) == (1.0, 8.0)
-    assert accepted_interval(claim(value=3.0, form="at_most", tolerance=("rel", 0.1))) == (-math.inf, pytest.approx(3.3))
+    assert accepted_interval(claim(value=3.0, form="at_most", tolerance=("rel", 0.1))) == (
+        -math.inf,
+        pytest.approx(3.3),
+    )
     assert accepted_interval(claim(value=3.0, form="at_least", tolerance=("factor", 3.0))) == (1.0, math.inf)
 
 

@@ -1,7 +1,6 @@
 """One identity per run: a local checkpoint runs under its own name and family, a run never writes under a name
 that holds another model's outputs, and a job refuses an input written for another model with one line."""
 import copy
-import json
 import os
 import shutil
 import subprocess
@@ -37,14 +36,20 @@ def _resolved(given, **shortcut):
 def test_a_local_checkpoint_runs_under_its_own_name_and_family(tiny_gpt2_dir, tiny_bert_dir):
     for directory, family in ((tiny_gpt2_dir, "gpt2"), (tiny_bert_dir, "bert")):
         cfg = _resolved(None, model_source=str(directory))
-        assert cfg["model"] == {"name": checkpoint_name(directory), "family": family, "source": str(directory.resolve())}
+        assert cfg["model"] == {
+            "name": checkpoint_name(directory),
+            "family": family,
+            "source": str(directory.resolve()),
+        }
         assert cfg["model"]["name"] != EMBEDDED["name"] and "model_source" not in cfg
         validate_config(cfg, base_dir=REPO)
     named = _resolved({"name": "mine"}, model_source=str(tiny_gpt2_dir))
     assert named["model"]["name"] == "mine" and named["model"]["family"] == "gpt2"
     assert _resolved(None)["model"] == EMBEDDED  # no shortcut: the default is untouched
     # `--configfile workflow/config/default.yaml --config model_source=DIR`: default.yaml's name is not a choice
-    assert _resolved({"name": EMBEDDED["name"]}, model_source=str(tiny_gpt2_dir))["model"]["name"] == checkpoint_name(tiny_gpt2_dir)
+    assert _resolved({"name": EMBEDDED["name"]}, model_source=str(tiny_gpt2_dir))["model"]["name"] == checkpoint_name(
+        tiny_gpt2_dir
+    )
 
 
 def test_a_family_that_contradicts_the_checkpoint_is_one_config_line(tiny_gpt2_dir):
@@ -110,14 +115,32 @@ def test_a_file_under_another_models_folder_is_refused(tmp_path):
 @pytest.mark.slow
 def test_a_target_for_another_model_is_refused(tmp_path):
     """{model} only matches the configured model: under the default config no rule writes data/extract/gpt2/."""
-    shutil.copytree(REPO / "data", tmp_path / "data", ignore=shutil.ignore_patterns("extract", "certify", "baselines",
-                                                                                   "block", "minip", "logs", "long_context"))
+    shutil.copytree(
+        REPO / "data",
+        tmp_path / "data",
+        ignore=shutil.ignore_patterns("extract", "certify", "baselines", "block", "minip", "logs", "long_context"),
+    )
 
     def dry_run(target):
-        return subprocess.run([SNAKEMAKE, target, "-n", "--cores", "1", "--snakefile", str(REPO / "Snakefile"), "--directory",
-                               str(tmp_path), "--configfile", str(REPO / "workflow" / "config" / "default.yaml")],
-                              capture_output=True, text=True, timeout=300,
-                              env=dict(os.environ, HF_HUB_OFFLINE="1"))
+        return subprocess.run(
+            [
+                SNAKEMAKE,
+                target,
+                "-n",
+                "--cores",
+                "1",
+                "--snakefile",
+                str(REPO / "Snakefile"),
+                "--directory",
+                str(tmp_path),
+                "--configfile",
+                str(REPO / "workflow" / "config" / "default.yaml"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=dict(os.environ, HF_HUB_OFFLINE="1"),
+        )
 
     res = dry_run("data/extract/gpt2/layer0.npz")
     assert res.returncode != 0 and "MissingRuleException" in res.stdout + res.stderr, (res.stdout + res.stderr)[-2000:]

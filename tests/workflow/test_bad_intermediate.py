@@ -27,8 +27,10 @@ def test_certify_layer_on_a_truncated_layer_prints_one_line_and_computes_nothing
     res = subprocess.run([sys.executable, "-c", RUN_JOB, str(REPO / "workflow" / "scripts" / "certify_layer.py")],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
                          env={"PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
-    line = (f"attncert: data/extract/m/layer0.npz is corrupted (100 bytes, its sidecar layer0.npz.json records {full}): "
-            "regenerate it with: snakemake --cores all data/extract/m/layer0.npz --forcerun extract")
+    line = (
+        f"attncert: data/extract/m/layer0.npz is corrupted (100 bytes, its sidecar layer0.npz.json records {full}): "
+        "regenerate it with: snakemake --cores all data/extract/m/layer0.npz --forcerun extract"
+    )
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
     assert res.stderr.strip().splitlines()[-1] == line
     assert line in (tmp_path / "data/logs/m/certify/layer0.log").read_text()

@@ -208,7 +208,9 @@ def test_long_context_target_on_tiny_gpt2(tmp_path, tiny_gpt2_dir):
     res = _snakemake(wd, cfg, "figures/tables/tiny-gpt2/long_context.md")
     assert res.returncode == 0, res.stderr[-4000:]
     units = pd.read_csv(wd / "data/long_context/tiny-gpt2/units.csv")
-    assert len(units) == 2 * 2 * 2 * 2 and set(units["n_tokens"]) == {8, 60} and set(units["mode"]) == {"fixed", "varying"}
+    assert (
+        len(units) == 2 * 2 * 2 * 2 and set(units["n_tokens"]) == {8, 60} and set(units["mode"]) == {"fixed", "varying"}
+    )
     assert (units["status"] == "ok").all(), units[["status", "error"]].to_string()
     fixed = units[units["mode"] == "fixed"]
     assert (fixed["second_order"] >= fixed["exact_hi"] - 1e-9 * (1 + fixed["value_spread"].abs())).all()
@@ -243,7 +245,7 @@ def test_a_damaged_layer_is_regenerated_alone_and_leaves_no_sidecar_behind(tmp_p
     failed = _snakemake(wd, cfg, *targets, extra=("--keep-going",))
     out = failed.stdout + failed.stderr
     fix = "snakemake --cores all data/extract/tiny-gpt2/layer0.npz --forcerun extract"
-    assert failed.returncode != 0 and f"layer0.npz is corrupted (200 bytes" in out and fix in out, out[-3000:]
+    assert failed.returncode != 0 and "layer0.npz is corrupted (200 bytes" in out and fix in out, out[-3000:]
     assert not (wd / "data/certify/tiny-gpt2/layer0.csv").exists()
     orphans = [p for p in (wd / "data").rglob("*.*.json") if not p.with_name(p.name[:-5]).exists()]
     assert orphans == [], orphans

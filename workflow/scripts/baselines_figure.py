@@ -13,6 +13,8 @@ start_job_log(sm.log[0])
 expect_model_of(sm.params)
 base = load_tables(sm.input.baselines)
 label = grid_label(base.drop(columns=["method"]).drop_duplicates(), model_label(sm.params.model))
-figure_gap_vs_radius(merge(base, load_tables(sm.input.cert)), label, sm.output.pdf, claims=claim_dicts(sm.input.claims, "paper_a"))
+figure_gap_vs_radius(
+    merge(base, load_tables(sm.input.cert)), label, sm.output.pdf, claims=claim_dicts(sm.input.claims, "paper_a")
+)
 for out in sm.output:
     write_sidecar(out, provenance(sm.params, stage="baselines_figure", grid=label))

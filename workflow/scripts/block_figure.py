@@ -15,4 +15,6 @@ df = report.derive(pd.read_csv(verify_intermediate(sm.input.units)))
 figures.draw(sm.wildcards.block_figure, df, sm.params.block, claim_dicts(sm.input.claims, "paper_a"), sm.output.pdf,
              sm.output.png)
 for out in sm.output:
-    write_sidecar(out, provenance(sm.params, stage=f"block_figure:{sm.wildcards.block_figure}", grid=report.grid_label(df)))
+    write_sidecar(
+        out, provenance(sm.params, stage=f"block_figure:{sm.wildcards.block_figure}", grid=report.grid_label(df))
+    )

@@ -15,9 +15,16 @@ block = sm.params.block
 df = report.derive(pd.read_csv(verify_intermediate(sm.input.units)))
 label = report.grid_label(df)
 r_ref, _ = report.at_reference(df, block)
-report.write_table(report.summary_table(df), sm.output.summary, sm.output.summary_md, f"Block residual per radius — {label}",
-                   ["Spearman ρ: CROWN looseness vs predicted looseness over the units at that radius (scipy.stats.spearmanr).",
-                    "second_order_dev = ascent max / best-found second-order maximum − 1; crown_ge_ascent counts sound rows."])
+report.write_table(
+    report.summary_table(df),
+    sm.output.summary,
+    sm.output.summary_md,
+    f"Block residual per radius — {label}",
+    [
+        "Spearman ρ: CROWN looseness vs predicted looseness over the units at that radius (scipy.stats.spearmanr).",
+        "second_order_dev = ascent max / best-found second-order maximum − 1; crown_ge_ascent counts sound rows.",
+    ],
+)
 report.write_table(report.paper_table(df, block, claim_dicts(sm.input.claims, "paper_a")), sm.output.paper,
                    sm.output.paper_md, f"Paper A block residual experiment (GPT-2 small) vs ours — {label}",
                    ["Paper values from data/paper_claims.yaml (paper_a, block_*). Ours: this run; embedded-model "

@@ -13,4 +13,6 @@ expect_model_of(sm.params)
 figures.draw(sm.wildcards.certify_figure, load_tables(sm.input.tables), model_label(sm.params.model), sm.output.pdf,
              claims=claim_dicts(sm.input.claims, "paper_a"))
 for out in sm.output:
-    write_sidecar(out, provenance(sm.params, stage=f"certify_figure:{sm.wildcards.certify_figure}", inputs=list(sm.input.tables)))
+    write_sidecar(
+        out, provenance(sm.params, stage=f"certify_figure:{sm.wildcards.certify_figure}", inputs=list(sm.input.tables))
+    )

@@ -12,7 +12,9 @@ from attncert.model.model_source import model_label
 sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
 expect_model_of(sm.params)
-label, measured, n_violations = write_stage_tables(load_tables(sm.input.tables), model_label(sm.params.model), sm.output)
+label, measured, n_violations = write_stage_tables(
+    load_tables(sm.input.tables), model_label(sm.params.model), sm.output
+)
 write_measured(sm.output.measured, measured, label)
 if n_violations:
     print(f"attncert: {n_violations} SOUNDNESS VIOLATIONS, see {sm.output.violations}", file=sys.stderr)

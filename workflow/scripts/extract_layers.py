@@ -21,7 +21,9 @@ token_ids = tokenize_prompts(loaded.tokenizer, prompts, p.max_tokens)
 logging.info("model %s (%s) from %s; token ids %s", p.model["name"], loaded.family, loaded.resolved, token_ids.shape)
 n_layers = loaded.model.config.num_hidden_layers
 if L >= n_layers:
-    sys.exit(f"attncert: config key 'layers': index {L} out of range, the model has {n_layers}; fix: use 0..{n_layers - 1}")
+    sys.exit(
+        f"attncert: config key 'layers': index {L} out of range, the model has {n_layers}; fix: use 0..{n_layers - 1}"
+    )
 arrays = extract_layers(loaded.model, loaded.family, token_ids, [L])[L]
 with atomic_path(sm.output.npz) as tmp:
     with open(tmp, "wb") as fh:

@@ -17,8 +17,9 @@ torch.set_num_threads(sm.threads)
 arrays = load_layer(sm.input.npz)
 problems = long_context_problems(arrays, int(p.layer), list(p.lengths), list(p.heads), p.query_position,
                                  list(p.radii), list(p.norms), int(p.spec_seed), list(p.modes))
-df, entries, pool = certify_long_context(problems, ascent_restarts=p.ascent_restarts, ascent_steps=p.ascent_steps, seed=p.seed,
-                          tight=p.tight)
+df, entries, pool = certify_long_context(
+    problems, ascent_restarts=p.ascent_restarts, ascent_steps=p.ascent_steps, seed=p.seed, tight=p.tight
+)
 with atomic_path(sm.output.csv) as tmp:
     df.to_csv(tmp, index=False, float_format="%.17g")
 write_certificates(sm.output.certificates, entries, pool)

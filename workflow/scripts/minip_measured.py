@@ -18,9 +18,11 @@ start_job_log(sm.log[0])
 runs = pd.read_csv(verify_intermediate(sm.input.sweep))
 bound = json.loads(verify_intermediate(sm.input.bound).read_text())
 constructions = pd.read_csv(verify_intermediate(sm.input.constructions))
-grid = (f"Min-IP default sweep: witness suite ({bound['family_size']} inputs, {bound['bits']}-bit), "
-        f"random pools m ∈ {sorted(runs.loc[runs.setting != 'witness', 'bits'].dropna().unique().astype(int).tolist())}, "
-        f"{runs['seed'].nunique()} seeds")
+grid = (
+    f"Min-IP default sweep: witness suite ({bound['family_size']} inputs, {bound['bits']}-bit), "
+    f"random pools m ∈ {sorted(runs.loc[runs.setting != 'witness', 'bits'].dropna().unique().astype(int).tolist())}, "
+    f"{runs['seed'].nunique()} seeds"
+)
 values = {**paper_measurements(runs, bound, sm.params.threshold), **construction_measurements(constructions, bound),
           **maxerr_measurements(runs, bound, constructions, list(sm.params.thresholds))}
 write_measured(sm.output[0], values, grid)

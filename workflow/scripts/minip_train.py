@@ -42,6 +42,15 @@ for seed, out_json in zip(seeds, sm.output.json):
     record["setting"] = setting
     logging.info("record %s", record)
     write_json(out_json, record)
-    write_sidecar(out_json, provenance(sm.params, stage="minip_train", model_id="minip",
-                                       seeds={"run": seed, **({"pool": run["scaling"]["pool_seed"]} if "scaling" in run else {})},
-                                       setting=setting, model=model, run_params=run))
+    write_sidecar(
+        out_json,
+        provenance(
+            sm.params,
+            stage="minip_train",
+            model_id="minip",
+            seeds={"run": seed, **({"pool": run["scaling"]["pool_seed"]} if "scaling" in run else {})},
+            setting=setting,
+            model=model,
+            run_params=run,
+        ),
+    )

@@ -38,8 +38,20 @@ from attncert.certify.certificate_store import CertificateFile
 from attncert.integrity.intermediate_check import IntermediateError, regenerate_command, verify_intermediate
 
 UNIT_COLUMNS = ["layer", "head", "prompt", "query_pos", "radius", "norm", "mode"]
-COLUMNS = ["table", "layer", "row", *UNIT_COLUMNS[1:], "length", "number", "reported", "status", "check", "margin", "reason",
-           "margins"]
+COLUMNS = [
+    "table",
+    "layer",
+    "row",
+    *UNIT_COLUMNS[1:],
+    "length",
+    "number",
+    "reported",
+    "status",
+    "check",
+    "margin",
+    "reason",
+    "margins",
+]
 STATUSES = ("pass", "fail", "not applicable", "not covered")
 BASELINE_NOTE = ("Baseline rows (IBP, CROWN, alpha-CROWN and their variants, `data/baselines/`) carry no certificate "
                  "of this kind: their bounds come from bound propagation in floating point, without a dual that a "
@@ -92,8 +104,10 @@ def audit_layer(root: Path, model: str, layer: int, rows: set[int] | None = None
         table_rows = list(csv.DictReader(fh))
     beyond = sorted(r for r in rows or () if r >= len(table_rows))
     if beyond:  # a selection is audited whole or not at all: a row it names that does not exist is an error
-        raise AuditInputError(f"--rows selects row {beyond[0]}{' and more' if len(beyond) > 1 else ''}, but {table} has "
-                              f"{len(table_rows)} rows; fix: choose rows in 0-{len(table_rows) - 1}")
+        raise AuditInputError(
+            f"--rows selects row {beyond[0]}{' and more' if len(beyond) > 1 else ''}, but {table} has "
+            f"{len(table_rows)} rows; fix: choose rows in 0-{len(table_rows) - 1}"
+        )
     expect = coverage.expect if coverage else Expect()
     out = [] if coverage is None or rows is not None else completeness_records(table_rows, coverage, layer, files)
     try:
@@ -134,7 +148,9 @@ def summary_markdown(records: list[dict], model: str, seconds: float, layers: li
                                                                                (NUMBERS + (k[1],)).index(k[1])))
     for t, k in keys:
         lines.append(f"| {t} | {k} | " + " | ".join(str(by[(t, k, s)]) for s in STATUSES) + " |")
-    lines.append("| **all** | | " + " | ".join(str(sum(1 for r in records if r["status"] == s)) for s in STATUSES) + " |")
+    lines.append(
+        "| **all** | | " + " | ".join(str(sum(1 for r in records if r["status"] == s)) for s in STATUSES) + " |"
+    )
     checks = Counter((r["table"], r["number"], r["check"]) for r in records if r["status"] == "pass")
     if checks:
         lines += ["", "Passes per check:", ""]

@@ -170,6 +170,12 @@ def _check(s0, w0, u_s, u_w, radius, norm, hi, x0) -> ExactUpperCheck:
     f_up = float((F * unit).upper().mid())
     margin = -f_up / size if size > 0 and np.isfinite(f_up) else float("nan")
     passed = bool(F < 0)
-    reason = "" if passed else (f"F(hi) not certified < 0: upper end {f_up:.3e} e^scale (relative to the terms {-margin:.2e})"
-                                + "".join(f"; {note}" for note in notes[:3]))
+    reason = (
+        ""
+        if passed
+        else (
+            f"F(hi) not certified < 0: upper end {f_up:.3e} e^scale (relative to the terms {-margin:.2e})"
+            + "".join(f"; {note}" for note in notes[:3])
+        )
+    )
     return ExactUpperCheck(passed, f_up, C + K, margin, reason, n_pos)

@@ -8,7 +8,8 @@ the pipeline's loaders, which import torch).
 With q0 = z_i W_Q + b_Q (the nominal query), in exact real arithmetic on the float64 data:
 
     u_s = W_K q0 / sqrt(d_h),   s0_j = z_j . u_s + b_K . q0 / sqrt(d_h)      (score of key j; s_j = s0_j + u_s.delta_j)
-    u_w = W_V c,                w0_j = z_j . u_w + b_V . c                   (value of token j; w_j = w0_j + u_w.delta_j)
+    u_w = W_V c,                w0_j = z_j . u_w + b_V . c                   (value of token j; w_j = w0_j +
+    u_w.delta_j)
 
 `HeadEnclosure` holds flint `arb` balls that contain these exact numbers (precision `PREC` bits; a float64
 converts exactly). Products go through `arb_mat` (each entry a ball; the enclosure is rigorous).

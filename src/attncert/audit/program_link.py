@@ -9,8 +9,10 @@ token. The check has two parts:
    shift = max_j (s0_j + eps_s,j), the kept tokens and the tail of `ReducedGeometry.kept_tokens`, A = (s0 - shift),
    w0, eps_s, eps_w on the kept tokens, the same R_s, R_w and radius (bit for bit: the same float operations);
    g0, rho_w and rho_o are free (any origin and positive units give the same relaxation);
-2. the builder (`certify.second_order.fixed_query.program`, the facets of `certify.second_order.relaxation.facets`, canonicalized by
-   cvxpy through `certify.second_order.dual_bound.compiled`) rebuilds (c, A, b, cones, lo, hi) from these inputs, and the
+2. the builder (`certify.second_order.fixed_query.program`, the facets of `certify.second_order.relaxation.facets`,
+canonicalized by
+   cvxpy through `certify.second_order.dual_bound.compiled`) rebuilds (c, A, b, cones, lo, hi) from these inputs, and
+   the
    result equals the stored program bit for bit.
 
 A varying-query (factored) certificate records the fields of `VaryingData` before its negligible tokens are
@@ -55,7 +57,11 @@ from attncert.certify.second_order.varying_query.data import VaryingData, start_
 from attncert.certify.second_order.varying_query.program import (build_factored_program, factored_box,
                                                                     set_factored_parameters)
 from attncert.certify.second_order.varying_query.long_program import build_long_program
-from attncert.certify.second_order.varying_query.unfactored_program import build_varying_program, set_varying_parameters, varying_box
+from attncert.certify.second_order.varying_query.unfactored_program import (
+    build_varying_program,
+    set_varying_parameters,
+    varying_box,
+)
 from attncert.head.projected_ball import projected_ball
 from attncert.head.reduced_geometry import ReducedGeometry
 from attncert.head.rounding import gamma
@@ -91,7 +97,11 @@ def rebuild_fixed(build: dict, red: dict, norm_row: str) -> tuple[dict | None, t
     cannot be read."""
     n, norm, K, upper_cone, mono, deviation = json.loads(str(build["key"]))
     if norm != norm_row or int(n) != np.asarray(build["A"]).size:
-        return None, (), f"build key for n = {n}, {norm}; the row's unit has n = {np.asarray(build['A']).size}, {norm_row}"
+        return (
+            None,
+            (),
+            f"build key for n = {n}, {norm}; the row's unit has n = {np.asarray(build['A']).size}, {norm_row}",
+        )
     D = FixedRelaxationData(A=build["A"], w0=build["w0"], g0=float(build["g0"]), eps_s=build["eps_s"],
                             eps_w=build["eps_w"], u_s=red["u_s"], u_w=red["u_w"], R_s=float(build["R_s"]),
                             R_w=float(build["R_w"]), rho_w=float(build["rho_w"]), rho_o=float(build["rho_o"]),
@@ -116,7 +126,11 @@ def rebuild_varying(build: dict, red: dict, norm_row: str, path: str, d_unit: in
     key = json.loads(str(build["key"]))
     n, d, norm = int(key[0]), int(key[1]), key[2]
     if norm != norm_row or D.n != n or d != d_unit or D.d != d_unit:
-        return None, (), f"build key for n = {n}, d = {d}, {norm}; the row's unit has n = {D.n}, d = {d_unit}, {norm_row}"
+        return (
+            None,
+            (),
+            f"build key for n = {n}, d = {d}, {norm}; the row's unit has n = {D.n}, d = {d_unit}, {norm_row}",
+        )
     affine = (D.g0, D.rho_o, D.tail)
     if path == "varying_factored":
         K, mono, second, upper_cone = (int(key[3]), int(key[4]), bool(key[5]), bool(key[6]))
@@ -248,7 +262,9 @@ def varying_data_from_weights(build: dict, red: dict, head, radius: float, norm:
             diff = [arb(float(a)) - (pe - arb(float(pb))) for a, pe, pb in zip(p[j], p_exact[o], pbar)]
             reach = du_s + r * norm_bound(diff, norm)
         else:
-            diff = [arb(float(a)) - (us + pe - arb(float(pb))) for a, us, pe, pb in zip(u_q, head.u_s, p_exact[o], pbar)]
+            diff = [
+                arb(float(a)) - (us + pe - arb(float(pb))) for a, us, pe, pb in zip(u_q, head.u_s, p_exact[o], pbar)
+            ]
             reach = r * norm_bound(diff, norm)
         if _lower(arb(float(eps[j])) - abs(head.s0[o] - arb(float(A[j])) - arb(shift)) - reach) < 0:
             return f"varying data: score error bound of token {o} too small"

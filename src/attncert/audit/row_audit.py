@@ -161,9 +161,14 @@ def _audit_row(files: LayerFiles, row: dict, cert: dict, expect: Expect) -> list
     elif fo is None:
         out["first_order"] = _fail("first_order", values["first_order"], "certificate", "no stored first-order data")
     else:
-        out["first_order"] = _held([("intervals", *enclosure_margin(head, fo["l"], fo["u"], fo["W"], radius, norm, mode)),
-                                    ("greedy_lp", lp_margin(fo["l"], fo["u"], fo["W"], values["first_order"]), "")],
-                                   "first_order", values["first_order"])
+        out["first_order"] = _held(
+            [
+                ("intervals", *enclosure_margin(head, fo["l"], fo["u"], fo["W"], radius, norm, mode)),
+                ("greedy_lp", lp_margin(fo["l"], fo["u"], fo["W"], values["first_order"]), ""),
+            ],
+            "first_order",
+            values["first_order"],
+        )
 
     for name, wanted, key in (("second_order", expect.second_order, "certify.second_order"),
                               ("second_order_tight", expect.tight, "certify.tight")):
@@ -261,8 +266,15 @@ def _second_order(name: str, values: dict, stored: dict | None, first: Outcome, 
             return Outcome(name, value, "fail", "equals_first_order", margin, "below the first-order value")
         if first.status != "pass":
             return Outcome(name, value, "fail", f"first_order:{first.check}", first.margin, first.reason)
-        return Outcome(name, value, "pass", "first_order_bound", margin, "the first-order certificate (tie or fallback)",
-                       f"first_order_bound={margin:.3g}")
+        return Outcome(
+            name,
+            value,
+            "pass",
+            "first_order_bound",
+            margin,
+            "the first-order certificate (tie or fallback)",
+            f"first_order_bound={margin:.3g}",
+        )
     if kind not in ("dual", "support"):
         return _fail(name, value, "certificate", f"unknown certificate kind {kind!r}")
     if red is None:

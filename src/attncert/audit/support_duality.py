@@ -1,6 +1,7 @@
 """The bound of a support-function certificate (fixed query, long contexts), recomputed without a solver.
 
-The long-context path (`certify.second_order.fixed_query.separable`) bounds the relaxation of docs/certificate.md §4.1 from a
+The long-context path (`certify.second_order.fixed_query.separable`) bounds the relaxation of docs/certificate.md §4.1
+from a
 dual vector z of the token program (`token_program.build_program` without facets) through the exact support
 function of P. With X the set every lifted true point lies in (tau in [tau_lo, tau_hi]; per token
 0 <= lam_j <= tau, U_j in lam_j Phat, V_j in (tau - lam_j) Phat, 0 <= nu_j <= tau nubar_j;
@@ -77,7 +78,8 @@ def support_link(stored: dict, red: dict, radius: float, norm: str, mode: str) -
                             eps_w=build["eps_w"], u_s=red["u_s"], u_w=red["u_w"], R_s=float(build["R_s"]),
                             R_w=float(build["R_w"]), rho_w=float(build["rho_w"]), rho_o=float(build["rho_o"]),
                             radius=float(build["radius"]), norm=str(build["norm"]), tail=float(build["tail"]))
-    from attncert.certify.second_order.fixed_query.token_program import build_program  # the builder only: module docstring
+    # the builder only: module docstring
+    from attncert.certify.second_order.fixed_query.token_program import build_program
 
     prog = build_program(D, bool(upper_cone), int(mono))
     A = sp.csr_matrix(stored["A"])

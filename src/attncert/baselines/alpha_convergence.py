@@ -17,7 +17,9 @@ from __future__ import annotations
 import torch
 
 
-def stage_width(lo: torch.Tensor | None, up: torch.Tensor | None, floor: torch.Tensor | None, clip=None) -> torch.Tensor:
+def stage_width(
+    lo: torch.Tensor | None, up: torch.Tensor | None, floor: torch.Tensor | None, clip=None
+) -> torch.Tensor:
     """Width of the interval a stage hands on.
 
     Intermediate stages: w = min(up, u_IBP) - max(lo, l_IBP), clip = (l_IBP, u_IBP) the neuron's IBP

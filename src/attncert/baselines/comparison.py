@@ -123,11 +123,21 @@ def crown_vs_first_order(m: pd.DataFrame, method: str = PAPER_CROWN_METHOD) -> p
         r0 = g["radius"].min()
         g = g[np.isclose(g["radius"], r0)]
         both = g[(g["status"] == "ok") & g["upper"].notna() & g["first_order"].notna()]
-        rows.append({"mode": mode, "radius": r0, "method": method, "units": len(g), "compared": len(both),
-                     "share_below_first_order": float((both["upper"] < both["first_order"]).mean()) if len(both) else np.nan,
-                     "median_ratio_gap_to_first_order_gap": float(
-                         ((both["upper"] - both["reference"]) / (both["first_order"] - both["reference"])).median())
-                     if len(both) else np.nan})
+        rows.append(
+            {
+                "mode": mode,
+                "radius": r0,
+                "method": method,
+                "units": len(g),
+                "compared": len(both),
+                "share_below_first_order": float((both["upper"] < both["first_order"]).mean()) if len(both) else np.nan,
+                "median_ratio_gap_to_first_order_gap": float(
+                    ((both["upper"] - both["reference"]) / (both["first_order"] - both["reference"])).median()
+                )
+                if len(both)
+                else np.nan,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -170,8 +180,9 @@ def paper_measurements(table: pd.DataFrame, slopes: pd.DataFrame, head: pd.DataF
         "crown_slope_varying": float(sl.get(("varying", crown), np.nan)),
         "alpha_crown_slope_fixed": float(sl.get(("fixed", alpha), np.nan)),
         "alpha_crown_slope_varying": float(sl.get(("varying", alpha), np.nan)),
-        "cert_slope_fixed_baseline_grid": float(slopes.set_index(["mode", "method"])["median_slope_certificate"]
-                                                .get(("fixed", crown), np.nan)),
+        "cert_slope_fixed_baseline_grid": float(
+            slopes.set_index(["mode", "method"])["median_slope_certificate"].get(("fixed", crown), np.nan)
+        ),
         "crown_over_cert_fixed": span(rows("fixed", crown)["ratio_median"]),
         "crown_over_cert_varying_r0.001": one(rows("varying", crown, 0.001)["ratio_median"]),
         "crown_over_cert_varying_r0.01": one(rows("varying", crown, 0.01)["ratio_median"]),
@@ -190,10 +201,18 @@ def paper_measurements(table: pd.DataFrame, slopes: pd.DataFrame, head: pd.DataF
         "crown_mid_over_cert_varying_r0.001": one(rows("varying", "crown_mid", 0.001)["ratio_median"]),
         "crown_mid_over_cert_varying_r0.01": one(rows("varying", "crown_mid", 0.01)["ratio_median"]),
         "crown_lirpa_softmax_over_cert_fixed": span(rows("fixed", "crown_lirpa_softmax")["ratio_median"]),
-        "crown_lirpa_softmax_over_cert_varying_r0.001": one(rows("varying", "crown_lirpa_softmax", 0.001)["ratio_median"]),
-        "crown_lirpa_softmax_over_cert_varying_r0.01": one(rows("varying", "crown_lirpa_softmax", 0.01)["ratio_median"]),
-        "alpha_crown_last_layer_over_cert_varying_r0.001": one(rows("varying", "alpha_crown_last_layer", 0.001)["ratio_median"]),
-        "alpha_crown_last_layer_over_cert_varying_r0.01": one(rows("varying", "alpha_crown_last_layer", 0.01)["ratio_median"]),
+        "crown_lirpa_softmax_over_cert_varying_r0.001": one(
+            rows("varying", "crown_lirpa_softmax", 0.001)["ratio_median"]
+        ),
+        "crown_lirpa_softmax_over_cert_varying_r0.01": one(
+            rows("varying", "crown_lirpa_softmax", 0.01)["ratio_median"]
+        ),
+        "alpha_crown_last_layer_over_cert_varying_r0.001": one(
+            rows("varying", "alpha_crown_last_layer", 0.001)["ratio_median"]
+        ),
+        "alpha_crown_last_layer_over_cert_varying_r0.01": one(
+            rows("varying", "alpha_crown_last_layer", 0.01)["ratio_median"]
+        ),
     }
     if first_order is not None and len(first_order):
         fo = first_order[first_order["method"] == crown].set_index("mode")["share_below_first_order"]
@@ -222,17 +241,22 @@ def stage_report(base: pd.DataFrame, cert: pd.DataFrame, model: str) -> dict:
     unsound = base[base["status"].str.startswith("UNSOUND")]
     n_units = len(base.drop_duplicates(KEYS))
     method_lines = "\n".join(f"- `{k}`: {v}" for k, v in base.groupby("method")["label"].first().items())
-    md = [f"# Baselines vs the second-order certificate — {label}\n",
-          f"Methods (docs/baselines.md gives each one's auto_LiRPA counterpart):\n\n{method_lines}\n",
-          f"The paper's CROWN is compared with `{PAPER_CROWN_METHOD}`, its α-CROWN with `{PAPER_ALPHA_METHOD}`.\n",
-          "Ratio = baseline gap / certificate gap on the same unit (paper: GPT-2 small, query position 4).\n",
-          table.to_markdown(index=False, floatfmt=".3g"), "\n\n## Per-unit log-log slopes (medians)\n",
-          slopes.to_markdown(index=False, floatfmt=".3g"), "\n\n## Overall\n", head.to_markdown(index=False, floatfmt=".3g"),
-          "\n\n## CROWN vs the first-order certificate at the smallest radius\n",
-          first_order.to_markdown(index=False, floatfmt=".3g"),
-          f"\n\nSoundness: {len(unsound)} baseline bounds below an attained value (of {len(base)}).\n",
-          f"\nUnits lost: {len(lost)} (unit, method) rows without a bound, of {len(base)} "
-          f"({n_units} units × {base['method'].nunique()} methods).\n"]
+    md = [
+        f"# Baselines vs the second-order certificate — {label}\n",
+        f"Methods (docs/baselines.md gives each one's auto_LiRPA counterpart):\n\n{method_lines}\n",
+        f"The paper's CROWN is compared with `{PAPER_CROWN_METHOD}`, its α-CROWN with `{PAPER_ALPHA_METHOD}`.\n",
+        "Ratio = baseline gap / certificate gap on the same unit (paper: GPT-2 small, query position 4).\n",
+        table.to_markdown(index=False, floatfmt=".3g"),
+        "\n\n## Per-unit log-log slopes (medians)\n",
+        slopes.to_markdown(index=False, floatfmt=".3g"),
+        "\n\n## Overall\n",
+        head.to_markdown(index=False, floatfmt=".3g"),
+        "\n\n## CROWN vs the first-order certificate at the smallest radius\n",
+        first_order.to_markdown(index=False, floatfmt=".3g"),
+        f"\n\nSoundness: {len(unsound)} baseline bounds below an attained value (of {len(base)}).\n",
+        f"\nUnits lost: {len(lost)} (unit, method) rows without a bound, of {len(base)} "
+        f"({n_units} units × {base['method'].nunique()} methods).\n",
+    ]
     if len(lost):
         md.append(lost.to_markdown(index=False))
     measured = paper_measurements(table, slopes, head, first_order, lost, n_units)

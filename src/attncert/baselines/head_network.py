@@ -123,7 +123,9 @@ def _scores_varying(p: HeadProblem, reference: int | None = None) -> nn.Sequenti
     # s_k = sum_h p_{k,h} / sqrt(dh); t = M s
     Ssum = np.kron(np.eye(n), np.ones((1, dh))) / np.sqrt(dh)  # (n, n dh)
     M = _score_difference_matrix(n, reference)
-    return nn.Sequential(InputLinear(_t(W), _t(b), token_dim=d), BilinearProduct(exact_input=True), FixedLinear(_t(M @ Ssum)))
+    return nn.Sequential(
+        InputLinear(_t(W), _t(b), token_dim=d), BilinearProduct(exact_input=True), FixedLinear(_t(M @ Ssum))
+    )
 
 
 def _value_reads(p: HeadProblem, C: np.ndarray) -> InputLinear:

@@ -6,7 +6,8 @@ Public API:
     baseline_upper_bounds(problems, method) -> list[BaselineResult]     (batched; same results)
 
 method in METHODS = {"ibp", "crown", "crown_mid", "alpha_crown", "alpha_crown_last_layer",
-"crown_lirpa_softmax", "alpha_crown_last_layer_lirpa_softmax"}. `upper` is a sound upper bound on max g over the perturbation
+"crown_lirpa_softmax", "alpha_crown_last_layer_lirpa_softmax"}. `upper` is a sound upper bound on max g over the
+perturbation
 set of `problem` (for min g call it on `problem.negated()`). The head is the `bound_propagation`
 network of `head_network.py` on x = delta in R^{n d}, float64.
 
@@ -116,15 +117,19 @@ _LIRPA = "auto_LiRPA relaxations: one McCormick plane per side, exp tangent at m
 _LABELS = {
     "ibp": "IBP",
     "crown": f"CROWN ({_LIRPA}; {_SOFTMAX})",
-    "crown_mid": f"CROWN (mid plane: McCormick planes averaged, tangents at the midpoint, bound_propagation defaults; {_SOFTMAX})",
-    "alpha_crown": "alpha-CROWN (full: optimized intermediate bounds, per-objective slopes, best of {it} Adam steps/stage, "
-                   f"started at the {_LIRPA.split(':')[0]}; {_SOFTMAX})",
-    "alpha_crown_last_layer": "alpha-CROWN (last layer only: CROWN intermediate bounds, per-objective slopes, best of {it} "
-                              f"Adam steps, started at the {_LIRPA.split(':')[0]}; {_SOFTMAX})",
+    "crown_mid": f"CROWN (mid plane: McCormick planes averaged, tangents at the midpoint, bound_propagation defaults; "
+                 f"{_SOFTMAX})",
+    "alpha_crown": "alpha-CROWN (full: optimized intermediate bounds, per-objective slopes, best of {it} Adam "
+                   "steps/stage, "
+    f"started at the {_LIRPA.split(':')[0]}; {_SOFTMAX})",
+    "alpha_crown_last_layer": "alpha-CROWN (last layer only: CROWN intermediate bounds, per-objective slopes, best of "
+                              "{it} "
+    f"Adam steps, started at the {_LIRPA.split(':')[0]}; {_SOFTMAX})",
     "crown_lirpa_softmax": f"CROWN ({_LIRPA}; auto_LiRPA softmax graph exp(s_k - s_m)/sum, m = nominal argmax)",
-    "alpha_crown_last_layer_lirpa_softmax": "alpha-CROWN (last layer only: CROWN intermediate bounds, per-objective slopes, "
-                                            "best of {it} Adam steps, started at the auto_LiRPA relaxations; auto_LiRPA "
-                                            "softmax graph exp(s_k - s_m)/sum, m = nominal argmax)",
+    "alpha_crown_last_layer_lirpa_softmax": "alpha-CROWN (last layer only: CROWN intermediate bounds, per-objective "
+                                            "slopes, "
+    "best of {it} Adam steps, started at the auto_LiRPA relaxations; auto_LiRPA "
+    "softmax graph exp(s_k - s_m)/sum, m = nominal argmax)",
 }
 
 

@@ -333,7 +333,6 @@ def certify_transition(tr: BlockTransition, C, g0, grad, radii, pieces: int = 8,
     dev_parts = deviation(G, lam0, Lam)
     dev = sum(dev_parts.values()) + h_round.unsqueeze(0)                  # (B, m)
     w = torch.as_tensor(integration_weights(K), dtype=DTYPE)
-    dev_int = inflate((dev[1:].reshape(R, K, -1) * w.view(1, K, 1)).sum(1)).T    # (m, R)
     e0 = gv.e[0]                                                            # (m,) rounding of g(0)
     a0 = gv.a[0]                                                            # (m,) rounding of grad g(0)
     r_t = torch.as_tensor(radii * (1 + 4 * U), dtype=DTYPE)

@@ -53,8 +53,10 @@ def grid_label(df: pd.DataFrame) -> str:
     n_t, n_h = df["transition"].nunique(), df["head"].nunique()
     units = df.groupby(["transition", "head"]).ngroups
     radii = ", ".join(f"{r:g}" for r in sorted(df["radius"].unique()))
-    return (f"{model} ({family}): {n_t} transitions × {n_h} heads = {units} units; prompt {df['prompt'].iloc[0]}, "
-            f"query position {df['position'].iloc[0]}; query token's residual stream perturbed, l∞ box, r ∈ {{{radii}}}")
+    return (
+        f"{model} ({family}): {n_t} transitions × {n_h} heads = {units} units; prompt {df['prompt'].iloc[0]}, "
+        f"query position {df['position'].iloc[0]}; query token's residual stream perturbed, l∞ box, r ∈ {{{radii}}}"
+    )
 
 
 def rho(x, y) -> tuple[float, float, int]:
@@ -80,7 +82,13 @@ def at_reference(df: pd.DataFrame, block: dict):
 def write_table(df: pd.DataFrame, csv_path: str, md_path: str, title: str, notes: list[str]) -> None:
     with atomic_path(csv_path) as tmp:
         df.to_csv(tmp, index=False)
-    md = f"# {title}\n\n" + df.to_markdown(index=False, floatfmt=".4g") + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+    md = (
+        f"# {title}\n\n"
+        + df.to_markdown(index=False, floatfmt=".4g")
+        + "\n\n"
+        + "\n".join(f"- {n}" for n in notes)
+        + "\n"
+    )
     with atomic_path(md_path) as tmp:
         tmp.write_text(md)
 
@@ -135,37 +143,91 @@ def paper_table(df: pd.DataFrame, block: dict, claims: list) -> pd.DataFrame:
     sound = int((df["crown_upper"] >= df["ascent_max"]).sum())
     sm1 = claim(claims, "block_softmax_one_op")
     rows = [
-        ("units (transitions × heads)", fmt_claim(claim(claims, "block_units")),
-         f"{units} ({ref['transition'].nunique()} × {ref['head'].nunique()})", "one unit = (transition l -> l+1, head of block l+1)"),
-        (f"|ascent max / second-order term - 1|, r ≤ {r_ref:g}", fmt_claim(claim(claims, "block_second_order_match")),
-         f"{dev.min():.2g}–{dev.max():.2g} (median {dev.median():.2g})", "second-order term = best-found box maximum of 1/2 δᵀHδ"),
-        (f"CROWN bound / per-op sum, r ≤ {r_ref:g}", fmt_claim(claim(claims, "block_crown_over_perop")),
-         spread(small["crown_over_perop"]), "per radius: figures/tables/<model>/block_summary.md"),
-        ("Spearman ρ, CROWN vs predicted looseness, subset", fmt_claim(claim(claims, "block_spearman_subset")) + " (96 units)",
-         f"{rsub:.3f} (p = {psub:.2g}, {nsub} units)",
-         f"subset: |ascent/second-order - 1| ≤ {block['second_order_tolerance']:g} at r = {r_ref:g}"),
-        ("Spearman ρ, all units", fmt_claim(claim(claims, "block_spearman_all")) + " (132 units)",
-         f"{ra:.3f} (p = {pa:.2g}, {na} units)", f"at r = {r_ref:g}"),
-        ("predicted looseness (per-op sum / joint maximum)", fmt_claim(claim(claims, "block_predicted_looseness")),
-         spread(ref["predicted_looseness"]), "radius independent (both scale as r²)"),
-        ("effective rank of the curvature", fmt_claim(claim(claims, "block_effective_rank")),
-         spread(ref["effective_rank"]), f"participation ratio (Σ|μ|)²/Σμ² over the eigenvalues of H, d = {int(df['d'].iloc[0])} coordinates"),
-        ("  … as exp(spectral entropy)", "(definition not stated)", spread(ref["entropy_rank"]) if "entropy_rank" in ref else "n/a",
-         "exp(−Σ p log p), p = |μ| / Σ|μ|"),
-        ("  … as stable rank", "(definition not stated)", spread(ref["stable_rank"]) if "stable_rank" in ref else "n/a",
-         "‖H‖_F² / ‖H‖₂²"),
-        ("per-op sum ratio, softmax as one op", fmt_claim(sm1),
-         f"{ref['softmax_ratio'].min():.3g}–{ref['softmax_ratio'].max():.3g} (median {ref['softmax_ratio'].median():.3g})",
-         "exps + reciprocals of a head merged into one softmax operation"),
-        ("Spearman ρ with softmax as one op (subset / all)", sm1.get("sentence", "n/a"),
-         f"{rss:.3f} (p = {pss:.2g}) / {rsa:.3f} (p = {psa:.2g})", f"at r = {r_ref:g}"),
-        ("joint second-order maximum: SDP-dual upper bound / best found", "n/a (paper: exact second-order term)",
-         spread(ref["upper_over_best"]), "brackets the NP-hard box maximum of 1/2 δᵀHδ; not covered by attncert audit"),
-        (f"CROWN bound / CROWN leading order (r = {sorted(df['radius'].unique())[0]:g})", "n/a",
-         spread(df.loc[np.isclose(df["radius"], sorted(df["radius"].unique())[0]), "crown_over_leading_order"]),
-         "leading order: Σ unary M_n + Σ products |λ| ‖j_x‖₁‖j_y‖₁ (docs/block_residual.md §5)"),
-        ("CROWN bound ≥ ascent maximum", "every unit (sound)", f"{sound} of {len(df)} (unit, radius) rows",
-         "CROWN via bound_propagation 0.4.7, float64, rounding margin added"),
+        (
+            "units (transitions × heads)",
+            fmt_claim(claim(claims, "block_units")),
+            f"{units} ({ref['transition'].nunique()} × {ref['head'].nunique()})",
+            "one unit = (transition l -> l+1, head of block l+1)",
+        ),
+        (
+            f"|ascent max / second-order term - 1|, r ≤ {r_ref:g}",
+            fmt_claim(claim(claims, "block_second_order_match")),
+            f"{dev.min():.2g}–{dev.max():.2g} (median {dev.median():.2g})",
+            "second-order term = best-found box maximum of 1/2 δᵀHδ",
+        ),
+        (
+            f"CROWN bound / per-op sum, r ≤ {r_ref:g}",
+            fmt_claim(claim(claims, "block_crown_over_perop")),
+            spread(small["crown_over_perop"]),
+            "per radius: figures/tables/<model>/block_summary.md",
+        ),
+        (
+            "Spearman ρ, CROWN vs predicted looseness, subset",
+            fmt_claim(claim(claims, "block_spearman_subset")) + " (96 units)",
+            f"{rsub:.3f} (p = {psub:.2g}, {nsub} units)",
+            f"subset: |ascent/second-order - 1| ≤ {block['second_order_tolerance']:g} at r = {r_ref:g}",
+        ),
+        (
+            "Spearman ρ, all units",
+            fmt_claim(claim(claims, "block_spearman_all")) + " (132 units)",
+            f"{ra:.3f} (p = {pa:.2g}, {na} units)",
+            f"at r = {r_ref:g}",
+        ),
+        (
+            "predicted looseness (per-op sum / joint maximum)",
+            fmt_claim(claim(claims, "block_predicted_looseness")),
+            spread(ref["predicted_looseness"]),
+            "radius independent (both scale as r²)",
+        ),
+        (
+            "effective rank of the curvature",
+            fmt_claim(claim(claims, "block_effective_rank")),
+            spread(ref["effective_rank"]),
+            f"participation ratio (Σ|μ|)²/Σμ² over the eigenvalues of H, d = {int(df['d'].iloc[0])} coordinates",
+        ),
+        (
+            "  … as exp(spectral entropy)",
+            "(definition not stated)",
+            spread(ref["entropy_rank"]) if "entropy_rank" in ref else "n/a",
+            "exp(−Σ p log p), p = |μ| / Σ|μ|",
+        ),
+        (
+            "  … as stable rank",
+            "(definition not stated)",
+            spread(ref["stable_rank"]) if "stable_rank" in ref else "n/a",
+            "‖H‖_F² / ‖H‖₂²",
+        ),
+        (
+            "per-op sum ratio, softmax as one op",
+            fmt_claim(sm1),
+            f"{ref['softmax_ratio'].min():.3g}–{ref['softmax_ratio'].max():.3g} (median "
+            f"{ref['softmax_ratio'].median():.3g})",
+            "exps + reciprocals of a head merged into one softmax operation",
+        ),
+        (
+            "Spearman ρ with softmax as one op (subset / all)",
+            sm1.get("sentence", "n/a"),
+            f"{rss:.3f} (p = {pss:.2g}) / {rsa:.3f} (p = {psa:.2g})",
+            f"at r = {r_ref:g}",
+        ),
+        (
+            "joint second-order maximum: SDP-dual upper bound / best found",
+            "n/a (paper: exact second-order term)",
+            spread(ref["upper_over_best"]),
+            "brackets the NP-hard box maximum of 1/2 δᵀHδ; not covered by attncert audit",
+        ),
+        (
+            f"CROWN bound / CROWN leading order (r = {sorted(df['radius'].unique())[0]:g})",
+            "n/a",
+            spread(df.loc[np.isclose(df["radius"], sorted(df["radius"].unique())[0]), "crown_over_leading_order"]),
+            "leading order: Σ unary M_n + Σ products |λ| ‖j_x‖₁‖j_y‖₁ (docs/block_residual.md §5)",
+        ),
+        (
+            "CROWN bound ≥ ascent maximum",
+            "every unit (sound)",
+            f"{sound} of {len(df)} (unit, radius) rows",
+            "CROWN via bound_propagation 0.4.7, float64, rounding margin added",
+        ),
     ]
     return pd.DataFrame(rows, columns=["quantity", "paper (GPT-2 small)", f"ours ({df['model'].iloc[0]})", "note"])
 

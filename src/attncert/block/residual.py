@@ -104,11 +104,16 @@ def curvature(tr: BlockTransition, C: torch.Tensor) -> Curvature:
         return specification_values(tr, C, zero, Tape(eps))
 
     adjoint = jacrev(g_eps)(eps0)
-    return Curvature(g0=g0, gradient=grad, hessian=H,
-                     jac={k: (tuple(t.detach() for t in v) if isinstance(v, tuple) else v.detach()) for k, v in jac.items()},
-                     z0={k: (tuple(t.detach() for t in v) if isinstance(v, tuple) else v.detach()) for k, v in z0.items()},
-                     adjoint={k: v.detach() for k, v in adjoint.items()},
-                     scores_jac=sjac.detach(), scores0=s0.detach())
+    return Curvature(
+        g0=g0,
+        gradient=grad,
+        hessian=H,
+        jac={k: (tuple(t.detach() for t in v) if isinstance(v, tuple) else v.detach()) for k, v in jac.items()},
+        z0={k: (tuple(t.detach() for t in v) if isinstance(v, tuple) else v.detach()) for k, v in z0.items()},
+        adjoint={k: v.detach() for k, v in adjoint.items()},
+        scores_jac=sjac.detach(),
+        scores0=s0.detach(),
+    )
 
 
 def second_derivatives(tr: BlockTransition, cv: Curvature) -> dict:

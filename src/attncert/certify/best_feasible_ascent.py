@@ -81,7 +81,11 @@ class _TorchHead:
     def __call__(self, delta: torch.Tensor) -> torch.Tensor:
         Z = self.Z0 + delta
         if not self.fused:
-            q = self.q0.expand(Z.shape[0], -1) if self.p.mode == "fixed" else Z[:, self.p.query_index] @ self.WQ + self.bQ
+            q = (
+                self.q0.expand(Z.shape[0], -1)
+                if self.p.mode == "fixed"
+                else Z[:, self.p.query_index] @ self.WQ + self.bQ
+            )
             s = torch.einsum("bnh,bh->bn", Z @ self.WK + self.bK, q) / self.sq
             w = (Z @ self.WV + self.bV) @ self.c
             return (torch.softmax(s, dim=1) * w).sum(1)

@@ -173,11 +173,21 @@ def _dual_arrays(cert, pool: RowPool) -> dict:
     if getattr(cert, "kind", "dual") == "support":
         return _support_arrays(cert, pool)
     dims = cert.dims
-    return {**_construction_arrays(cert.construction, pool),"kind": np.array("dual"), "c": cert.c, "A_rows": pool.add(cert.A),
-            "A_shape": np.asarray(cert.A.shape, dtype=np.int64), "b": cert.b,
-            "dims": np.asarray([dims["zero"], dims["nonneg"], dims["exp"], *dims["soc"]], dtype=np.int64),
-            "lo": cert.lo, "hi": cert.hi, "z": cert.z, "data_rel_err": np.float64(cert.data_rel_err),
-            "bound": np.float64(cert.bound), "affine": np.asarray(cert.affine, dtype=np.float64)}
+    return {
+        **_construction_arrays(cert.construction, pool),
+        "kind": np.array("dual"),
+        "c": cert.c,
+        "A_rows": pool.add(cert.A),
+        "A_shape": np.asarray(cert.A.shape, dtype=np.int64),
+        "b": cert.b,
+        "dims": np.asarray([dims["zero"], dims["nonneg"], dims["exp"], *dims["soc"]], dtype=np.int64),
+        "lo": cert.lo,
+        "hi": cert.hi,
+        "z": cert.z,
+        "data_rel_err": np.float64(cert.data_rel_err),
+        "bound": np.float64(cert.bound),
+        "affine": np.asarray(cert.affine, dtype=np.float64),
+    }
 
 
 def flatten(row: int, unit: dict, certificates: dict, pool: RowPool) -> dict[str, np.ndarray]:

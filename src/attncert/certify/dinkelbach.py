@@ -13,7 +13,8 @@ t* < t and lowers the bracket's upper end t_hi. Newton converges superlinearly n
 crawl far from it (F is a sum of exponentials: the gains stay about constant); when a Newton step gains
 more than half the previous gain and less than a quarter of the bracket, the next probe is the middle
 of [t_lo, t_hi] (bisection safeguard); so is it when a Newton step proves F(t_lo) > 0 but the better
-point's value rounds to t_lo (its gain is below one ulp of t_lo). The loop stops when the bracket is narrower than `tol`, or when a
+point's value rounds to t_lo (its gain is below one ulp of t_lo). The loop stops when the bracket is narrower than
+`tol`, or when a
 Newton step from t_lo gains at most `tol` (F(t_lo) <= 0 up to rounding: t_lo is the optimum).
 """
 from __future__ import annotations

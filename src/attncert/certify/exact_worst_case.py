@@ -51,7 +51,8 @@ Certified bracket.
   i.e. g* < hi. F_up covers
   (i) data error: the computed s0_j, w0_j, u_s, u_w (extended precision, `fixed_query_reduction`) and the
       computed boundary of P (`geometry_error`) differ from exact ones by at most
-      eps_s,j = err_s0_j + r ||err_us||_* + geom_s (scores) and eps_w,j likewise (values). For any exact point (s, w) there is a computed one
+      eps_s,j = err_s0_j + r ||err_us||_* + geom_s (scores) and eps_w,j likewise (values). For any exact point (s, w)
+      there is a computed one
       (s', w') with e^s (w - t) <= e^{s'} (w' - t + kappa_j), kappa_j = eps_w + 2 eps_s (M_j + eps_w),
       M_j = |w0_j - t| + R_w. So h_j^exact(t) <= h_j^computed(t - kappa_j): the per-token maxima are
       evaluated with w0_j shifted up by kappa_j.
@@ -64,7 +65,8 @@ Certified bracket.
       operations. Since v -> v + 2 rho |v| is increasing, the inflated computed maximum bounds the
       exact maximum of all candidates. Stationary points with computed lam* in [-eta, 1 + eta]
       (eta = 1e-9 + 8u(|b|/|dw| + 1/ds + 1) > the rounding error of lam*) use the unconstrained line
-      maximum, which can only overestimate; outside that window the exact lam* is outside [0, 1]. For the ellipse every cell bound is
+      maximum, which can only overestimate; outside that window the exact lam* is outside [0, 1]. For the ellipse every
+      cell bound is
       inflated at its own expansion point (relative rho_j, plus cos/sin error gamma_16 E (|b|+|p|+|q|)
       times the Taylor factors). The margins are thus relative to the value at the point, not to the
       largest score: no e^{2 R_s} blow-up.

@@ -57,7 +57,9 @@ def substitution_vs_enumeration(instances: int, seed: int) -> dict:
         n = int(rng.integers(1, 5))
         P = random_head_problem(rng, d=int(rng.integers(1, 6)), d_head=int(rng.integers(1, 4)), n=n, mode=mode,
                                 scale=float(rng.uniform(0.3, 2.5)))
-        cands = [P.Z0[j] + rng.standard_normal((int(rng.integers(1, 5)), P.d)) * rng.uniform(0.1, 1.5) for j in range(n)]
+        cands = [
+            P.Z0[j] + rng.standard_normal((int(rng.integers(1, 5)), P.d)) * rng.uniform(0.1, 1.5) for j in range(n)
+        ]
         vals = [P.value(np.stack([cands[j][c] for j, c in enumerate(ch)]))
                 for ch in itertools.product(*[range(len(c)) for c in cands])]
         spread = max(vals) - min(vals)

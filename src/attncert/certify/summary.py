@@ -18,21 +18,33 @@ def summary_table(df: pd.DataFrame, model: str, slope_max_radius: float = 0.005)
     g = add_gaps(df)
     rows = []
     for (mode, r), sub in g.groupby(["mode", "radius"]):
-        row = {"model": model, "mode": mode, "radius": r, "units": len(sub),
-               "median_rel_gap_first": sub["rel_gap_first_order"].median(),
-               "median_rel_gap_second": sub["rel_gap_second_order"].median(),
-               "max_rel_gap_second": sub["rel_gap_second_order"].max(),
-               "share_within_10pct": (sub["rel_gap_second_order"] <= 0.10).mean(),
-               "share_within_1pct": (sub["rel_gap_second_order"] <= 0.01).mean(),
-               "max_gap_over_secant": (sub["gap_second_order"] / sub["secant_bound"]).max() if mode == "fixed" else np.nan,
-               "median_bracket_over_movement": ((sub["exact_hi"] - sub["exact_lo"]) / sub["movement"]).median()
-               if mode == "fixed" else np.nan,
-               "median_t_exact_s": sub["t_exact_s"].median(), "median_t_first_s": sub["t_first_s"].median(),
-               "median_t_second_s": sub["t_second_s"].median(),
-               **({"median_rel_gap_tight": sub["rel_gap_second_order_tight"].median(),
-                   "median_t_second_tight_s": sub["t_second_tight_s"].median()}
-                  if "rel_gap_second_order_tight" in sub else {}),
-               "status_not_ok": int((sub["status"] != "ok").sum())}
+        row = {
+            "model": model,
+            "mode": mode,
+            "radius": r,
+            "units": len(sub),
+            "median_rel_gap_first": sub["rel_gap_first_order"].median(),
+            "median_rel_gap_second": sub["rel_gap_second_order"].median(),
+            "max_rel_gap_second": sub["rel_gap_second_order"].max(),
+            "share_within_10pct": (sub["rel_gap_second_order"] <= 0.10).mean(),
+            "share_within_1pct": (sub["rel_gap_second_order"] <= 0.01).mean(),
+            "max_gap_over_secant": (sub["gap_second_order"] / sub["secant_bound"]).max() if mode == "fixed" else np.nan,
+            "median_bracket_over_movement": ((sub["exact_hi"] - sub["exact_lo"]) / sub["movement"]).median()
+            if mode == "fixed"
+            else np.nan,
+            "median_t_exact_s": sub["t_exact_s"].median(),
+            "median_t_first_s": sub["t_first_s"].median(),
+            "median_t_second_s": sub["t_second_s"].median(),
+            **(
+                {
+                    "median_rel_gap_tight": sub["rel_gap_second_order_tight"].median(),
+                    "median_t_second_tight_s": sub["t_second_tight_s"].median(),
+                }
+                if "rel_gap_second_order_tight" in sub
+                else {}
+            ),
+            "status_not_ok": int((sub["status"] != "ok").sum()),
+        }
         rows.append(row)
     table = pd.DataFrame(rows)
     slopes = []
@@ -102,7 +114,9 @@ def paper_measurements(df: pd.DataFrame, table: pd.DataFrame, slopes: pd.DataFra
         "certify_units": int(len(fixed)),  # one row per unit (layer, head, prompt, query position, radius, norm)
         "certify_units_pos4": int((fixed["query_pos"] == 4).sum()),
         "exact_bracket_width": float(width.max()),
-        "exact_bracket_median_vs_movement": float(((fixed["exact_hi"] - fixed["exact_lo"]) / fixed["movement"]).median()),
+        "exact_bracket_median_vs_movement": float(
+            ((fixed["exact_hi"] - fixed["exact_lo"]) / fixed["movement"]).median()
+        ),
         "second_order_rel_gap_r0.002": at("fixed", 0.002, "median_rel_gap_second"),
         "second_order_rel_gap_r0.02": at("fixed", 0.02, "median_rel_gap_second"),
         "second_order_slope": float(srow.loc["fixed", "slope_second"]) if "fixed" in srow.index else None,
@@ -126,7 +140,9 @@ def tight_measurements(g: pd.DataFrame, table: pd.DataFrame, srow: pd.DataFrame,
         "second_order_tight_rel_gap_r0.002": at("fixed", 0.002, "median_rel_gap_tight"),
         "second_order_tight_rel_gap_r0.02": at("fixed", 0.02, "median_rel_gap_tight"),
         "second_order_tight_slope": float(srow.loc["fixed", "slope_tight"]) if "fixed" in srow.index else None,
-        "second_order_tight_gap_over_secant_max": float((fixed["gap_second_order_tight"] / fixed["secant_bound"]).max()),
+        "second_order_tight_gap_over_secant_max": float(
+            (fixed["gap_second_order_tight"] / fixed["secant_bound"]).max()
+        ),
         "cert_tight_seconds_fixed": float(fixed["t_second_tight_s"].median()),
         "cert_tight_seconds_varying": float(g.loc[g["mode"] == "varying", "t_second_tight_s"].median()),
     }

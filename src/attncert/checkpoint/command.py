@@ -64,10 +64,13 @@ def request(a: argparse.Namespace) -> HeadRequest:
 def human(req: HeadRequest, p, res: dict) -> str:
     """The table `attncert certify` prints: one line of what was certified, then one value per line."""
     where = "embedded all-MiniLM-L6-v2" if Path(req.model_dir) == embedded_model_dir() else req.model_dir
-    lines = [f"{where} ({req.family}): layer {req.layer} head {req.head}, query token {req.query_position} of {p.n} attended, "
-             f"{req.norm} radius {req.radius:g}, {req.mode} query. Upper bounds on max g "
-             f"(exact_lo <= max g <= exact_hi for a fixed query):",
-             f"  {'nominal':19s} {res['nominal']:.10g}"]
+    lines = [
+        f"{where} ({req.family}): layer {req.layer} head {req.head}, query token {req.query_position} of {p.n} "
+        f"attended, "
+        f"{req.norm} radius {req.radius:g}, {req.mode} query. Upper bounds on max g "
+        f"(exact_lo <= max g <= exact_hi for a fixed query):",
+        f"  {'nominal':19s} {res['nominal']:.10g}",
+    ]
     for key in BOUNDS:
         value = res[key]
         if value is None:
@@ -76,7 +79,9 @@ def human(req: HeadRequest, p, res: dict) -> str:
         else:
             extra = ""
             if key.startswith("second_order"):
-                extra = f"  (solver {res[key + '_solver']}{', fell back to first order' if res[key + '_fallback'] else ''})"
+                extra = (
+                    f"  (solver {res[key + '_solver']}{', fell back to first order' if res[key + '_fallback'] else ''})"
+                )
             lines.append(f"  {key:19s} {value:.10g}{extra}")
     lines.append("  seconds: " + ", ".join(f"{k} {v:.3g}" for k, v in res["seconds"].items()))
     return "\n".join(lines)

@@ -57,7 +57,9 @@ def check_request(req: HeadRequest) -> tuple[Path, str, tuple[int, int, int]]:
     if req.norm not in NORMS:
         raise CheckpointInputError(f"--norm {req.norm!r} is not one of {', '.join(NORMS)}; fix: --norm linf or l2")
     if req.mode not in MODES:
-        raise CheckpointInputError(f"--mode {req.mode!r} is not one of {', '.join(MODES)}; fix: --mode fixed or varying")
+        raise CheckpointInputError(
+            f"--mode {req.mode!r} is not one of {', '.join(MODES)}; fix: --mode fixed or varying"
+        )
     if not (req.radius > 0 and req.radius < float("inf")):
         raise CheckpointInputError(f"--radius {req.radius} is not a positive finite number; fix: e.g. --radius 0.002")
     if not req.text.strip():

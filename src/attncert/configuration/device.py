@@ -29,9 +29,11 @@ def resolve_device(name: str | torch.device | None = None) -> torch.device:
     if name == "cpu":
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise DeviceError(f"config key 'device' is {name!r} but torch sees no CUDA device (torch {torch.__version__}, "
-                          f"CUDA build: {torch.version.cuda is not None}); fix: set device: cpu, or install a CUDA build of "
-                          f"torch on a machine with a GPU")
+        raise DeviceError(
+            f"config key 'device' is {name!r} but torch sees no CUDA device (torch {torch.__version__}, "
+            f"CUDA build: {torch.version.cuda is not None}); fix: set device: cpu, or install a CUDA build of "
+            f"torch on a machine with a GPU"
+        )
     index = int(name.split(":")[1]) if ":" in name else 0
     if index >= torch.cuda.device_count():
         raise DeviceError(f"config key 'device' is {name!r} but torch sees {torch.cuda.device_count()} CUDA device(s); "

@@ -77,8 +77,10 @@ class HeadProblem:
         for name in ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Z0", "c"):
             bad = ~np.isfinite(getattr(self, name))
             if bad.any():
-                raise ValueError(f"{name} holds {int(bad.sum())} NaN or infinite entr{'y' if bad.sum() == 1 else 'ies'} "
-                                 f"(first at index {tuple(int(i) for i in np.argwhere(bad)[0])}); every input must be finite")
+                raise ValueError(
+                    f"{name} holds {int(bad.sum())} NaN or infinite entr{'y' if bad.sum() == 1 else 'ies'} "
+                    f"(first at index {tuple(int(i) for i in np.argwhere(bad)[0])}); every input must be finite"
+                )
         if isinstance(self.query_index, bool) or not isinstance(self.query_index, (int, np.integer)):
             raise ValueError(f"query_index must be an integer; got {self.query_index!r}")
         if not 0 <= self.query_index < self.Z0.shape[0]:

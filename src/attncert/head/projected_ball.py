@@ -28,12 +28,14 @@ Both classes map boundary parameters back to explicit perturbations delta, so ev
 can be recomputed from a feasible token.
 
 Rounding. The directions come from `fixed_query.fixed_query_reduction` (extended precision, rounded
-once, with elementwise error bounds; arithmetic in `rounding`). `geometry_error` bounds, per coordinate, how far the computed boundary is from the
+once, with elementwise error bounds; arithmetic in `rounding`). `geometry_error` bounds, per coordinate, how far the
+computed boundary is from the
 exact image of the ball under the float64 directions: generator products and the angle sort
 (near-parallel generators may be swapped; each swap moves the polyline by <= 4u |g|) cost
 8u r (||u_s||_1 + ||u_w||_1); the long-double cumulative sums and the final rounding of the vertices
 cost 2 gamma^L_{d+2} r ||u||_1 + u |vertex|; all doubled, since a segment's far end (vertex k plus
-its float generator) and the evaluated vertex k+1 are each that close to the exact vertex. For the ellipse R comes from a long-double Gram-Schmidt
+its float generator) and the evaluated vertex k+1 are each that close to the exact vertex. For the ellipse R comes from
+a long-double Gram-Schmidt
 of the two columns: |Delta R| <= 8 gamma^L_{3d+10} (||u_s|| + ||u_w||) + u |R|, and the image of the
 ball under R^T moves by at most r |Delta R| per coordinate (plus 4u r ||u|| for the float64 products
 a = r r11 etc. and for np.pi < pi).

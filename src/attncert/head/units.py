@@ -41,7 +41,9 @@ def specification_vectors(arrays: dict, layer: int, query_positions: list[int], 
     return out
 
 
-def write_specification(path: str | Path, c: np.ndarray, query_positions: list[int], layer: int, base_seed: int) -> None:
+def write_specification(
+    path: str | Path, c: np.ndarray, query_positions: list[int], layer: int, base_seed: int
+) -> None:
     """The specification vectors of a layer and their sidecar (`path`.json)."""
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as fh:
@@ -61,7 +63,10 @@ def attended(arrays: dict, prompt: int, query_pos: int) -> tuple[np.ndarray, int
     """Nominal attended tokens and the query's index among them."""
     Z = arrays["Z"][prompt]
     if query_pos >= Z.shape[0]:
-        raise ValueError(f"query position {query_pos} out of range for {Z.shape[0]} tokens; fix: lower query_positions or raise max_tokens")
+        raise ValueError(
+            f"query position {query_pos} out of range for {Z.shape[0]} tokens; fix: lower query_positions or raise "
+            f"max_tokens"
+        )
     if bool(arrays["causal"]):
         return Z[:query_pos + 1], query_pos
     return Z, query_pos
@@ -79,8 +84,18 @@ def head_problem(arrays: dict, spec: np.ndarray, query_positions, unit: Unit) ->
                        unit.radius, unit.norm, unit.mode, meta=unit.key())
 
 
-def load_unit(model: str, layer: int, head: int, prompt: int, query_pos: int, radius: float,
-              norm: str = "linf", mode: str = "fixed", root: str | Path = "data", stage: str = "certify") -> HeadProblem:
+def load_unit(
+    model: str,
+    layer: int,
+    head: int,
+    prompt: int,
+    query_pos: int,
+    radius: float,
+    norm: str = "linf",
+    mode: str = "fixed",
+    root: str | Path = "data",
+    stage: str = "certify",
+) -> HeadProblem:
     """The complete problem of one unit, rebuilt from the files on disk alone.
 
     Example::

@@ -91,7 +91,9 @@ def _check_model(path: Path, record: dict, side: Path) -> None:
     if folder is not None and name is not None and str(name) != folder:
         raise _fail(path, f"was written for model {name}, not {folder} (its sidecar {side.name} says so)")
     if written is not None and _expected_model is not None and not same_model(written, _expected_model):
-        raise _fail(path, f"was written for {describe_model(written)}, not for this run's {describe_model(_expected_model)}")
+        raise _fail(
+            path, f"was written for {describe_model(written)}, not for this run's {describe_model(_expected_model)}"
+        )
 
 
 def regenerate_command(path: str | Path) -> str:

@@ -236,13 +236,29 @@ def construction_checks(max_bits: int, beta: float, family=None) -> list[dict]:
     rows = []
     for m in range(1, max_bits + 1):
         for n in (1, 2, 3):
-            rows.append({"construction": "rank-1 kernel", "rank": 1, "guarantee": "exact" if n <= 2 else "none (contrast)",
-                         **exhaustive_check(rank1_head(), m, n)})
-        rows.append({"construction": f"dense softmax beta={beta:g}", "rank": None,
-                     "guarantee": f"|y-t| <= {dense_error_bound(beta, 3):.3f}", **exhaustive_check(dense_softmax_head(beta), m, 3)})
+            rows.append(
+                {
+                    "construction": "rank-1 kernel",
+                    "rank": 1,
+                    "guarantee": "exact" if n <= 2 else "none (contrast)",
+                    **exhaustive_check(rank1_head(), m, n),
+                }
+            )
+        rows.append(
+            {
+                "construction": f"dense softmax beta={beta:g}",
+                "rank": None,
+                "guarantee": f"|y-t| <= {dense_error_bound(beta, 3):.3f}",
+                **exhaustive_check(dense_softmax_head(beta), m, 3),
+            }
+        )
         pf = positive_feature_head(m, beta)
-        row = {"construction": f"2^m positive features beta={beta:g}", "rank": 2 ** m, "guarantee": "equals dense softmax; < 1/2",
-               **exhaustive_check(pf, m, 3)}
+        row = {
+            "construction": f"2^m positive features beta={beta:g}",
+            "rank": 2**m,
+            "guarantee": "equals dense softmax; < 1/2",
+            **exhaustive_check(pf, m, 3),
+        }
         X = all_sequences(m, 3)
         row["max_abs_diff_to_dense"] = float(np.abs(pf(X) - dense_softmax_head(beta)(X)).max())
         rows.append(row)

@@ -24,7 +24,8 @@ def maxerr_measurements(runs: pd.DataFrame, bound: dict, constructions: pd.DataF
 
     witness_max_abs_err_below_bound        min over ranks < bound and seeds of the largest |y - t| over the suite
     witness_max_abs_err_query_below_bound  the same at the query position only
-    witness_max_abs_err_at_r{r}            max over seeds of the largest |y - t| at kernel rank r (every seed is within it)
+    witness_max_abs_err_at_r{r}            max over seeds of the largest |y - t| at kernel rank r (every seed is within
+    it)
     witness_max_abs_err_dense              max over seeds, dense softmax
     witness_solve_at_every_seed            smallest rank where every seed has largest |y - t| < 1/2
     witness_min_rank_bracket               [proven bound, smallest rank of a construction with max |y - t| < 1/2]
@@ -39,16 +40,22 @@ def maxerr_measurements(runs: pd.DataFrame, bound: dict, constructions: pd.DataF
     w = runs[(runs.setting == "witness") & (runs.kind == "kernel")]
     below = w[w["rank"] < bound["bound"]]
     dense = runs[(runs.setting == "witness") & (runs.kind == "dense")]
-    solving = constructions[constructions["construction"].str.startswith("witness") & (constructions["max_abs_error"] < HALF)]
+    solving = constructions[
+        constructions["construction"].str.startswith("witness") & (constructions["max_abs_error"] < HALF)
+    ]
     out = {
         "witness_max_abs_err_below_bound": float(below["max_abs_error"].min()) if len(below) else None,
-        "witness_max_abs_err_query_below_bound": float(below["max_abs_error_query_position"].min()) if len(below) else None,
+        "witness_max_abs_err_query_below_bound": float(below["max_abs_error_query_position"].min())
+        if len(below)
+        else None,
         **{f"witness_max_abs_err_at_r{int(r)}": float(g.max()) for r, g in w.groupby("rank")["max_abs_error"]},
         "witness_max_abs_err_dense": float(dense["max_abs_error"].max()) if len(dense) else None,
         "witness_solve_at_every_seed": witness_transition(runs)["every_seed_zero"],
         "witness_min_rank_bracket": [int(bound["bound"]), int(solving["rank"].min()) if len(solving) else None],
         "witness_bound_position_dependent": bound.get("bound_position_dependent"),
-        "witness_bound_position_dependent_both_orders": (bound.get("both_orders") or {}).get("bound_position_dependent"),
+        "witness_bound_position_dependent_both_orders": (bound.get("both_orders") or {}).get(
+            "bound_position_dependent"
+        ),
     }
     crit = criterion_transitions(runs, thresholds)
     c = crit[(crit.length == 3) & (crit.split == "ood")].sort_values("bits")
@@ -59,7 +66,9 @@ def maxerr_measurements(runs: pd.DataFrame, bound: dict, constructions: pd.DataF
     out["ood_transition_ranks_max_abs_err_half"] = as_list(MAX_ERR_CRITERION)
     out["ood_transition_max_rank"] = int(c["max_rank"].max()) if len(c) else None
     dense = runs[(runs.kind == "dense") & (runs.setting != "witness") & (runs.length == 3)]
-    out["ood_dense_max_abs_err"] = [float(dense.loc[dense.bits == b, "max_abs_error_ood"].max()) for b in out["ood_transition_sizes"]]
+    out["ood_dense_max_abs_err"] = [
+        float(dense.loc[dense.bits == b, "max_abs_error_ood"].max()) for b in out["ood_transition_sizes"]
+    ]
     return out
 
 
@@ -102,7 +111,9 @@ def paper_measurements(runs: pd.DataFrame, bound: dict, threshold: float) -> dic
     t3 = scaling_transitions(runs, threshold)
     t3 = t3[t3.length == 3].sort_values("bits")
     big = 10 ** 9  # "not reached up to the largest rank" sorts above every rank
-    ranks = [big if (v is None or (isinstance(v, float) and math.isnan(v))) else int(v) for v in t3["transition_rank_ood"]]
+    ranks = [
+        big if (v is None or (isinstance(v, float) and math.isnan(v))) else int(v) for v in t3["transition_rank_ood"]
+    ]
     dense = runs[runs.kind == "dense"]
     dense_ok = dense.apply(lambda r: (r["error"] if r["setting"] == "witness" else r["error_ood"]) < threshold, axis=1)
     return {
@@ -111,6 +122,8 @@ def paper_measurements(runs: pd.DataFrame, bound: dict, threshold: float) -> dic
         "witness_none_solved_below_bound": lower_bound_holds(runs, bound),
         "witness_solve_at": wt["some_seed_zero"],
         "witness_bound": int(bound["bound"]),
-        "ood_transition": bool(len(ranks) >= 2 and all(a <= b for a, b in zip(ranks, ranks[1:])) and ranks[-1] > ranks[0]),
+        "ood_transition": bool(
+            len(ranks) >= 2 and all(a <= b for a, b in zip(ranks, ranks[1:])) and ranks[-1] > ranks[0]
+        ),
         "dense_accurate": float(dense_ok.mean()) if len(dense) else None,
     }

@@ -15,7 +15,8 @@ A rank-S head for the Hadamard witness family (no ladder, S >= 3; n bits, query 
 D = n/4; code words have bit 0 set, queries do not; e(x) = 1 - x_0 marks the queries):
     log phi_Q(x)_k = -L <a_k, x> + L D x_0          -> e_s at q_s, 1 - e_u at a_u   (up to e^{-L D})
     log phi_K(x)_k = -beta <q_k, x> + (ln B + beta D) e(x)
-                                                     -> e^{-beta <q_k, a_u>} at a_u; B, except B e^{-beta D} at k = t, at q_t
+                                                     -> e^{-beta <q_k, a_u>} at a_u; B, except B e^{-beta D} at k = t,
+                                                     at q_t
     v(x) = [x, e(x), 0...],  A(x) = [x, -D e(x), 0...],  b = 0.
 The query q_s reads itself with weight about B e^{-beta D} against 1 for its good key and e^{-beta D}
 for the others, and reads its own token as <q_s, q_s> - D = D (the read-out term -D e(x_i) e(x_j));

@@ -55,7 +55,10 @@ def _load_random_gpt2(model_cfg: dict) -> LoadedModel:
     from attncert.model.random_gpt2 import build_random_gpt2, describe, random_gpt2_tokenizer
 
     if model_cfg["family"] != "gpt2":
-        raise ModelSourceError(f"model.source 'random-gpt2' is a GPT-2-shaped model but model.family is {model_cfg['family']!r}; fix: set model.family: gpt2")
+        raise ModelSourceError(
+            f"model.source 'random-gpt2' is a GPT-2-shaped model but model.family is {model_cfg['family']!r}; fix: set "
+            f"model.family: gpt2"
+        )
     seed, init_std = int(model_cfg.get("seed", 0)), float(model_cfg.get("init_std", 0.02))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     model = build_random_gpt2(seed, init_std=init_std)
@@ -82,7 +85,10 @@ def load_model(model_cfg: dict) -> LoadedModel:
         raise ModelSourceError(unreachable_message(model_cfg["source"], type(e).__name__)) from None
     family = model_cfg["family"]
     if model.config.model_type != family:
-        raise ModelSourceError(f"model.family is {family!r} but {target!r} is a {model.config.model_type!r} model; fix: set model.family: {model.config.model_type}")
+        raise ModelSourceError(
+            f"model.family is {family!r} but {target!r} is a {model.config.model_type!r} model; fix: set model.family: "
+            f"{model.config.model_type}"
+        )
     model.eval()
     model.to(torch.float64)
     revision = getattr(model.config, "_commit_hash", None)
@@ -95,7 +101,10 @@ def tokenize_prompts(tokenizer, prompts: list[str], max_tokens: int) -> np.ndarr
     for k, text in enumerate(prompts):
         ids = tokenizer(text, truncation=True, max_length=max_tokens)["input_ids"]
         if len(ids) < max_tokens:
-            raise ValueError(f"prompt {k} has only {len(ids)} tokens but max_tokens is {max_tokens}; fix: lengthen the prompt in the prompts file or lower max_tokens")
+            raise ValueError(
+                f"prompt {k} has only {len(ids)} tokens but max_tokens is {max_tokens}; fix: lengthen the prompt in "
+                f"the prompts file or lower max_tokens"
+            )
         rows.append(ids[:max_tokens])
     return np.asarray(rows, dtype=np.int64)
 
@@ -150,7 +159,9 @@ def block_rest_weights(model, family: str, layer: int) -> dict[str, np.ndarray]:
 
     if family == "gpt2":
         if not getattr(cfg, "scale_attn_weights", True) or getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
-            raise ValueError("only GPT-2 attention scaled by 1/sqrt(d_h) is supported; fix: use a standard GPT-2 config")
+            raise ValueError(
+                "only GPT-2 attention scaled by 1/sqrt(d_h) is supported; fix: use a standard GPT-2 config"
+            )
         W1, b1, W2, b2 = (f64(m) for m in (block.mlp.c_fc.weight, block.mlp.c_fc.bias, block.mlp.c_proj.weight,
                                            block.mlp.c_proj.bias))
         ln, act = block.ln_2, cfg.activation_function

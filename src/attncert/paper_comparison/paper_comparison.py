@@ -26,8 +26,22 @@ from attncert.paper_comparison.verdict import KINDS, REPRODUCED, verdict
 
 #: measured files whose values come from random small heads, not from the run's model
 MODEL_FREE_SOURCES = {"method_checks"}
-COLUMNS = ["paper", "id", "claim", "paper value", "ours", "our model/grid", "verdict", "uncapped", "note", "tolerance", "why",
-           "sentence", "english", "beyond"]
+COLUMNS = [
+    "paper",
+    "id",
+    "claim",
+    "paper value",
+    "ours",
+    "our model/grid",
+    "verdict",
+    "uncapped",
+    "note",
+    "tolerance",
+    "why",
+    "sentence",
+    "english",
+    "beyond",
+]
 
 
 def fmt(v) -> str:
@@ -137,9 +151,24 @@ def comparison_table(claims: str | Path | Claims, measured: dict, model: str) ->
         else:
             where = grids or ("run config" if sources else "—")
         shown = ", ".join(fmt(x) for x in ours) if c.form == "ordered" else fmt(ours)
-        rows.append({"paper": c.paper, "id": c.id, "claim": c.unit, "paper value": fmt_paper(c), "ours": shown,
-                     "our model/grid": where, "verdict": v.kind, "uncapped": v.uncapped, "note": v.note, "tolerance": fmt_tolerance(c),
-                     "why": c.why, "sentence": c.sentence, "english": c.english, "beyond": c.beyond})
+        rows.append(
+            {
+                "paper": c.paper,
+                "id": c.id,
+                "claim": c.unit,
+                "paper value": fmt_paper(c),
+                "ours": shown,
+                "our model/grid": where,
+                "verdict": v.kind,
+                "uncapped": v.uncapped,
+                "note": v.note,
+                "tolerance": fmt_tolerance(c),
+                "why": c.why,
+                "sentence": c.sentence,
+                "english": c.english,
+                "beyond": c.beyond,
+            }
+        )
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

@@ -45,7 +45,10 @@ PAPERS = (("A", "Paper A (GPT-2 small in the paper)"), ("B", "Paper B (Min-IP)")
 def _capped_line(sentences: pd.DataFrame) -> str:
     """How many qualitative verdicts a cap made (another model, suite or metric), and what the numbers alone give."""
     qualitative = sentences[sentences["verdict"] == QUALITATIVE]
-    within, beyond = int((qualitative["uncapped"] == REPRODUCED).sum()), int((qualitative["uncapped"] == STRONGER).sum())
+    within, beyond = (
+        int((qualitative["uncapped"] == REPRODUCED).sum()),
+        int((qualitative["uncapped"] == STRONGER).sum()),
+    )
     return (f"{within + beyond} of the {len(qualitative)} qualitative ones are so only because ours is another model, "
             f"suite or metric (as numbers: {within} within tolerance, {beyond} beyond it in the claim's direction).")
 
@@ -58,7 +61,10 @@ def render_tally(table: pd.DataFrame, model: str) -> str:
              f"(Paper A's on GPT-2 small), one verdict each:** {counts_line(sentences)}. {_capped_line(sentences)}", ""]
     lines += [f"- {title}: {counts_line(sentences[sentences['paper'] == paper])}" for paper, title in PAPERS]
     lines += [f"- Beyond the paper ({len(beyond)} variants, tallied apart): {counts_line(beyond)}"]
-    lines += ["", "Every claim, the paper's value, ours, the tolerance and our grid: [docs/results.md](docs/results.md)."]
+    lines += [
+        "",
+        "Every claim, the paper's value, ours, the tolerance and our grid: [docs/results.md](docs/results.md).",
+    ]
     return "\n".join(lines)
 
 
@@ -88,7 +94,9 @@ def render_results(table: pd.DataFrame, model: str, grids: dict[str, str]) -> st
              "`figures/tables/<model>/paper_vs_reproduced.md`.", ""]
     for paper, title in PAPERS:
         part = table[table["paper"] == paper]
-        shown = part[RESULTS_COLUMNS].assign(**{"before cap": part["uncapped"].where(part["uncapped"] != part["verdict"], "")})
+        shown = part[RESULTS_COLUMNS].assign(
+            **{"before cap": part["uncapped"].where(part["uncapped"] != part["verdict"], "")}
+        )
         lines += [f"## {title} — {counts_line(part)}", "", md_table(shown), ""]
     lines += ["## Grids that produced ours", ""] + [f"- {s}: {g}" for s, g in sorted(grids.items())]
     return "\n".join(lines) + "\n"
@@ -125,8 +133,14 @@ def main(argv=None) -> int:
     readme = README.read_text()
     wanted = splice(readme, block)
     if args.check:
-        stale = [str(p) for p, have, want in ((README, readme, wanted), (RESULTS, RESULTS.read_text() if RESULTS.exists()
-                                                                            else "", results)) if have != want]
+        stale = [
+            str(p)
+            for p, have, want in (
+                (README, readme, wanted),
+                (RESULTS, RESULTS.read_text() if RESULTS.exists() else "", results),
+            )
+            if have != want
+        ]
         if stale:
             print(f"out of date: {', '.join(stale)}; run python -m attncert.paper_comparison.readme_results",
                   file=sys.stderr)

@@ -32,7 +32,8 @@ the next's lower end, and, with a `factor` tolerance f, below it by more than th
 next lower end): two values within a factor f of each other are in no order. Reproduced when each one lies
 below the next; with `better: lower`, the order failing only because the last key lies below the one before
 it (the others in order) is stronger (a certificate faster than a baseline the paper called faster); else
-differs. The factor keeps a verdict on measured seconds from flipping with noise between nearly equal times. `setup`: ours equals the paper's number (within
+differs. The factor keeps a verdict on measured seconds from flipping with noise between nearly equal times. `setup`:
+ours equals the paper's number (within
 tolerance) or string -> reproduced, else `set-up differs`.
 
 Caps: a result can be at best `qualitative`, whatever the comparison says, when

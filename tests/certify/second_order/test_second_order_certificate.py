@@ -150,9 +150,16 @@ def test_result_fields_and_compile_cache():
 def wide_heads(draw, mode="fixed"):
     """linf heads with d = 16..40: zonotopes with more edges than the sigma grids pick (facets matter)."""
     seed = draw(st.integers(0, 10_000))
-    return random_head_problem(np.random.default_rng(seed), d=draw(st.integers(16, 40)), d_head=draw(st.integers(1, 4)),
-                               n=draw(st.integers(2, 6)), radius=10 ** draw(st.floats(math.log10(0.003), math.log10(0.3))),
-                               norm="linf", mode=mode, scale=draw(st.floats(0.3, 1.5)))
+    return random_head_problem(
+        np.random.default_rng(seed),
+        d=draw(st.integers(16, 40)),
+        d_head=draw(st.integers(1, 4)),
+        n=draw(st.integers(2, 6)),
+        radius=10 ** draw(st.floats(math.log10(0.003), math.log10(0.3))),
+        norm="linf",
+        mode=mode,
+        scale=draw(st.floats(0.3, 1.5)),
+    )
 
 
 @settings(max_examples=16, **SETTINGS)

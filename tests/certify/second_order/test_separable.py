@@ -12,7 +12,12 @@ import attncert.certify.second_order.fixed_query.separable as sep
 from attncert.certify.exact_worst_case import exact_worst_case
 from attncert.certify.first_order_certificate import first_order_certificate
 from attncert.certify.second_order.certificate import second_order_certificate
-from attncert.certify.second_order.fixed_query.monolithic import _to_g, prepared_data, relaxation_data, second_order_fixed
+from attncert.certify.second_order.fixed_query.monolithic import (
+    _to_g,
+    prepared_data,
+    relaxation_data,
+    second_order_fixed,
+)
 from attncert.certify.second_order.fixed_query.support_bound import bound_from_dual, unit_generators
 from attncert.certify.second_order.fixed_query.token_family import FAMILY_ABOVE
 from attncert.certify.second_order.fixed_query.token_program import build_program

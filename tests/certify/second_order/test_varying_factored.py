@@ -123,7 +123,10 @@ def test_centering_keeps_the_head_and_narrows_the_query_shift():
     """Subtracting a common query direction changes no value (softmax is shift invariant) and narrows H."""
     p = random_head_problem(np.random.default_rng(5), d=8, d_head=4, n=6, radius=0.05, norm="linf", mode="varying")
     p.b_K[:] += 3.0  # a large common key component
-    plain, centred = VaryingData(p, reduced_geometry(p), math.inf), VaryingData(p, reduced_geometry(p), math.inf, center=True)
+    plain, centred = (
+        VaryingData(p, reduced_geometry(p), math.inf),
+        VaryingData(p, reduced_geometry(p), math.inf, center=True),
+    )
     assert np.max(centred.H) < np.max(plain.H)
     res = vf.second_order_varying_factored(p, reduced_geometry(p))
     assert res.value >= max(best_feasible_ascent(p, restarts=8, steps=80).value, sampled_max(p, k=32))

@@ -156,7 +156,10 @@ def test_dispatch_and_agreement_with_the_cvxpy_program():
     from attncert.certify.second_order.varying_query.factored import second_order_varying_factored
 
     best = best_feasible_ascent(p, restarts=4, steps=60).value
-    old, new = second_order_varying_factored(p, reduced_geometry(p)).value, vl.second_order_varying_long(p, reduced_geometry(p)).value
+    old, new = (
+        second_order_varying_factored(p, reduced_geometry(p)).value,
+        vl.second_order_varying_long(p, reduced_geometry(p)).value,
+    )
     assert min(old, new) >= best
     assert abs(new - old) <= 0.1 * (old - best)
     assert second_order_certificate(p).value == old  # at the threshold: the cvxpy program

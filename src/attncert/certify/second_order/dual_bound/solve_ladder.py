@@ -25,7 +25,8 @@ POLISH_MAX_VARS = 400  # polish only programs this small (the LP of a d = 768 va
 ACCEPT_GAP = 1e-8  # accept a converged solve whose bound is within this x max(1, |primal|) of its primal
 LOOSE_RETRIES = 2  # re-solves (next Clarabel rungs) after a converged solve with a looser dual, unless ...
 RETRY_REL = 1e-4  # ... its slack is below this x |primal| (the excursion above the objective origin)
-USE_COMPILED = True  # Clarabel on cvxpy's data refilled by `CompiledProgram` (False: cvxpy's get_problem_data per solve)
+# Clarabel on cvxpy's data refilled by `CompiledProgram` (False: cvxpy's get_problem_data per solve)
+USE_COMPILED = True
 _CLARABEL_BASE = dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10, max_iter=300)
 # Attempts in order. Clarabel's exponential-cone line search occasionally stalls at step 0 on these
 # thin relaxations with the default max_step_fraction 0.99; 0.9 removed most such failures, the later
@@ -92,7 +93,13 @@ def _raw_parts(solver: str, raw):
         return st, ok, x, z, float(raw.obj_val)
     info = raw["info"]
     st, ok = _SCS_STATUS.get(int(info.get("status_val", -4)), ("solver_error", False))
-    return st, ok, np.asarray(raw["x"], dtype=np.float64), np.asarray(raw["y"], dtype=np.float64), float(info.get("pobj", np.nan))
+    return (
+        st,
+        ok,
+        np.asarray(raw["x"], dtype=np.float64),
+        np.asarray(raw["y"], dtype=np.float64),
+        float(info.get("pobj", np.nan)),
+    )
 
 
 def solve_and_certify(problem: cp.Problem, box: dict, ladder=SOLVER_LADDER, stop_on_success: bool = True,

@@ -45,7 +45,16 @@ from attncert.certify.second_order.relaxation.rows import MONOTONE_POINTS, Secon
 from attncert.certify.second_order.fixed_query.support_bound import bound_from_dual, unit_generators
 from attncert.certify.second_order.fixed_query.token_family import FAMILY_ABOVE, family_bound
 from attncert.certify.second_order.fixed_query.token_program import build_program
-from attncert.certify.second_order.fixed_query.token_solve import GRID, LADDER, NEAR, ROUNDS, cutting_plane_rounds, edge_window, refined_duals, solve_program
+from attncert.certify.second_order.fixed_query.token_solve import (
+    GRID,
+    LADDER,
+    NEAR,
+    ROUNDS,
+    cutting_plane_rounds,
+    edge_window,
+    refined_duals,
+    solve_program,
+)
 from attncert.head.reduced_geometry import ReducedGeometry
 from attncert.head.rounding import gamma
 
@@ -82,9 +91,17 @@ def _linf_rows(geo, D):
     return chain, hs_hw[:, 0], hs_hw[:, 1], hb
 
 
-def second_order_separable(problem, geo: ReducedGeometry, upper_cone: bool = False, monotone_points: int = MONOTONE_POINTS,
-                           ladder=LADDER, near: int = NEAR, grid: int = GRID, rounds: int = ROUNDS,
-                           family_above: int = FAMILY_ABOVE) -> SecondOrderResult:
+def second_order_separable(
+    problem,
+    geo: ReducedGeometry,
+    upper_cone: bool = False,
+    monotone_points: int = MONOTONE_POINTS,
+    ladder=LADDER,
+    near: int = NEAR,
+    grid: int = GRID,
+    rounds: int = ROUNDS,
+    family_above: int = FAMILY_ABOVE,
+) -> SecondOrderResult:
     """Sound upper bound on max g for a fixed query (mode "fixed"); see the module docstring. family_above: more
     kept tokens than this take their duals from the token family (0: always; benchmarks compare the two).
     geo: `reduced_geometry(problem)`."""

@@ -25,7 +25,8 @@ linearly, and z^T b through t: with the other multipliers fixed the bound is, up
 a_0 the normalization row: convex and piecewise linear in t. When tau_hi / tau_lo = e^{2 R_s} is large, a Q
 slightly above 0 costs tau_hi Q, so the t a solver or an interpolation gives can be far from the best one for the
 same other multipliers. `best_multiplier` minimizes B by golden-section search on O(n) evaluations (the support
-functions do not depend on t); the bound is then computed by `bound_from_dual` at that t like at any other. Outward rounding as in `weak_duality.weak_duality_bound`
+functions do not depend on t); the bound is then computed by `bound_from_dual` at that t like at any other. Outward
+rounding as in `weak_duality.weak_duality_bound`
 (the error of g, of the support functions and of the sums, and the data rounding of the program's rows).
 """
 from __future__ import annotations

@@ -29,7 +29,12 @@ import numpy as np
 from attncert.certify.second_order.relaxation.rows import weight_coefficients
 from attncert.certify.second_order.fixed_query.support_bound import best_multiplier, bound_from_dual, unit_generators
 from attncert.certify.second_order.fixed_query.token_program import LAM, UW, VW, build_program
-from attncert.certify.second_order.fixed_query.token_solve import cutting_plane_rounds, edge_window, refined_solutions, solve_program
+from attncert.certify.second_order.fixed_query.token_solve import (
+    cutting_plane_rounds,
+    edge_window,
+    refined_solutions,
+    solve_program,
+)
 
 FAMILY_ABOVE = 48  # more kept tokens than this: duals from the one-parameter family of token programs
 FAMILY_TOP = 64  # grid points placed at the w of the tokens with the largest weight bounds ...

@@ -120,7 +120,7 @@ def refined_solutions(prog: Program, z: np.ndarray, iters: int = REFINE, ring: i
             circle = np.stack([np.ones(ring), -np.cos(theta), -np.sin(theta)], axis=1)
             batches.append((np.repeat(rows, ring, axis=0), np.tile(circle, (first.size, 1))))
     A_eq, b_eq = (A[eq], b[eq]) if eq.size else (None, None)
-    out = []
+    out, previous = [], math.nan  # the last LP optimum (read from the second round on)
     for it in range(iters + 1):
         ncut = sum(r.shape[0] for r, _ in batches)
         if ncut:

@@ -43,7 +43,8 @@ class VaryingData:
     """
 
     def __init__(self, problem: HeadProblem, geo: ReducedGeometry, fo: float, center: bool | str = False):
-        """geo: `reduced_geometry(problem)`; fo: the fallback bound. center: subtract a common query direction pbar from every score.
+        """geo: `reduced_geometry(problem)`; fo: the fallback bound. center: subtract a common query direction pbar
+        from every score.
 
         Softmax is invariant under a common shift of the scores, so s_j - pbar.delta_i (every j, the query token
         too) gives the same head for any fixed vector pbar: p_j becomes p_j - pbar and the query token's own

@@ -11,7 +11,8 @@ Factorization. With tau = 1 / sum_k e^{s_k}, every key weight is a product of a 
     a_j = b_j e^{A_j + sigma_j + beta_j + e_j},      b_j = tau e^{eta_j}                    (j < m),
     a_i = tau e^{A_i + sigma_i^+ + beta_i + e_i}                                           (query token).
 
-The unfactored program (`unfactored`) sandwiches a_j / tau between e^{s} and the secant of exp over the whole score interval of
+The unfactored program (`unfactored`) sandwiches a_j / tau between e^{s} and the secant of exp over the whole score
+interval of
 half-width h_j = R_s + H_j + bb, whose band e^{2 h_j} (and secant error ~ h_j^2 / 2) is what the gap pays.
 Here the query factor b_j has its own exact convex envelope over [-H_j, H_j], and the key factor a_j / b_j
 is the fixed-query relaxation of `rows` with half-width hk_j = R_s + bb and *base* b_j instead of tau
@@ -127,9 +128,20 @@ def _solve(problem, D, monotone_points, ladder, second, upper_cone, fo, t0) -> S
         return settle(best, fo, t0, "varying", status=status, solver=solver, primal=primal, rounds=1, log=log,
                       dual_gap=gap)
     chains, edges = linf_start_facets(D)
-    out = cutting_plane_solve(prob, P, V, box, chains, edges, SLOTS, D.scales[:, :2], lambda b: _to_g(b, D),
-                              ladder, base_of=lambda v: np.concatenate([np.asarray(v["bt"]).ravel(), [float(v["tau"])]]),
-                              cut_stop=VARYING_CUT_STOP)
+    out = cutting_plane_solve(
+        prob,
+        P,
+        V,
+        box,
+        chains,
+        edges,
+        SLOTS,
+        D.scales[:, :2],
+        lambda b: _to_g(b, D),
+        ladder,
+        base_of=lambda v: np.concatenate([np.asarray(v["bt"]).ravel(), [float(v["tau"])]]),
+        cut_stop=VARYING_CUT_STOP,
+    )
     best, status, solver, primal, rounds, n_facets, log, gap = out
     return settle(best, fo, t0, "varying", status=status, solver=solver, primal=primal, rounds=rounds,
                   n_facets=n_facets, log=log, dual_gap=gap)

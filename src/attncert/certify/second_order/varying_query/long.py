@@ -39,8 +39,13 @@ import scipy.sparse as sp
 from attncert.certify.second_order.relaxation.cutting_planes import vertex_dinkelbach
 from attncert.certify.second_order.dual_bound.weak_duality import weak_duality_bound
 from attncert.certify.second_order.dual_bound.dual_record import note_construction, offer_dual
-from attncert.certify.second_order.relaxation.rows import (MONOTONE_POINTS, SecondOrderResult, fallback_bound, representable,
-                                                      settle)
+from attncert.certify.second_order.relaxation.rows import (
+    MONOTONE_POINTS,
+    SecondOrderResult,
+    fallback_bound,
+    representable,
+    settle,
+)
 from attncert.certify.second_order.fixed_query.token_solve import LADDER, edge_window, solve_once
 from attncert.certify.second_order.varying_query.unfactored import _to_g
 from attncert.certify.second_order.varying_query.data import VaryingData
@@ -78,8 +83,14 @@ MAX_SCALE_EXP = 60  # token scaling: 2^60 at most (keys below e^-60 of the top a
 VIOLATION = 1e-9  # an atom this far above its chain (unit value coordinate) gets a cut
 
 
-def second_order_varying_long(problem: HeadProblem, geo: ReducedGeometry, upper_cone: bool = False, monotone_points: int = MONOTONE_POINTS,
-                              second: bool = True, ladder=LONG_LADDER) -> SecondOrderResult:
+def second_order_varying_long(
+    problem: HeadProblem,
+    geo: ReducedGeometry,
+    upper_cone: bool = False,
+    monotone_points: int = MONOTONE_POINTS,
+    second: bool = True,
+    ladder=LONG_LADDER,
+) -> SecondOrderResult:
     """Sound upper bound on max g for a varying query (module docstring)."""
     if problem.mode != "varying":
         raise ValueError("second_order_varying_long expects mode='varying'")

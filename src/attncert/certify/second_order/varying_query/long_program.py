@@ -202,7 +202,9 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
     tau, one = ("tau", 1.0), 1.0
     # zero rows: the normalization, the b level, the links, the S definitions
     norm_cols = np.concatenate([[0], offsets["bt"] + np.arange(m), offsets["lam"] + np.arange(n)])
-    R.add("zero", 1, [[("cols", norm_cols[None], -np.concatenate([[El[m]], El[:m], El * k["kappa"]])[None])]], rhs=[1.0])
+    R.add(
+        "zero", 1, [[("cols", norm_cols[None], -np.concatenate([[El[m]], El[:m], El * k["kappa"]])[None])]], rhs=[1.0]
+    )
     R.add("zero", m, [[("bt", -one), tau, ("mu", kb)]])
     lead = np.where(act[:m, 2] > 0, D.radius / D.scales[:m, 2], 0.0)
     y_cols = offsets["Y"] + np.tile(np.arange(dh), (m, 1))
@@ -321,7 +323,7 @@ def _box(D: VaryingData, W_Q: np.ndarray, offsets: dict, nvar: int, tau_lo: floa
          second: bool) -> tuple[np.ndarray, np.ndarray]:
     """A box holding every lifted true point (`varying_query.program.factored_box`, and Y = W_Q^T W:
     |Y_k| <= tau ||W_Q[:, k]||_1 (box) or ||W_Q[:, k]||_2 (ball), rounded up)."""
-    n, m, d, inflate = D.n, D.n - 1, D.d, 1.0 + 1e-9
+    m, d, inflate = D.n - 1, D.d, 1.0 + 1e-9
     t = tau_hi * inflate
     bt_hi = tau_hi * np.exp(2.0 * Hf[:m]) * (1.0 + 1e-12) * inflate
     base_hi = np.concatenate([bt_hi, [t]])

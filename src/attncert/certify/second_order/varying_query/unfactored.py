@@ -34,7 +34,8 @@ Relaxation. Exactly the fixed-query program of `monolithic` (built from `rows`) 
                 (Stot_j - l_j tau, tau, ahat_j) in K_exp,      Stot = (U_j + V_j)_(sigma + eta + beta),
                 kappa_j lam_j <= (e^{2 eps_j} - 1) tau + e^{2 eps_j} c_j (Stot_j - l_j tau),
                 E_tau[(e - E_c)(s - c)] >= -margin at interior score points c     (monotonicity cuts),
-                [tight variant] (-(2 eps_j - l_j) ahat_j - Mtot_j, ahat_j, tau) in K_exp,  Mtot = (V + Ehat U)_(sigma + eta + beta),
+                [tight variant] (-(2 eps_j - l_j) ahat_j - Mtot_j, ahat_j, tau) in K_exp,  Mtot = (V + Ehat U)_(sigma +
+                eta + beta),
                 (U_j,sigma, U_j,omega) in lam_j P_j,  (V_j,sigma, V_j,omega) in (tau - lam_j) P_j,
                 |U_j,eta| <= lam_j H_j, |V_j,eta| <= (tau - lam_j) H_j, the same for beta with bb,
                 (U_j + V_j)_eta = (r V^T W)_j (j != i),  (U_i + V_i)_(sigma, omega) = (r V^T W)_(i, i+1),
@@ -59,8 +60,18 @@ from attncert.certify.second_order.dual_bound.dual_record import note_affine, no
 from attncert.certify.second_order.relaxation.cutting_planes import cutting_plane_solve, vertex_dinkelbach
 from attncert.certify.second_order.relaxation.facets import SLOTS, initial_edges
 from attncert.certify.second_order.varying_query.data import VaryingData, start_chains
-from attncert.certify.second_order.relaxation.rows import MONOTONE_POINTS, SecondOrderResult, fallback_bound, representable, settle
-from attncert.certify.second_order.varying_query.unfactored_program import build_varying_program, set_varying_parameters, varying_box
+from attncert.certify.second_order.relaxation.rows import (
+    MONOTONE_POINTS,
+    SecondOrderResult,
+    fallback_bound,
+    representable,
+    settle,
+)
+from attncert.certify.second_order.varying_query.unfactored_program import (
+    build_varying_program,
+    set_varying_parameters,
+    varying_box,
+)
 from attncert.head.problem import HeadProblem
 from attncert.head.reduced_geometry import ReducedGeometry
 from attncert.head.rounding import outward_affine
@@ -82,8 +93,14 @@ def _to_g(bound: float, D: VaryingData) -> float:
     return outward_affine(D.g0, D.rho_o, bound, D.tail)
 
 
-def second_order_varying(problem: HeadProblem, geo: ReducedGeometry, upper_cone: bool = False, monotone_points: int = MONOTONE_POINTS,
-                         ladder=SOLVER_LADDER, center: bool = False) -> SecondOrderResult:
+def second_order_varying(
+    problem: HeadProblem,
+    geo: ReducedGeometry,
+    upper_cone: bool = False,
+    monotone_points: int = MONOTONE_POINTS,
+    ladder=SOLVER_LADDER,
+    center: bool = False,
+) -> SecondOrderResult:
     """Sound upper bound on max g for a varying query (see module docstring; center: `VaryingData`)."""
     if problem.mode != "varying":
         raise ValueError("second_order_varying expects mode='varying'")
