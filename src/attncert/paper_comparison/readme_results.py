@@ -91,7 +91,8 @@ def render_results(table: pd.DataFrame, model: str, grids: dict[str, str]) -> st
              f"{counts_line(sentences)}. {_capped_line(sentences)} Beyond the paper ({len(beyond)} variants, tallied "
              f"apart): {counts_line(beyond)}. Per claim ({len(table)} claims): {counts_line(table)}.", "",
              "A run writes the same table with notes and the papers' sentences to "
-             "`figures/tables/<model>/paper_vs_reproduced.md`.", ""]
+             "`figures/tables/<model>/paper_vs_reproduced.md`. The figures behind the rows, each with the paper's "
+             "own numbers drawn beside ours: [figures.md](figures.md).", ""]
     for paper, title in PAPERS:
         part = table[table["paper"] == paper]
         shown = part[RESULTS_COLUMNS].assign(
