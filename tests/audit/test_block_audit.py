@@ -103,3 +103,21 @@ def test_a_negative_remainder_piece_fails_pieces(stage_files, tmp_path):
     arrays["dev"] = dev
     fails = _by(audit_block(_write(tmp_path, df, arrays), MODEL), "fail")
     assert fails and {r["check"] for r in fails} == {"pieces"} and {str(r["head"]) for r in fails} == {"2"}
+
+
+def test_the_audit_summary_lists_the_block_numbers_in_one_order_whatever_the_record_order():
+    """The summary table's rows do not depend on the order of the records (or on set iteration order): two runs
+    with the same outcomes write the same audit.md, timing aside."""
+    import random
+
+    from attncert.audit.audit_table import summary_markdown
+
+    numbers = ("certificate_f", "certificate_f_neg", "certificate_g", "certificate_g_neg", "second_order_upper")
+    records = [dict(table="block", layer=1, row=i, number=k, status="pass", check="sdp_dual", reason="")
+               for i in range(3) for k in numbers]
+    first = summary_markdown(records, "m", 1.0, [1])
+    for seed in range(5):
+        random.Random(seed).shuffle(records)
+        assert summary_markdown(records, "m", 1.0, [1]) == first
+    rows = [line.split(" | ")[1] for line in first.splitlines() if line.startswith("| block |")]
+    assert rows == sorted(rows)

@@ -144,8 +144,8 @@ def summary_markdown(records: list[dict], model: str, seconds: float, layers: li
              f"ball arithmetic, without a solver (docs/audit.md). **Audit time {seconds:.1f} s**{parts} "
              "(one process).", "",
              "| table | number | " + " | ".join(STATUSES) + " |", "|---|---|" + "---|" * len(STATUSES)]
-    keys = sorted({(r["table"], r["number"]) for r in records}, key=lambda k: (k[0] != "certify", k[0],
-                                                                               (NUMBERS + (k[1],)).index(k[1])))
+    keys = sorted({(r["table"], r["number"]) for r in records},
+                  key=lambda k: (k[0] != "certify", k[0], (NUMBERS + (k[1],)).index(k[1]), k[1]))
     for t, k in keys:
         lines.append(f"| {t} | {k} | " + " | ".join(str(by[(t, k, s)]) for s in STATUSES) + " |")
     lines.append(
