@@ -33,20 +33,10 @@ phases = tqdm(total=6 + bool(b.get("alpha_crown", False)), desc=f"block transiti
 t0 = time.perf_counter()
 stored = {}
 rows, timings = analyze_transition(
-    tr,
-    C,
-    b["radii"],
-    qp_starts=b["qp_starts"],
-    sdp_iterations=b["sdp_iterations"],
-    ascent_restarts=b["ascent_restarts"],
-    ascent_steps=b["ascent_steps"],
-    seed=b["seed"],
-    certificate_pieces=b["certificate_pieces"],
-    alpha_crown=b["alpha_crown"],
-    reference=nxt["Z"][prompt, position],
-    keep=stored,
-    progress=lambda name: (phases.update(1), logging.info("phase %s done", name)),
-)
+    tr, C, b["radii"], qp_starts=b["qp_starts"], sdp_iterations=b["sdp_iterations"],
+    ascent_restarts=b["ascent_restarts"], ascent_steps=b["ascent_steps"], seed=b["seed"],
+    certificate_pieces=b["certificate_pieces"], alpha_crown=b["alpha_crown"], reference=nxt["Z"][prompt, position],
+    keep=stored, progress=lambda name: (phases.update(1), logging.info("phase %s done", name)))
 phases.close()
 df = transition_table(rows, timings, tr, heads, model_label(p.model), prompt)
 with atomic_path(sm.output.csv) as tmp:
@@ -60,6 +50,5 @@ write_sidecar(sm.output.csv, provenance(
     p, stage="block_transition", seeds={"block_seed": b["seed"], "spec_seed": p.spec_seed}, transition=L,
     inputs=[str(sm.input.npz), str(sm.input.next)], units=int(len(df)), cpu_seconds=timings,
     status_counts=df["status"].value_counts().to_dict(), wall_seconds=time.perf_counter() - t0))
-logging.info(
-    "transition %d: %d rows, status %s, cpu seconds %s", L, len(df), df["status"].value_counts().to_dict(), timings
-)
+logging.info("transition %d: %d rows, status %s, cpu seconds %s", L, len(df), df["status"].value_counts().to_dict(),
+             timings)

@@ -31,38 +31,15 @@ else:
         tables.write_table(tables.witness_maxerr_table(runs, bound), notes=tables.witness_notes(bound), **out,
                            title="Min-IP witness suite: largest |y - t| vs feature rank (the paper's metric)")
     elif which == "thresholds":
-        tables.write_table(
-            tables.threshold_table(runs, list(sm.params.thresholds)),
-            **out,
-            title="Min-IP transition rank under each criterion (how much the threshold decides)",
-            notes=[
-                "Random tokens in {0,1}^m, disjoint train/test token pools; transition = smallest rank whose median "
-                "over seeds meets the criterion.",
-                "error < p: share of positions with |y - t| >= 1/2 below p; max|y-t| < 1/2: largest deviation over the "
-                "test sequences (holds iff share wrong = 0).",
-                "'>R' = not reached up to the largest rank R of the grid. Nonnegativity map: exp.",
-            ],
-        )
+        tables.write_table(tables.threshold_table(runs, list(sm.params.thresholds)), notes=tables.THRESHOLD_NOTES,
+                           title="Min-IP transition rank under each criterion (how much the threshold decides)", **out)
     elif which == "transition":
-        tables.write_table(
-            tables.transition_table(runs, threshold),
-            title="Min-IP transition rank vs problem size",
-            notes=[
-                f"Random tokens in {{0,1}}^m, disjoint train/test token pools; transition = smallest rank with median "
-                f"error over seeds < {threshold:g}.",
-                "'>R' = not reached up to the largest rank R of the grid. Dense: max error over seeds. Nonnegativity "
-                "map: exp.",
-            ],
-            **out,
-        )
+        tables.write_table(tables.transition_table(runs, threshold), title="Min-IP transition rank vs problem size",
+                           notes=tables.transition_notes(threshold), **out)
     elif which == "paper":
         claims = claim_dicts(sm.input.claims, "paper_b")
-        tables.write_table(
-            tables.paper_table(runs, bound, claims, threshold),
-            title="Min-IP: the paper's numbers and ours",
-            notes=["Paper values from data/paper_claims.yaml (paper_b). Ours from the default config sweep."],
-            **out,
-        )
+        tables.write_table(tables.paper_table(runs, bound, claims, threshold), notes=tables.PAPER_NOTES, **out,
+                           title="Min-IP: the paper's numbers and ours")
     else:
         raise SystemExit(f"attncert: unknown Min-IP table {which!r}")
 for path in sm.output:
