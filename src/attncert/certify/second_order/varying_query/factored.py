@@ -53,9 +53,9 @@ from attncert.certify.second_order.dual_bound.dual_record import note_constructi
 from attncert.certify.second_order.relaxation.cutting_planes import cutting_plane_solve
 from attncert.certify.second_order.relaxation.facets import SLOTS
 from attncert.certify.second_order.relaxation.rows import (DEVIATION_BELOW, MONOTONE_POINTS, SecondOrderResult,
-                                                      fallback_bound, representable, settle)
-from attncert.certify.second_order.varying_query.unfactored import _to_g, linf_start_facets, second_order_varying
-from attncert.certify.second_order.varying_query.data import VaryingData
+                                                      settle)
+from attncert.certify.second_order.varying_query.unfactored import (_to_g, linf_start_facets, prepared_varying,
+                                                                   second_order_varying)
 from attncert.certify.second_order.varying_query.program import (build_factored_program, factored_box,
                                                                     set_factored_parameters, widths)
 from attncert.head.problem import HeadProblem
@@ -84,13 +84,7 @@ def second_order_varying_factored(problem: HeadProblem, geo: ReducedGeometry, mo
     if problem.mode != "varying":
         raise ValueError("second_order_varying_factored expects mode='varying'")
     t0 = time.perf_counter()
-    fo = fallback_bound(problem, geo)
-    D = VaryingData(problem, geo, fo, center)
-    note_construction(reset=True, path="varying_factored", fields=D.fields())  # before drop_negligible changes D
-    why = "degenerate score intervals" if not np.all(D.h > 1e-9) else representable(D.A, D.h, D.eps, width_only=True)
-    if not why:
-        D = D.drop_negligible()
-        why = representable(D.A, D.h, D.eps)
+    fo, D, why = prepared_varying(problem, geo, center, "varying_factored")
     if why:
         return settle(math.inf, fo, t0, "varying", no_solve_reason=why)
     Hf, hk = widths(D)

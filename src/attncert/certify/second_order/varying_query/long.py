@@ -42,12 +42,10 @@ from attncert.certify.second_order.dual_bound.dual_record import note_constructi
 from attncert.certify.second_order.relaxation.rows import (
     MONOTONE_POINTS,
     SecondOrderResult,
-    fallback_bound,
-    representable,
     settle,
 )
 from attncert.certify.second_order.fixed_query.token_solve import LADDER, edge_window, solve_once
-from attncert.certify.second_order.varying_query.unfactored import _to_g
+from attncert.certify.second_order.varying_query.unfactored import _to_g, prepared_varying
 from attncert.certify.second_order.varying_query.data import VaryingData
 from attncert.certify.second_order.varying_query.long_program import (KEYS_BLOCKS, TOKEN_BLOCKS, build_long_program,
                                                                  long_chains)
@@ -95,13 +93,7 @@ def second_order_varying_long(
     if problem.mode != "varying":
         raise ValueError("second_order_varying_long expects mode='varying'")
     t0 = time.perf_counter()
-    fo = fallback_bound(problem, geo)
-    D = VaryingData(problem, geo, fo, center="key")
-    note_construction(reset=True, path="varying_long", fields=D.fields())  # before drop_negligible changes D
-    why = "degenerate score intervals" if not np.all(D.h > 1e-9) else representable(D.A, D.h, D.eps, width_only=True)
-    if not why:
-        D = D.drop_negligible()
-        why = representable(D.A, D.h, D.eps)
+    fo, D, why = prepared_varying(problem, geo, "key", "varying_long")
     if not why and D.n < 2:
         why = "a single token"
     if why:

@@ -87,6 +87,20 @@ def linf_start_facets(D: VaryingData) -> tuple[list, list]:
     return chains, initial_edges(chains, k)
 
 
+def prepared_varying(problem: HeadProblem, geo: ReducedGeometry, center: bool | str, path: str):
+    """(fo, D, why) for every varying-query program: the fallback bound, the unit's data with the negligible tokens
+    dropped (the certificate's record is noted before the drop, under `path`), and the reason there is nothing to
+    solve ("" when there is something)."""
+    fo = fallback_bound(problem, geo)
+    D = VaryingData(problem, geo, fo, center)
+    note_construction(reset=True, path=path, fields=D.fields())  # before drop_negligible changes D
+    why = "degenerate score intervals" if not np.all(D.h > 1e-9) else representable(D.A, D.h, D.eps, width_only=True)
+    if not why:
+        D = D.drop_negligible()
+        why = representable(D.A, D.h, D.eps)
+    return fo, D, why
+
+
 def _to_g(bound: float, D: VaryingData) -> float:
     """g0 + rho_o * bound (+ the dropped tokens' tail), rounded outward."""
     note_affine(D.g0, D.rho_o, D.tail)
@@ -105,14 +119,8 @@ def second_order_varying(
     if problem.mode != "varying":
         raise ValueError("second_order_varying expects mode='varying'")
     t0 = time.perf_counter()
-    fo = fallback_bound(problem, geo)
-    D = VaryingData(problem, geo, fo, center)
-    note_construction(reset=True, path="varying_unfactored", fields=D.fields())  # before drop_negligible changes D
+    fo, D, why = prepared_varying(problem, geo, center, "varying_unfactored")
     best, status, solver, primal, rounds, n_facets, log, gap = math.inf, "not_run", "none", math.nan, 0, 0, [], math.nan
-    why = "degenerate score intervals" if not np.all(D.h > 1e-9) else representable(D.A, D.h, D.eps, width_only=True)
-    if not why:
-        D = D.drop_negligible()
-        why = representable(D.A, D.h, D.eps)
     n = D.n
     if not why:
         if problem.norm == "l2":
