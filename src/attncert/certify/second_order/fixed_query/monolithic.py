@@ -108,13 +108,8 @@ def prepared_data(problem: HeadProblem, geo: ReducedGeometry, t0: float):
     return fo, D, (settle(math.inf, fo, t0, "fixed", no_solve_reason=why) if why else None)
 
 
-def second_order_fixed(
-    problem: HeadProblem,
-    geo: ReducedGeometry,
-    upper_cone: bool = False,
-    monotone_points: int = MONOTONE_POINTS,
-    ladder=SOLVER_LADDER,
-) -> SecondOrderResult:
+def second_order_fixed(problem: HeadProblem, geo: ReducedGeometry, upper_cone: bool = False,
+                       monotone_points: int = MONOTONE_POINTS, ladder=SOLVER_LADDER) -> SecondOrderResult:
     """Sound upper bound on max g for a fixed query (mode "fixed"); see the module docstring.
     geo: `reduced_geometry(problem)`."""
     t0 = time.perf_counter()

@@ -107,14 +107,9 @@ def _to_g(bound: float, D: VaryingData) -> float:
     return outward_affine(D.g0, D.rho_o, bound, D.tail)
 
 
-def second_order_varying(
-    problem: HeadProblem,
-    geo: ReducedGeometry,
-    upper_cone: bool = False,
-    monotone_points: int = MONOTONE_POINTS,
-    ladder=SOLVER_LADDER,
-    center: bool = False,
-) -> SecondOrderResult:
+def second_order_varying(problem: HeadProblem, geo: ReducedGeometry, upper_cone: bool = False,
+                         monotone_points: int = MONOTONE_POINTS, ladder=SOLVER_LADDER,
+                         center: bool = False) -> SecondOrderResult:
     """Sound upper bound on max g for a varying query (see module docstring; center: `VaryingData`)."""
     if problem.mode != "varying":
         raise ValueError("second_order_varying expects mode='varying'")
