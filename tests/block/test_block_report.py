@@ -1,6 +1,8 @@
 """The block certificate's table, claim values and figure (block/report.py, block/figures.py) on a synthetic units
 table: +inf second-order bounds count as the largest, the reported bound's sources and violations are counted, the
 figure draws with and without alpha-CROWN."""
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -69,3 +71,21 @@ def test_certificate_figure_draws(tmp_path, alpha):
     pdf, png = tmp_path / "c.pdf", tmp_path / "c.png"
     figures.draw("certificate_vs_radius", df, {}, claims, str(pdf), str(png))
     assert pdf.stat().st_size > 1000 and png.stat().st_size > 1000
+
+
+def test_paper_table_shows_the_papers_numbers_not_its_sentences():
+    """Every cell of the paper column is the paper's number (or n/a / a set-up note), never the summary's sentence:
+    the softmax-as-one-op rank correlation row reads the paper's 0.98."""
+    from attncert.paper_comparison.paper_comparison import claim_dicts
+
+    df = _units()
+    rng = np.random.default_rng(1)
+    df = df.assign(effective_rank=rng.uniform(5, 50, len(df)), entropy_rank=rng.uniform(5, 50, len(df)),
+                   stable_rank=rng.uniform(1, 10, len(df)))
+    claims = claim_dicts(Path(__file__).resolve().parents[2] / "data" / "paper_claims.yaml", "paper_a")
+    block = {"reference_radius": 1e-3, "second_order_tolerance": 0.015, "radii": RADII}
+    table = report.paper_table(report.derive(df), block, claims)
+    paper = table.iloc[:, 1].astype(str)
+    assert not paper.str.contains(r"[\uac00-\ud7a3]").any(), paper.tolist()
+    row = table[table.iloc[:, 0].str.startswith("Spearman ρ with softmax as one op")]
+    assert row.iloc[0, 1].startswith("0.98"), row.iloc[0, 1]

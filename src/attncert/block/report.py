@@ -206,7 +206,7 @@ def paper_table(df: pd.DataFrame, block: dict, claims: list) -> pd.DataFrame:
         ),
         (
             "Spearman ρ with softmax as one op (subset / all)",
-            sm1.get("sentence", "n/a"),
+            fmt_claim(claim(claims, "block_spearman_softmax_one_op")) + " (subset)",
             f"{rss:.3f} (p = {pss:.2g}) / {rsa:.3f} (p = {psa:.2g})",
             f"at r = {r_ref:g}",
         ),
