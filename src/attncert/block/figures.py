@@ -239,13 +239,15 @@ def figure_certificate_vs_radius(df: pd.DataFrame, claims: list, pdf: str, png: 
         if col != "certificate_looseness" and band.any():
             ax.fill_between(np.array(radii)[band], q[0, band], q[2, band], color=color, alpha=0.12, lw=0)
         finite_top = max(finite_top, np.nanmax(np.where(np.isfinite(q), q, np.nan)))
-    for k, r in enumerate(radii):
+    infinite = []  # one note for every radius with +inf certificates (one label per radius overlapped)
+    for r in radii:
         g = df[np.isclose(df["radius"], r)]
         n_inf = int((~np.isfinite(g["second_order_certificate_f"])).sum())
         if n_inf:
-            ax.annotate(f"{cert}:\n{n_inf} of {len(g)} units +inf at r = {r:g}", (r, finite_top),
-                        textcoords="offset points", xytext=(-8, 4), ha="right", va="bottom",
-                        fontsize=style.FONT["note"], color=style.method_color("certificate"))
+            infinite.append(f"{n_inf} of {len(g)} at r = {r:g}")
+    if infinite:
+        ax.text(0.02, 0.97, f"{cert} +inf (not drawn):\n" + "\n".join(infinite), transform=ax.transAxes,
+                ha="left", va="top", fontsize=style.FONT["note"], color=style.method_color("certificate"))
     ax.axhline(1.0, color="k", lw=0.8, label="ascent maximum (a lower bound on max f)")
     c_crown, c_pred = claim(claims, "block_crown_over_perop"), claim(claims, "block_predicted_looseness")
     med = lambda c: c.get("value", {}).get("median") if isinstance(c.get("value"), dict) else None  # noqa: E731
