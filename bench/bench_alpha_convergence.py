@@ -144,10 +144,9 @@ def main(args) -> dict:
                 loos = np.array([(r["upper"][k] - r["upper"][0]) / (r["upper"][0] - r["reference"]) for r in ok])
                 lines.append(
                     f"| {m} | {md} | {settings[k][0]:g}:{settings[k][1]}:{settings[k][2]:g} | {len(sub)} | "
-                    f"{np.median(before):.4f} | "
-                    f"{np.median(after):.4f} | {before.sum() / after.sum():.2f} | {np.median(loos):.2e} | "
-                    f"{loos.max():.2e} | {np.mean(loos > 1e-3):.3f} | {int(np.sum(loos < 0))} | "
-                    f"{len(sub) - len(ok)} |"
+                    f"{np.median(before):.4f} | {np.median(after):.4f} | {before.sum() / after.sum():.2f} | "
+                    f"{np.median(loos):.2e} | {loos.max():.2e} | {np.mean(loos > 1e-3):.3f} | "
+                    f"{int(np.sum(loos < 0))} | {len(sub) - len(ok)} |"
                 )
     lines.append(f"\nBench wall time {time.perf_counter() - t_start:.0f} s.")
     print("\n".join(lines))

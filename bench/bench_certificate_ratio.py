@@ -1,7 +1,7 @@
 """Certificate time vs CROWN time by number of tokens, and the equality checks of the faster certificate path.
 
-    .venv/bin/python -m bench.bench_certificate_ratio time  [--groups G] [--reps R] [--positions 1,4,8,15] [--modes
-    fixed,varying]
+    .venv/bin/python -m bench.bench_certificate_ratio time  [--groups G] [--reps R] [--positions 1,4,8,15]
+                                                            [--modes fixed,varying]
     .venv/bin/python -m bench.bench_certificate_ratio equal [--sample N] [--seed S]
     .venv/bin/python -m bench.bench_certificate_ratio varying [--groups G] [--seed S]
     (each also with --quick; the result is bench/results/bench_certificate_ratio-PART[-quick].md)
@@ -195,8 +195,7 @@ def run_varying(args):
         a = np.array(rows, dtype=float)
         print(
             f"| {name} | {len(a)} | {np.median(a[:, 0]):.4f} | {a[:, 0].mean():.4f} | {np.percentile(a[:, 0], 90):.4f} "
-            f"| "
-            f"{a[:, 2].mean():.2f} | {int(a[:, 3].sum())} | {int(a[:, 4].sum())} | {int((a[:, 1] < best).sum())} |"
+            f"| {a[:, 2].mean():.2f} | {int(a[:, 3].sum())} | {int(a[:, 4].sum())} | {int((a[:, 1] < best).sum())} |"
         )
     d = (np.array([r[1] for r in out["new"]]) - np.array([r[1] for r in out["SCS ladder, fixed cut stop"]])) / move
     print(f"\n(new - SCS ladder) / movement: min {d.min():.2e}, median {np.median(d):.2e}, max {d.max():.2e}; "

@@ -215,16 +215,8 @@ def minip(cfg: dict, k: int, rng, log) -> list[dict]:
             run_witness(family=witness_family(w["bits"], w["queries"], w["ladder_step"]), kind=kind, rank=rank,
                         seed=r.seed, train=train, device=params["device"])
         else:
-            run_scaling(
-                bits=bits,
-                length=length,
-                kind=kind,
-                rank=rank,
-                seed=r.seed,
-                train=train,
-                device=params["device"],
-                **params["scaling"],
-            )
+            run_scaling(bits=bits, length=length, kind=kind, rank=rank, seed=r.seed, train=train,
+                        device=params["device"], **params["scaling"])
         out.append({"group": minip_group(r.setting), "run": r.path, "seconds": time.perf_counter() - t0})
         log(f"  Min-IP {r.path}: {out[-1]['seconds']:.1f} s")
     return out
@@ -335,8 +327,7 @@ def main(args) -> dict:
         a, b = st["after"].get(s, stats([])), st["before"].get(s, stats([]))
         lines.append(
             f"| certification | {s[0]} query, position {s[1]} (n = {s[1] + 1}) | {c_counts[s]:,} | {a['n'] or b['n']} "
-            f"| "
-            f"{fmt(a['median'])} | {fmt(a['p90'])} | {fmt(a['mean'])} | {fmt(a['mean'] * c_counts[s] / 3600)} | "
+            f"| {fmt(a['median'])} | {fmt(a['p90'])} | {fmt(a['mean'])} | {fmt(a['mean'] * c_counts[s] / 3600)} | "
             f"{fmt(b['median'])} | {fmt(b['mean'] * c_counts[s] / 3600)} |"
         )
     for m in methods:

@@ -66,17 +66,10 @@ def transition_from_model(model, family: str, layer: int, x0: np.ndarray, positi
         raise ValueError(f"activation {name!r} is not supported (gelu, gelu_new, gelu_pytorch_tanh)")
     if not 0 <= position < T:
         raise ValueError(f"position {position} out of range for {T} tokens")
-    return BlockTransition(
-        family=family,
-        layer=layer,
-        position=position,
-        x0=x0,
-        keys=keys,
-        n_heads=cfg.num_attention_heads,
-        activation=act,
-        **{k: v.contiguous() for k, v in kw.items() if isinstance(v, torch.Tensor)},
-        **{k: v for k, v in kw.items() if not isinstance(v, torch.Tensor)},
-    )
+    return BlockTransition(family=family, layer=layer, position=position, x0=x0, keys=keys,
+                           n_heads=cfg.num_attention_heads, activation=act,
+                           **{k: v.contiguous() for k, v in kw.items() if isinstance(v, torch.Tensor)},
+                           **{k: v for k, v in kw.items() if not isinstance(v, torch.Tensor)})
 
 
 def transition_from_arrays(layer_arrays: dict, next_arrays: dict, layer: int, prompt: int,

@@ -13,8 +13,9 @@ import cvxpy as cp
 import numpy as np
 
 from attncert.certify.second_order.dual_bound.compiled import assign
-from attncert.certify.second_order.relaxation.rows import (DEVIATION_BELOW, ellipse_matrix, nu_bound, objective,
-                                                      polygon_constraints, weight_constraints, weight_parameters)
+from attncert.certify.second_order.relaxation.rows import (DEVIATION_BELOW, ellipse_matrix, nu_bound,
+                                                      polygon_constraints, relaxation_problem, weight_constraints,
+                                                      weight_parameters)
 
 _CACHE: dict = {}
 
@@ -75,11 +76,7 @@ def build_fixed_program(n: int, norm: str, K: int, upper_cone: bool, mono: int, 
                  cp.SOC(P["cs"] * (tau_n - lam), P["G"] @ V.T, axis=0)]
     else:
         cons += polygon_constraints(P, n, K, U, V, lam, tau_n)
-    variables = dict(tau=tau, lam=lam, U=U, V=V)
-    if nu is not None:
-        variables["nu"] = nu
-    entry = (cp.Problem(objective(P, tau, lam, U[:, 1], V[:, 1]), cons), P, variables)
-    _CACHE[key] = entry
+    entry = _CACHE[key] = relaxation_problem(P, cons, dict(tau=tau, lam=lam, U=U, V=V), nu)
     return entry
 
 

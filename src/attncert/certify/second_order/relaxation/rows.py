@@ -267,6 +267,15 @@ def objective(P: dict, tau, lam, U_omega, V_omega):
     return cp.Maximize(P["c_tau"] * tau + P["c_lam"] @ lam + P["c_V"] @ V_omega + P["c_U"] @ U_omega)
 
 
+def relaxation_problem(P: dict, cons: list, variables: dict, nu=None) -> tuple:
+    """(problem, P, variables) of a builder: `objective` over `cons`, with `variables` holding tau, lam, U, V (column
+    1: the value coordinate) and whatever else the builder made; nu joins them in the deviation form."""
+    if nu is not None:
+        variables["nu"] = nu
+    v = variables
+    return cp.Problem(objective(P, v["tau"], v["lam"], v["U"][:, 1], v["V"][:, 1]), cons), P, variables
+
+
 def ellipse_matrix(u_s: np.ndarray, u_w: np.ndarray, radius: float, scale_s: float,
                    scale_w: float) -> tuple[np.ndarray, float]:
     """(G, cs) with ||G xhat|| <= cs for every xhat = (sigma / scale_s, omega / scale_w), (sigma, omega) in P.

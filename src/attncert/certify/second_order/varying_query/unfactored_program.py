@@ -10,8 +10,8 @@ from __future__ import annotations
 import cvxpy as cp
 import numpy as np
 
-from attncert.certify.second_order.relaxation.rows import (ellipse_matrix, nu_bound, objective, polygon_constraints,
-                                                      weight_constraints, weight_parameters)
+from attncert.certify.second_order.relaxation.rows import (ellipse_matrix, nu_bound, polygon_constraints,
+                                                      relaxation_problem, weight_constraints, weight_parameters)
 from attncert.certify.second_order.varying_query.data import VaryingData
 from attncert.head.rounding import UNIT_ROUNDOFF
 
@@ -63,11 +63,7 @@ def build_varying_program(n: int, d: int, norm: str, K: int, upper_cone: bool, m
     else:
         cons += [W <= tau, -W <= tau]
         cons += polygon_constraints(P, n, K, U, V, lam, tau_n)
-    variables = dict(tau=tau, lam=lam, U=U, V=V, SU=SU, SV=SV, W=W)
-    if nu is not None:
-        variables["nu"] = nu
-    entry = (cp.Problem(objective(P, tau, lam, U[:, 1], V[:, 1]), cons), P, variables)
-    _CACHE[key] = entry
+    entry = _CACHE[key] = relaxation_problem(P, cons, dict(tau=tau, lam=lam, U=U, V=V, SU=SU, SV=SV, W=W), nu)
     return entry
 
 
