@@ -173,7 +173,7 @@ def run(args) -> dict:
                     last_crown = (n, math.inf)
                     gc.collect()
             t0 = time.perf_counter()
-            starts = ascent_starts(cert.stored["H0"], args.ascent_starts)
+            starts = ascent_starts(cert.H0, args.ascent_starts)
             best, _ = ascent(tr, Ct, g0, G, [r], starts, args.ascent_steps)
             row["ascent_s"] = time.perf_counter() - t0
             row["ascent_max"] = best[:, 0].tolist()

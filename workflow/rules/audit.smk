@@ -28,6 +28,7 @@ rule audit:
         n_prompts=config["n_prompts"],
         long_context=LC,
         spec_seed=config["spec_seed"],
+        block=config["block"],
         code=code("audit.py"),
     threads: 1
     priority: 1  # on the longest path (extract.smk)

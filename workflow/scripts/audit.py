@@ -15,7 +15,8 @@ expect_model_of(sm.params)
 model = sm.wildcards.model
 layers = [int(layer) for layer in sm.params.layers]
 coverage = CoverageConfig.from_config({"certify": dict(sm.params.certify), "n_prompts": sm.params.n_prompts,
-                                       "long_context": dict(sm.params.long_context), "spec_seed": sm.params.spec_seed},
+                                       "long_context": dict(sm.params.long_context), "spec_seed": sm.params.spec_seed,
+                                       "block": dict(sm.params.block)},
                                       layers=layers, heads=list(sm.params.heads))
 t0 = time.perf_counter()
 stage_seconds: dict = {}

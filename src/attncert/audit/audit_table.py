@@ -206,7 +206,7 @@ def audit_model(root: Path, model: str, layers: list[int], rows: set[int] | None
         records += audit_long_context(root, model, coverage.long_context if coverage else None, MALFORMED, _damaged)
         times["long-context table"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        records += block_records(root, model) + audit_block(root, model)
+        records += block_records(root, model) + audit_block(root, model, coverage.block if coverage else None)
         times["block table"] = time.perf_counter() - t0
     return records
 

@@ -1,43 +1,68 @@
-"""The block table's certificates (issue 32): every reported bound of `data/block/{model}/units.csv` re-checked from
-what `block/certificate.py` stored beside it (`transition{L}_certificates.npz`), in numpy, without the stage's code.
+"""The block table's certificates: every reported bound of `data/block/{model}/units.csv` re-checked from the
+extracted weights, the run's configuration and the SDP duals stored beside it (`transition{L}_certificates.npz`),
+in numpy, without the stage's code (`block_rederive` builds the pieces again).
 
 The certificate's claim, per (transition, head), sense s = +-1 and radius r (docs/block_residual.md, the
-certificate module): with y the SDP dual, H0 the centre Hessian, c / J the enclosure's centre value and gradient
-(c within e0, J within a0 of the exact ones), g0 / G the stage's float value and gradient, Dev_k the remainder's
-bound on piece k of [0, 1] (weights w_k = int (1 - t) dt over the piece), and r' >= r,
+certificate module): with c / J the re-derived float g(0) and grad g(0) (within e0 and a0 of the exact values),
+H0 the re-derived centre Hessian, Dev_k the re-derived bound of |u^T (H(xi) - H0) u| on piece k of [0, 1] (plus
+H0's rounding; weights w_k = int (1 - t) dt over the piece), y the stored SDP dual, g0 the table's g(0) and G the
+stored gradient that define f = g - g0 - G . delta, and r' >= r,
 
     max s f <= max(s (c - g0) + e0, 0) + (||J - G||_1 + a0) r' + r'^2 [1/2 sum y + sum_k w_k Dev_k]
     max s g <= s c + e0 + a0 r' + ||J||_1 r' + r'^2 [1/2 sum y + sum_k w_k Dev_k]
 
-provided diag(y) - s H0 is positive definite. Checks, in order, per reported number:
+provided diag(y) - s H0 is positive definite. The file's y, G and number of pieces are free parameters: any
+values give a valid bound, so nothing the file says is trusted. Checks, in order, per reported number:
 
-* pieces: the stored bounds that must be nonnegative are (y, Dev, e0, a0), and the arrays have their shapes;
+* config: the row's prompt and query position are the configuration's block grid (without a configuration the
+  row is not covered: the specification rows need its `spec_seed`);
+* weights: the extraction files of layers L and L + 1 pass their sidecars and the pieces can be re-derived;
+* pieces: the stored duals are nonnegative, finite and of shape (heads, d); the number of pieces is in 1..256;
 * dual_pd: diag(y) - s H0 positive definite, proved by a float Cholesky of diag(y) - s H0 - c I with Rump's shift
   c = 2 gamma_{n+2} / (1 - gamma_{n+2}) tr(diag(y) - s H0) (Rump 2006, "Verification of positive definiteness");
-* sum: the right-hand side above evaluated in float64 with every operation's rounding bounded (gamma_k), so an upper
-  bound of its exact value (w_k recomputed from the number of pieces, ||J - G||_1 and ||J||_1 from the stored
-  vectors); the table's `second_order_certificate_*` must be at least that;
+* sum: the right-hand side above evaluated in float64 with every operation's rounding bounded (gamma_k); the
+  table's `second_order_certificate_*` must be at least that;
 * reported: the table's `certificate_*` must equal its second-order bound where `certificate_*_source` says
-  `second_order`. Where it says `crown`, the number is CROWN's, which keeps no certificate: listed as not covered.
-
-Not re-derived here: H0, c, J, e0, a0 and Dev from the weights (the enclosures through the block); the audit checks
-the dual's validity and the arithmetic that turns them into the reported bound.
+  `second_order`. Where it says `crown`, the number is CROWN's, which keeps no certificate: listed as not covered;
+  where it says `none`, the number is +inf and needs none: not applicable.
 """
 from __future__ import annotations
 
 import csv
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from attncert.audit.block_rederive import rederived_pieces, specification
 from attncert.head.rounding import UNIT_ROUNDOFF as U
 from attncert.head.rounding import gamma
-from attncert.integrity.intermediate_check import verify_intermediate
+from attncert.integrity.intermediate_check import IntermediateError, verify_intermediate
 
 NUMBERS = ("f", "g", "f_neg", "g_neg")
 CROWN_REASON = "block stage: this row reports CROWN's bound (smaller or the certificate not finite); no certificate"
+NO_CONFIG_REASON = ("the block certificates are re-derived from the weights with the run's configuration (block "
+                    "prompt, query position, spec_seed); fix: pass attncert audit --configfile")
+INFINITE_REASON = "the reported bound is +inf (neither bound finite): true of every unit, nothing to check"
 TINY = 1e-300
+MAX_PIECES = 256
+
+
+@dataclass(frozen=True)
+class BlockAuditConfig:
+    """The block grid of a run's configuration (`block` section, `spec_seed`)."""
+
+    prompt: int
+    query_position: int
+    spec_seed: int
+
+    @classmethod
+    def from_config(cls, config: dict) -> "BlockAuditConfig | None":
+        b = config.get("block")
+        if not b or "spec_seed" not in config:
+            return None
+        return cls(int(b["prompt"]), int(b["query_position"]), int(config["spec_seed"]))
 
 
 def _up(x, k: int):
@@ -49,16 +74,6 @@ def _add_up(a, b):
     """An upper bound of a + b for floats of any sign."""
     s = a + b
     return s + U * np.abs(s) + TINY
-
-
-def hessian_from_triu(H0_triu: np.ndarray) -> np.ndarray:
-    n = H0_triu.shape[-1]
-    d = (math.isqrt(8 * n + 1) - 1) // 2
-    iu = np.triu_indices(d)
-    H = np.zeros(H0_triu.shape[:-1] + (d, d))
-    H[:, iu[0], iu[1]] = H0_triu
-    H[:, iu[1], iu[0]] = H0_triu
-    return H
 
 
 def proved_positive_definite(A: np.ndarray) -> bool:
@@ -81,30 +96,29 @@ def integration_weights_up(K: int) -> np.ndarray:
     return _up((2 * K - 2 * k - 1) / (2.0 * K * K), 3)
 
 
-def recomputed_bounds(z) -> dict:
-    """(m, R) upper bounds of each number's right-hand side from one transition's stored pieces, (m,) dual checks
-    per sense, and (m,) piece checks."""
-    radii = np.asarray(z["radii"], dtype=np.float64)
-    J, G, g0, c = (np.asarray(z[k], dtype=np.float64) for k in ("J", "G", "g0", "c"))
-    e0, a0, dev = (np.asarray(z[k], dtype=np.float64) for k in ("e0", "a0", "dev"))
-    H0 = hessian_from_triu(np.asarray(z["H0_triu"], dtype=np.float64))
+@np.errstate(over="ignore", invalid="ignore")       # an infinite piece (a singularity reached) gives +inf
+def recomputed_bounds(p: dict, duals: dict, G: np.ndarray, g0: np.ndarray, radii) -> dict:
+    """(m, R) upper bounds of each number's right-hand side from the re-derived pieces `p` (`rederived_pieces`),
+    the stored duals (y_pos, y_neg: (m, d)), G (m, d) and g0 (m,); (m,) dual checks per sense and piece checks."""
+    radii = np.asarray(radii, dtype=np.float64)
+    J, c, e0, a0, H0, dev = (p[k] for k in ("J", "c", "e0", "a0", "H0", "dev"))
     m, d = J.shape
-    R, K = len(radii), int(z["pieces"])
-    ok = (dev.shape == (R, K, m)) & (H0.shape == (m, d, d)) & (G.shape == (m, d))
-    # negative pieces would lower the bound; NaN / +inf ones (an enclosure that gave up) only make it not finite
-    ok = np.full(m, bool(ok)) & ~(e0 < 0) & ~(a0 < 0) & ~(dev < 0).any(axis=(0, 1))
+    R, K = dev.shape[:2]
+    ok = np.full(m, G.shape == (m, d) and bool(np.isfinite(G).all()))
     r_up = radii * (1 + 4 * U)                                  # >= r after its one rounding
     r2 = _up(r_up * r_up, 1)
     w = integration_weights_up(K)
-    rem = _up(np.einsum("rkm,k->mr", dev, w) * r2[None, :], K + 1)            # (m, R)
-    off_grad = _up(np.abs(J - G).sum(-1), 2 * d)
+    rem = np.nan_to_num(_up(np.einsum("rkm,k->mr", dev, w) * r2[None, :], K + 1), nan=math.inf)   # (m, R)
+    off_grad = _up(np.abs(J - G).sum(-1), 2 * d) if G.shape == (m, d) else np.full(m, math.inf)
     grad_l1 = _up(np.abs(J).sum(-1), d)
-    out = {"pieces": ok}
+    out = {}
     for sense, sign, suffix in (("pos", 1.0, ""), ("neg", -1.0, "_neg")):
-        y = np.asarray(z[f"y_{sense}"], dtype=np.float64)
-        ok_y = (y.shape == (m, d)) and bool(np.isfinite(y).all())
-        out[f"pd{suffix}"] = np.array([ok_y and bool((y[h] >= 0).all())
-                                       and proved_positive_definite(np.diag(y[h]) - sign * H0[h]) for h in range(m)])
+        y = np.asarray(duals[sense], dtype=np.float64)
+        ok_y = (np.isfinite(y).all(-1) & (y >= 0).all(-1)) if y.shape == (m, d) else np.zeros(m, dtype=bool)
+        ok = ok & ok_y
+        out[f"pd{suffix}"] = np.array([bool(ok_y[h]) and proved_positive_definite(np.diag(y[h]) - sign * H0[h])
+                                       for h in range(m)])
+        y = np.where(ok_y[:, None], y, math.inf) if y.shape == (m, d) else np.full((m, d), math.inf)
         quad = _up(_up(0.5 * y.sum(-1), d)[:, None] * r2[None, :], 1)         # (m, R)
         off = _add_up(sign * c, -sign * g0)                                   # >= s (c - g0)
         base = np.maximum(_add_up(off, _up(e0, 0)), 0.0)[:, None]
@@ -112,6 +126,7 @@ def recomputed_bounds(z) -> dict:
         out[f"f{suffix}"] = _up(base + lin + quad + rem, 3)
         inner = _up(e0[:, None] + a0[:, None] * r_up[None, :] + grad_l1[:, None] * r_up[None, :] + quad + rem, 6)
         out[f"g{suffix}"] = _add_up(sign * c[:, None], inner)
+    out["pieces"] = ok
     return out
 
 
@@ -135,15 +150,62 @@ def _source_column(k: str) -> str:
     return "certificate_source" if k == "f" else f"certificate_{k}_source"
 
 
-def _load(root: Path, model: str, L: int):
+def _arrays(path: Path) -> dict:
+    with np.load(verify_intermediate(path), allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def _rederive(root: Path, model: str, L: int, rows: list[dict], cfg: BlockAuditConfig):
+    """(bounds, heads, radii) of transition L, or (check, reason) when it cannot be re-derived."""
     npz = root / "block" / model / f"transition{L}_certificates.npz"
     if not npz.exists():
-        return None
-    with np.load(verify_intermediate(npz), allow_pickle=False) as z:
-        return recomputed_bounds(z), [int(h) for h in z["heads"]], [float(x) for x in z["radii"]]
+        return "certificate_file", f"no transition{L}_certificates.npz beside units.csv"
+    try:
+        z = _arrays(npz)
+        a, nxt = (_arrays(root / "extract" / model / f"layer{k}.npz") for k in (L, L + 1))
+    except (IntermediateError, OSError, ValueError) as e:
+        return "weights", f"{type(e).__name__}: {e}"
+    try:
+        heads = [int(h) for h in np.asarray(z["heads"]).reshape(-1)]
+        K = int(z["pieces"])
+        duals, G = {s: np.asarray(z[f"y_{s}"], dtype=np.float64) for s in ("pos", "neg")}, np.asarray(z["G"], float)
+    except (KeyError, ValueError, TypeError) as e:
+        return "pieces", f"the certificate file lacks an array or holds a malformed one ({type(e).__name__}: {e})"
+    if not 1 <= K <= MAX_PIECES or len(set(heads)) != len(heads):
+        return "pieces", f"{K} pieces (1..{MAX_PIECES}) or repeated heads {heads}"
+    radii = sorted({float(row["radius"]) for row in rows})
+    g0 = {int(row["head"]): _float(row.get("g0", "")) for row in rows}
+    try:
+        C = specification(nxt, L + 1, heads, cfg.prompt, cfg.query_position, cfg.spec_seed)
+        p = rederived_pieces(a, nxt, cfg.prompt, cfg.query_position, C, radii, K)
+    except (KeyError, ValueError, IndexError) as e:
+        return "weights", f"the block map cannot be rebuilt from the extraction files ({type(e).__name__}: {e})"
+    g0v = np.array([g0.get(h, math.nan) for h in heads])
+    return recomputed_bounds(p, duals, G, g0v, radii), heads, radii
 
 
-def audit_block(root: Path, model: str) -> list[dict]:
+def _row_check(row: dict, k: str, rec: dict, h: int, ri: int) -> tuple[str, str, str, float]:
+    """(status, check, reason, margin) of one reported number against the re-derived bounds."""
+    number = f"certificate_{k}"
+    reported = _float(row.get(number, ""))
+    source = str(row.get(_source_column(k), "")).strip()
+    suffix = "_neg" if k.endswith("_neg") else ""
+    second = _float(row.get(f"second_order_{number}", ""))
+    bound = float(rec[k][h, ri])
+    if not bool(rec["pieces"][h]):
+        return "fail", "pieces", "a stored dual or gradient is negative, not finite or of the wrong shape", math.nan
+    if not bool(rec[f"pd{suffix}"][h]):
+        return "fail", "dual_pd", "diag(y) - H0 not proved positive definite (H0 re-derived)", math.nan
+    if not (np.isfinite(bound) and second >= bound):
+        return "fail", "sum", (f"second-order bound {second!r} below the bound re-derived from the weights "
+                               f"{bound!r}"), second - bound
+    if source != "second_order" or not reported == second:
+        return "fail", "reported", f"reported {reported!r} is not the second-order bound {second!r} ({source!r})", \
+            math.nan
+    return "pass", "weights+pieces+dual_pd+sum+reported", "", second - bound
+
+
+def audit_block(root: Path, model: str, cfg: BlockAuditConfig | None = None) -> list[dict]:
     """One record per (row, reported number) of the block table: pass, fail (check) or not covered. A table
     without the certificate's columns (written before it existed) gives no record."""
     path = root / "block" / model / "units.csv"
@@ -153,12 +215,13 @@ def audit_block(root: Path, model: str) -> list[dict]:
         rows = list(csv.DictReader(fh))
     if not rows or "certificate_source" not in rows[0]:
         return []
+    by_transition: dict = {}
+    for row in rows:
+        by_transition.setdefault(int(row["transition"]), []).append(row)
     cache: dict = {}
     out = []
     for r, row in enumerate(rows):
         L = int(row["transition"])
-        if L not in cache:
-            cache[L] = _load(root, model, L)
         for k in NUMBERS:
             number = f"certificate_{k}"
             reported = _float(row.get(number, ""))
@@ -166,34 +229,29 @@ def audit_block(root: Path, model: str) -> list[dict]:
             if source == "crown":
                 out.append(_record(L, r, row, number, "not covered", "no_certificate", CROWN_REASON, reported))
                 continue
-            if cache[L] is None:
-                out.append(_record(L, r, row, number, "fail", "certificate_file",
-                                   f"no transition{L}_certificates.npz beside units.csv", reported))
+            if source == "none" and reported == math.inf:
+                out.append(_record(L, r, row, number, "not applicable", "infinite", INFINITE_REASON, reported))
+                continue
+            if cfg is None:
+                out.append(_record(L, r, row, number, "not covered", "config", NO_CONFIG_REASON, reported))
+                continue
+            if (int(row["prompt"]), int(row["position"])) != (cfg.prompt, cfg.query_position):
+                out.append(_record(L, r, row, number, "fail", "config", f"prompt {row['prompt']}, position "
+                                   f"{row['position']} are not the configuration's block grid ({cfg.prompt}, "
+                                   f"{cfg.query_position})", reported))
+                continue
+            if L not in cache:
+                cache[L] = _rederive(root, model, L, by_transition[L], cfg)
+            if len(cache[L]) == 2:
+                out.append(_record(L, r, row, number, "fail", *cache[L], reported))
                 continue
             rec, heads, radii = cache[L]
             try:
                 h = heads.index(int(row["head"]))
-                ri = next(i for i, x in enumerate(radii) if math.isclose(x, float(row["radius"]), rel_tol=1e-12))
+                ri = next(i for i, x in enumerate(radii) if x == float(row["radius"]))
             except (ValueError, StopIteration):
-                out.append(_record(L, r, row, number, "fail", "unit", "head or radius not in the certificate file",
-                                   reported))
+                out.append(_record(L, r, row, number, "fail", "unit", "head not in the certificate file", reported))
                 continue
-            suffix = "_neg" if k.endswith("_neg") else ""
-            second = _float(row.get(f"second_order_{number}", ""))
-            bound = float(rec[k][h, ri])
-            if not bool(rec["pieces"][h]):
-                out.append(_record(L, r, row, number, "fail", "pieces", "a stored bound is negative or an array "
-                                   "has the wrong shape", reported))
-            elif not bool(rec[f"pd{suffix}"][h]):
-                out.append(_record(L, r, row, number, "fail", "dual_pd", "diag(y) - H0 not proved positive definite",
-                                   reported))
-            elif not (np.isfinite(bound) and second >= bound):
-                out.append(_record(L, r, row, number, "fail", "sum", f"second-order bound {second!r} below the sum "
-                                   f"of its stored pieces {bound!r}", reported, margin=second - bound))
-            elif source != "second_order" or not reported == second:
-                out.append(_record(L, r, row, number, "fail", "reported", f"reported {reported!r} is not the "
-                                   f"second-order bound {second!r} (source {source!r})", reported))
-            else:
-                out.append(_record(L, r, row, number, "pass", "pieces+dual_pd+sum+reported", "", reported,
-                                   margin=second - bound))
+            status, check, reason, margin = _row_check(row, k, rec, h, ri)
+            out.append(_record(L, r, row, number, status, check, reason, reported, margin=margin))
     return out

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import yaml
 
+from attncert.audit.block_audit import BlockAuditConfig
 from attncert.audit.long_context_audit import LongContextConfig
 from attncert.audit.row_audit import Expect, reported_value
 from attncert.head.unit_grid import grid
@@ -50,6 +51,7 @@ class CoverageConfig:
     expect: Expect = Expect()
     layers: list | None = None  # None: every layer on disk
     long_context: LongContextConfig | None = None  # the long-context grid (None: the run has none)
+    block: BlockAuditConfig | None = None  # the block grid (None: the run has none)
 
     @classmethod
     def from_config(cls, config: dict, layers: list | None = None, heads: list | None = None) -> "CoverageConfig":
@@ -65,7 +67,7 @@ class CoverageConfig:
                    expect=Expect(bool(c.get("second_order", True)), bool(c.get("second_order", True))
                                  and bool(c.get("tight", True))),
                    layers=layers if layers is not None else (None if cfg_layers == "all" else list(cfg_layers)),
-                   long_context=LongContextConfig.from_config(config))
+                   long_context=LongContextConfig.from_config(config), block=BlockAuditConfig.from_config(config))
 
     def units(self, layer: int, n_heads: int) -> list[tuple]:
         heads = range(n_heads) if self.heads == "all" else [int(h) for h in self.heads]

@@ -40,6 +40,8 @@ from attncert.block.enclosure import FN_ULPS, U, Graph, Var, inflate, range_boun
 from attncert.block.map import DTYPE, EXP, RECIPROCAL, RSQRT, SQUARE, BlockTransition, LayerNormParams
 from attncert.head.rounding import gamma
 
+CROSS_SLACK = 2.0 ** -40   # relative raise of e0 and a0 (see certify_transition)
+
 
 # --------------------------------------------------------------------------------------------------
 # The block map as a graph of Taylor models (the same operations as map.forward)
@@ -248,6 +250,7 @@ class BlockCertificate:
     certificate_g_neg: np.ndarray
     parts: dict                  # name -> (m, R) the terms (for measurement and storage)
     stored: dict | None = None   # what certifies the bounds (`certificate_file_arrays`; the audit's input)
+    H0: np.ndarray | None = None    # (m, d, d) the centre Hessian (float)
 
 
 def integration_weights(K: int) -> np.ndarray:
@@ -297,22 +300,10 @@ def g_bound(c, grad_l1, sign: float, joint_max=None, **pieces) -> torch.Tensor:
 
 
 def certificate_file_arrays(cert: "BlockCertificate", heads: list) -> dict:
-    """One transition's stored pieces as arrays for an npz (`heads`: the table's head of each row of C)."""
-    arrays = {k: np.asarray(v) for k, v in cert.stored.items() if k != "H0"}
-    H0 = np.asarray(cert.stored["H0"])
-    iu = np.triu_indices(H0.shape[-1])
-    return {**arrays, "H0_triu": H0[:, iu[0], iu[1]], "heads": np.asarray(heads, dtype=np.int64)}
-
-
-def stored_hessian(H0_triu: np.ndarray) -> np.ndarray:
-    """The symmetric H0 (m, d, d) from its stored upper triangle (exact: H0 is symmetric as computed)."""
-    n = H0_triu.shape[-1]
-    d = int(round((math.isqrt(8 * n + 1) - 1) / 2))
-    iu = np.triu_indices(d)
-    H = np.zeros(H0_triu.shape[:-1] + (d, d))
-    H[:, iu[0], iu[1]] = H0_triu
-    H[:, iu[1], iu[0]] = H0_triu
-    return H
+    """One transition's stored certificate as arrays for an npz (`heads`: the table's head of each row of C): the
+    verified SDP duals y_pos / y_neg, the stage's float g0 and G (f = g - g0 - G . delta), the radii and the
+    number of pieces. Everything else the bound uses is re-derived from the weights by the audit."""
+    return {**{k: np.asarray(v) for k, v in cert.stored.items()}, "heads": np.asarray(heads, dtype=np.int64)}
 
 
 def certify_transition(tr: BlockTransition, C, g0, grad, radii, pieces: int = 8, sdp_iterations: int = 10,
@@ -333,8 +324,10 @@ def certify_transition(tr: BlockTransition, C, g0, grad, radii, pieces: int = 8,
     dev_parts = deviation(G, lam0, Lam)
     dev = sum(dev_parts.values()) + h_round.unsqueeze(0)                  # (B, m)
     w = torch.as_tensor(integration_weights(K), dtype=DTYPE)
-    e0 = gv.e[0]                                                            # (m,) rounding of g(0)
-    a0 = gv.a[0]                                                            # (m,) rounding of grad g(0)
+    # the rounding of g(0) and grad g(0), raised by 2^-40 |g(0)| and 2^-40 ||grad g(0)||_1: an independent
+    # re-derivation (the audit's) computes the same floats up to a few units in their last bits
+    e0 = inflate(gv.e[0] + CROSS_SLACK * gv.c.abs())                        # (m,)
+    a0 = inflate(gv.a[0] + CROSS_SLACK * gv.J.abs().sum(-1))                # (m,)
     r_t = torch.as_tensor(radii * (1 + 4 * U), dtype=DTYPE)
     r2 = inflate(r_t * r_t)
     off_g0 = gv.c - g0                                                      # float difference (one rounding)
@@ -344,9 +337,7 @@ def certify_transition(tr: BlockTransition, C, g0, grad, radii, pieces: int = 8,
     # what certifies the bounds (`stored`; re-checked by attncert audit, audit/block_audit.py)
     pieces = {"radii": torch.as_tensor(radii, dtype=DTYPE), "dev": dev[1:].reshape(R, K, -1), "weights": w,
               "off_g0": off_g0, "e0": e0, "a0": a0, "off_grad": off_grad}
-    stored = {k: v.numpy().copy() for k, v in pieces.items()}
-    stored.update(H0=H0.numpy().copy(), c=gv.c.numpy().copy(), J=gv.J.numpy().copy(), g0=g0.numpy().copy(),
-                  G=grad.numpy().copy(), pieces=np.int64(K))
+    stored = {"radii": radii.copy(), "g0": g0.numpy().copy(), "G": grad.numpy().copy(), "pieces": np.int64(K)}
     out = {}
     for sense, sign in (("pos", 1.0), ("neg", -1.0)):
         _, yH = sdp_box_upper(sign * H0, sdp_iterations)                    # (m,), (m, d)
@@ -368,7 +359,7 @@ def certify_transition(tr: BlockTransition, C, g0, grad, radii, pieces: int = 8,
                       (e0 + (off_grad + a0) * 1e-3).unsqueeze(-1).numpy(), (Ct.shape[0], R)).copy()})
     return BlockCertificate(radii=radii, certificate_f=out["pos"][0], certificate_g=out["pos"][1],
                             certificate_f_neg=out["neg"][0], certificate_g_neg=out["neg"][1], parts=parts,
-                            stored=stored)
+                            stored=stored, H0=H0.numpy())
 
 
 # --------------------------------------------------------------------------------------------------

@@ -393,8 +393,8 @@ def analyze_transition(tr: BlockTransition, C: np.ndarray, radii, *, qp_starts: 
             asc = float(best[h, ri])
             cu = float(crown[ri, h])
             status = crown_status
-            if crown_status == "ok":
-                status = "ok" if cu >= asc else "UNSOUND"
+            if crown_status == "ok":                 # a NaN from CROWN is no bound (labelled), not a wrong one
+                status = "ok" if cu >= asc else ("crown_nan" if math.isnan(cu) else "UNSOUND")
             cf = float(reported["f"][0][h, ri])
             if not (cf >= asc and cert.certificate_f[h, ri] >= asc):
                 status = "UNSOUND_CERTIFICATE"

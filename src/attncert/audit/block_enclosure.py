@@ -1,0 +1,218 @@
+"""The block certificate's pieces re-derived from the extracted weights, in numpy: the audit's own implementation of
+the affine enclosures of `block/enclosure.py` and the graph of `block/certificate.py` (the same mathematics, written
+again without torch, so that a file's pieces are never taken on trust).
+
+Every intermediate vector v of the block map over ||xi||_inf <= rho is an affine form v(xi) = c + J xi + R nu + err
+(one noise symbol per scalar nonlinear node, |nu_n| <= eps_n(rho); |err| <= cerr + jerr max(rho, max eps)), and its
+Jacobian along ||u||_inf <= 1 is J u + R beta + err' (|beta_n| <= b_n(rho)). Per entry
+
+    e(rho) = |R| eps + rounding,   a(rho) = |R| b + rounding,
+    unary phi(z): eps = 1/2 M2 w^2 + |phi'(c)| e_round + ...,  b = M2 w (s + a) + ...
+    product x y:  eps = w_x w_y + ...,                          b = (s_x + a_x) w_y + w_x (s_y + a_y) + ...
+
+with s = ||J||_1, w = s rho + e and M2, M3 from `block_curves`. The adjoint lambda_n(xi) of g = C F is its centre
+value lambda0 plus at most Lam (the centre-linearized backward image of every later node's slope change). From
+these, `pieces` returns what the certificate's bound needs (block/certificate.py states the bound):
+
+    c, J        g(0) and grad g(0) as floats, within e0 and a0 of the exact values;
+    H0          sum_n lambda0_n phi_n''(z_n) j_n j_n^T + products (float), and its rounding bound;
+    Dev(rho)    sum_unary [dA (s + a)^2 + |A0| (2 s a + a^2)] + sum_products 2 [Lam (s_x + a_x)(s_y + a_y)
+                + |lambda0| (a_x s_y + s_x a_y + a_x a_y)],  dA = Lam (|phi''(c)| + M3 w) + |lambda0| M3 w.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from attncert.audit.block_curves import CURVES, FN_ULPS, U, inflate, range_bounds
+from attncert.head.rounding import gamma
+
+
+@dataclass
+class Var:
+    c: np.ndarray
+    J: np.ndarray
+    R: np.ndarray
+    cerr: np.ndarray
+    jerr: np.ndarray
+    e: np.ndarray = None
+    a: np.ndarray = None
+    s: np.ndarray = None
+    rowabs: np.ndarray = None
+    floor: float | None = None
+
+
+@dataclass
+class Node:
+    kind: str                  # "unary" or "product"
+    out: Var
+    inputs: tuple
+    cols: tuple
+    curve: str | None = None
+
+
+def _pad(R, n):
+    return R if R.shape[1] == n else np.concatenate([R, np.zeros((R.shape[0], n - R.shape[1]))], 1)
+
+
+class Enclosure:
+    """The affine enclosures of one graph over the radii rho (B,)."""
+
+    def __init__(self, d: int, rho: np.ndarray):
+        self.d, self.rho, self.B = d, np.asarray(rho, dtype=np.float64), len(rho)
+        self.eps = np.zeros((self.B, 0))
+        self.beta = np.zeros((self.B, 0))
+        self.nodes: list[Node] = []
+
+    def _maxes(self):
+        n = self.eps.shape[1]
+        emax = np.maximum(self.rho, self.eps.max(-1) if n else 0.0)
+        bmax = np.maximum(self.beta.max(-1) if n else np.zeros(self.B), 1.0)
+        return emax[:, None], bmax[:, None]
+
+    def _finish(self, v: Var) -> Var:
+        v.s = inflate(np.abs(v.J).sum(-1))
+        absR = np.abs(v.R)
+        v.rowabs = inflate(v.s + absR.sum(-1))
+        emax, bmax = self._maxes()
+        n = v.R.shape[1]
+        v.e = inflate(self.eps[:, :n] @ absR.T + v.cerr + v.jerr * emax)
+        v.a = inflate(self.beta[:, :n] @ absR.T + v.jerr * bmax)
+        return v
+
+    def width(self, v: Var):
+        return inflate(v.s[None, :] * self.rho[:, None] + v.e)
+
+    def zerr(self, v: Var):
+        emax, bmax = self._maxes()
+        return inflate(v.cerr + v.jerr * emax), inflate(v.jerr * bmax)
+
+    def input(self, x0) -> Var:
+        N = x0.shape[0]
+        return self._finish(Var(x0.copy(), np.eye(N), np.zeros((N, 0)), np.zeros(N), np.zeros(N)))
+
+    def linear(self, terms: list, bias=None) -> Var:
+        """sum_i v_i W_i + bias (W_i (N_i, N_out))."""
+        n = self.eps.shape[1]
+        g = gamma(sum(W.shape[0] for _, W in terms) + 2)
+        c = sum(v.c @ W for v, W in terms)
+        J = sum(W.T @ v.J for v, W in terms)
+        R = sum(W.T @ _pad(v.R, n) for v, W in terms)
+        absc = sum(np.abs(v.c) @ np.abs(W) for v, W in terms)
+        if bias is not None:
+            c, absc = c + bias, absc + np.abs(bias)
+        cerr = inflate(sum(v.cerr @ np.abs(W) for v, W in terms) + g * absc)
+        jerr = inflate(sum((v.jerr + g * v.rowabs) @ np.abs(W) for v, W in terms))
+        return self._finish(Var(c, J, R, cerr, jerr))
+
+    def _node(self, c, J, R_old, jerr, eps, beta, kind, inputs, curve=None) -> Var:
+        N, n0 = c.shape[0], self.eps.shape[1]
+        self.eps = np.concatenate([self.eps, inflate(eps)], 1)
+        self.beta = np.concatenate([self.beta, inflate(beta)], 1)
+        R = np.concatenate([_pad(R_old, n0), np.eye(N)], 1)
+        out = self._finish(Var(c, J, R, np.zeros(N), inflate(jerr)))
+        self.nodes.append(Node(kind, out, inputs, (n0, n0 + N), curve))
+        return out
+
+    def unary(self, z: Var, curve: str, floor: float | None = None) -> Var:
+        z.floor = floor
+        f, d1f = CURVES[curve][0], CURVES[curve][1]
+        w = self.width(z)
+        M2, _ = range_bounds(curve, z.c, w, floor)
+        d1, c = d1f(z.c), f(z.c)
+        ad1 = np.abs(d1)
+        ze, za = self.zerr(z)
+        eps = 0.5 * M2 * w * w + ad1 * ze + FN_ULPS * U * np.abs(c)
+        beta = ad1 * za + M2 * w * (z.s + z.a)
+        jerr = ad1 * z.jerr + (FN_ULPS + 2) * U * ad1 * z.rowabs
+        return self._node(c, d1[:, None] * z.J, d1[:, None] * z.R, jerr, eps, beta, "unary", (z,), curve)
+
+    def product(self, x: Var, y: Var) -> Var:
+        n = self.eps.shape[1]
+        wx, wy = self.width(x), self.width(y)
+        (xe, xa), (ye, ya) = self.zerr(x), self.zerr(y)
+        c = x.c * y.c
+        acx, acy = np.abs(x.c), np.abs(y.c)
+        J = y.c[:, None] * x.J + x.c[:, None] * y.J
+        R = y.c[:, None] * _pad(x.R, n) + x.c[:, None] * _pad(y.R, n)
+        eps = wx * wy + acy * xe + acx * ye + U * np.abs(c)
+        beta = acy * xa + acx * ya + (x.s + x.a) * wy + wx * (y.s + y.a)
+        jerr = acy * x.jerr + acx * y.jerr + 3 * U * (acy * x.rowabs + acx * y.rowabs)
+        return self._node(c, J, R, jerr, eps, beta, "product", (x, y))
+
+    def adjoints(self, out: Var):
+        """Per node (in order): lambda0 (m, N) and Lam (B, m, N) with |lambda(xi) - lambda0| <= Lam."""
+        n_all = self.eps.shape[1]
+        Rg = _pad(out.R, n_all)
+        lam0 = [Rg[:, nd.cols[0]:nd.cols[1]] for nd in self.nodes]
+        m = Rg.shape[0]
+        total = np.zeros((self.B, m, n_all))
+        base = out.jerr.reshape(1, m, 1)
+        Lam = [None] * len(self.nodes)
+        for k in reversed(range(len(self.nodes))):
+            nd = self.nodes[k]
+            lo, hi = nd.cols
+            L = inflate(total[:, :, lo:hi] + base)
+            Lam[k] = L
+            mag = np.abs(lam0[k])[None] + L
+            if nd.kind == "unary":
+                z = nd.inputs[0]
+                w = self.width(z)
+                M2, _ = range_bounds(nd.curve, z.c, w, z.floor)
+                slope = (M2 * w + FN_ULPS * U * np.abs(CURVES[nd.curve][1](z.c)))[:, None, :]
+                perts = [(z, inflate(slope * mag))]
+            else:
+                x, y = nd.inputs
+                perts = [(x, inflate((self.width(y) + 2 * U * np.abs(y.c))[:, None, :] * mag)),
+                         (y, inflate((self.width(x) + 2 * U * np.abs(x.c))[:, None, :] * mag))]
+            for z, p in perts:
+                n = z.R.shape[1]
+                total[:, :, :n] += p @ np.abs(z.R)
+                total += inflate((p * z.jerr).sum(-1, keepdims=True))
+        return lam0, Lam
+
+
+def centre_hessian(enc: Enclosure, lam0: list):
+    """(H0 (m, d, d) float, a bound on max_{||u||_inf <= 1} |u^T (H0 - H_exact) u| (m,))."""
+    H, absum, count = 0.0, 0.0, 0
+    for nd, l0 in zip(enc.nodes, lam0):
+        if nd.kind == "unary":
+            z = nd.inputs[0]
+            A = l0 * CURVES[nd.curve][2](z.c)
+            term = np.matmul((A[:, :, None] * z.J[None]).transpose(0, 2, 1), z.J)
+            ab = (np.abs(A) * z.s ** 2).sum(-1) * (1.0 + FN_ULPS * U)
+        else:
+            x, y = nd.inputs
+            half = np.matmul((l0[:, :, None] * x.J[None]).transpose(0, 2, 1), y.J)
+            term = half + half.transpose(0, 2, 1)
+            ab = 2.0 * (np.abs(l0) * x.s * y.s).sum(-1)
+        count += l0.shape[1]
+        H, absum = H + term, absum + ab
+    H = 0.5 * (H + H.transpose(0, 2, 1))
+    return H, inflate(gamma(count + 16) * absum)
+
+
+def deviation(enc: Enclosure, lam0: list, Lam: list):
+    """Dev(rho) (B, m): a bound on |u^T (H(xi) - H0) u| over ||xi||_inf <= rho, ||u||_inf <= 1."""
+    total = 0.0
+    for nd, l0, L in zip(enc.nodes, lam0, Lam):
+        l0 = np.abs(l0)[None]
+        if nd.kind == "unary":
+            z = nd.inputs[0]
+            w = enc.width(z)
+            _, M3 = range_bounds(nd.curve, z.c, w, z.floor)
+            d2 = np.abs(CURVES[nd.curve][2](z.c)) * (1 + FN_ULPS * U)
+            s, a = z.s[None], z.a
+            dA = L * (d2 + M3 * w)[:, None] + l0 * (M3 * w)[:, None]
+            sa = (s + a)[:, None]
+            term = dA * sa * sa + (l0 * d2) * (2 * s * a + a * a)[:, None]
+        else:
+            x, y = nd.inputs
+            sx, sy, ax, ay = x.s[None], y.s[None], x.a, y.a
+            term = 2.0 * (L * ((sx + ax) * (sy + ay))[:, None] + l0 * (ax * sy + sx * ay + ax * ay)[:, None])
+        with np.errstate(invalid="ignore"):
+            total = total + inflate(term.sum(-1))
+    with np.errstate(invalid="ignore"):
+        return np.nan_to_num(inflate(total), nan=math.inf, posinf=math.inf)
