@@ -145,3 +145,28 @@ def test_reported_certificate_is_finite_sound_and_labelled(family, tiny_gpt2_dir
         f = g - rr["g0"].to_numpy() - delta.numpy() @ curvature(tr, Ct).gradient.numpy().T
         assert np.all(f <= rr["certificate_f"].to_numpy()) and np.all(-f <= rr["certificate_f_neg"].to_numpy())
         assert np.all(g <= rr["certificate_g"].to_numpy()) and np.all(-g <= rr["certificate_g_neg"].to_numpy())
+
+
+def test_remainder_form_bounds_the_hessian_variation_at_sampled_points(tiny):
+    """|u^T (H(xi) - H0) u| <= u^T P u + rest for xi in the box and u in [-1, 1]^d (block/remainder_form.py, one
+    piece of weight 1), and the joint SDP bound of the form is below the node-by-node (diagonal-dominance) one."""
+    from attncert.block.certificate import centre_hessian
+    from attncert.block.remainder_form import remainder_form
+
+    tr, C, cv, _ = tiny
+    r = RADII[-1]
+    G, gv = block_graph(tr, C, torch.tensor([0.0, r * (1 + 1e-12)], dtype=DT))
+    lam0, Lam = G.adjoints(gv)
+    H0, h_round = centre_hessian(G, lam0)
+    form = remainder_form(G, lam0, Lam, torch.ones(1, dtype=DT), 1, 1)
+    assert bool(form.finite.all())
+    xi = _points(tr, r, n=12, seed=11)
+    H = torch.stack([torch.func.hessian(lambda x: specification_values(tr, C, x))(x) for x in xi])   # (n, m, d, d)
+    u = torch.cat([torch.sign(torch.randn(20, tr.d, dtype=DT, generator=torch.Generator().manual_seed(4))),
+                   2 * torch.rand(20, tr.d, dtype=DT, generator=torch.Generator().manual_seed(5)) - 1])
+    lhs = torch.einsum("kd,nmde,ke->nkm", u, H - H0.unsqueeze(0), u).abs()
+    rhs = torch.einsum("kd,mde,ke->km", u, form.Pbar[0], u) + form.rest[0, 0] + form.rounding[0] + h_round
+    assert torch.all(lhs <= rhs.unsqueeze(0))
+    joint, y = sdp_box_upper(2.0 * form.Pbar[0], 1, candidate=form.dominance[0])
+    assert torch.all(verified_pd(torch.diag_embed(y) - 2.0 * form.Pbar[0]))
+    assert torch.all(joint <= 0.5 * form.dominance[0].sum(-1) * (1 + 1e-9))

@@ -4,22 +4,25 @@ in numpy, without the stage's code (`block_rederive` builds the pieces again).
 
 The certificate's claim, per (transition, head), sense s = +-1 and radius r (docs/block_residual.md, the
 certificate module): with c / J the re-derived float g(0) and grad g(0) (within e0 and a0 of the exact values),
-H0 the re-derived centre Hessian, Dev_k the re-derived bound of |u^T (H(xi) - H0) u| on piece k of [0, 1] (plus
-H0's rounding; weights w_k = int (1 - t) dt over the piece), y the stored SDP dual, g0 the table's g(0) and G the
-stored gradient that define f = g - g0 - G . delta, and r' >= r,
+H0 the re-derived centre Hessian, the remainder re-derived as a form u^T Pbar_r u plus a scalar Dev_k on each
+piece k of [0, 1] (plus H0's rounding; weights w_k = int (1 - t) dt over the piece; block/remainder_form.py), y and
+y_rem the stored SDP duals, g0 the table's g(0) and G the stored gradient that define f = g - g0 - G . delta, and
+r' >= r, Q = 1/2 sum y + 1/2 sum y_rem + rounding(Pbar_r) + sum_k w_k Dev_k:
 
-    max s f <= max(s (c - g0) + e0, 0) + (||J - G||_1 + a0) r' + r'^2 [1/2 sum y + sum_k w_k Dev_k]
-    max s g <= s c + e0 + a0 r' + ||J||_1 r' + r'^2 [1/2 sum y + sum_k w_k Dev_k]
+    max s f <= max(s (c - g0) + e0, 0) + (||J - G||_1 + a0) r' + r'^2 Q
+    max s g <= s c + e0 + a0 r' + ||J||_1 r' + r'^2 Q
 
-provided diag(y) - s H0 is positive definite. The file's y, G and number of pieces are free parameters: any
-values give a valid bound, so nothing the file says is trusted. Checks, in order, per reported number:
+provided diag(y) - s H0 and diag(y_rem) - 2 Pbar_r are positive definite. The file's y, y_rem, G, kappa (the
+form's split) and number of pieces are free parameters: any values give a valid bound, so nothing the file says
+is trusted. Checks, in order, per reported number:
 
 * config: the row's prompt and query position are the configuration's block grid (without a configuration the
   row is not covered: the specification rows need its `spec_seed`);
 * weights: the extraction files of layers L and L + 1 pass their sidecars and the pieces can be re-derived;
 * pieces: the stored duals are nonnegative, finite and of shape (heads, d); the number of pieces is in 1..256;
-* dual_pd: diag(y) - s H0 positive definite, proved by a float Cholesky of diag(y) - s H0 - c I with Rump's shift
-  c = 2 gamma_{n+2} / (1 - gamma_{n+2}) tr(diag(y) - s H0) (Rump 2006, "Verification of positive definiteness");
+* dual_pd: diag(y) - s H0 and diag(y_rem) - 2 Pbar_r positive definite, each (A) proved by a float Cholesky of
+  A - c I with Rump's shift
+  c = 2 gamma_{n+2} / (1 - gamma_{n+2}) tr(A) (Rump 2006, "Verification of positive definiteness");
 * sum: the right-hand side above evaluated in float64 with every operation's rounding bounded (gamma_k); the
   table's `second_order_certificate_*` must be at least that;
 * reported: the table's `certificate_*` must equal its second-order bound where `certificate_*_source` says
@@ -108,7 +111,19 @@ def recomputed_bounds(p: dict, duals: dict, G: np.ndarray, g0: np.ndarray, radii
     r_up = radii * (1 + 4 * U)                                  # >= r after its one rounding
     r2 = _up(r_up * r_up, 1)
     w = integration_weights_up(K)
-    rem = np.nan_to_num(_up(np.einsum("rkm,k->mr", dev, w) * r2[None, :], K + 1), nan=math.inf)   # (m, R)
+    # the joint form: max u^T Pbar u <= 1/2 sum y_rem when diag(y_rem) - 2 Pbar is positive definite
+    y_rem = np.asarray(duals["rem"], dtype=np.float64)
+    pd_rem = np.zeros((m, R), dtype=bool)
+    form = np.full((m, R), math.inf)
+    if y_rem.shape == (R, m, d):
+        for ri in range(R):
+            for h in range(m):
+                y = y_rem[ri, h]
+                if p["form_finite"][ri, h] and np.isfinite(y).all() and (y >= 0).all() \
+                        and proved_positive_definite(np.diag(y) - 2.0 * p["Pbar"][ri, h]):
+                    pd_rem[h, ri] = True
+                    form[h, ri] = _up(_up(0.5 * y.sum(), d) + p["form_rounding"][ri, h], 1)
+    rem = np.nan_to_num(_up((np.einsum("rkm,k->mr", dev, w) + form) * r2[None, :], K + 2), nan=math.inf)  # (m, R)
     off_grad = _up(np.abs(J - G).sum(-1), 2 * d) if G.shape == (m, d) else np.full(m, math.inf)
     grad_l1 = _up(np.abs(J).sum(-1), d)
     out = {}
@@ -127,6 +142,7 @@ def recomputed_bounds(p: dict, duals: dict, G: np.ndarray, g0: np.ndarray, radii
         inner = _up(e0[:, None] + a0[:, None] * r_up[None, :] + grad_l1[:, None] * r_up[None, :] + quad + rem, 6)
         out[f"g{suffix}"] = _add_up(sign * c[:, None], inner)
     out["pieces"] = ok
+    out["pd_rem"] = pd_rem
     return out
 
 
@@ -167,17 +183,22 @@ def _rederive(root: Path, model: str, L: int, rows: list[dict], cfg: BlockAuditC
         return "weights", f"{type(e).__name__}: {e}"
     try:
         heads = [int(h) for h in np.asarray(z["heads"]).reshape(-1)]
-        K = int(z["pieces"])
-        duals, G = {s: np.asarray(z[f"y_{s}"], dtype=np.float64) for s in ("pos", "neg")}, np.asarray(z["G"], float)
+        K, kappa = int(z["pieces"]), float(z["kappa"])
+        duals = {s: np.asarray(z[f"y_{s}"], dtype=np.float64) for s in ("pos", "neg", "rem")}
+        G = np.asarray(z["G"], float)
     except (KeyError, ValueError, TypeError) as e:
         return "pieces", f"the certificate file lacks an array or holds a malformed one ({type(e).__name__}: {e})"
-    if not 1 <= K <= MAX_PIECES or len(set(heads)) != len(heads):
-        return "pieces", f"{K} pieces (1..{MAX_PIECES}) or repeated heads {heads}"
+    if not 1 <= K <= MAX_PIECES or len(set(heads)) != len(heads) or not 0 < kappa < math.inf:
+        return "pieces", f"{K} pieces (1..{MAX_PIECES}), kappa {kappa} (> 0) or repeated heads {heads}"
     radii = sorted({float(row["radius"]) for row in rows})
+    file_radii = [float(x) for x in np.asarray(z.get("radii", [])).reshape(-1)]
+    if not set(radii) <= set(file_radii) or duals["rem"].ndim != 3 or duals["rem"].shape[0] != len(file_radii):
+        return "unit", f"the table's radii {radii} are not the certificate file's {file_radii} (one dual each)"
+    duals["rem"] = duals["rem"][[file_radii.index(r) for r in radii]]        # the remainder's dual per table radius
     g0 = {int(row["head"]): _float(row.get("g0", "")) for row in rows}
     try:
         C = specification(nxt, L + 1, heads, cfg.prompt, cfg.query_position, cfg.spec_seed)
-        p = rederived_pieces(a, nxt, cfg.prompt, cfg.query_position, C, radii, K)
+        p = rederived_pieces(a, nxt, cfg.prompt, cfg.query_position, C, radii, K, kappa)
     except (KeyError, ValueError, IndexError) as e:
         return "weights", f"the block map cannot be rebuilt from the extraction files ({type(e).__name__}: {e})"
     g0v = np.array([g0.get(h, math.nan) for h in heads])
@@ -196,6 +217,9 @@ def _row_check(row: dict, k: str, rec: dict, h: int, ri: int) -> tuple[str, str,
         return "fail", "pieces", "a stored dual or gradient is negative, not finite or of the wrong shape", math.nan
     if not bool(rec[f"pd{suffix}"][h]):
         return "fail", "dual_pd", "diag(y) - H0 not proved positive definite (H0 re-derived)", math.nan
+    if not bool(rec["pd_rem"][h, ri]):
+        return "fail", "dual_pd", ("diag(y_rem) - 2 Pbar not proved positive definite (the remainder's form "
+                                   "re-derived; or an enclosure reached a singularity)"), math.nan
     if not (np.isfinite(bound) and second >= bound):
         return "fail", "sum", (f"second-order bound {second!r} below the bound re-derived from the weights "
                                f"{bound!r}"), second - bound

@@ -16,8 +16,9 @@ these, `pieces` returns what the certificate's bound needs (block/certificate.py
 
     c, J        g(0) and grad g(0) as floats, within e0 and a0 of the exact values;
     H0          sum_n lambda0_n phi_n''(z_n) j_n j_n^T + products (float), and its rounding bound;
-    Dev(rho)    sum_unary [dA (s + a)^2 + |A0| (2 s a + a^2)] + sum_products 2 [Lam (s_x + a_x)(s_y + a_y)
-                + |lambda0| (a_x s_y + s_x a_y + a_x a_y)],  dA = Lam (|phi''(c)| + M3 w) + |lambda0| M3 w.
+    Pbar, rest  the remainder |u^T (H(xi) - H0) u| integrated over the pieces of [0, 1] as a positive semidefinite
+                form u^T Pbar u plus a scalar per piece (`remainder_form`; block/remainder_form.py states it),
+                with dA = Lam (|phi''(c)| + M3 w) + |lambda0| M3 w bounding the change of lambda phi'' per node.
 """
 from __future__ import annotations
 
@@ -194,9 +195,14 @@ def centre_hessian(enc: Enclosure, lam0: list):
     return H, inflate(gamma(count + 16) * absum)
 
 
-def deviation(enc: Enclosure, lam0: list, Lam: list):
-    """Dev(rho) (B, m): a bound on |u^T (H(xi) - H0) u| over ||xi||_inf <= rho, ||u||_inf <= 1."""
-    total = 0.0
+def _ratio(num, den):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
+
+
+def _node_terms(enc: Enclosure, lam0: list, Lam: list, kappa: float):
+    """Per node: [(coefficient (B, m, N), direction rows (N, d))] and the scalar rest (B, m) of the remainder's form
+    (block/remainder_form.py states the inequalities)."""
     for nd, l0, L in zip(enc.nodes, lam0, Lam):
         l0 = np.abs(l0)[None]
         if nd.kind == "unary":
@@ -206,13 +212,47 @@ def deviation(enc: Enclosure, lam0: list, Lam: list):
             d2 = np.abs(CURVES[nd.curve][2](z.c)) * (1 + FN_ULPS * U)
             s, a = z.s[None], z.a
             dA = L * (d2 + M3 * w)[:, None] + l0 * (M3 * w)[:, None]
-            sa = (s + a)[:, None]
-            term = dA * sa * sa + (l0 * d2) * (2 * s * a + a * a)[:, None]
+            A0 = l0 * d2
+            eta = _ratio(kappa * a, np.broadcast_to(s, a.shape))[:, None]
+            yield [(dA * (1 + eta) + A0 * eta, z.J)], ((dA + A0) * (a * a + a * s / kappa)[:, None]).sum(-1)
         else:
             x, y = nd.inputs
             sx, sy, ax, ay = x.s[None], y.s[None], x.a, y.a
-            term = 2.0 * (L * ((sx + ax) * (sy + ay))[:, None] + l0 * (ax * sy + sx * ay + ax * ay)[:, None])
-        with np.errstate(invalid="ignore"):
-            total = total + inflate(term.sum(-1))
-    with np.errstate(invalid="ignore"):
-        return np.nan_to_num(inflate(total), nan=math.inf, posinf=math.inf)
+            tx, ty = sx + ax, sy + ay
+            t = np.where((tx > 0) & (ty > 0), ty / np.where(tx > 0, tx, 1.0), 1.0)[:, None]
+            bx, by = np.broadcast_to(sx, ax.shape), np.broadcast_to(sy, ay.shape)
+            ex, ey = _ratio(kappa * ax, bx), _ratio(kappa * ay, by)
+            e1 = _ratio(kappa * ax, np.broadcast_to(sy, ax.shape))
+            e2 = _ratio(kappa * ay, np.broadcast_to(sx, ay.shape))
+            cx = L * t * (1 + ex)[:, None] + l0 * e2[:, None]
+            cy = L / t * (1 + ey)[:, None] + l0 * e1[:, None]
+            rest = (L * (t * (ax * ax + ax * sx / kappa)[:, None] + (ay * ay + ay * sy / kappa)[:, None] / t)
+                    + l0 * (ax * sy / kappa + ay * sx / kappa + 2 * ax * ay)[:, None])
+            yield [(cx, x.J), (cy, y.J)], rest.sum(-1)
+
+
+def remainder_form(enc: Enclosure, lam0: list, Lam: list, weights: np.ndarray, R: int, K: int, kappa: float):
+    """(Pbar (R, m, d, d), rest (R, K, m), rounding (R, m), finite (R, m)): the remainder is at most
+    max_u u^T Pbar u + rounding + sum_k w_k rest_k over the box (rows not finite: Pbar zero, bound +inf)."""
+    m = lam0[0].shape[0]
+    Wk = np.asarray(weights).reshape(1, K, 1, 1)
+    Pbar = np.zeros((R, m, enc.d, enc.d))
+    rest = np.zeros((R, K, m))
+    absum = np.zeros((R, m))
+    finite = np.ones((R, m), dtype=bool)
+    count = 0
+    with np.errstate(over="ignore", invalid="ignore"):
+        for pairs, r in _node_terms(enc, lam0, Lam, kappa):
+            rest = rest + inflate(r[1:].reshape(R, K, m))
+            for coef, J in pairs:
+                cbar = inflate((coef[1:].reshape(R, K, m, -1) * Wk).sum(1))
+                ok = np.isfinite(cbar).all(-1)
+                finite &= ok
+                cbar = np.where(ok[..., None], cbar, 0.0)
+                s = np.abs(J).sum(-1)
+                Pbar += np.matmul((cbar[..., None] * J).swapaxes(-1, -2), J)
+                absum += (cbar * s * s).sum(-1)
+                count += J.shape[0]
+        rest = np.nan_to_num(inflate(rest), nan=math.inf, posinf=math.inf)
+    Pbar = 0.5 * (Pbar + Pbar.swapaxes(-1, -2))
+    return Pbar, rest, inflate(gamma(count + 16) * absum), finite

@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 from attncert.audit.block_curves import ACTIVATION_CURVE, U
-from attncert.audit.block_enclosure import Enclosure, centre_hessian, deviation
+from attncert.audit.block_enclosure import Enclosure, centre_hessian, remainder_form
 from attncert.head.specification import spec_seed, specification_direction
 
 
@@ -104,16 +104,21 @@ def block_output(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarray, 
     return E, E.linear([(F, np.ascontiguousarray(C.T))])
 
 
-def rederived_pieces(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarray, radii, pieces: int) -> dict:
-    """c, J (g(0), grad g(0) as floats), e0, a0 (their rounding), H0 and its rounding bound h_round, and dev
-    (R, K, m): Dev(t_{k+1} r) + h_round on the K pieces of [0, 1], t r raised by 4 u."""
+def rederived_pieces(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarray, radii, pieces: int,
+                     kappa: float) -> dict:
+    """c, J (g(0), grad g(0) as floats), e0, a0 (their rounding), H0 and its rounding bound h_round, the remainder's
+    form Pbar (R, m, d, d) with its rounding (R, m) and finiteness (R, m), and dev (R, K, m): the form's scalar part
+    plus h_round on the K pieces of [0, 1] (t r raised by 4 u)."""
     radii = np.asarray(radii, dtype=np.float64)
+    R = len(radii)
     ts = np.arange(1, pieces + 1) / pieces
     rho = np.concatenate([[0.0], (radii[:, None] * ts[None, :]).reshape(-1)]) * (1 + 4 * U)
+    k = np.arange(pieces, dtype=np.float64)
+    weights = (2 * pieces - 2 * k - 1) / (2.0 * pieces * pieces) * (1 + 1e-15)       # >= int (1 - t) dt per piece
     with np.errstate(over="ignore", invalid="ignore"):      # an enclosure that reaches a singularity gives +inf
         E, g = block_output(a, nxt, prompt, position, np.asarray(C, dtype=np.float64), rho)
         lam0, Lam = E.adjoints(g)
         H0, h_round = centre_hessian(E, lam0)
-        dev = deviation(E, lam0, Lam) + h_round[None, :]
-    return {"c": g.c, "J": g.J, "e0": g.e[0], "a0": g.a[0], "H0": H0, "h_round": h_round,
-            "dev": dev[1:].reshape(len(radii), pieces, -1)}
+        Pbar, rest, rounding, finite = remainder_form(E, lam0, Lam, weights, R, pieces, kappa)
+    return {"c": g.c, "J": g.J, "e0": g.e[0], "a0": g.a[0], "H0": H0, "h_round": h_round, "Pbar": Pbar,
+            "form_rounding": rounding, "form_finite": finite, "dev": rest + h_round[None, None, :]}

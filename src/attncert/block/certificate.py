@@ -1,4 +1,4 @@
-"""A sound second-order certificate of the block map over the whole box (issue 32).
+"""A sound second-order certificate of the block map over the whole box.
 
 g(delta) = c . F(x0 + delta e_i) for a specification row c, ||delta||_inf <= r. Taylor's formula with the
 integral remainder,
@@ -13,20 +13,23 @@ j_n(xi)^T + products, A_n = lambda_n phi_n''(z_n), bound every piece soundly:
 * max over the box of 1/2 u^T H0 u: the diagonal SDP dual (`box_qp.box_qp_upper`'s iteration), with
   diag(y) - H0 checked positive definite by a floating-point Cholesky factorization of diag(y) - H0 - c I
   (Rump 2006, "Verification of positive definiteness": success implies positive definite for the stated c).
-* the remainder: for ||xi||_inf <= rho, ||u||_inf <= 1,
-      |u^T (H(xi) - H0) u| <= Dev(rho) = sum_unary [dA (s + a)^2 + |A0| (2 s a + a^2)]
-          + sum_products 2 [Lam (s_x + a_x)(s_y + a_y) + |lam0| (a_x s_y + s_x a_y + a_x a_y)]
-  with dA = Lam (|phi''(c)| + M3 w) + |lam0| M3 w (M3 = sup |phi'''| over the node's range), s = ||j_n||_1,
-  a the Jacobian remainder of the node input and Lam the adjoint's (`enclosure`). Split t in [0, 1] into K
-  pieces: the piece [t_k, t_{k+1}] sees ||t delta||_inf <= t_{k+1} r, so
-      int_0^1 (1 - t) |delta^T (H(t delta) - H0) delta| dt <= r^2 sum_k w_k Dev(t_{k+1} r),
-      w_k = int_{t_k}^{t_{k+1}} (1 - t) dt.
+* the remainder: for ||xi||_inf <= rho, ||u||_inf <= 1, node by node,
+      |u^T (H(xi) - H0) u| <= sum_unary [dA (p + q)^2 + |A0| (2 |p q| + q^2)]
+          + sum_products 2 [Lam |P_x P_y| + |lam0| (|q_x p_y| + |p_x q_y| + |q_x q_y|)]
+  with p = j_n . u, |q| <= a (the Jacobian remainder of the node input), dA = Lam (|phi''(c)| + M3 w) + |lam0| M3 w
+  (M3 = sup |phi'''| over the node's range) and Lam the adjoint's remainder (`enclosure`). `remainder_form` splits
+  each term into c_n p^2 plus a scalar, so the sum is a positive semidefinite form u^T P(rho) u plus rest(rho),
+  maximized over the box jointly by its own SDP dual (node by node, the maxima of (j_n . u)^2 are not attained at
+  one u). Split t in [0, 1] into K pieces: the piece [t_k, t_{k+1}] sees ||t delta||_inf <= t_{k+1} r, so
+      int_0^1 (1 - t) |delta^T (H(t delta) - H0) delta| dt <= r^2 [max_u u^T Pbar u + sum_k w_k rest(t_{k+1} r)],
+      Pbar = sum_k w_k P(t_{k+1} r),  w_k = int_{t_k}^{t_{k+1}} (1 - t) dt.
 
+With Rem(r) that bracket (plus the rounding of H0 and Pbar):
 certificate_f bounds max f with f = g - g0 - G . delta for the stage's own float (g0, G) (the ascent's f):
-    certificate_f = (g(0) - g0) + r ||grad g(0) - G||_1 + r^2 [1/2 SDP(H0) + sum_k w_k Dev(t_{k+1} r)]
-certificate_g bounds max g:  g(0) + max_u (r grad . u + 1/2 r^2 u^T H0 u) + r^2 sum_k w_k Dev_k, the first
+    certificate_f = (g(0) - g0) + r ||grad g(0) - G||_1 + r^2 [1/2 SDP(H0) + Rem(r)]
+certificate_g bounds max g:  g(0) + max_u (r grad . u + 1/2 r^2 u^T H0 u) + r^2 Rem(r), the first
 maximum by the same SDP dual on the (d + 1) x (d + 1) matrix [[r^2 H0, r grad], [r grad^T, 0]] (a sign t = +-1
-homogenizes the linear term).
+homogenizes the linear term), or by r ||grad||_1 + the quadratic bound.
 """
 from __future__ import annotations
 
@@ -36,8 +39,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from attncert.block.enclosure import FN_ULPS, U, Graph, Var, inflate, range_bounds
+from attncert.block.enclosure import FN_ULPS, U, Graph, Var, inflate
 from attncert.block.map import DTYPE, EXP, RECIPROCAL, RSQRT, SQUARE, BlockTransition, LayerNormParams
+from attncert.block.remainder_form import KAPPA, remainder_form
 from attncert.head.rounding import gamma
 
 CROSS_SLACK = 2.0 ** -40   # relative raise of e0 and a0 (see certify_transition)
@@ -142,34 +146,6 @@ def centre_hessian(G: Graph, lam0: list) -> tuple[torch.Tensor, torch.Tensor]:
     return H, inflate(gamma(count + 16) * absum)
 
 
-def deviation(G: Graph, lam0: list, Lam: list) -> dict:
-    """Dev(rho) (B, m) per node category: bound on |u^T (H(xi) - H0) u| over ||xi|| <= rho, ||u||_inf <= 1."""
-    out = {}
-    for op in G.ops:
-        if op.kind == "linear":
-            continue
-        l0, L = lam0[op.out].abs().unsqueeze(0), Lam[op.out]          # (1, m, N), (B, m, N)
-        if op.kind == "unary":
-            z = G.vars[op.inputs[0]]
-            w = G.width(z)
-            _, M3 = range_bounds(op.curve, z.c, w, z.floor)
-            d2 = op.curve.d2(z.c).abs() * (1 + FN_ULPS * U)
-            s, a = z.s.unsqueeze(0), z.a
-            dA = L * (d2 + M3 * w).unsqueeze(1) + l0 * (M3 * w).unsqueeze(1)
-            sa = (s + a).unsqueeze(1)
-            term = dA * sa * sa + (l0 * d2) * (2 * s * a + a * a).unsqueeze(1)
-            key = op.curve.name
-        else:
-            x, y = (G.vars[i] for i in op.inputs)
-            sx, sy, ax, ay = x.s.unsqueeze(0), y.s.unsqueeze(0), x.a, y.a
-            term = 2.0 * (L * ((sx + ax) * (sy + ay)).unsqueeze(1)
-                          + l0 * (ax * sy + sx * ay + ax * ay).unsqueeze(1))
-            key = "product"
-        v = inflate(term.sum(-1))
-        out[key] = v if key not in out else inflate(out[key] + v)
-    return out
-
-
 # --------------------------------------------------------------------------------------------------
 # Box maximum of a quadratic form: SDP dual with a verified positive definiteness
 # --------------------------------------------------------------------------------------------------
@@ -189,12 +165,13 @@ def verified_pd(A: torch.Tensor) -> torch.Tensor:
     return info == 0
 
 
-def sdp_box_upper(M: torch.Tensor, iterations: int = 12, D0: torch.Tensor | None = None):
+def sdp_box_upper(M: torch.Tensor, iterations: int = 12, D0: torch.Tensor | None = None,
+                  candidate: torch.Tensor | None = None):
     """Sound upper bound of max over u in [-1,1]^n of 1/2 u^T M u (M (P, n, n) float, symmetric).
 
     For y with diag(y) - M positive semidefinite and y >= 0: u^T M u <= u^T diag(y) u <= sum y. y is found by
-    projected subgradient steps on D (y = D + lambda_max(M - D)), then raised until diag(y) - M passes
-    `verified_pd`. Returns (bound (P,), y (P, n))."""
+    projected subgradient steps on D (y = D + lambda_max(M - D)), or is `candidate` (P, n) where that is smaller,
+    then raised until diag(y) - M passes `verified_pd`. Returns (bound (P,), y (P, n))."""
     P, n, _ = M.shape
     D = torch.diagonal(M, dim1=-2, dim2=-1).clone() if D0 is None else D0.clone()
     best_val = torch.full((P,), math.inf, dtype=DTYPE)
@@ -213,6 +190,9 @@ def sdp_box_upper(M: torch.Tensor, iterations: int = 12, D0: torch.Tensor | None
         v2 = evecs[:, :, -1] ** 2
         sub = active - active.sum(-1, keepdim=True) * v2
         D = D - (step / math.sqrt(it + 1)).unsqueeze(-1) * sub / sub.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+    if candidate is not None:
+        take = 0.5 * candidate.sum(-1) < best_val
+        best_y = torch.where(take.unsqueeze(-1), candidate, best_y)
     tau = (1e-12 * norm).unsqueeze(-1) + 1e-300
     y = best_y + tau
     ok = torch.zeros(P, dtype=torch.bool)
@@ -264,10 +244,11 @@ def _not_finite_is_inf(v: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num(v, nan=math.inf, posinf=math.inf)
 
 
-def bound_terms(sign: float, radii, y, dev, weights, off_g0, e0, a0, off_grad):
+def bound_terms(sign: float, radii, y, dev, rem_form, weights, off_g0, e0, a0, off_grad):
     """The outward-rounded terms of the bounds of one sense from the certificate's pieces (all torch float64):
-    radii (R,), y the verified SDP dual (m, d), dev (R, K, m) the remainder's Dev(t_{k+1} r) (node sum plus H0's
-    rounding), weights (K,), off_g0 = g(0) - g0 (m,), e0 / a0 the rounding of g(0) / grad g(0), off_grad =
+    radii (R,), y the verified SDP dual (m, d), dev (R, K, m) the remainder's scalar part on each piece (plus H0's
+    rounding), rem_form (m, R) the bound of its joint form (`remainder_form`: max u^T Pbar u plus Pbar's rounding),
+    weights (K,), off_g0 = g(0) - g0 (m,), e0 / a0 the rounding of g(0) / grad g(0), off_grad =
     ||grad g(0) - G||_1 raised. Returns (r_t, quad, rem, base_f, lin_err), each (m, R) but r_t (R,)."""
     K = weights.shape[0]
     r_t = radii * (1 + 4 * U)
@@ -275,7 +256,7 @@ def bound_terms(sign: float, radii, y, dev, weights, off_g0, e0, a0, off_grad):
     M2 = inflate(0.5 * y.sum(-1))                                           # max of 1/2 u^T (s H0) u on the box
     quad = inflate(M2.unsqueeze(-1) * r2)
     dev_int = inflate((dev * weights.view(1, K, 1)).sum(1)).T               # (m, R)
-    rem = inflate(dev_int * r2)
+    rem = inflate(inflate(dev_int + rem_form) * r2)
     off = sign * off_g0
     base_f = (off + inflate(U * off.abs() + e0)).unsqueeze(-1)
     lin_err = inflate((off_grad + a0).unsqueeze(-1) * r_t)
@@ -307,7 +288,7 @@ def certificate_file_arrays(cert: "BlockCertificate", heads: list) -> dict:
 
 
 def certify_transition(tr: BlockTransition, C, g0, grad, radii, pieces: int = 8, sdp_iterations: int = 10,
-                       joint: bool = False) -> BlockCertificate:
+                       joint: bool = False, remainder_iterations: int = 1) -> BlockCertificate:
     """Sound bounds on max f and max g over ||delta||_inf <= r for every row of C and radius r."""
     Ct = torch.as_tensor(np.asarray(C, dtype=np.float64), dtype=DTYPE)
     g0 = torch.as_tensor(np.asarray(g0, dtype=np.float64), dtype=DTYPE)
@@ -321,23 +302,28 @@ def certify_transition(tr: BlockTransition, C, g0, grad, radii, pieces: int = 8,
     G, gv = block_graph(tr, Ct, rho_t)
     lam0, Lam = G.adjoints(gv)
     H0, h_round = centre_hessian(G, lam0)
-    dev_parts = deviation(G, lam0, Lam)
-    dev = sum(dev_parts.values()) + h_round.unsqueeze(0)                  # (B, m)
     w = torch.as_tensor(integration_weights(K), dtype=DTYPE)
+    form = remainder_form(G, lam0, Lam, w, R, K, KAPPA)
+    dev = inflate(form.rest + h_round.view(1, 1, -1))                      # (R, K, m)
+    rem_form, y_rem = [], []
+    for ri in range(R):                                                     # max u^T Pbar u <= 1/2 sum y
+        b, yr = sdp_box_upper(2.0 * form.Pbar[ri], remainder_iterations, candidate=form.dominance[ri])
+        rem_form.append(torch.where(form.finite[ri], inflate(b + form.rounding[ri]), math.inf))
+        y_rem.append(yr)
+    rem_form = torch.stack(rem_form, -1)                                    # (m, R)
     # the rounding of g(0) and grad g(0), raised by 2^-40 |g(0)| and 2^-40 ||grad g(0)||_1: an independent
     # re-derivation (the audit's) computes the same floats up to a few units in their last bits
     e0 = inflate(gv.e[0] + CROSS_SLACK * gv.c.abs())                        # (m,)
     a0 = inflate(gv.a[0] + CROSS_SLACK * gv.J.abs().sum(-1))                # (m,)
     r_t = torch.as_tensor(radii * (1 + 4 * U), dtype=DTYPE)
-    r2 = inflate(r_t * r_t)
     off_g0 = gv.c - g0                                                      # float difference (one rounding)
     off_grad = inflate((gv.J - grad).abs().sum(-1) * (1 + 2 * U))           # (m,)
-    parts = {"dev_" + k: (inflate((v[1:].reshape(R, K, -1) * w.view(1, K, 1)).sum(1)).T * r2).numpy()
-             for k, v in dev_parts.items()}
-    # what certifies the bounds (`stored`; re-checked by attncert audit, audit/block_audit.py)
-    pieces = {"radii": torch.as_tensor(radii, dtype=DTYPE), "dev": dev[1:].reshape(R, K, -1), "weights": w,
+    parts = {}
+    # the bound's pieces; what certifies them beside the weights is `stored` (re-derived by attncert audit)
+    pieces = {"radii": torch.as_tensor(radii, dtype=DTYPE), "dev": dev, "rem_form": rem_form, "weights": w,
               "off_g0": off_g0, "e0": e0, "a0": a0, "off_grad": off_grad}
-    stored = {"radii": radii.copy(), "g0": g0.numpy().copy(), "G": grad.numpy().copy(), "pieces": np.int64(K)}
+    stored = {"radii": radii.copy(), "g0": g0.numpy().copy(), "G": grad.numpy().copy(), "pieces": np.int64(K),
+              "y_rem": torch.stack(y_rem).numpy().copy(), "kappa": np.float64(KAPPA)}
     out = {}
     for sense, sign in (("pos", 1.0), ("neg", -1.0)):
         _, yH = sdp_box_upper(sign * H0, sdp_iterations)                    # (m,), (m, d)
