@@ -122,15 +122,16 @@ def test_an_edited_dual_fails_dual_pd(gpt2_files, tmp_path):
                                                                                          "certificate_g"}
 
 
-def test_an_edited_remainder_dual_fails_dual_pd(bert_files, tmp_path):
-    """The remainder's joint form is certified by its own dual (one per radius): lowering it fails dual_pd at that
-    radius only (f and g of both senses share the remainder)."""
+def test_an_edited_remainder_dual_fails_sum(bert_files, tmp_path):
+    """The remainder's joint form is certified by its own dual (one per radius): lowered, the form is not proved,
+    only the node-by-node remainder counts, and the reported numbers of that radius fail `sum` (f and g of both
+    senses share the remainder)."""
     cert = dict(bert_files[3])
     y = cert["y_rem"].copy()
     y[0, 1] = 0.25 * y[0, 1]                  # the first radius, head 1
     cert["y_rem"] = y
     fails = _by(_audit(_write(tmp_path, bert_files, certificate=cert)), "fail")
-    assert fails and {r["check"] for r in fails} == {"dual_pd"}
+    assert fails and {r["check"] for r in fails} == {"sum"} and all("joint form" in r["reason"] for r in fails)
     assert {(str(r["head"]), float(r["radius"])) for r in fails} == {("1", RADII[0])} and len(fails) == 4
 
 

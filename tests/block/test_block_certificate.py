@@ -167,6 +167,7 @@ def test_remainder_form_bounds_the_hessian_variation_at_sampled_points(tiny):
     lhs = torch.einsum("kd,nmde,ke->nkm", u, H - H0.unsqueeze(0), u).abs()
     rhs = torch.einsum("kd,mde,ke->km", u, form.Pbar[0], u) + form.rest[0, 0] + form.rounding[0] + h_round
     assert torch.all(lhs <= rhs.unsqueeze(0))
+    assert torch.all(lhs <= (form.node_by_node[0, 0] + h_round).unsqueeze(0))
     joint, y = sdp_box_upper(2.0 * form.Pbar[0], 1, candidate=form.dominance[0])
     assert torch.all(verified_pd(torch.diag_embed(y) - 2.0 * form.Pbar[0]))
     assert torch.all(joint <= 0.5 * form.dominance[0].sum(-1) * (1 + 1e-9))

@@ -214,7 +214,9 @@ def _node_terms(enc: Enclosure, lam0: list, Lam: list, kappa: float):
             dA = L * (d2 + M3 * w)[:, None] + l0 * (M3 * w)[:, None]
             A0 = l0 * d2
             eta = _ratio(kappa * a, np.broadcast_to(s, a.shape))[:, None]
-            yield [(dA * (1 + eta) + A0 * eta, z.J)], ((dA + A0) * (a * a + a * s / kappa)[:, None]).sum(-1)
+            node = dA * ((s + a) ** 2)[:, None] + A0 * (2 * s * a + a * a)[:, None]
+            yield [(dA * (1 + eta) + A0 * eta, z.J)], ((dA + A0) * (a * a + a * s / kappa)[:, None]).sum(-1), \
+                node.sum(-1)
         else:
             x, y = nd.inputs
             sx, sy, ax, ay = x.s[None], y.s[None], x.a, y.a
@@ -228,22 +230,26 @@ def _node_terms(enc: Enclosure, lam0: list, Lam: list, kappa: float):
             cy = L / t * (1 + ey)[:, None] + l0 * e1[:, None]
             rest = (L * (t * (ax * ax + ax * sx / kappa)[:, None] + (ay * ay + ay * sy / kappa)[:, None] / t)
                     + l0 * (ax * sy / kappa + ay * sx / kappa + 2 * ax * ay)[:, None])
-            yield [(cx, x.J), (cy, y.J)], rest.sum(-1)
+            node = 2.0 * (L * (tx * ty)[:, None] + l0 * (ax * sy + sx * ay + ax * ay)[:, None])
+            yield [(cx, x.J), (cy, y.J)], rest.sum(-1), node.sum(-1)
 
 
 def remainder_form(enc: Enclosure, lam0: list, Lam: list, weights: np.ndarray, R: int, K: int, kappa: float):
-    """(Pbar (R, m, d, d), rest (R, K, m), rounding (R, m), finite (R, m)): the remainder is at most
-    max_u u^T Pbar u + rounding + sum_k w_k rest_k over the box (rows not finite: Pbar zero, bound +inf)."""
+    """(Pbar (R, m, d, d), rest (R, K, m), rounding (R, m), finite (R, m), node_by_node (R, K, m)): the remainder is
+    at most max_u u^T Pbar u + rounding + sum_k w_k rest_k over the box (rows not finite: Pbar zero, bound +inf),
+    and at most sum_k w_k node_by_node_k (every (j_n . u)^2 at its own maximum)."""
     m = lam0[0].shape[0]
     Wk = np.asarray(weights).reshape(1, K, 1, 1)
     Pbar = np.zeros((R, m, enc.d, enc.d))
     rest = np.zeros((R, K, m))
     absum = np.zeros((R, m))
     finite = np.ones((R, m), dtype=bool)
+    node_by_node = np.zeros((R, K, m))
     count = 0
     with np.errstate(over="ignore", invalid="ignore"):
-        for pairs, r in _node_terms(enc, lam0, Lam, kappa):
+        for pairs, r, node in _node_terms(enc, lam0, Lam, kappa):
             rest = rest + inflate(r[1:].reshape(R, K, m))
+            node_by_node = node_by_node + inflate(node[1:].reshape(R, K, m))
             for coef, J in pairs:
                 cbar = inflate((coef[1:].reshape(R, K, m, -1) * Wk).sum(1))
                 ok = np.isfinite(cbar).all(-1)
@@ -254,5 +260,6 @@ def remainder_form(enc: Enclosure, lam0: list, Lam: list, weights: np.ndarray, R
                 absum += (cbar * s * s).sum(-1)
                 count += J.shape[0]
         rest = np.nan_to_num(inflate(rest), nan=math.inf, posinf=math.inf)
+        node_by_node = np.nan_to_num(inflate(node_by_node), nan=math.inf, posinf=math.inf)
     Pbar = 0.5 * (Pbar + Pbar.swapaxes(-1, -2))
-    return Pbar, rest, inflate(gamma(count + 16) * absum), finite
+    return Pbar, rest, inflate(gamma(count + 16) * absum), finite, node_by_node

@@ -107,8 +107,8 @@ def block_output(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarray, 
 def rederived_pieces(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarray, radii, pieces: int,
                      kappa: float) -> dict:
     """c, J (g(0), grad g(0) as floats), e0, a0 (their rounding), H0 and its rounding bound h_round, the remainder's
-    form Pbar (R, m, d, d) with its rounding (R, m) and finiteness (R, m), and dev (R, K, m): the form's scalar part
-    plus h_round on the K pieces of [0, 1] (t r raised by 4 u)."""
+    form Pbar (R, m, d, d) with its rounding (R, m) and finiteness (R, m), dev (R, K, m): the form's scalar part
+    plus h_round on the K pieces of [0, 1] (t r raised by 4 u), and dev_node (R, K, m): the node-by-node bound."""
     radii = np.asarray(radii, dtype=np.float64)
     R = len(radii)
     ts = np.arange(1, pieces + 1) / pieces
@@ -119,6 +119,7 @@ def rederived_pieces(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarr
         E, g = block_output(a, nxt, prompt, position, np.asarray(C, dtype=np.float64), rho)
         lam0, Lam = E.adjoints(g)
         H0, h_round = centre_hessian(E, lam0)
-        Pbar, rest, rounding, finite = remainder_form(E, lam0, Lam, weights, R, pieces, kappa)
+        Pbar, rest, rounding, finite, node = remainder_form(E, lam0, Lam, weights, R, pieces, kappa)
     return {"c": g.c, "J": g.J, "e0": g.e[0], "a0": g.a[0], "H0": H0, "h_round": h_round, "Pbar": Pbar,
-            "form_rounding": rounding, "form_finite": finite, "dev": rest + h_round[None, None, :]}
+            "form_rounding": rounding, "form_finite": finite, "dev": rest + h_round[None, None, :],
+            "dev_node": node + h_round[None, None, :]}

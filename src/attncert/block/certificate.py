@@ -244,10 +244,11 @@ def _not_finite_is_inf(v: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num(v, nan=math.inf, posinf=math.inf)
 
 
-def bound_terms(sign: float, radii, y, dev, rem_form, weights, off_g0, e0, a0, off_grad):
+def bound_terms(sign: float, radii, y, dev, rem_form, dev_node, weights, off_g0, e0, a0, off_grad):
     """The outward-rounded terms of the bounds of one sense from the certificate's pieces (all torch float64):
     radii (R,), y the verified SDP dual (m, d), dev (R, K, m) the remainder's scalar part on each piece (plus H0's
     rounding), rem_form (m, R) the bound of its joint form (`remainder_form`: max u^T Pbar u plus Pbar's rounding),
+    dev_node (R, K, m) the node-by-node bound of the remainder on each piece (the smaller of the two is used),
     weights (K,), off_g0 = g(0) - g0 (m,), e0 / a0 the rounding of g(0) / grad g(0), off_grad =
     ||grad g(0) - G||_1 raised. Returns (r_t, quad, rem, base_f, lin_err), each (m, R) but r_t (R,)."""
     K = weights.shape[0]
@@ -256,7 +257,8 @@ def bound_terms(sign: float, radii, y, dev, rem_form, weights, off_g0, e0, a0, o
     M2 = inflate(0.5 * y.sum(-1))                                           # max of 1/2 u^T (s H0) u on the box
     quad = inflate(M2.unsqueeze(-1) * r2)
     dev_int = inflate((dev * weights.view(1, K, 1)).sum(1)).T               # (m, R)
-    rem = inflate(inflate(dev_int + rem_form) * r2)
+    node_int = inflate((dev_node * weights.view(1, K, 1)).sum(1)).T         # (m, R)
+    rem = inflate(torch.minimum(inflate(dev_int + rem_form), node_int) * r2)
     off = sign * off_g0
     base_f = (off + inflate(U * off.abs() + e0)).unsqueeze(-1)
     lin_err = inflate((off_grad + a0).unsqueeze(-1) * r_t)
@@ -305,6 +307,7 @@ def certify_transition(tr: BlockTransition, C, g0, grad, radii, pieces: int = 8,
     w = torch.as_tensor(integration_weights(K), dtype=DTYPE)
     form = remainder_form(G, lam0, Lam, w, R, K, KAPPA)
     dev = inflate(form.rest + h_round.view(1, 1, -1))                      # (R, K, m)
+    dev_node = inflate(form.node_by_node + h_round.view(1, 1, -1))          # (R, K, m)
     rem_form, y_rem = [], []
     for ri in range(R):                                                     # max u^T Pbar u <= 1/2 sum y
         b, yr = sdp_box_upper(2.0 * form.Pbar[ri], remainder_iterations, candidate=form.dominance[ri])
@@ -320,7 +323,8 @@ def certify_transition(tr: BlockTransition, C, g0, grad, radii, pieces: int = 8,
     off_grad = inflate((gv.J - grad).abs().sum(-1) * (1 + 2 * U))           # (m,)
     parts = {}
     # the bound's pieces; what certifies them beside the weights is `stored` (re-derived by attncert audit)
-    pieces = {"radii": torch.as_tensor(radii, dtype=DTYPE), "dev": dev, "rem_form": rem_form, "weights": w,
+    pieces = {"radii": torch.as_tensor(radii, dtype=DTYPE), "dev": dev, "rem_form": rem_form, "dev_node": dev_node,
+              "weights": w,
               "off_g0": off_g0, "e0": e0, "a0": a0, "off_grad": off_grad}
     stored = {"radii": radii.copy(), "g0": g0.numpy().copy(), "G": grad.numpy().copy(), "pieces": np.int64(K),
               "y_rem": torch.stack(y_rem).numpy().copy(), "kappa": np.float64(KAPPA)}
