@@ -304,11 +304,12 @@ CERTIFICATE_NOTES = [
     "Medians over units of bound on max f / ascent maximum of f (f = g - g(0) - grad g(0) . delta, the nonlinear "
     "remainder); +inf bounds count as the largest.",
     "second_order_certificate: Taylor's integral remainder with a rigorous enclosure of the Hessian's variation over "
-    "the box and a verified SDP dual at the centre (block/certificate.py); +inf where an enclosure reaches a "
-    "singularity (the rsqrt input's range reaching 0).",
+    "the box, bounded jointly as a positive semidefinite form by its own verified SDP dual or node by node, whichever "
+    "is smaller, and a verified SDP dual at the centre (block/certificate.py, block/remainder_form.py); +inf where an "
+    "enclosure reaches a singularity (the rsqrt input's range reaching 0).",
     "reported (certificate_f in units.csv): the smaller of the second-order certificate and CROWN's bound on the same "
     "unit, labelled certificate_source; always finite where CROWN is.",
-    "alpha-CROWN: NaN when block.alpha_crown is off (the default).",
+    "alpha-CROWN: NaN when block.alpha_crown is off (it is on in the default and paper configurations).",
     "gap on g / linear movement: (bound on max g - g(0) - r ||grad g||_1) / (r ||grad g||_1); for CROWN its bound on f "
     "over r ||grad g||_1.",
     "violations: rows where the reported or the second-order bound lies below the ascent maximum (must be 0).",
