@@ -183,6 +183,15 @@ def test_a_missing_certificate_file_fails(gpt2_files, tmp_path):
     assert _by(recs, "fail", "certificate_file") and not _by(recs, "pass")
 
 
+def test_an_edited_certificate_file_without_its_sidecar_fails_certificate_file(gpt2_files, tmp_path):
+    root = _write(tmp_path, gpt2_files)
+    path = root[0] / "block" / root[1] / "transition1_certificates.npz"
+    np.savez_compressed(path, **{**gpt2_files[3], "y_pos": gpt2_files[3]["y_pos"] * 2.0})
+    recs = _audit(root)
+    assert not _by(recs, "pass") and {r["check"] for r in _by(recs, "fail")} == {"certificate_file"}
+    assert all("corrupted" in r["reason"] for r in _by(recs, "fail"))
+
+
 def test_the_audit_summary_lists_the_block_numbers_in_one_order_whatever_the_record_order():
     """The summary table's rows do not depend on the order of the records (or on set iteration order): two runs
     with the same outcomes write the same audit.md, timing aside."""

@@ -182,6 +182,9 @@ def _rederive(root: Path, model: str, L: int, rows: list[dict], cfg: BlockAuditC
         return "certificate_file", f"no transition{L}_certificates.npz beside units.csv"
     try:
         z = _arrays(npz)
+    except (IntermediateError, OSError, ValueError) as e:
+        return "certificate_file", f"{type(e).__name__}: {e}"
+    try:
         a, nxt = (_arrays(root / "extract" / model / f"layer{k}.npz") for k in (L, L + 1))
     except (IntermediateError, OSError, ValueError) as e:
         return "weights", f"{type(e).__name__}: {e}"
