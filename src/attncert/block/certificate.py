@@ -284,8 +284,9 @@ def g_bound(c, grad_l1, sign: float, joint_max=None, **pieces) -> torch.Tensor:
 
 def certificate_file_arrays(cert: "BlockCertificate", heads: list) -> dict:
     """One transition's stored certificate as arrays for an npz (`heads`: the table's head of each row of C): the
-    verified SDP duals y_pos / y_neg, the stage's float g0 and G (f = g - g0 - G . delta), the radii and the
-    number of pieces. Everything else the bound uses is re-derived from the weights by the audit."""
+    verified SDP duals y_pos / y_neg and y_rem (R, m, d: the remainder's form per radius), the stage's float g0 and
+    G (f = g - g0 - G . delta), the radii, kappa and the number of pieces. Everything else the bound uses is
+    re-derived from the weights by the audit."""
     return {**{k: np.asarray(v) for k, v in cert.stored.items()}, "heads": np.asarray(heads, dtype=np.int64)}
 
 
