@@ -1,8 +1,8 @@
 """Cost of the block certificate and of the block CROWN against the width d and the number of keys n (a benchmark).
 
 One transition per model, the query token's residual stream perturbed (ell_inf, one radius), a few specification
-rows (the stage's: `block.build.specification_rows`, heads 0 .. m-1 of block l+1), the context the first n tokens of
-the committed passage `data/long_context_passage.txt`:
+rows (the stage's: `head.specification.specification_rows`, heads 0 .. m-1 of block l+1), the context the
+first n tokens of the committed passage `data/long_context_passage.txt`:
 
 * all-MiniLM-L6-v2 (embedded, d = 384, BERT post-LN, bidirectional: n keys = the n tokens incl. [CLS]/[SEP]),
   transition 2 -> 3, query position 4 (the default config's);
@@ -92,7 +92,8 @@ def measure(fn, reps: int):
 
 def transitions(name: str, ns: list[int], rows: int):
     """(n, BlockTransition, C) for every n: the stage's construction from the extracted layers."""
-    from attncert.block.build import specification_rows, transition_from_arrays
+    from attncert.block.build import transition_from_arrays
+    from attncert.head.specification import specification_rows
     from attncert.model.extraction import extract_layers, load_model, tokenize_prompts
 
     spec = MODELS[name]

@@ -173,7 +173,8 @@ def baselines(arrays: dict, cfg: dict, L: int, groups: list[list[Unit]], methods
 
 
 def block(cfg: dict, arrays: dict, nxt: dict, L: int, heads: list[int]) -> float:
-    from attncert.block.build import specification_rows, transition_from_arrays
+    from attncert.block.build import transition_from_arrays
+    from attncert.head.specification import specification_rows
     from attncert.block.residual import analyze_transition
 
     b = cfg["block"]

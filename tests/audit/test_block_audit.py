@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from attncert.audit.block_audit import BlockAuditConfig, audit_block
-from attncert.block.build import specification_rows, transition_from_arrays
+from attncert.block.build import transition_from_arrays
+from attncert.head.specification import specification_rows
 from attncert.block.certificate import certificate_file_arrays
 from attncert.block.residual import analyze_transition, transition_table
 from attncert.model.extraction import extract_layers, load_model

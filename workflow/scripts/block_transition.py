@@ -7,7 +7,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from attncert.block.build import specification_rows, transition_from_arrays
+from attncert.block.build import transition_from_arrays
+from attncert.head.specification import specification_rows
 from attncert.block.certificate import certificate_file_arrays
 from attncert.block.residual import analyze_transition, transition_table
 from attncert.model.extraction import load_layer

@@ -40,9 +40,10 @@ from pathlib import Path
 
 import numpy as np
 
-from attncert.audit.block_rederive import rederived_pieces, specification
+from attncert.audit.block_rederive import integration_weights_up, rederived_pieces
 from attncert.head.rounding import UNIT_ROUNDOFF as U
 from attncert.head.rounding import gamma
+from attncert.head.specification import specification_rows
 from attncert.integrity.intermediate_check import IntermediateError, verify_intermediate
 
 NUMBERS = ("f", "g", "f_neg", "g_neg")
@@ -93,12 +94,6 @@ def proved_positive_definite(A: np.ndarray) -> bool:
     except np.linalg.LinAlgError:
         return False
     return True
-
-
-def integration_weights_up(K: int) -> np.ndarray:
-    """Upper bounds of w_k = int_{k/K}^{(k+1)/K} (1 - t) dt = (2K - 2k - 1) / (2 K^2)."""
-    k = np.arange(K, dtype=np.float64)
-    return _up((2 * K - 2 * k - 1) / (2.0 * K * K), 3)
 
 
 @np.errstate(over="ignore", invalid="ignore")       # an infinite piece (a singularity reached) gives +inf
@@ -204,7 +199,7 @@ def _rederive(root: Path, model: str, L: int, rows: list[dict], cfg: BlockAuditC
     duals["rem"] = duals["rem"][[file_radii.index(r) for r in radii]]        # the remainder's dual per table radius
     g0 = {int(row["head"]): _float(row.get("g0", "")) for row in rows}
     try:
-        C = specification(nxt, L + 1, heads, cfg.prompt, cfg.query_position, cfg.spec_seed)
+        C = specification_rows(nxt["W_V"], nxt["W_O"], L + 1, heads, cfg.prompt, cfg.query_position, cfg.spec_seed)
         p = rederived_pieces(a, nxt, cfg.prompt, cfg.query_position, C, radii, K, kappa)
     except (KeyError, ValueError, IndexError) as e:
         return "weights", f"the block map cannot be rebuilt from the extraction files ({type(e).__name__}: {e})"

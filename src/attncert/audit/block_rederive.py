@@ -5,8 +5,8 @@ construction is `block/build.py` and `block/certificate.py`, in torch).
 g = C F(x0 + xi e_i) over ||xi||_inf <= rho: x0 the residual stream entering block L (`residual[prompt]`), i the
 query position, F the block map of `block/map.py` (GPT-2: ln_1, attention, ln_2, MLP, ln_1 of block L + 1; BERT:
 attention, attention.output.LayerNorm, MLP, output.LayerNorm), C the specification rows of the next layer's heads
-(`head.specification`: w_h = W_V[h] c_h / ||W_V[h] c_h||). The other tokens' keys and values are the float
-constants LN(x_j) W + b, as the stage computes them.
+(`head.specification.specification_rows`: w_h = W_V[h] c_h / ||W_V[h] c_h||). The other tokens' keys and values are
+the float constants LN(x_j) W + b, as the stage computes them.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from attncert.audit.block_curves import ACTIVATION_CURVE, U
 from attncert.audit.block_enclosure import Enclosure, centre_hessian, remainder_form
-from attncert.head.specification import spec_seed, specification_direction
+from attncert.head.rounding import gamma
 
 
 def _layer_norm_value(x, gain, bias, eps):
@@ -32,15 +32,6 @@ def _layer_norm(E: Enclosure, x, gain, bias, eps):
     r = E.unary(ms, "rsqrt", floor=eps)
     n = E.product(c, E.linear([(r, np.ones((1, d)))]))
     return E.linear([(n, np.diag(gain))], bias)
-
-
-def specification(nxt: dict, layer_next: int, heads: list, prompt: int, position: int, base_seed: int):
-    rows = []
-    for h in heads:
-        c = specification_direction(nxt["W_O"][h], spec_seed(base_seed, layer_next, h, prompt, position))
-        w = nxt["W_V"][h] @ c
-        rows.append(w / np.linalg.norm(w))
-    return np.stack(rows)
 
 
 def block_output(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarray, rho: np.ndarray):
@@ -104,6 +95,12 @@ def block_output(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarray, 
     return E, E.linear([(F, np.ascontiguousarray(C.T))])
 
 
+def integration_weights_up(K: int) -> np.ndarray:
+    """Upper bounds of w_k = int_{k/K}^{(k+1)/K} (1 - t) dt = (2K - 2k - 1) / (2 K^2) (three rounded operations)."""
+    k = np.arange(K, dtype=np.float64)
+    return (2 * K - 2 * k - 1) / (2.0 * K * K) * (1.0 + gamma(4)) + 1e-300
+
+
 def rederived_pieces(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarray, radii, pieces: int,
                      kappa: float) -> dict:
     """c, J (g(0), grad g(0) as floats), e0, a0 (their rounding), H0 and its rounding bound h_round, the remainder's
@@ -113,8 +110,7 @@ def rederived_pieces(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarr
     R = len(radii)
     ts = np.arange(1, pieces + 1) / pieces
     rho = np.concatenate([[0.0], (radii[:, None] * ts[None, :]).reshape(-1)]) * (1 + 4 * U)
-    k = np.arange(pieces, dtype=np.float64)
-    weights = (2 * pieces - 2 * k - 1) / (2.0 * pieces * pieces) * (1 + 1e-15)       # >= int (1 - t) dt per piece
+    weights = integration_weights_up(pieces)
     with np.errstate(over="ignore", invalid="ignore"):      # an enclosure that reaches a singularity gives +inf
         E, g = block_output(a, nxt, prompt, position, np.asarray(C, dtype=np.float64), rho)
         lam0, Lam = E.adjoints(g)

@@ -1,5 +1,6 @@
 """Building a block transition l -> l+1 (`map.BlockTransition`): from a transformers model, or from the
-extraction files alone (what the pipeline does), and the specification rows of its units.
+extraction files alone (what the pipeline does); its units' specification rows are
+`head.specification.specification_rows`.
 """
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import numpy as np
 import torch
 
 from attncert.block.map import ACTIVATIONS, DTYPE, BlockTransition, LayerNormParams
-from attncert.head.specification import spec_seed, specification_direction
 
 
 def _t(a) -> torch.Tensor:
@@ -126,17 +126,3 @@ def reference_output(model, family: str, layer: int, x: np.ndarray, position: in
     if family == "gpt2":
         out = blocks[layer + 1].ln_1(out)
     return out[0, position].numpy()
-
-
-def specification_rows(W_V_next: np.ndarray, W_O_next: np.ndarray, layer_next: int, heads: list[int],
-                       prompt: int, position: int, base_seed: int) -> np.ndarray:
-    """Specification rows w_h (len(heads), d): the value the head of block l+1 reads along its own
-    certification direction, w_h = W_V[h] c_h / ||W_V[h] c_h||, with c_h the certification stage's
-    specification vector of (layer l+1, head h, prompt, query position) (`head.specification`), so
-    g_h = w_h . F is c_h . v_i up to the value bias and a positive scale."""
-    rows = []
-    for h in heads:
-        c = specification_direction(W_O_next[h], spec_seed(base_seed, layer_next, h, prompt, position))
-        w = W_V_next[h] @ c
-        rows.append(w / np.linalg.norm(w))
-    return np.stack(rows)

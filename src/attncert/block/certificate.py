@@ -45,6 +45,7 @@ from attncert.block.remainder_form import KAPPA, remainder_form
 from attncert.head.rounding import gamma
 
 CROSS_SLACK = 2.0 ** -40   # relative raise of e0 and a0 (see certify_transition)
+REMAINDER_SDP_STEPS = 1    # subgradient steps of the remainder form's dual (1, 2, 4, 10 give the same medians)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -291,7 +292,7 @@ def certificate_file_arrays(cert: "BlockCertificate", heads: list) -> dict:
 
 
 def certify_transition(tr: BlockTransition, C, g0, grad, radii, pieces: int = 8, sdp_iterations: int = 10,
-                       joint: bool = False, remainder_iterations: int = 1) -> BlockCertificate:
+                       joint: bool = False) -> BlockCertificate:
     """Sound bounds on max f and max g over ||delta||_inf <= r for every row of C and radius r."""
     Ct = torch.as_tensor(np.asarray(C, dtype=np.float64), dtype=DTYPE)
     g0 = torch.as_tensor(np.asarray(g0, dtype=np.float64), dtype=DTYPE)
@@ -311,7 +312,7 @@ def certify_transition(tr: BlockTransition, C, g0, grad, radii, pieces: int = 8,
     dev_node = inflate(form.node_by_node + h_round.view(1, 1, -1))          # (R, K, m)
     rem_form, y_rem = [], []
     for ri in range(R):                                                     # max u^T Pbar u <= 1/2 sum y
-        b, yr = sdp_box_upper(2.0 * form.Pbar[ri], remainder_iterations, candidate=form.dominance[ri])
+        b, yr = sdp_box_upper(2.0 * form.Pbar[ri], REMAINDER_SDP_STEPS, candidate=form.dominance[ri])
         rem_form.append(torch.where(form.finite[ri], inflate(b + form.rounding[ri]), math.inf))
         y_rem.append(yr)
     rem_form = torch.stack(rem_form, -1)                                    # (m, R)
