@@ -291,37 +291,57 @@ def markdown(data: dict, summ: dict) -> str:
     return "\n".join(lines)
 
 
-def figure(summ: dict, path: Path) -> None:
+def figure(summ: dict, path: Path) -> dict:
+    """One row per query mode present: median seconds per unit, and the median relative gap at r = 0.002 (the
+    varying query per norm: l2 solid, linf dotted), against n on log-log axes. Returns the number of curves drawn
+    per (mode, panel)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for k, m in enumerate(METHODS):
-        pts = sorted((int(n), c[m]) for n, c in summ["fixed"].items() if m in c)
-        if not pts:
-            continue
-        style = dict(color=f"C{k}", ms=4, ls="--" if m.startswith("before") else "-", marker="o")
-        ns = [p[0] for p in pts]
-        axes[0].loglog(ns, [p[1]["median_s"] for p in pts], label=LABELS[m], **style)
-        gaps = [(n, p.get("rel_gap_r0.002")) for n, p in pts if p.get("rel_gap_r0.002", 0) > 0]
-        if gaps and m != "exact":
-            axes[1].loglog([g[0] for g in gaps], [g[1] for g in gaps], label=LABELS[m], **style)
-    axes[0].set_xlabel("attended keys n")
-    axes[0].set_ylabel("median seconds per unit")
-    axes[0].set_title("cost (fixed query)")
-    axes[1].set_xlabel("attended keys n")
-    axes[1].set_ylabel("median relative gap, r = 0.002")
-    axes[1].set_title("gap / output movement (fixed query)")
-    for ax in axes:
-        ax.grid(True, which="both", alpha=0.3)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    modes = [m for m in ("fixed", "varying") if summ[m]] or ["fixed"]
+    fig, axes = plt.subplots(len(modes), 2, figsize=(11, 3.8 * len(modes) + 0.6), squeeze=False)
+    for row, mode in zip(axes, modes):
+        norms = ("l2", "linf") if mode == "varying" else (None,)
+        for k, m in enumerate(METHODS):
+            pts = sorted((int(n), c[m]) for n, c in summ[mode].items() if m in c)
+            if not pts:
+                continue
+            style = dict(color=f"C{k}", ms=4, ls="--" if m.startswith("before") else "-", marker="o")
+            row[0].loglog([p[0] for p in pts], [p[1]["median_s"] for p in pts], label=LABELS[m], **style)
+            per_norm = [nm for nm in norms if nm and any(f"rel_gap_{nm}_r0.002" in p for _, p in pts)]
+            for nm in per_norm or [None]:  # results stored before the per-norm medians: the median over norms
+                key = f"rel_gap_{nm}_r0.002" if nm else "rel_gap_r0.002"
+                gaps = [(n, p[key]) for n, p in pts if p.get(key, 0) > 0]
+                if gaps and m != "exact":
+                    ls = ":" if nm == "linf" else style["ls"]
+                    row[1].loglog([g[0] for g in gaps], [g[1] for g in gaps], **{**style, "ls": ls})
+        what = "varying query, every token perturbed" if mode == "varying" else "fixed query"
+        row[0].set_title(f"cost ({what})", fontsize=10)
+        split = mode == "varying" and any(k.startswith("rel_gap_l2_") for c in summ[mode].values() for p in c.values()
+                                          for k in p)
+        row[1].set_title(f"gap / movement ({what}" + ("; l2 solid, linf dotted)" if split else ")"),
+                         fontsize=9)
+        row[0].set_ylabel("median seconds per unit")
+        row[1].set_ylabel("median relative gap, r = 0.002")
+        ticks = sorted({int(n) for n in summ[mode]})
+        for ax in row:
+            ax.set_xticks(ticks, [str(t) for t in ticks], minor=False)
+            ax.set_xticks([], minor=True)
+            ax.set_xlabel("attended keys n")
+            ax.grid(True, which="both", alpha=0.3)
+    handles = {}
+    for ax in axes[:, 0]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=4, fontsize=8, frameon=False)
     fig.suptitle(f"random-gpt2 (SYNTHETIC, not GPT-2), init std {INIT_STD}, layer {LAYER}", fontsize=10)
-    fig.tight_layout(rect=(0, 0.1, 1, 0.95))
+    fig.tight_layout(rect=(0, 0.5 / fig.get_figheight(), 1, 0.96))
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return {(mode, panel): len(row[k].get_lines()) for row, mode in zip(axes, modes)
+            for k, panel in enumerate(("cost", "gap"))}
 
 
 def replot(json_path: Path) -> None:

@@ -57,3 +57,21 @@ def test_results_name_no_path_of_this_machine(tmp_path):
     assert record["result"]["config"] == "workflow/config/default.yaml"
     assert str(common.REPO) not in (tmp_path / "where-quick.json").read_text()
     assert str(common.REPO) not in (tmp_path / "where-quick.md").read_text()
+
+
+def test_context_length_figure_draws_every_mode_present(tmp_path):
+    """A varying-query-only result draws its own row (cost, and the gap per norm), not empty fixed-query axes."""
+    from bench.context_length import figure
+
+    def cell(s, gap):
+        return dict(median_s=s, **{f"rel_gap_{nm}_r0.002": gap * f for nm, f in (("l2", 1.0), ("linf", 10.0))},
+                    **{"rel_gap_r0.002": gap})
+
+    summ = {"fixed": {}, "varying": {str(n): {"second_order": cell(0.01 * n, 1e-3), "first_order": cell(1e-3, 0.5)}
+                                     for n in (16, 64, 256)}, "exponents": {}, "violations": []}
+    drawn = figure(summ, tmp_path / "v.png")
+    assert drawn == {("varying", "cost"): 2, ("varying", "gap"): 4}
+    assert (tmp_path / "v.png").stat().st_size > 10_000
+    summ["fixed"] = {"16": {"exact": dict(median_s=1e-3), "second_order": cell(0.1, 1e-4)}}
+    drawn = figure(summ, tmp_path / "fv.png")
+    assert drawn[("fixed", "cost")] == 2 and drawn[("fixed", "gap")] == 1 and drawn[("varying", "gap")] == 4
