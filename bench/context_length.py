@@ -303,15 +303,17 @@ def figure(summ: dict, path: Path) -> dict:
     modes = [m for m in ("fixed", "varying") if summ[m]] or ["fixed"]
     fig, axes = plt.subplots(len(modes), 2, figsize=(11, 3.8 * len(modes) + 0.6), squeeze=False)
     for row, mode in zip(axes, modes):
-        norms = ("l2", "linf") if mode == "varying" else (None,)
+        # the varying query per norm; results stored before the per-norm medians: the median over norms
+        split = mode == "varying" and any(k.startswith("rel_gap_l2_") for c in summ[mode].values() for p in c.values()
+                                          for k in p)
+        norms = ("l2", "linf") if split else (None,)
         for k, m in enumerate(METHODS):
             pts = sorted((int(n), c[m]) for n, c in summ[mode].items() if m in c)
             if not pts:
                 continue
             style = dict(color=f"C{k}", ms=4, ls="--" if m.startswith("before") else "-", marker="o")
             row[0].loglog([p[0] for p in pts], [p[1]["median_s"] for p in pts], label=LABELS[m], **style)
-            per_norm = [nm for nm in norms if nm and any(f"rel_gap_{nm}_r0.002" in p for _, p in pts)]
-            for nm in per_norm or [None]:  # results stored before the per-norm medians: the median over norms
+            for nm in norms:
                 key = f"rel_gap_{nm}_r0.002" if nm else "rel_gap_r0.002"
                 gaps = [(n, p[key]) for n, p in pts if p.get(key, 0) > 0]
                 if gaps and m != "exact":
@@ -319,8 +321,6 @@ def figure(summ: dict, path: Path) -> dict:
                     row[1].loglog([g[0] for g in gaps], [g[1] for g in gaps], **{**style, "ls": ls})
         what = "varying query, every token perturbed" if mode == "varying" else "fixed query"
         row[0].set_title(f"cost ({what})", fontsize=10)
-        split = mode == "varying" and any(k.startswith("rel_gap_l2_") for c in summ[mode].values() for p in c.values()
-                                          for k in p)
         row[1].set_title(f"gap / movement ({what}" + ("; l2 solid, linf dotted)" if split else ")"),
                          fontsize=9)
         row[0].set_ylabel("median seconds per unit")
