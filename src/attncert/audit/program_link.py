@@ -13,7 +13,10 @@ token. The check has two parts:
 canonicalized by
    cvxpy through `certify.second_order.dual_bound.compiled`) rebuilds (c, A, b, cones, lo, hi) from these inputs, and
    the
-   result equals the stored program bit for bit.
+   result equals the stored program bit for bit; the one exception is a query budget of the long-context varying
+   program (an eigenvalue bound through BLAS/LAPACK, whose last bits follow the thread count and the machine),
+   which may differ by `long_program.BUDGET_REL_TOL` relative (`same_matrix`), so that the verdict is the same
+   whoever certified and whoever audits.
 
 A varying-query (factored) certificate records the fields of `VaryingData` before its negligible tokens are
 dropped; part 1 is then `varying_data_from_weights` (the score model of the program covers the exact scores of
@@ -56,7 +59,7 @@ from attncert.certify.second_order.fixed_query.program import (FixedRelaxationDa
 from attncert.certify.second_order.varying_query.data import VaryingData, start_chains
 from attncert.certify.second_order.varying_query.program import (build_factored_program, factored_box,
                                                                     set_factored_parameters)
-from attncert.certify.second_order.varying_query.long_program import build_long_program
+from attncert.certify.second_order.varying_query.long_program import BUDGET_REL_TOL, build_long_program
 from attncert.certify.second_order.varying_query.unfactored_program import (
     build_varying_program,
     set_varying_parameters,
@@ -165,7 +168,26 @@ def rebuild_varying_long(build: dict, red: dict, norm_row: str, W_Q: np.ndarray)
                           f"{norm_row}")
     edges = [row[row >= 0] for row in np.asarray(build["edges"])] if norm == "linf" else None
     prog = build_long_program(D, W_Q, bool(upper_cone), int(mono), bool(second), edges, int(tau_exp))
-    return (dict(c=prog.c, A=prog.A, b=prog.b, dims=prog.dims, lo=prog.lo, hi=prog.hi), (D.g0, D.rho_o, D.tail), "")
+    return (dict(c=prog.c, A=prog.A, b=prog.b, dims=prog.dims, lo=prog.lo, hi=prog.hi, budget_rows=prog.budget_rows),
+            (D.g0, D.rho_o, D.tail), "")
+
+
+def same_matrix(stored: sp.csr_matrix, ref: sp.csr_matrix, budget_rows=()) -> bool:
+    """The stored A is the rebuilt one: bit for bit, except that a query budget (column 0 of `budget_rows`: its
+    value is -Lambda_S) may differ by BUDGET_REL_TOL relative, as BLAS and LAPACK give its last bits differently
+    with another thread count or machine. Nothing else may differ, and no entry may appear or vanish."""
+    if stored.shape != ref.shape:
+        return False
+    diff = (stored != ref).tocoo()
+    if diff.nnz == 0:
+        return True
+    budget = np.zeros(stored.shape[0], dtype=bool)
+    budget[np.asarray(budget_rows, dtype=np.int64)] = True
+    if not (np.all(diff.col == 0) and np.all(budget[diff.row])):
+        return False
+    s = stored.tocsc()[:, 0].toarray().ravel()[diff.row]
+    r = ref.tocsc()[:, 0].toarray().ravel()[diff.row]
+    return bool(np.all((r < 0) & (s < 0) & (np.abs(s - r) <= BUDGET_REL_TOL * np.abs(r))))
 
 
 @dataclass
@@ -211,7 +233,7 @@ def program_link(stored: dict, red: dict, radius: float, norm: str, mode: str, h
     for name, ok in (("cones", _same(stored["dims"], want_dims)), ("c", _same(stored["c"], prog["c"])),
                      ("b", _same(stored["b"], prog["b"])), ("lo", _same(stored["lo"], prog["lo"])),
                      ("hi", _same(stored["hi"], prog["hi"])),
-                     ("A", A.shape == ref.shape and (A != ref).nnz == 0)):
+                     ("A", same_matrix(A, ref, prog.get("budget_rows", ())))):
         if not ok:
             return ProgramLink(-np.inf, f"the stored program's {name} differs from the rebuilt one")
     affine = tuple(float(x) for x in affine)

@@ -42,6 +42,12 @@ from attncert.head.projected_ball import projected_ball
 from attncert.head.rounding import UNIT_ROUNDOFF, gamma
 
 _U = UNIT_ROUNDOFF
+#: How far a rebuilt query budget may differ from a stored one, relative (`attncert.audit.program_link`): every
+#: budget is an eigenvalue bound inflated by (1 + 1e-9) beyond its float-error allowance (`all_keys_budget`,
+#: `query_budget`), and BLAS/LAPACK give its last bits differently with another thread count or machine (measured:
+#: up to 3e-15 between 1 and 2 OpenBLAS threads at 512 keys). A budget within 2^-40 (9.1e-13) below the rebuilt
+#: one keeps more than 99.9 % of that inflation, so it is still a valid bound.
+BUDGET_REL_TOL = 2.0 ** -40
 KEYS_BLOCKS = ("mu", "bt", "eta", "Q")  # per key (m = n - 1)
 TOKEN_BLOCKS = ("lam", "Us", "Uw", "Ub", "Vs", "Vw", "Vb", "SU", "SV")  # per token (n, the query last)
 
@@ -104,6 +110,9 @@ class LongProgram:
     tau_lo: float
     tau_hi: float
     coef: dict = field(default_factory=dict)  # objective coefficients of Uw, Vw per token (for the cuts)
+    # rows of A whose tau coefficient (column 0) is a query budget -Lambda_S (`_budgets`): an eigenvalue bound
+    # computed through BLAS/LAPACK, whose last bits depend on the thread count (`BUDGET_REL_TOL`)
+    budget_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def block(self, x: np.ndarray, name: str) -> np.ndarray:
         size = {"tau": 1, "W": self.d, "Y": self.dh}.get(name, self.n - 1 if name in KEYS_BLOCKS else self.n)
@@ -121,11 +130,13 @@ class _Assembly:
         self.off, self.m = offsets, m
         self.fams = {k: [] for k in self.KINDS}
         self.rhs = {k: [] for k in self.KINDS}
+        self.tagged: dict = {}  # tag -> the rows of A its families occupy (filled by `assemble`)
 
-    def add(self, kind: str, rows: int, coords: list, rhs=None):
+    def add(self, kind: str, rows: int, coords: list, rhs=None, tag: str | None = None):
         """The family s = rhs + coords(x) in the cone (rhs: the constant of each coordinate, broadcast to rows;
-        Clarabel's s = b - A x, so A holds the negated coefficients)."""
-        self.fams[kind].append((rows, coords, rhs))
+        Clarabel's s = b - A x, so A holds the negated coefficients). tag: name the rows (`assemble` records
+        where they land in A)."""
+        self.fams[kind].append((rows, coords, rhs, tag))
 
     def _cols(self, name: str, rows: int) -> np.ndarray:
         r = np.arange(rows)
@@ -140,9 +151,11 @@ class _Assembly:
         r0 = 0
         counts = dict.fromkeys(self.KINDS, 0)
         for kind in self.KINDS:
-            for rows, coords, rhs in self.fams[kind]:
+            for rows, coords, rhs, tag in self.fams[kind]:
                 dim = len(coords)
                 base = r0 + dim * np.arange(rows)
+                if tag is not None:
+                    self.tagged.setdefault(tag, []).append(base)
                 b = np.zeros(dim * rows)
                 for k, terms in enumerate(coords):
                     for term in terms:
@@ -232,7 +245,7 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
             c_i = cols_S[rows_S == i]
             cols[i, :c_i.size], coef[i, :c_i.size] = offsets["Q"] + c_i, -1.0
         R.add("nonneg", S.shape[0], [[("cols", np.concatenate([np.zeros((S.shape[0], 1), np.int64), cols], axis=1),
-                                       np.concatenate([Lb[:, None], coef], axis=1))]])
+                                       np.concatenate([Lb[:, None], coef], axis=1))]], tag="budget")
         qa, qb, qc = quadratic_rows(Hf[:m])
         for c in range(QUAD_POINTS):
             R.add("nonneg", m, [[("tau", qa[:, c]), ("eta", qb[:, c]), ("Q", qc[:, c]), ("mu", -one)]])
@@ -280,8 +293,9 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
     c[offsets["Uw"]:offsets["Uw"] + n] -= k["c_U"]
     tau_lo, tau_hi = softmax_bounds(El, El * k["Ehat"] * np.exp(2.0 * Hf))
     lo, hi = _box(D, W_Q, offsets, nvar, tau_lo, tau_hi, Hf, second)
+    budget_rows = np.concatenate(R.tagged.get("budget", [np.zeros(0, dtype=np.int64)]))
     return LongProgram(c, A, b, dims, lo, hi, offsets, n, d, dh, tau_lo, tau_hi,
-                       dict(Uw=np.asarray(k["c_U"]), Vw=np.asarray(k["c_V"])))
+                       dict(Uw=np.asarray(k["c_U"]), Vw=np.asarray(k["c_V"])), budget_rows)
 
 
 def _budgets(D: VaryingData, W_Q: np.ndarray, S: np.ndarray) -> np.ndarray:
