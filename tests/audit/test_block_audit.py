@@ -1,8 +1,11 @@
 """The audit of the block certificates (audit/block_audit.py) on tiny GPT-2 and BERT blocks written as the stage writes
-them (extraction files, the block table, the stored duals): every second-order row passes, and each forgery fails
-the right check: a lowered number or one without its remainder (`sum`), an edited dual (`dual_pd`), a reported
-number that is not its bound (`reported`), an edited weight with its sidecar rewritten (`sum`), an edited weight
-without it (`weights`), another configuration's specification seed; without a configuration nothing is passed."""
+them (extraction files, the block table, the stored duals): every number of a certificate column passes, and each
+forgery fails the right check: a lowered number or one without its remainder (`sum`), an edited dual (`dual_pd`), a
+reported number that is not its bound (`reported`), a finite certificate hidden as +inf (`reported`), an edited
+weight with its sidecar rewritten (`sum`), an edited weight without it (`weights`), another configuration's
+specification seed, a repeated, deleted or foreign unit, a missing column, table or certificate file
+(`completeness`, `columns`, `certificate_file`), a truncated certificate file, an unreadable cell; without a
+configuration the table fails."""
 import numpy as np
 import pytest
 import torch
@@ -18,7 +21,7 @@ from attncert.provenance.provenance import write_sidecar
 torch.set_num_threads(1)
 RADII = [1e-3, 1e-2, 1.0]
 PROMPT, POSITION, SPEC_SEED = 1, 3, 5
-CFG = BlockAuditConfig(PROMPT, POSITION, SPEC_SEED)
+CFG = BlockAuditConfig(PROMPT, POSITION, SPEC_SEED, tuple(RADII), (1,), (0, 1))
 
 
 def _stage(model_dir, family):
@@ -72,23 +75,22 @@ def _by(records, status=None, check=None):
     return [r for r in records if (status is None or r["status"] == status) and (check is None or r["check"] == check)]
 
 
-def _second_order_row(df, column="certificate_source"):
-    return int(np.flatnonzero(df[column] == "second_order")[0])
+def _second_order_row(df, column="certificate_f"):
+    """The first row whose certificate in `column` is finite (the smallest radius)."""
+    return int(np.flatnonzero(np.isfinite(df[column].to_numpy()))[0])
 
 
 @pytest.mark.parametrize("family", ["gpt2", "bert"])
-def test_every_second_order_row_passes_and_crown_rows_are_not_covered(family, request, tmp_path):
+def test_every_certificate_number_passes_and_none_is_left_unchecked(family, request, tmp_path):
     files = request.getfixturevalue(f"{family}_files")
     df = files[2]
     recs = _audit(_write(tmp_path, files))
-    assert len(recs) == 4 * len(df)
-    sources = ("certificate_source", "certificate_g_source", "certificate_f_neg_source", "certificate_g_neg_source")
-    n_second = sum(int((df[c] == "second_order").sum()) for c in sources)
-    n_crown = sum(int((df[c] == "crown").sum()) for c in sources)
-    assert len(_by(recs, "pass")) == n_second > 0
-    assert len(_by(recs, "not covered", "no_certificate")) == n_crown > 0      # larger radii: CROWN's bound
-    assert len(_by(recs, "not applicable", "infinite")) == 4 * len(df) - n_second - n_crown   # +inf: neither finite
-    assert not _by(recs, "fail")
+    assert len(recs) == 4 * len(df) and len(_by(recs, "pass")) == len(recs)
+    cols = ["certificate_f", "certificate_g", "certificate_f_neg", "certificate_g_neg"]
+    n_inf = int(np.isinf(df[cols].to_numpy()).sum())
+    assert len(_by(recs, "pass", "infinite")) == n_inf            # +inf only where the weights give +inf too
+    assert len(_by(recs, "pass", "weights+pieces+dual_pd+sum")) == 4 * len(df) - n_inf > 0
+    assert not [c for c in df.columns if c.endswith("_source")]      # no label decides what is checked
 
 
 def test_a_lowered_number_fails_sum(gpt2_files, tmp_path):
@@ -147,7 +149,7 @@ def test_a_negative_dual_fails_pieces(gpt2_files, tmp_path):
 
 def test_a_reported_number_that_is_not_its_bound_fails_reported(gpt2_files, tmp_path):
     df = gpt2_files[2].copy()
-    i = _second_order_row(df, "certificate_g_source")
+    i = _second_order_row(df, "certificate_g")
     df.loc[i, "certificate_g"] = df.loc[i, "certificate_g"] - 1e-3
     fails = _by(_audit(_write(tmp_path, gpt2_files, df=df)), "fail")
     assert [(r["row"], r["number"], r["check"]) for r in fails] == [(i, "certificate_g", "reported")]
@@ -169,12 +171,79 @@ def test_an_edited_weight_is_re_derived_and_fails(gpt2_files, tmp_path):
 
 def test_another_specification_seed_fails(gpt2_files, tmp_path):
     recs = _audit(_write(tmp_path, gpt2_files), BlockAuditConfig(PROMPT, POSITION, SPEC_SEED + 1))
-    assert _by(recs, "fail") and not _by(recs, "pass")
+    assert _by(recs, "fail") and not [r for r in _by(recs, "pass") if r["check"] != "infinite"]
 
 
-def test_without_a_configuration_nothing_passes(gpt2_files, tmp_path):
+def test_without_a_configuration_the_table_fails(gpt2_files, tmp_path):
     recs = _audit(_write(tmp_path, gpt2_files), None)
-    assert not _by(recs, "pass") and not _by(recs, "fail") and _by(recs, "not covered", "config")
+    assert not _by(recs, "pass") and _by(recs, "fail", "config")
+
+
+def test_a_number_lowered_in_both_columns_fails_sum_whatever_else_the_row_says(gpt2_files, tmp_path):
+    """A forger who lowers a number in both certificate columns and adds a label calling it CROWN's is caught:
+    the audit compares with the bound the weights give, not with what the row says of itself; the same for g
+    lowered below g(0)."""
+    df = gpt2_files[2].copy()
+    i = _second_order_row(df)
+    df["certificate_source"] = "crown"
+    for col in ("certificate_f", "second_order_certificate_f"):
+        df.loc[i, col] = 0.1 * df.loc[i, col]
+    for col in ("certificate_g", "second_order_certificate_g"):
+        df.loc[i, col] = df.loc[i, "g0"] - 1e-3
+    fails = _by(_audit(_write(tmp_path, gpt2_files, df=df)), "fail")
+    assert {(r["row"], r["number"], r["check"]) for r in fails} == {(i, "certificate_f", "sum"),
+                                                                    (i, "certificate_g", "sum")}
+
+
+def test_a_finite_certificate_reported_as_infinite_fails(gpt2_files, tmp_path):
+    df = gpt2_files[2].copy()
+    i = _second_order_row(df)
+    for col in ("certificate_f", "second_order_certificate_f"):
+        df.loc[i, col] = np.inf
+    fails = _by(_audit(_write(tmp_path, gpt2_files, df=df)), "fail")
+    assert [(r["row"], r["number"], r["check"]) for r in fails] == [(i, "certificate_f", "reported")]
+
+
+def test_repeated_deleted_and_foreign_units_fail_completeness(gpt2_files, tmp_path):
+    df = gpt2_files[2]
+    repeated = __import__("pandas").concat([df, df.iloc[[0]]], ignore_index=True)
+    fails = _by(_audit(_write(tmp_path / "a", gpt2_files, df=repeated)), "fail")
+    assert [(r["check"], r["reason"]) for r in fails] == [("completeness", "unit repeated")]
+    dropped = df[df["head"] != 1].reset_index(drop=True)
+    fails = _by(_audit(_write(tmp_path / "b", gpt2_files, df=dropped)), "fail")
+    assert len(fails) == len(RADII) and {r["reason"] for r in fails} == {
+        "unit of the configuration missing from the table"}
+    foreign = df.copy()
+    foreign.loc[0, "radius"] = 0.5
+    fails = _by(_audit(_write(tmp_path / "c", gpt2_files, df=foreign)), "fail")
+    assert {r["check"] for r in fails} >= {"completeness"}
+    assert "row not in the configuration's grid" in {r["reason"] for r in fails}
+    # a whole transition deleted: every one of its units is missing
+    recs = _audit(_write(tmp_path / "d", gpt2_files, df=df.iloc[:0]))
+    assert len(_by(recs, "fail", "completeness")) == 2 * len(RADII) and not _by(recs, "pass")
+
+
+def test_a_missing_table_or_column_fails(gpt2_files, tmp_path):
+    root = _write(tmp_path / "a", gpt2_files)
+    (root[0] / "block" / root[1] / "units.csv").unlink()
+    recs = _audit(root)
+    assert [r["check"] for r in recs] == ["completeness"] and recs[0]["status"] == "fail"
+    for col in ("certificate_g_neg", "second_order_certificate_f", "transition"):
+        recs = _audit(_write(tmp_path / col, gpt2_files, df=gpt2_files[2].drop(columns=[col])))
+        assert [(r["status"], r["check"]) for r in recs] == [("fail", "columns")] and col in recs[0]["reason"]
+
+
+def test_an_unreadable_cell_or_a_truncated_certificate_file_fails_without_a_traceback(gpt2_files, tmp_path):
+    df = gpt2_files[2].copy().astype({"transition": object})
+    df.loc[0, "transition"] = "x"
+    recs = _audit(_write(tmp_path / "a", gpt2_files, df=df))
+    assert ("unit", 0) in {(r["check"], r["row"]) for r in _by(recs, "fail")}
+    root = _write(tmp_path / "b", gpt2_files)
+    path = root[0] / "block" / root[1] / "transition1_certificates.npz"
+    path.write_bytes(path.read_bytes()[:200])
+    write_sidecar(path, {"stage": "test", "model": {"name": root[1]}})      # re-signed: the checksum matches
+    recs = _audit(root)
+    assert not _by(recs, "pass") and {r["check"] for r in _by(recs, "fail")} == {"certificate_file"}
 
 
 def test_a_missing_certificate_file_fails(gpt2_files, tmp_path):

@@ -23,13 +23,13 @@ def _units(alpha: bool = False) -> pd.DataFrame:
                 if t == 0 and r == 3e-3 and h < 3:
                     so = np.inf
                 crown = asc * 70.0
-                rep = min(so, crown)
+                rep = so
                 rows.append({
                     "model": "synthetic", "family": "bert", "transition": t, "head": h, "prompt": 0, "position": 4,
                     "d": 8, "radius": r, "g0": 0.5, "gradient_norm_l1": 2.0, "ascent_max": asc,
                     "second_order_max": asc, "second_order_upper": 1.6 * asc, "crown_upper": crown,
                     "crown_lower": -crown, "alpha_crown_upper": 0.9 * crown if alpha else np.nan,
-                    "certificate_f": rep, "certificate_source": "second_order" if so <= crown else "crown",
+                    "certificate_f": rep,
                     "certificate_g": 0.5 + 2.0 * r + rep, "second_order_certificate_f": so,
                     "second_order_certificate_g": 0.5 + 2.0 * r + so, "per_op_sum": 40 * asc,
                     "per_op_sum_softmax_one_op": 38 * asc, "crown_leading_order": 30 * asc,
@@ -38,19 +38,18 @@ def _units(alpha: bool = False) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def test_certificate_table_counts_sources_and_infinite_bounds():
+def test_certificate_table_counts_infinite_bounds():
     df = report.derive(_units())
     tab = report.certificate_table(df).set_index("radius")
     assert tab.loc[1e-4, "second_order_certificate_over_ascent"] == pytest.approx(3.0)
-    assert tab.loc[1e-4, "source_second_order"] == 8 and tab.loc[3e-3, "source_crown"] == 3
-    assert tab.loc[3e-3, "second_order_not_finite"] == 3 and tab.loc[3e-3, "reported_not_finite"] == 0
+    assert tab.loc[3e-3, "second_order_not_finite"] == 3 and tab.loc[1e-4, "second_order_not_finite"] == 0
     assert tab.loc[3e-3, "second_order_certificate_over_ascent"] == pytest.approx(50.0)   # 3 inf of 8: median finite
     assert tab["violations"].sum() == 0 and tab["alpha_crown_over_ascent"].isna().all()
     assert tab.loc[1e-4, "crown_gap_g_over_linear"] < tab.loc[3e-3, "crown_gap_g_over_linear"]
     assert tab["cpu_seconds_per_unit_certificate"].iloc[0] == pytest.approx(4.5 / 4)
     m = report.certificate_measured(df)
     assert m["block_certificate_over_perop_r0.0001"] == pytest.approx(3.0 / 40)
-    assert m["block_certificate_sound_and_finite"] is True and m["block_certificate_violations"] == 0
+    assert m["block_certificate_sound_and_finite"] is False and m["block_certificate_violations"] == 0   # 3 +inf
 
 
 def test_certificate_measured_sees_a_violation_and_an_infinite_report():
@@ -58,7 +57,8 @@ def test_certificate_measured_sees_a_violation_and_an_infinite_report():
     df.loc[0, "certificate_f"] = 0.5 * df.loc[0, "ascent_max"]
     m = report.certificate_measured(report.derive(df))
     assert m["block_certificate_violations"] == 1 and m["block_certificate_sound_and_finite"] is False
-    df = _units()
+    df = _units().replace(np.inf, 1e3)
+    assert report.certificate_measured(report.derive(df))["block_certificate_sound_and_finite"] is True
     df.loc[1, "certificate_g"] = np.inf
     assert report.certificate_measured(report.derive(df))["block_certificate_sound_and_finite"] is False
 

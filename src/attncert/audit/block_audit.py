@@ -18,8 +18,11 @@ file's y, y_rem, G, kappa (the
 form's split) and number of pieces are free parameters: any values give a valid bound, so nothing the file says
 is trusted. Checks, in order, per reported number:
 
+* completeness: the table exists with every column, each unit of the configuration's grid (transitions, heads of
+  block L + 1, radii) is a row exactly once, and nothing else is; a missing table, column or unit, a repeated or
+  foreign unit, or an unreadable unit cell fails;
 * config: the row's prompt and query position are the configuration's block grid (without a configuration the
-  row is not covered: the specification rows need its `spec_seed`);
+  table fails: the specification rows need its `spec_seed`);
 * weights: the extraction files of layers L and L + 1 pass their sidecars and the pieces can be re-derived;
 * pieces: the stored duals are nonnegative, finite and of shape (heads, d); the number of pieces is in 1..256;
 * dual_pd: diag(y) - s H0 positive definite (and diag(y_rem) - 2 Pbar_r, for the joint form), each (A) proved by a
@@ -27,14 +30,16 @@ is trusted. Checks, in order, per reported number:
   c = 2 gamma_{n+2} / (1 - gamma_{n+2}) tr(A) (Rump 2006, "Verification of positive definiteness");
 * sum: the right-hand side above evaluated in float64 with every operation's rounding bounded (gamma_k); the
   table's `second_order_certificate_*` must be at least that;
-* reported: the table's `certificate_*` must equal its second-order bound where `certificate_*_source` says
-  `second_order`. Where it says `crown`, the number is CROWN's, which keeps no certificate: listed as not covered;
-  where it says `none`, the number is +inf and needs none: not applicable.
+* reported: the table's `certificate_*` is the second-order certificate alone (CROWN's bounds are baseline
+  columns, never a certificate) and must equal its `second_order_certificate_*`; a +inf passes only where the
+  bound re-derived from the weights is +inf too (a table may not hide a finite certificate). No label of the
+  table is read to decide what is checked.
 """
 from __future__ import annotations
 
 import csv
 import math
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,11 +52,11 @@ from attncert.head.specification import specification_rows
 from attncert.integrity.intermediate_check import IntermediateError, verify_intermediate
 
 NUMBERS = ("f", "g", "f_neg", "g_neg")
-CROWN_REASON = "block stage: this row reports CROWN's bound (smaller or the certificate not finite); no certificate"
 NO_CONFIG_REASON = ("the block certificates are re-derived from the weights with the run's configuration (block "
                     "prompt, query position, spec_seed); fix: pass attncert audit --configfile")
-INFINITE_REASON = "the reported bound is +inf (neither bound finite): true of every unit, nothing to check"
 TINY = 1e-300
+#: what reading a damaged npz can raise (a truncated or re-signed zip, a missing member, a bad header)
+UNREADABLE = (IntermediateError, OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
 MAX_PIECES = 256
 
 
@@ -62,13 +67,24 @@ class BlockAuditConfig:
     prompt: int
     query_position: int
     spec_seed: int
+    radii: tuple = ()
+    transitions: tuple | None = None  # the run's block transitions (None: not recorded, the grid is not checked)
+    heads: tuple | None = None  # the heads of block L + 1 it certifies
 
     @classmethod
     def from_config(cls, config: dict) -> "BlockAuditConfig | None":
+        """From a run's configuration; its `resolved` section (the run's layers, heads and block transitions, as
+        the workflow resolved them for the model) fixes the grid."""
         b = config.get("block")
         if not b or "spec_seed" not in config:
             return None
-        return cls(int(b["prompt"]), int(b["query_position"]), int(config["spec_seed"]))
+        resolved = config.get("resolved") or {}
+        transitions = resolved.get("block_transitions")
+        heads = resolved.get("heads")
+        return cls(int(b["prompt"]), int(b["query_position"]), int(config["spec_seed"]),
+                   tuple(float(r) for r in b.get("radii", ())),
+                   None if transitions is None else tuple(int(t) for t in transitions),
+                   None if heads is None else tuple(int(h) for h in heads))
 
 
 def _up(x, k: int):
@@ -177,11 +193,11 @@ def _rederive(root: Path, model: str, L: int, rows: list[dict], cfg: BlockAuditC
         return "certificate_file", f"no transition{L}_certificates.npz beside units.csv"
     try:
         z = _arrays(npz)
-    except (IntermediateError, OSError, ValueError) as e:
+    except UNREADABLE as e:
         return "certificate_file", f"{type(e).__name__}: {e}"
     try:
         a, nxt = (_arrays(root / "extract" / model / f"layer{k}.npz") for k in (L, L + 1))
-    except (IntermediateError, OSError, ValueError) as e:
+    except UNREADABLE as e:
         return "weights", f"{type(e).__name__}: {e}"
     try:
         heads = [int(h) for h in np.asarray(z["heads"]).reshape(-1)]
@@ -207,76 +223,124 @@ def _rederive(root: Path, model: str, L: int, rows: list[dict], cfg: BlockAuditC
     return recomputed_bounds(p, duals, G, g0v, radii), heads, radii
 
 
+REQUIRED = ("transition", "head", "prompt", "position", "radius", "g0",
+            *(f"certificate_{k}" for k in NUMBERS), *(f"second_order_certificate_{k}" for k in NUMBERS))
+
+
 def _row_check(row: dict, k: str, rec: dict, h: int, ri: int) -> tuple[str, str, str, float]:
-    """(status, check, reason, margin) of one reported number against the re-derived bounds."""
+    """(status, check, reason, margin) of one reported number against the bound re-derived from the weights (the
+    table's own labels are not read: what it reports is compared with what the weights give)."""
     number = f"certificate_{k}"
     reported = _float(row.get(number, ""))
-    source = str(row.get(_source_column(k), "")).strip()
-    suffix = "_neg" if k.endswith("_neg") else ""
     second = _float(row.get(f"second_order_{number}", ""))
+    suffix = "_neg" if k.endswith("_neg") else ""
     bound = float(rec[k][h, ri])
+    if not reported == second:
+        return "fail", "reported", f"reported {reported!r} is not the row's second-order certificate {second!r}", \
+            math.nan
     if not bool(rec["pieces"][h]):
         return "fail", "pieces", "a stored dual or gradient is negative, not finite or of the wrong shape", math.nan
     if not bool(rec[f"pd{suffix}"][h]):
+        if reported == math.inf:
+            return "pass", "infinite", "reported +inf: true of every unit (the stored dual proves nothing)", math.nan
         return "fail", "dual_pd", "diag(y) - H0 not proved positive definite (H0 re-derived)", math.nan
-    if not (np.isfinite(bound) and second >= bound):
+    if reported == math.inf:
+        if np.isfinite(bound):
+            return "fail", "reported", (f"reported +inf, but the certificate re-derived from the weights is finite "
+                                        f"({bound!r})"), math.nan
+        return "pass", "infinite", "reported +inf, and the bound re-derived from the weights is +inf too", math.nan
+    if not (np.isfinite(bound) and reported >= bound):
         why = "" if rec["pd_rem"][h, ri] else (" (the remainder's joint form is not proved: diag(y_rem) - 2 Pbar not "
                                                "positive definite, so only the node-by-node remainder counts)")
-        return "fail", "sum", (f"second-order bound {second!r} below the bound re-derived from the weights "
-                               f"{bound!r}{why}"), second - bound
-    if source != "second_order" or not reported == second:
-        return "fail", "reported", f"reported {reported!r} is not the second-order bound {second!r} ({source!r})", \
-            math.nan
-    return "pass", "weights+pieces+dual_pd+sum+reported", "", second - bound
+        return "fail", "sum", (f"reported {reported!r} below the bound re-derived from the weights "
+                               f"{bound!r}{why}"), reported - bound
+    return "pass", "weights+pieces+dual_pd+sum", "", reported - bound
+
+
+def _unit(row: dict) -> tuple[int, int, float] | None:
+    """(transition, head, radius) of a row, or None when a cell does not read as one."""
+    try:
+        t, h, r = int(str(row["transition"]).strip()), int(str(row["head"]).strip()), float(row["radius"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (t, h, r) if math.isfinite(r) else None
+
+
+def _grid(cfg: BlockAuditConfig) -> list[tuple[int, int, float]] | None:
+    if cfg.transitions is None or cfg.heads is None or not cfg.radii:
+        return None
+    return [(int(t), int(h), float(r)) for t in cfg.transitions for h in cfg.heads for r in cfg.radii]
 
 
 def audit_block(root: Path, model: str, cfg: BlockAuditConfig | None = None) -> list[dict]:
-    """One record per (row, reported number) of the block table: pass, fail (check) or not covered. A table
-    without the certificate's columns (written before it existed) gives no record."""
+    """One record per (row, reported number) of the block table, every unit of the configured grid present once
+    (a missing, repeated or foreign unit, a missing table, column or certificate file is a failure), or nothing
+    when the run has no block stage (`cfg` None and no table)."""
     path = root / "block" / model / "units.csv"
+    if cfg is None:
+        if not path.exists():
+            return []
+        return [_record("", -1, {}, "table", "fail", "config", NO_CONFIG_REASON)]
+    grid = _grid(cfg)
     if not path.exists():
-        return []
+        if grid == []:
+            return []
+        return [_record("", -1, {}, "table", "fail", "completeness",
+                        f"{path} is missing, but the run's configuration has a block grid; fix: regenerate it with: "
+                        f"snakemake --cores all {path}")]
     with open(verify_intermediate(path), newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    if not rows or "certificate_source" not in rows[0]:
-        return []
+        reader = csv.DictReader(fh)
+        rows = list(reader)
+        columns = list(reader.fieldnames or [])
+    missing = [c for c in REQUIRED if c not in columns]
+    if missing:
+        return [_record("", -1, {}, "table", "fail", "columns",
+                        f"{path} lacks the column(s) {', '.join(missing)}; fix: regenerate it with: snakemake "
+                        f"--cores all {path}")]
+    out: list[dict] = []
+    seen: dict = {}
     by_transition: dict = {}
-    for row in rows:
-        by_transition.setdefault(int(row["transition"]), []).append(row)
-    cache: dict = {}
-    out = []
     for r, row in enumerate(rows):
-        L = int(row["transition"])
-        for k in NUMBERS:
-            number = f"certificate_{k}"
-            reported = _float(row.get(number, ""))
-            source = str(row.get(_source_column(k), "")).strip()
-            if source == "crown":
-                out.append(_record(L, r, row, number, "not covered", "no_certificate", CROWN_REASON, reported))
-                continue
-            if source == "none" and reported == math.inf:
-                out.append(_record(L, r, row, number, "not applicable", "infinite", INFINITE_REASON, reported))
-                continue
-            if cfg is None:
-                out.append(_record(L, r, row, number, "not covered", "config", NO_CONFIG_REASON, reported))
-                continue
-            if (int(row["prompt"]), int(row["position"])) != (cfg.prompt, cfg.query_position):
-                out.append(_record(L, r, row, number, "fail", "config", f"prompt {row['prompt']}, position "
-                                   f"{row['position']} are not the configuration's block grid ({cfg.prompt}, "
-                                   f"{cfg.query_position})", reported))
-                continue
-            if L not in cache:
-                cache[L] = _rederive(root, model, L, by_transition[L], cfg)
-            if len(cache[L]) == 2:
-                out.append(_record(L, r, row, number, "fail", *cache[L], reported))
-                continue
-            rec, heads, radii = cache[L]
-            try:
-                h = heads.index(int(row["head"]))
-                ri = next(i for i, x in enumerate(radii) if x == float(row["radius"]))
-            except (ValueError, StopIteration):
-                out.append(_record(L, r, row, number, "fail", "unit", "head not in the certificate file", reported))
-                continue
-            status, check, reason, margin = _row_check(row, k, rec, h, ri)
-            out.append(_record(L, r, row, number, status, check, reason, reported, margin=margin))
+        unit = _unit(row)
+        if unit is None:
+            out.append(_record(row.get("transition", ""), r, row, "row", "fail", "unit",
+                               "unreadable unit cells (transition, head, radius)"))
+            continue
+        seen[unit] = seen.get(unit, 0) + 1
+        if seen[unit] == 2:
+            out.append(_record(unit[0], r, row, "row", "fail", "completeness", "unit repeated"))
+        if grid is not None and unit not in set(grid):
+            out.append(_record(unit[0], r, row, "row", "fail", "completeness", "row not in the configuration's grid"))
+        by_transition.setdefault(unit[0], []).append((r, row))
+    for unit in grid or []:
+        if unit not in seen:
+            t, h, radius = unit
+            out.append(_record(t, -1, {"head": h, "radius": radius, "prompt": cfg.prompt,
+                                       "position": cfg.query_position}, "row", "fail", "completeness",
+                               "unit of the configuration missing from the table"))
+    for L, items in sorted(by_transition.items()):
+        table_rows = [row for _, row in items]
+        got = _rederive(root, model, L, table_rows, cfg)
+        for r, row in items:
+            for k in NUMBERS:
+                number = f"certificate_{k}"
+                reported = _float(row.get(number, ""))
+                if (str(row.get("prompt", "")).strip(), str(row.get("position", "")).strip()) != \
+                        (str(cfg.prompt), str(cfg.query_position)):
+                    out.append(_record(L, r, row, number, "fail", "config", f"prompt {row.get('prompt')}, position "
+                                       f"{row.get('position')} are not the configuration's block grid ({cfg.prompt}, "
+                                       f"{cfg.query_position})", reported))
+                    continue
+                if len(got) == 2:
+                    out.append(_record(L, r, row, number, "fail", *got, reported))
+                    continue
+                rec, heads, radii = got
+                try:
+                    h = heads.index(int(row["head"]))
+                    ri = next(i for i, x in enumerate(radii) if x == float(row["radius"]))
+                except (ValueError, StopIteration):
+                    out.append(_record(L, r, row, number, "fail", "unit", "head not in the certificate file", reported))
+                    continue
+                status, check, reason, margin = _row_check(row, k, rec, h, ri)
+                out.append(_record(L, r, row, number, status, check, reason, reported, margin=margin))
     return out

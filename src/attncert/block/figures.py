@@ -207,8 +207,8 @@ def _quantiles(df: pd.DataFrame, col: str, radii) -> np.ndarray:
 
 
 def figure_certificate_vs_radius(df: pd.DataFrame, claims: list, pdf: str, png: str) -> None:
-    """Bound on max f / ascent maximum of f against the radius: the second-order certificate, the reported bound
-    (the smaller of it and CROWN's), CROWN, alpha-CROWN where run, the per-operation sum; the paper's implied CROWN
+    """Bound on max f / ascent maximum of f against the radius: the second-order certificate (the reported one),
+    CROWN, alpha-CROWN where run, the per-operation sum; the paper's implied CROWN
     looseness (its CROWN / per-op median times its per-op / joint maximum median) where the claims give them. Right:
     the gap on g over the linear movement, certificate vs CROWN."""
     radii = sorted(df["radius"].unique())
@@ -219,7 +219,6 @@ def figure_certificate_vs_radius(df: pd.DataFrame, claims: list, pdf: str, png: 
     colour_of = style.method_color
     series = [("second_order_certificate_looseness", f"{cert} (second order, sound)", colour_of("certificate"), "o",
                "-"),
-              ("certificate_looseness", "reported: min(certificate, CROWN) (sound)", "k", "s", ":"),
               ("crown_looseness", "CROWN", colour_of("crown"), "^", "-"),
               ("alpha_crown_looseness", "α-CROWN", colour_of("alpha_crown"), "v", "--"),
               ("per_op_looseness", "per-operation sum (not a bound; CROWN's r² floor)", colour_of("per_op"), "x",
@@ -236,7 +235,7 @@ def figure_certificate_vs_radius(df: pd.DataFrame, claims: list, pdf: str, png: 
         ax.plot(np.array(radii)[ok], q[1, ok], color=color, marker=marker, ls=ls, lw=1.6, ms=5, zorder=style.Z_OURS,
                 mfc="none" if col == "alpha_crown_looseness" else color, label=f"{label}: median")
         band = np.isfinite(q[0]) & np.isfinite(q[2])
-        if col != "certificate_looseness" and band.any():
+        if band.any():
             ax.fill_between(np.array(radii)[band], q[0, band], q[2, band], color=color, alpha=0.12, lw=0)
         finite_top = max(finite_top, np.nanmax(np.where(np.isfinite(q), q, np.nan)))
     infinite = []  # one note for every radius with +inf certificates (one label per radius overlapped)

@@ -52,7 +52,7 @@ from torch.func import hessian, jacfwd, jacrev, vmap
 from attncert.block.map import DTYPE, BlockTransition, Tape, forward, specification_values
 
 
-from attncert.block.certificate import certify_transition, crown_g_bounds, smaller_sound
+from attncert.block.certificate import certify_transition
 from attncert.block.crown import crown_bounds
 from attncert.block.box_qp import (QuadraticForms, box_qp_max, box_qp_upper, effective_rank, entropy_rank,
                                    spectral_ratio, stable_rank)
@@ -372,11 +372,10 @@ def analyze_transition(tr: BlockTransition, C: np.ndarray, radii, *, qp_starts: 
                               sdp_iterations=sdp_iterations)
     if keep is not None:                      # the caller stores what certifies the bounds
         keep["certificate"] = cert
-    # the reported bounds: the smaller of the second-order certificate and CROWN's, labelled by source
-    crown_g, crown_g_neg = crown_g_bounds(cv.g0.numpy(), cv.gradient.numpy(), radii, crown, crown_lo)
-    reported = {"f": smaller_sound(cert.certificate_f, crown.T), "g": smaller_sound(cert.certificate_g, crown_g),
-                "f_neg": smaller_sound(cert.certificate_f_neg, -crown_lo.T),
-                "g_neg": smaller_sound(cert.certificate_g_neg, crown_g_neg)}
+    # the reported bounds are the second-order certificate's alone (+inf where an enclosure reaches a
+    # singularity): CROWN's bounds are the baseline columns crown_upper, crown_lower, never a certificate
+    reported = {"f": cert.certificate_f, "g": cert.certificate_g, "f_neg": cert.certificate_f_neg,
+                "g_neg": cert.certificate_g_neg}
     t0 = tick("certificate", t0)
     alpha = np.full((len(radii), m), np.nan)
     if alpha_crown:
@@ -395,17 +394,15 @@ def analyze_transition(tr: BlockTransition, C: np.ndarray, radii, *, qp_starts: 
             status = crown_status
             if crown_status == "ok":                 # a NaN from CROWN is no bound (labelled), not a wrong one
                 status = "ok" if cu >= asc else ("crown_nan" if math.isnan(cu) else "UNSOUND")
-            cf = float(reported["f"][0][h, ri])
-            if not (cf >= asc and cert.certificate_f[h, ri] >= asc):
+            cf = float(reported["f"][h, ri])
+            if not cf >= asc:
                 status = "UNSOUND_CERTIFICATE"
             row = {
                 "unit": h, "radius": r, "g0": float(cv.g0[h]),
                 "second_order_max": float(M2[h]) * r2, "second_order_upper": float(M2_upper[h]) * r2,
                 "ascent_max": asc, "crown_upper": cu, "alpha_crown_upper": float(alpha[ri, h]),
                 "crown_lower": float(crown_lo[ri, h]),
-                "certificate_f": cf, "certificate_source": str(reported["f"][1][h, ri]),
-                **{f"certificate_{k}": float(reported[k][0][h, ri]) for k in ("g", "f_neg", "g_neg")},
-                **{f"certificate_{k}_source": str(reported[k][1][h, ri]) for k in ("g", "f_neg", "g_neg")},
+                "certificate_f": cf, **{f"certificate_{k}": float(reported[k][h, ri]) for k in ("g", "f_neg", "g_neg")},
                 "second_order_certificate_f": float(cert.certificate_f[h, ri]),
                 "second_order_certificate_g": float(cert.certificate_g[h, ri]),
                 "second_order_certificate_f_neg": float(cert.certificate_f_neg[h, ri]),
