@@ -25,6 +25,8 @@ ALLOWED = {
     "attncert.integrity", "attncert.integrity.intermediate_check", "attncert.integrity.file_integrity",
     "attncert.integrity.model_identity", "attncert.head.specification",
     "attncert.certify.second_order.fixed_query.token_program",
+    # where the checkpoint is and its files' sha256 (audit/model_weights; stdlib only, no torch, no transformers)
+    "attncert.provenance", "attncert.provenance.checkpoint_files",
 }
 # never: solvers, torch and its model code, and attncert's solving code
 FORBIDDEN_THIRD_PARTY = {"clarabel", "scs", "torch", "transformers", "auto_LiRPA", "bound_propagation", "ecos",
@@ -97,7 +99,9 @@ def test_checker_reaches_only_the_trusted_base():
     outside = {m for m in mods - ALLOWED if not m.startswith("attncert.audit")}
     assert not outside, sorted(outside)
     assert not (third & FORBIDDEN_THIRD_PARTY), sorted(third & FORBIDDEN_THIRD_PARTY)
-    assert third <= {"numpy", "scipy", "flint", "cvxpy", "tqdm", "yaml"}, sorted(third)  # yaml: --configfile
+    # yaml: --configfile; safetensors (its numpy reader) and tokenizers: the checkpoint's tensors and tokenizer
+    # (audit/model_weights), neither imports torch
+    assert third <= {"numpy", "scipy", "flint", "cvxpy", "tqdm", "yaml", "safetensors", "tokenizers"}, sorted(third)
 
 
 def test_the_scan_sees_a_forbidden_import(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ import numpy as np
 from attncert.configuration.config import read_prompts
 from attncert.model.extraction import extract_layers, load_model, tokenize_prompts
 from attncert.integrity.intermediate_check import expect_model_of
+from attncert.provenance.checkpoint_files import checkpoint_provenance
 from attncert.provenance.job_log import start_job_log
 from attncert.provenance.provenance import atomic_path, provenance, write_sidecar
 
@@ -32,6 +33,7 @@ write_sidecar(sm.output.npz, provenance(
     p, stage="extract", layer=L, family=loaded.family, resolved_source=loaded.resolved,
     revision=loaded.revision, prompts=prompts, prompt_token_ids=token_ids.tolist(),
     arrays={k: list(np.shape(v)) for k, v in arrays.items()},
+    **checkpoint_provenance(p.model, loaded.revision),
     normalized_token=("ln_1(residual) of the block" if loaded.family == "gpt2"
                       else "residual entering the layer (output of the previous LayerNorm)")))
 logging.info("layer %d written to %s", L, sm.output.npz)

@@ -3,6 +3,7 @@ import numpy as np
 
 from attncert.model.extraction import extract_lengths, load_model
 from attncert.integrity.intermediate_check import expect_model_of
+from attncert.provenance.checkpoint_files import checkpoint_provenance
 from attncert.provenance.job_log import start_job_log
 from attncert.provenance.provenance import atomic_path, provenance, write_sidecar
 
@@ -18,4 +19,5 @@ with atomic_path(sm.output.npz) as tmp:
         np.savez_compressed(fh, **arrays)
 write_sidecar(sm.output.npz, provenance(p, stage="long_context_extract", passage=sm.input.passage,
                                         resolved_source=loaded.resolved, family=loaded.family,
+                                        revision=loaded.revision, **checkpoint_provenance(p.model, loaded.revision),
                                         arrays={k: list(np.shape(v)) for k, v in arrays.items()}))

@@ -14,6 +14,8 @@ specification vectors, and re-derives each number in ball arithmetic (python-fli
     row_consistency  cross-checks of a row against its audited witnesses and its own status
     table_coverage   the configured grid is complete; the tables without certificates, listed
     audit_table      the audit of a model's tables and the `attncert audit` command
+    model_weights    the extracted arrays are the checkpoint's: its files' hashes, its tensors (checkpoint_tensors),
+                     an independent numpy forward pass (reference_forward), a fresh tokenization
 
 It imports no solver, no torch and none of the code that solves (an AST test enforces this). docs/audit.md
 states what is trusted and the math of every check.
