@@ -20,6 +20,8 @@ The stages (FOUNDATION = integrity, model, configuration, provenance, reporting)
                                                       -> baselines, figure_style, head, FOUNDATION
     minip      Paper B                                                -> figure_style, FOUNDATION
     audit      independent checks of the certified numbers (numpy, python-flint)     -> certify, head, FOUNDATION
+               and the summary tables recomputed with the stages' pure table code  -> baselines, block,
+               paper_comparison
     checkpoint certify one head of a local checkpoint (attncert certify)  -> baselines, certify, head, FOUNDATION
     cli        the `attncert` command: dispatches to its subcommands                 -> audit, checkpoint, FOUNDATION
                (the certificate format and the program builders only, never a solver:
@@ -48,7 +50,9 @@ ALLOWED = {
     "baselines": {"figure_style", "head"} | FOUNDATION,
     "block": {"baselines", "figure_style", "head"} | FOUNDATION,
     "minip": {"figure_style"} | FOUNDATION,
-    "audit": {"certify", "head"} | FOUNDATION,
+    # baselines, block, paper_comparison: their pure table code only, to recompute the summary tables
+    # (audit/table_recompute.py; tests/audit/test_trusted_base.py lists every module the audit may reach)
+    "audit": {"baselines", "block", "certify", "head", "paper_comparison"} | FOUNDATION,
     "checkpoint": {"baselines", "certify", "head"} | FOUNDATION,
     "cli": {"audit", "checkpoint"} | FOUNDATION,
 }

@@ -27,6 +27,15 @@ ALLOWED = {
     "attncert.certify.second_order.fixed_query.token_program",
     # where the checkpoint is and its files' sha256 (audit/model_weights; stdlib only, no torch, no transformers)
     "attncert.provenance", "attncert.provenance.checkpoint_files",
+    # the summary tables' recomputation (audit/table_recompute.py) renders them with the writers' own pure table
+    # code: pandas and scipy.stats on the row tables, no torch, no solver, no solving code
+    "attncert.reporting", "attncert.reporting.table_files", "attncert.reporting.unit_tables",
+    "attncert.certify.summary", "attncert.certify.long_context_summary",
+    "attncert.block", "attncert.block.report",
+    "attncert.baselines", "attncert.baselines.comparison", "attncert.baselines.seconds_beside",
+    "attncert.paper_comparison", "attncert.paper_comparison.claims", "attncert.paper_comparison.paper_comparison",
+    "attncert.paper_comparison.readme_results", "attncert.paper_comparison.sentence_tally",
+    "attncert.paper_comparison.verdict",
 }
 # never: solvers, torch and its model code, and attncert's solving code
 FORBIDDEN_THIRD_PARTY = {"clarabel", "scs", "torch", "transformers", "auto_LiRPA", "bound_propagation", "ecos",
@@ -99,9 +108,11 @@ def test_checker_reaches_only_the_trusted_base():
     outside = {m for m in mods - ALLOWED if not m.startswith("attncert.audit")}
     assert not outside, sorted(outside)
     assert not (third & FORBIDDEN_THIRD_PARTY), sorted(third & FORBIDDEN_THIRD_PARTY)
-    # yaml: --configfile; safetensors (its numpy reader) and tokenizers: the checkpoint's tensors and tokenizer
-    # (audit/model_weights), neither imports torch
-    assert third <= {"numpy", "scipy", "flint", "cvxpy", "tqdm", "yaml", "safetensors", "tokenizers"}, sorted(third)
+    # yaml: --configfile and the papers' claims; safetensors (its numpy reader) and tokenizers: the checkpoint's
+    # tensors and tokenizer (audit/model_weights), neither imports torch; pandas: the summary tables' recomputation
+    # (audit/table_recompute.py)
+    assert third <= {"numpy", "scipy", "flint", "cvxpy", "tqdm", "yaml", "safetensors", "tokenizers", "pandas"}, \
+        sorted(third)
 
 
 def test_the_scan_sees_a_forbidden_import(tmp_path, monkeypatch):

@@ -1,7 +1,7 @@
 """Snakemake entry point: the long-context figure, table and measured values (attncert.certify.long_context)."""
 import pandas as pd
 
-from attncert.certify.long_context import figure, markdown, summary
+from attncert.certify.long_context import figure, grid_label, markdown, summary
 from attncert.paper_comparison.claims import load_claims
 from attncert.integrity.intermediate_check import verify_intermediate
 from attncert.integrity.intermediate_check import expect_model_of
@@ -15,10 +15,7 @@ start_job_log(sm.log[0])
 expect_model_of(sm.params)
 df = pd.read_csv(verify_intermediate(sm.input.csv))
 table, measured = summary(df)
-layer = int(df["layer"].iloc[0])
-label = (f"{model_label(sm.params.model)}: layer {layer}, {df['head'].nunique()} heads, "
-         f"{', '.join(sorted(df['mode'].unique()))} query, query positions "
-         f"{sorted(df['query_pos'].unique().tolist())}, passage data/long_context_passage.txt; {len(df)} units")
+label = grid_label(df, model_label(sm.params.model))
 claims = load_claims(sm.input.claims).by_id()
 paper = {"rel_gap": {r: float(claims[f"second_order_rel_gap_r{r:g}"].value) for r in table["radius"].unique()
                      if f"second_order_rel_gap_r{r:g}" in claims},

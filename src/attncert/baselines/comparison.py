@@ -231,7 +231,7 @@ def paper_measurements(table: pd.DataFrame, slopes: pd.DataFrame, head: pd.DataF
 def stage_report(base: pd.DataFrame, cert: pd.DataFrame, model: str) -> dict:
     """Every table of the baseline stage and its Markdown page: {"table", "slopes", "headline", "md",
     "measured", "label", "labels"} (the label names the model and grid)."""
-    from attncert.reporting.report_files import grid_label
+    from attncert.reporting.table_files import grid_label
 
     m = merge(base, cert)
     label = grid_label(base.drop(columns=["method"]).drop_duplicates(), model)

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from attncert.provenance.provenance import atomic_path
+from attncert.integrity.file_integrity import atomic_path
 
 
 def derive(df: pd.DataFrame) -> pd.DataFrame:
@@ -78,18 +78,47 @@ def at_reference(df: pd.DataFrame, block: dict):
     return r_ref, ref
 
 
-def write_table(df: pd.DataFrame, csv_path: str, md_path: str, title: str, notes: list[str]) -> None:
-    with atomic_path(csv_path) as tmp:
-        df.to_csv(tmp, index=False)
-    md = (
+def markdown_text(df: pd.DataFrame, title: str, notes: list[str]) -> str:
+    """The Markdown twin of a block table: `# title`, the table (4 significant digits), the notes as a list."""
+    return (
         f"# {title}\n\n"
         + df.to_markdown(index=False, floatfmt=".4g")
         + "\n\n"
         + "\n".join(f"- {n}" for n in notes)
         + "\n"
     )
+
+
+def write_table(df: pd.DataFrame, csv_path: str, md_path: str, title: str, notes: list[str]) -> None:
+    with atomic_path(csv_path) as tmp:
+        df.to_csv(tmp, index=False)
     with atomic_path(md_path) as tmp:
-        tmp.write_text(md)
+        tmp.write_text(markdown_text(df, title, notes))
+
+
+#: The block stage's tables by their key in the rule's outputs (CSV key; the Markdown twin's key adds "_md").
+STAGE_TABLE_KEYS = ("summary", "paper", "certificate")
+
+
+def stage_tables(units: pd.DataFrame, block: dict, claims: list) -> tuple[str, dict[str, tuple], dict]:
+    """(grid label, {output key: (table, Markdown title, notes)} in STAGE_TABLE_KEYS order, measured values) from
+    the merged units table (`data/block/{model}/units.csv` as read); pure, so the audit recomputes them with it."""
+    df = derive(units)
+    label = grid_label(df)
+    r_ref, _ = at_reference(df, block)
+    tables = {
+        "summary": (summary_table(df), f"Block residual per radius — {label}", [
+            "Spearman ρ: CROWN looseness vs predicted looseness over the units at that radius (scipy.stats.spearmanr).",
+            "second_order_dev = ascent max / best-found second-order maximum − 1; crown_ge_ascent counts sound rows.",
+        ]),
+        "paper": (paper_table(df, block, claims), f"Paper A block residual experiment (GPT-2 small) vs ours — {label}",
+                  ["Paper values from data/paper_claims.yaml (paper_a, block_*). Ours: this run; embedded-model "
+                   "results are not GPT-2 results.", f"Rank correlations at r = {r_ref:g}."]),
+        "certificate": (certificate_table(df),
+                        f"Block certificate vs CROWN and α-CROWN per radius (beyond the paper) — {label}",
+                        CERTIFICATE_NOTES),
+    }
+    return label, tables, measured_values(df, block)
 
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:

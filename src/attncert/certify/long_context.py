@@ -19,13 +19,12 @@ import sys
 import pandas as pd
 
 from attncert.certify.certificate_store import RowPool, flatten
+from attncert.certify.long_context_summary import (  # noqa: F401 - re-exported
+    CERTS, MODES, grid_label, markdown, summary)
 from attncert.certify.run import COLUMNS, certify_unit
 from attncert.head.problem import HeadProblem
 from attncert.head.specification import specification_direction
-from attncert.reporting.unit_tables import add_gaps
 
-CERTS = ("first_order", "second_order", "second_order_tight")
-MODES = ("fixed", "varying")
 TABLE_COLUMNS = ["length"] + COLUMNS
 
 
@@ -71,43 +70,6 @@ def certify_long_context(problems: list[HeadProblem], *, ascent_restarts: int, a
                                  tight=tight, ascent_check_fraction=0.0, certificates=certificates))
         entries.update(flatten(len(rows) - 1, unit_record(p), certificates, pool))
     return pd.DataFrame(rows, columns=TABLE_COLUMNS), entries, pool
-
-
-def summary(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
-    """Per (mode, length, radius): median relative gap and seconds of each certificate; and the measured values of
-    the claims per mode (largest length certified without a fallback or a violation, the gap there; fixed query:
-    `long_context_*`, varying query: `long_context_varying_*`)."""
-    g = add_gaps(df)
-    rows = []
-    for (mode, T, r), sub in g.groupby(["mode", "length", "radius"]):
-        row = dict(mode=str(mode), length=int(T), n_keys=int(sub["n_tokens"].iloc[0]), radius=float(r),
-                   units=len(sub), exact_s=float(sub["t_exact_s"].median()),
-                   ascent_s=float(sub["t_ascent_s"].median()))
-        for cert in CERTS:
-            if f"rel_gap_{cert}" in sub:
-                row[f"rel_gap_{cert}"] = float(sub[f"rel_gap_{cert}"].median())
-        row["first_order_s"] = float(sub["t_first_s"].median())
-        row["second_order_s"] = float(sub["t_second_s"].median())
-        row["second_order_tight_s"] = float(sub["t_second_tight_s"].median())
-        row["fallbacks"] = int((sub["status"] == "fallback").sum())
-        row["violations"] = int((sub["status"] == "UNSOUND").sum())
-        rows.append(row)
-    table = pd.DataFrame(rows)
-    measured = {}
-    for mode in sorted(table["mode"].unique()):
-        at_mode = table[table["mode"] == mode]
-        prefix = "long_context" if mode == "fixed" else f"long_context_{mode}"
-        ok = at_mode[(at_mode["fallbacks"] == 0) & (at_mode["violations"] == 0)]
-        n_max = int(ok["n_keys"].max()) if len(ok) else 0
-        measured[f"{prefix}_largest_n"] = n_max
-        measured[f"{prefix}_violations"] = int(at_mode["violations"].sum())
-        for r in sorted(at_mode["radius"].unique()):
-            at = at_mode[(at_mode["n_keys"] == n_max) & (at_mode["radius"] == r)]
-            if len(at):
-                measured[f"{prefix}_rel_gap_r{r:g}"] = float(at["rel_gap_second_order"].iloc[0])
-                measured[f"{prefix}_tight_rel_gap_r{r:g}"] = float(at["rel_gap_second_order_tight"].iloc[0])
-                measured[f"{prefix}_seconds_r{r:g}"] = float(at["second_order_s"].iloc[0])
-    return table, measured
 
 
 def figure(table: pd.DataFrame, label: str, out_pdf, paper: dict | None = None, model_note: str = "") -> None:
@@ -202,24 +164,3 @@ def figure(table: pd.DataFrame, label: str, out_pdf, paper: dict | None = None, 
                  f"{style.wrap(label)}")
     save_figure(fig, out_pdf)
     plt.close(fig)
-
-
-def markdown(table: pd.DataFrame, label: str) -> str:
-    """One table per query mode."""
-    cols = ["n_keys", "radius", "units", "rel_gap_first_order", "rel_gap_second_order", "rel_gap_second_order_tight",
-            "first_order_s", "second_order_s", "second_order_tight_s", "fallbacks", "violations"]
-    out = [f"# Long context (beyond the paper)\n\n{label}. Medians per number of attended keys; relative gap = "
-           "(certificate - reference value) / output movement range, the reference value being the exact worst "
-           "case (fixed query) or the best ascent value (varying query: no exact value exists). The paper certifies "
-           "at most 16 keys. Every certified number is stored with its certificate "
-           "(`data/long_context/{model}/units_certificates.npz`) and audited by `attncert audit` (audit.md beside "
-           "this table).\n"]
-    for mode in MODES:
-        sub = table[table["mode"] == mode]
-        if not len(sub):
-            continue
-        ref = ["exact_s"] if mode == "fixed" else ["ascent_s"]
-        title = "Fixed query" if mode == "fixed" else "Varying query (the query token moves too)"
-        out.append(f"\n## {title}\n\n" + sub[cols[:6] + ref + cols[6:]].to_markdown(index=False, floatfmt=".4g")
-                   + "\n")
-    return "".join(out)

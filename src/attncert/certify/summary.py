@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from attncert.reporting.report_files import grid_label, write_table
+from attncert.reporting.table_files import grid_label, write_table
 from attncert.reporting.unit_tables import add_gaps, per_unit_slopes, soundness_violations
 
 
@@ -148,16 +148,32 @@ def tight_measurements(g: pd.DataFrame, table: pd.DataFrame, srow: pd.DataFrame,
     }
 
 
+#: The files of the certification stage's tables, by their key in the rule's outputs.
+STAGE_TABLE_KEYS = ("table", "slopes", "paper", "violations")
+
+
+def stage_tables(df: pd.DataFrame, model: str) -> tuple[str, dict[str, tuple[pd.DataFrame, str]], dict]:
+    """(grid label, {output key: (table, Markdown title)} in STAGE_TABLE_KEYS order, measured values): every table
+    of the stage from the concatenated unit tables; pure, so the audit recomputes them with this function."""
+    label = grid_label(df, model)
+    table, slopes = summary_table(df, model)
+    viol = violations_table(df)
+    tables = {
+        "table": (table, f"Certification per radius — {label}. Every certified number of the rows is "
+                         f"checked by the audit (`attncert audit`, audit.md beside this table)"),
+        "slopes": (slopes, f"Per-unit log-log slopes (medians) — {label}"),
+        "paper": (paper_comparison(table, slopes, df, model), f"Paper A (GPT-2 small) vs reproduced ({label})"),
+        "violations": (viol, f"Soundness violations — {label} ({len(viol)} rows)"),
+    }
+    return label, tables, paper_measurements(df, table, slopes)
+
+
 def write_stage_tables(df: pd.DataFrame, model: str, out) -> tuple[str, dict, int]:
     """Write the per-radius table, the slopes, the paper comparison and the soundness violations to
     `out.table`, `out.slopes`, `out.paper`, `out.violations`; returns (grid label, measured values,
     number of violations)."""
-    label = grid_label(df, model)
-    table, slopes = summary_table(df, model)
-    write_table(table, out.table, f"Certification per radius — {label}. Every certified number of the rows is "
-                                  f"checked by the audit (`attncert audit`, audit.md beside this table)")
-    write_table(slopes, out.slopes, f"Per-unit log-log slopes (medians) — {label}")
-    write_table(paper_comparison(table, slopes, df, model), out.paper, f"Paper A (GPT-2 small) vs reproduced ({label})")
-    viol = violations_table(df)
-    write_table(viol, out.violations, f"Soundness violations — {label} ({len(viol)} rows)")
-    return label, paper_measurements(df, table, slopes), len(viol)
+    label, tables, measured = stage_tables(df, model)
+    for key in STAGE_TABLE_KEYS:
+        frame, title = tables[key]
+        write_table(frame, getattr(out, key), title)
+    return label, measured, len(tables["violations"][0])

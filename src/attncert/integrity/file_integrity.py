@@ -36,6 +36,12 @@ def atomic_path(path: str | Path):
             os.remove(tmp)
 
 
+def write_json(path: str | Path, record: dict) -> None:
+    """`record` as indented JSON (keys sorted, anything else as its str), written atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
+
+
 def file_checksum(path: str | Path) -> dict:
     """{"sha256": hex digest, "size_bytes": size} of a file's bytes."""
     with open(path, "rb") as fh:

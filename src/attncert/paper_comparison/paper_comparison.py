@@ -218,9 +218,14 @@ def to_markdown(table: pd.DataFrame, claims: Claims, measured: dict, model: str)
     return "\n".join(out) + "\n"
 
 
-def write_measured(path: str | Path, values: dict, grid: str) -> None:
-    """A stage's measured values: {"grid": label, "values": {key: value}} (non-finite floats -> null)."""
-    from attncert.provenance.provenance import write_json
-
+def measured_record(values: dict, grid: str) -> dict:
+    """A stage's measured values as stored: {"grid": label, "values": {key: value}} (non-finite floats -> null)."""
     clean = {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in values.items()}
-    write_json(path, {"grid": grid, "values": clean})
+    return {"grid": grid, "values": clean}
+
+
+def write_measured(path: str | Path, values: dict, grid: str) -> None:
+    """A stage's measured values (`measured_record`) as JSON."""
+    from attncert.integrity.file_integrity import write_json
+
+    write_json(path, measured_record(values, grid))

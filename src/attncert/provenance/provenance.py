@@ -10,13 +10,13 @@ in the same folder and renamed into place, so an interrupted job never leaves a 
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import platform
 from importlib import metadata
 from pathlib import Path
 
 from attncert.configuration.config import config_hash
-from attncert.integrity.file_integrity import atomic_path, file_checksum, sidecar_path  # noqa: F401 - re-exported
+from attncert.integrity.file_integrity import (  # noqa: F401 - re-exported
+    atomic_path, file_checksum, sidecar_path, write_json)
 from attncert.model.model_source import is_synthetic, model_label
 
 PACKAGES = ("attncert", "numpy", "scipy", "torch", "transformers", "cvxpy", "clarabel", "scs",
@@ -60,11 +60,6 @@ def provenance(params, *, stage: str, model_id: str | None = None, seeds: dict |
     }
     record.update(extra)
     return record
-
-
-def write_json(path: str | Path, record: dict) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def write_sidecar(path: str | Path, record: dict) -> Path:

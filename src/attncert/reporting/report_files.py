@@ -12,24 +12,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
 
-from attncert.integrity.intermediate_check import verify_intermediate  # noqa: E402
-
-GRID_KEYS = ["layer", "head", "prompt", "query_pos", "radius", "norm", "mode"]
-
-
-def load_tables(paths) -> pd.DataFrame:
-    """Concatenate per-layer CSV tables, each checked against its sidecar first."""
-    return pd.concat([pd.read_csv(verify_intermediate(p)) for p in paths], ignore_index=True)
-
-
-def grid_label(df: pd.DataFrame, model: str) -> str:
-    """'model: L layers × H heads, P prompts, query pos [...], R radii, norms; N units'."""
-    units = df.groupby(GRID_KEYS).ngroups
-    return (f"{model}: {df['layer'].nunique()} layers × {df['head'].nunique()} heads, "
-            f"{df['prompt'].nunique()} prompts, query pos {sorted(df['query_pos'].unique().tolist())}, "
-            f"{df['radius'].nunique()} radii, {'/'.join(sorted(df['norm'].unique()))}; {units} units")
+from attncert.reporting.table_files import (  # noqa: E402,F401 - re-exported
+    GRID_KEYS, grid_label, load_tables, markdown_text, write_table)
 
 
 def save_figure(fig, out_pdf: str | Path) -> None:
@@ -39,12 +24,3 @@ def save_figure(fig, out_pdf: str | Path) -> None:
     fig.savefig(out_pdf, bbox_inches="tight")
     fig.savefig(out_pdf.with_suffix(".png"), bbox_inches="tight", dpi=150)
     plt.close(fig)
-
-
-def write_table(df: pd.DataFrame, out_csv: str | Path, title: str) -> None:
-    """CSV plus a Markdown twin headed by `title`."""
-    out_csv = Path(out_csv)
-    out_csv.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out_csv, index=False)
-    md = f"# {title}\n\n" + df.to_markdown(index=False, floatfmt=".4g") + "\n"
-    out_csv.with_suffix(".md").write_text(md)
