@@ -86,9 +86,10 @@ def test_a_gap_divided_by_100_fails(run):
 
 def test_the_block_certificate_ratio_set_to_one_half_fails(run):
     root, _, out = run
-    re_signed(out / "block_certificate.csv", edit_csv("reported_over_ascent", 2, lambda v: 0.5))
+    re_signed(out / "block_certificate.csv", edit_csv("second_order_certificate_over_ascent", 2, lambda v: 0.5))
     bad = failures(audit(root))
-    assert list(zip(bad["table"], bad["number"], bad["row"])) == [("block_certificate.csv", "reported_over_ascent", 2)]
+    assert list(zip(bad["table"], bad["number"], bad["row"])) == [
+        ("block_certificate.csv", "second_order_certificate_over_ascent", 2)]
 
 
 @pytest.mark.parametrize("table", ["certification.csv", "block_summary.csv", "baselines.csv"])
