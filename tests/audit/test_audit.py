@@ -45,12 +45,29 @@ def write_layer(root, layer: int, seed: int = 0, qps=(QP,)):
     return df
 
 
+RUN_CONFIG = {"model": {"name": MODEL}, "n_prompts": 1, "spec_seed": 0,
+              "certify": {"prompts": [0], "query_positions": [QP], "radii": [0.01, 0.2], "norms": ["linf", "l2"],
+                          "modes": ["fixed", "varying"]}}
+
+
+def write_run_config(root, config=RUN_CONFIG, resolved=None):
+    """The run's recorded configuration, as the workflow's `run_configuration` rule writes it."""
+    from attncert.audit.run_configuration import run_configuration_path, write_run_configuration
+
+    path = run_configuration_path(root, MODEL)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_run_configuration(path, config, resolved or {"layers": [0, 1], "heads": [0, 1], "block_transitions": []})
+    write_sidecar(path, provenance({"code": "t"}, stage="run_configuration", model_id=MODEL))
+    return path
+
+
 @pytest.fixture(scope="session")
 def certified_root(tmp_path_factory):
-    """data/ of two tiny certified layers (layer 1 has other weights), built once."""
+    """data/ of two tiny certified layers (layer 1 has other weights) and the run's configuration, built once."""
     root = tmp_path_factory.mktemp("audit") / "data"
     write_layer(root, 0)
     write_layer(root, 1, seed=1)
+    write_run_config(root)
     return root
 
 
@@ -637,6 +654,8 @@ def test_console_script_with_the_run_configuration(certified_root, tmp_path):
     cfg = yaml.safe_load((REPO / "workflow" / "config" / "default.yaml").read_text())
     cfg["model"]["name"] = MODEL
     cfg.update(n_prompts=1, layers=[0, 1], heads=[0, 1])
+    for stage in ("long_context", "block"):  # the tiny run has none: with them, their missing tables would fail
+        cfg.pop(stage)
     cfg["certify"].update(prompts=[0], query_positions=[QP], radii=[0.01, 0.2], norms=["linf", "l2"],
                           modes=["fixed", "varying"])
     path = tmp_path / "run.yaml"
@@ -649,6 +668,38 @@ def test_console_script_with_the_run_configuration(certified_root, tmp_path):
     res = subprocess.run([exe, "audit", "--model", MODEL, "--layer", "0", "--rows", "0-3", "--data",
                           str(certified_root)], capture_output=True, text=True)
     assert res.returncode == 0 and "Completeness not checked" in res.stdout, res.stderr[-2000:]
+    res = subprocess.run([exe, "audit", "--model", MODEL, "--data", str(certified_root)], capture_output=True,
+                         text=True)  # the run's recorded configuration: completeness checked without being asked
+    assert res.returncode == 0 and "Failures: 0." in res.stdout and "Completeness not checked" not in res.stdout
+
+
+def test_without_a_configfile_the_recorded_configuration_checks_completeness(data_root, capsys):
+    """A row deleted (and the table re-signed) fails without --configfile: the audit reads the run's recorded
+    configuration itself; without that record it stops with one line naming the fix."""
+    path = data_root / "certify" / MODEL / "layer1.csv"
+    df = pd.read_csv(path)
+    with atomic_path(path) as tmp:
+        df.iloc[1:].to_csv(tmp, index=False, float_format="%.17g")
+    write_sidecar(path, provenance({"code": "t"}, stage="certify"))
+    assert main(["--model", MODEL, "--data", str(data_root)]) == 1
+    out = capsys.readouterr().out
+    assert "unit of the configuration missing from the table" in out
+    (data_root / "run" / MODEL / "config.yaml").unlink()
+    line = _one_line_exit_2(["--model", MODEL, "--data", str(data_root)], capsys)
+    assert "config.yaml is missing" in line and "--configfile" in line
+
+
+def test_a_missing_long_context_or_block_table_of_the_configured_run_fails(data_root, capsys):
+    """The recorded configuration has a long-context and a block grid: their tables are missing, so the audit
+    fails (before, a missing table was simply not audited)."""
+    config = {**RUN_CONFIG, "block": {"prompt": 0, "query_position": QP, "radii": [0.001]},
+              "long_context": {"layer": 0, "heads": [0], "lengths": [8], "query_position": 3, "radii": [0.01],
+                               "norms": ["linf"], "modes": ["fixed"]}}
+    write_run_config(data_root, config, {"layers": [0, 1], "heads": [0, 1], "block_transitions": [0]})
+    assert main(["--model", MODEL, "--data", str(data_root)]) == 1
+    out = capsys.readouterr().out
+    assert "long_context/m/units.csv is missing" in out.replace("\\", "/")
+    assert "block/m/units.csv is missing" in out.replace("\\", "/")
 
 
 @pytest.mark.parametrize("layer_args", [[], ["--layer", "0"]])

@@ -5,8 +5,36 @@
 AUDIT_OUTPUTS = [f"figures/tables/{MODEL}/audit.csv", f"figures/tables/{MODEL}/audit.md"]
 
 
+localrules: run_configuration
+
+
+# The run's configuration as merged, with the layers, heads and block transitions resolved for the model: what
+# `attncert audit --model M` checks the run against without being told (attncert.audit.run_configuration).
+rule run_configuration:
+    output:
+        config="data/run/{model}/config.yaml",
+    params:
+        model=MODEL_CFG,
+        config=config,
+        resolved={"layers": LAYERS, "heads": HEADS, "block_transitions": BLOCK_TRANSITIONS},
+        code=code("run_configuration.py"),
+    threads: 1
+    conda:
+        "../../environment.yml"
+    resources:
+        mem_mb=500,
+        runtime=2,
+    log:
+        "data/logs/{model}/run_configuration.log",
+    benchmark:
+        "benchmarks/{model}/run_configuration.tsv"
+    script:
+        "../scripts/run_configuration.py"
+
+
 rule audit:
     input:
+        run_config="data/run/{model}/config.yaml",
         tables=expand("data/certify/{{model}}/layer{layer}.csv", layer=LAYERS),
         certificates=expand("data/certify/{{model}}/layer{layer}_certificates.npz", layer=LAYERS),
         specs=expand("data/certify/{{model}}/layer{layer}_spec.npz", layer=LAYERS),

@@ -4,6 +4,7 @@ import time
 from pathlib import Path
 
 from attncert.audit.audit_table import audit_model, write_audit
+from attncert.audit.run_configuration import read_run_configuration
 from attncert.audit.table_coverage import CoverageConfig
 from attncert.integrity.intermediate_check import expect_model_of
 from attncert.provenance.job_log import start_job_log
@@ -13,11 +14,9 @@ sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
 expect_model_of(sm.params)
 model = sm.wildcards.model
-layers = [int(layer) for layer in sm.params.layers]
-coverage = CoverageConfig.from_config({"certify": dict(sm.params.certify), "n_prompts": sm.params.n_prompts,
-                                       "long_context": dict(sm.params.long_context), "spec_seed": sm.params.spec_seed,
-                                       "block": dict(sm.params.block)},
-                                      layers=layers, heads=list(sm.params.heads))
+# the run's recorded configuration, the same file `attncert audit` reads (its values are this job's params too)
+coverage = CoverageConfig.from_config(read_run_configuration(Path("data"), model))
+layers = coverage.layers
 t0 = time.perf_counter()
 stage_seconds: dict = {}
 records = audit_model(Path("data"), model, layers, coverage=coverage, stage_seconds=stage_seconds)

@@ -32,6 +32,7 @@ from attncert.audit.head_enclosure import LayerFiles
 from attncert.audit.row_audit import NUMBERS, Expect, Outcome, audit_row
 from attncert.audit.long_context_audit import audit_long_context
 from attncert.audit.block_audit import audit_block
+from attncert.audit.run_configuration import RunConfigurationError, read_run_configuration
 from attncert.audit.table_coverage import (AuditInputError, CoverageConfig, block_records, completeness_records,
                                            read_grid_config)
 from attncert.certify.certificate_store import CertificateFile
@@ -170,7 +171,11 @@ def summary_markdown(records: list[dict], model: str, seconds: float, layers: li
         lines += [f"| {r['table']} | {r['layer']} | {r['row']} | {r['number']} | {r['check']} | {r['margin']:.3g} | "
                   f"{r['reason']} |" for r in fails[:50]]
     if coverage is None:
-        lines += ["", "Completeness not checked: no configuration given (`--configfile`), or a row selection."]
+        lines += ["", "Completeness not checked: a row selection (`--rows`)."]
+    if fails:
+        lines += ["", "Next step: each failing row names its check ([docs/audit.md](../../../docs/audit.md) says what "
+                  "each one proves). A file that was edited or damaged is regenerated with `snakemake --cores all "
+                  "--forcerun <its rule>`; then run the audit again."]
     lines += ["", BASELINE_NOTE, ""]
     return "\n".join(lines)
 
@@ -211,12 +216,24 @@ def audit_model(root: Path, model: str, layers: list[int], rows: set[int] | None
     return records
 
 
+def recorded_coverage(root: Path, model: str) -> CoverageConfig:
+    """The grid of the run's recorded configuration (`run_configuration`)."""
+    config = read_run_configuration(root, model)
+    try:
+        return CoverageConfig.from_config(config)
+    except (KeyError, TypeError, ValueError) as e:
+        raise AuditInputError(f"the recorded configuration of {model} has no usable grid ({type(e).__name__}: {e}); "
+                              "fix: regenerate it with: snakemake --cores all "
+                              f"data/run/{model}/config.yaml") from None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="attncert audit", description="Check every certified number from its stored "
                                  "certificate and the extracted weights, without a solver.")
     ap.add_argument("--model", required=True, help="model label, as in data/certify/{model}/")
-    ap.add_argument("--configfile", action="append", help="the run's configuration file(s), in Snakemake's order: "
-                    "every unit they define must be in the tables (default: not checked)")
+    ap.add_argument("--configfile", action="append", help="the configuration file(s) to check the run against, in "
+                    "Snakemake's order: every unit they define must be in the tables (default: the run's recorded "
+                    "configuration, data/run/{model}/config.yaml)")
     ap.add_argument("--layer", type=int, action="append", help="layer(s) to audit (default: every layer on disk)")
     ap.add_argument("--rows", help="table rows to audit, e.g. 0-9,17 (default: all)")
     ap.add_argument("--data", default="data", help="the data folder (default: data)")
@@ -226,9 +243,13 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     try:
         rows = parse_rows(a.rows)
-        coverage = read_grid_config(a.configfile, a.model) if a.configfile else None
-        layers = a.layer or (coverage.layers if coverage and coverage.layers else layers_on_disk(root, a.model))
-        if not layers or not (root / "certify" / a.model).is_dir():
+        if not (root / "certify" / a.model).is_dir():
+            layers = []
+        else:
+            coverage = (read_grid_config(a.configfile, a.model, root) if a.configfile
+                        else recorded_coverage(root, a.model))
+            layers = a.layer or (coverage.layers if coverage.layers else layers_on_disk(root, a.model))
+        if not layers:
             raise AuditInputError(f"no certification tables under {root / 'certify' / a.model}; fix: run the pipeline "
                                   "for that model first (snakemake --cores all with the run's configuration, e.g. "
                                   "--configfile workflow/config/paper.yaml, or --config model_source=DIR), or pass "
@@ -238,14 +259,15 @@ def main(argv=None) -> int:
         if not records:
             raise AuditInputError(f"the selection --rows {a.rows} holds no row of layer(s) {layers}; fix: choose rows "
                                   "that exist (each layer's table: data/certify/{model}/layer{L}.csv)")
-    except (AuditInputError, IntermediateError) as e:
+    except (AuditInputError, IntermediateError, RunConfigurationError) as e:
         print(f"attncert audit: {e}", file=sys.stderr)
         return 2
     seconds = time.perf_counter() - t0
+    checked = coverage if rows is None else None  # a row selection checks no completeness
     if a.out:
-        write_audit(records, Path(a.out + ".csv"), Path(a.out + ".md"), a.model, seconds, layers, coverage,
+        write_audit(records, Path(a.out + ".csv"), Path(a.out + ".md"), a.model, seconds, layers, checked,
                     stage_seconds)
-    print(summary_markdown(records, a.model, seconds, layers, coverage, stage_seconds))
+    print(summary_markdown(records, a.model, seconds, layers, checked, stage_seconds))
     return 1 if any(r["status"] == "fail" for r in records) else 0
 
 

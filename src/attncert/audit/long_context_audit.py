@@ -164,7 +164,11 @@ def audit_long_context(root: Path, model: str, cfg: LongContextConfig | None, ma
     base = root / "long_context" / model
     table = base / "units.csv"
     if not table.exists():
-        return []
+        if cfg is None:
+            return []
+        return [_record(-1, {"layer": cfg.layer}, "table", "fail", "completeness", -math.inf,
+                        f"{table} is missing, but the run's configuration has a long-context grid; fix: regenerate "
+                        f"it with: snakemake --cores all {table}")]
     with open(verify_intermediate(table), newline="") as fh:
         rows = list(csv.DictReader(fh))
     if cfg is None:

@@ -58,8 +58,9 @@ class CoverageConfig:
         """From a merged configuration (`layers`, `heads`: the run's resolved lists, when known)."""
         c = config["certify"]
         n_prompts = int(config.get("n_prompts", 0))
-        cfg_heads = config.get("heads", "all")
-        cfg_layers = config.get("layers", "all")
+        resolved = config.get("resolved") or {}  # the run's own lists (`run_configuration`), when recorded
+        cfg_heads = resolved.get("heads", config.get("heads", "all"))
+        cfg_layers = resolved.get("layers", config.get("layers", "all"))
         return cls(heads=heads if heads is not None else cfg_heads,
                    prompts=[int(p) for p in c.get("prompts", list(range(n_prompts)))],
                    query_positions=[int(q) for q in c["query_positions"]], radii=[float(r) for r in c["radii"]],
@@ -88,8 +89,10 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
-def read_grid_config(paths: list[str], model: str) -> CoverageConfig:
-    """The grid of the run configured by `paths` (merged in order, as Snakemake's --configfile does)."""
+def read_grid_config(paths: list[str], model: str, root: Path | None = None) -> CoverageConfig:
+    """The grid of the run configured by `paths` (merged in order, as Snakemake's --configfile does); the layers,
+    heads and block transitions that "all" stands for are the run's recorded ones under `root` when it has them
+    (`run_configuration`), else read off the files on disk."""
     config: dict = {}
     for p in paths:
         try:
@@ -102,6 +105,13 @@ def read_grid_config(paths: list[str], model: str) -> CoverageConfig:
                                   "configuration file, e.g. workflow/config/default.yaml")
         config = _merge(config, loaded)
     name = (config.get("model") or {}).get("name")
+    if root is not None and "resolved" not in config:
+        from attncert.audit.run_configuration import RunConfigurationError, read_run_configuration
+
+        try:
+            config["resolved"] = read_run_configuration(root, model).get("resolved") or {}
+        except RunConfigurationError:
+            pass
     if name != model:
         raise AuditInputError(f"the configuration is for model {name!r}, not {model!r}; fix: pass the configuration "
                               f"of the run that wrote data/certify/{model}/")
