@@ -1,6 +1,6 @@
-# Audit: every certified number of the certification and long-context tables re-derived from its stored
-# certificate, without a solver, every unit of the configured grids present; the block table's certificates
-# re-checked from transition{L}_certificates.npz, its other numbers listed with their coverage (attncert.audit;
+# Audit: every certified number of the certification, long-context and block tables re-derived from its stored
+# certificate and the weights, without a solver, every unit of the run's recorded grid present; the extracted
+# weights compared with the checkpoint; every summary table recomputed from the row tables (attncert.audit;
 # docs/audit.md). One table per model.
 AUDIT_OUTPUTS = [f"figures/tables/{MODEL}/audit.csv", f"figures/tables/{MODEL}/audit.md"]
 
@@ -32,32 +32,25 @@ rule run_configuration:
         "../scripts/run_configuration.py"
 
 
-rule audit:
+# The certificates' part (the costly one) runs as soon as its row tables exist; the final audit adds the weights
+# against the checkpoint and the summary tables recomputed from the row tables, and writes audit.csv and audit.md.
+rule audit_certificates:
     input:
         run_config="data/run/{model}/config.yaml",
         tables=expand("data/certify/{{model}}/layer{layer}.csv", layer=LAYERS),
         certificates=expand("data/certify/{{model}}/layer{layer}_certificates.npz", layer=LAYERS),
         specs=expand("data/certify/{{model}}/layer{layer}_spec.npz", layer=LAYERS),
         weights=expand("data/extract/{{model}}/layer{layer}.npz", layer=LAYERS),
-        long_context="data/long_context/{model}/units.csv",
-        long_context_certificates="data/long_context/{model}/units_certificates.npz",
-        long_context_tokens="data/long_context/{model}/layer_tokens.npz",
-        block="data/block/{model}/units.csv",
+        long_context=["data/long_context/{model}/units.csv", "data/long_context/{model}/units_certificates.npz",
+                      "data/long_context/{model}/layer_tokens.npz"] if LC else [],
+        block=["data/block/{model}/units.csv"] if BLOCK_TRANSITIONS else [],
         block_certificates=expand("data/block/{{model}}/transition{transition}_certificates.npz",
                                   transition=BLOCK_TRANSITIONS),
     output:
-        csv="figures/tables/{model}/audit.csv",
-        md="figures/tables/{model}/audit.md",
+        records="data/audit/{model}/certificate_records.csv",
     params:
         model=MODEL_CFG,
-        layers=LAYERS,
-        heads=HEADS,
-        certify=config["certify"],
-        n_prompts=config["n_prompts"],
-        long_context=LC,
-        spec_seed=config["spec_seed"],
-        block=config["block"],
-        code=code("audit.py"),
+        code=code("audit_certificates.py"),
     threads: 1
     priority: 1  # on the longest path (extract.smk)
     conda:
@@ -65,6 +58,49 @@ rule audit:
     resources:
         mem_mb=2000,
         runtime=30,
+    log:
+        "data/logs/{model}/audit_certificates.log",
+    benchmark:
+        "benchmarks/{model}/audit_certificates.tsv"
+    script:
+        "../scripts/audit_certificates.py"
+
+
+AUDITED_TABLES = [f"figures/tables/{{model}}/{name}" for name in (
+    "certification.csv", "certification_slopes.csv", "certification_vs_paper.csv", "soundness_violations.csv",
+    "certification.md", "certify_measured.json", "baselines.csv", "baselines_slopes.csv", "baselines_headline.csv",
+    "baselines.md", "baselines_measured.json", "paper_vs_reproduced.csv", "paper_vs_reproduced.md",
+    "paper_vs_reproduced.json")]
+AUDITED_TABLES += [f"figures/tables/{{model}}/block_{name}.{ext}" for name in ("summary", "vs_paper", "certificate")
+                   for ext in ("csv", "md")] + ["figures/tables/{model}/block_measured.json"] if BLOCK_TRANSITIONS else []
+AUDITED_TABLES += ["figures/tables/{model}/long_context.md", "figures/tables/{model}/long_context_measured.json"] \
+    if LC else []
+
+
+rule audit:
+    input:
+        run_config="data/run/{model}/config.yaml",
+        certificate_records="data/audit/{model}/certificate_records.csv",
+        weights=expand("data/extract/{{model}}/layer{layer}.npz", layer=LAYERS),
+        long_context_tokens=["data/long_context/{model}/layer_tokens.npz"] if LC else [],
+        prompts=config["prompts"],
+        passage=[LC.get("passage", "data/long_context_passage.txt")] if LC else [],
+        row_tables=expand("data/baselines/{{model}}/layer{layer}.csv", layer=LAYERS),
+        summary_tables=AUDITED_TABLES,
+        measured=["figures/tables/method_checks_measured.json"] + MINIP_MEASURED,
+        claims="data/paper_claims.yaml",
+    output:
+        csv="figures/tables/{model}/audit.csv",
+        md="figures/tables/{model}/audit.md",
+    params:
+        model=MODEL_CFG,
+        code=code("audit.py"),
+    threads: 1
+    conda:
+        "../../environment.yml"
+    resources:
+        mem_mb=2000,
+        runtime=10,
     log:
         "data/logs/{model}/audit.log",
     benchmark:

@@ -1,12 +1,13 @@
-"""Snakemake entry point: audit every certified number of the model's tables (attncert.audit)."""
+"""Snakemake entry point: the audit of the run (attncert.audit): the certificate part's records (job
+audit_certificates), the extracted weights against the checkpoint and every summary table recomputed from the row
+tables; writes audit.csv and audit.md."""
+import json
 import sys
-import time
 from pathlib import Path
 
-from attncert.audit.audit_table import audit_model, write_audit
-from attncert.audit.run_configuration import read_run_configuration
-from attncert.audit.table_coverage import CoverageConfig
-from attncert.integrity.intermediate_check import expect_model_of
+from attncert.audit.audit_table import audit_model, read_records, recorded_coverage, write_audit
+from attncert.integrity.file_integrity import sidecar_path
+from attncert.integrity.intermediate_check import expect_model_of, verify_intermediate
 from attncert.provenance.job_log import start_job_log
 from attncert.provenance.provenance import provenance, write_sidecar
 
@@ -14,14 +15,15 @@ sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
 expect_model_of(sm.params)
 model = sm.wildcards.model
-# the run's recorded configuration, the same file `attncert audit` reads (its values are this job's params too)
-coverage = CoverageConfig.from_config(read_run_configuration(Path("data"), model))
-layers = coverage.layers
-t0 = time.perf_counter()
-stage_seconds: dict = {}
-records = audit_model(Path("data"), model, layers, coverage=coverage, stage_seconds=stage_seconds)
-seconds = time.perf_counter() - t0
-write_audit(records, Path(sm.output.csv), Path(sm.output.md), model, seconds, layers, coverage, stage_seconds)
+coverage = recorded_coverage(Path("data"), model)
+part = verify_intermediate(sm.input.certificate_records)
+stage_seconds = dict(json.loads(sidecar_path(part).read_text()).get("stage_seconds", {}))
+records = read_records(part)
+records += audit_model(Path("data"), model, coverage.layers, coverage=coverage, stage_seconds=stage_seconds,
+                       parts=("weights", "tables"))
+seconds = sum(stage_seconds.values())  # both jobs' audit time: certificates, weights, summary tables
+write_audit(records, Path(sm.output.csv), Path(sm.output.md), model, seconds, coverage.layers, coverage,
+            stage_seconds)
 fails = [r for r in records if r["status"] == "fail"]
 for r in fails:
     print(f"attncert: AUDIT FAILURE {r['table']} layer {r['layer']} row {r['row']} {r['number']}: {r['check']} "

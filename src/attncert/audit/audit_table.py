@@ -8,11 +8,14 @@ row per (table row, number): pass, fail (with the check and its margin), not app
 configuration) or not covered (a table whose numbers have no stored certificate, with the reason).
 
 The units the configuration defines (`table_coverage.expected_units`) must all be in the table, once each, and
-nothing else: a missing, duplicated or foreign row fails. The long-context table is audited the same way from
-its token arrays and the configuration's `long_context` grid (`long_context_audit`); the block table is listed row
-by row (`table_coverage`).
+nothing else: a missing, duplicated or foreign row fails. The configuration is the run's recorded one
+(`run_configuration`, data/run/{model}/config.yaml) unless --configfile names another. The long-context table is
+audited the same way from its token arrays and the configuration's `long_context` grid (`long_context_audit`); the
+block table's certificates are re-derived from the weights (`block_audit`); the extracted arrays are compared with
+the checkpoint (`model_weights`); the summary tables are recomputed from the row tables (`table_recompute`).
 
     attncert audit --model all-MiniLM-L6-v2 [--configfile FILE ...] [--layer 0 ...] [--rows 0-9,17] [--out PREFIX]
+                   [--part certificates|weights|tables ...]
 """
 from __future__ import annotations
 
@@ -32,6 +35,8 @@ from attncert.audit.head_enclosure import LayerFiles
 from attncert.audit.row_audit import NUMBERS, Expect, Outcome, audit_row
 from attncert.audit.long_context_audit import audit_long_context
 from attncert.audit.block_audit import audit_block
+from attncert.audit.model_weights import audit_model_weights, prompts_of
+from attncert.audit.table_recompute import audit_summary_tables
 from attncert.audit.run_configuration import RunConfigurationError, read_run_configuration
 from attncert.audit.table_coverage import (AuditInputError, CoverageConfig, block_records, completeness_records,
                                            read_grid_config)
@@ -184,35 +189,86 @@ def write_audit(records: list[dict], csv_path: Path, md_path: Path, model: str, 
                 coverage: CoverageConfig | None = None, stage_seconds: dict | None = None):
     from attncert.integrity.file_integrity import atomic_path
 
-    with atomic_path(csv_path) as tmp:
+    write_records(records, csv_path)
+    with atomic_path(md_path) as tmp:
+        tmp.write_text(summary_markdown(records, model, seconds, layers, coverage, stage_seconds))
+
+
+def read_records(path: Path) -> list[dict]:
+    """Records written by `write_records` (the pipeline's certificate part), with their numbers as floats."""
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for r in rows:
+        for k in ("margin", "reported"):
+            try:
+                r[k] = float(r[k])
+            except (TypeError, ValueError):
+                r[k] = math.nan
+    return rows
+
+
+def write_records(records: list[dict], path: Path) -> None:
+    from attncert.integrity.file_integrity import atomic_path
+
+    with atomic_path(path) as tmp:
         with open(tmp, "w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=COLUMNS)
             w.writeheader()
             w.writerows(records)
-    with atomic_path(md_path) as tmp:
-        tmp.write_text(summary_markdown(records, model, seconds, layers, coverage, stage_seconds))
 
 
 def layers_on_disk(root: Path, model: str) -> list[int]:
     return sorted(int(p.stem[5:]) for p in (root / "certify" / model).glob("layer*.csv") if p.stem[5:].isdigit())
 
 
+PARTS = ("certificates", "weights", "tables")
+
+
 def audit_model(root: Path, model: str, layers: list[int], rows: set[int] | None = None,
-                coverage: CoverageConfig | None = None, stage_seconds: dict | None = None) -> list[dict]:
-    """Every layer's numbers, then the long-context table's (re-derived from the configuration's long-context grid;
-    without a configuration listed as not covered) and the block table's rows (listed with their coverage).
-    stage_seconds: filled with the seconds each table took (`summary_markdown`)."""
+                coverage: CoverageConfig | None = None, stage_seconds: dict | None = None, parts=PARTS,
+                tables_root: Path | None = None) -> list[dict]:
+    """The audit of a run, in up to three parts:
+
+    certificates  every layer's numbers, then the long-context table's (re-derived from the configuration's
+                  long-context grid) and the block table's (re-derived from the weights);
+    weights       the extracted arrays against the checkpoint's own weights and an independent forward pass
+                  (`model_weights`);
+    tables        every summary table under `tables_root/{model}/` recomputed from the row tables
+                  (`table_recompute`).
+
+    A row selection audits those rows only. stage_seconds: filled with the seconds each part took."""
     times = stage_seconds if stage_seconds is not None else {}
-    t0 = time.perf_counter()
-    records = [rec for L in layers for rec in audit_layer(root, model, L, rows, coverage)]
-    times["certification tables"] = time.perf_counter() - t0
-    if rows is None:
+    records: list[dict] = []
+    if "certificates" in parts:
+        t0 = time.perf_counter()
+        records += [rec for L in layers for rec in audit_layer(root, model, L, rows, coverage)]
+        times["certification tables"] = time.perf_counter() - t0
+    if rows is not None:
+        return records
+    config = coverage.config if coverage is not None else {}
+    if "certificates" in parts:
         t0 = time.perf_counter()
         records += audit_long_context(root, model, coverage.long_context if coverage else None, MALFORMED, _damaged)
         times["long-context table"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         records += block_records(root, model) + audit_block(root, model, coverage.block if coverage else None)
         times["block table"] = time.perf_counter() - t0
+    if "weights" in parts and config.get("model"):
+        t0 = time.perf_counter()
+        base = Path(root).resolve().parent
+        try:
+            prompts = prompts_of(config, base)
+        except (KeyError, OSError, ValueError):
+            prompts = None  # the token ids are then not re-tokenized (said in their records)
+        records += audit_model_weights(root, model, config["model"], layers, config.get("long_context"), prompts,
+                                       base)
+        times["weights"] = time.perf_counter() - t0
+    if "tables" in parts and config:
+        t0 = time.perf_counter()
+        base = Path(root).resolve().parent
+        records += audit_summary_tables(root, Path(tables_root) if tables_root else base / "figures" / "tables",
+                                        model, config, base)
+        times["summary tables"] = time.perf_counter() - t0
     return records
 
 
@@ -237,6 +293,10 @@ def main(argv=None) -> int:
     ap.add_argument("--layer", type=int, action="append", help="layer(s) to audit (default: every layer on disk)")
     ap.add_argument("--rows", help="table rows to audit, e.g. 0-9,17 (default: all)")
     ap.add_argument("--data", default="data", help="the data folder (default: data)")
+    ap.add_argument("--tables", help="the summary tables' folder (default: figures/tables beside the data folder)")
+    ap.add_argument("--part", action="append", choices=PARTS, help="audit only this part (repeatable): "
+                    "certificates (every certified number), weights (the extracted arrays against the checkpoint), "
+                    "tables (the summary tables against the row tables); default: all three")
     ap.add_argument("--out", help="write {out}.csv and {out}.md (default: print the summary)")
     a = ap.parse_args(argv)
     root = Path(a.data)
@@ -255,7 +315,8 @@ def main(argv=None) -> int:
                                   "--configfile workflow/config/paper.yaml, or --config model_source=DIR), or pass "
                                   "--data and --model of a run")
         stage_seconds: dict = {}
-        records = audit_model(root, a.model, layers, rows, coverage, stage_seconds)
+        records = audit_model(root, a.model, layers, rows, coverage, stage_seconds, parts=tuple(a.part or PARTS),
+                              tables_root=Path(a.tables) if a.tables else None)
         if not records:
             raise AuditInputError(f"the selection --rows {a.rows} holds no row of layer(s) {layers}; fix: choose rows "
                                   "that exist (each layer's table: data/certify/{model}/layer{L}.csv)")

@@ -52,6 +52,7 @@ class CoverageConfig:
     layers: list | None = None  # None: every layer on disk
     long_context: LongContextConfig | None = None  # the long-context grid (None: the run has none)
     block: BlockAuditConfig | None = None  # the block grid (None: the run has none)
+    config: dict = field(default_factory=dict)  # the whole configuration (model, prompts, ...: weights and tables)
 
     @classmethod
     def from_config(cls, config: dict, layers: list | None = None, heads: list | None = None) -> "CoverageConfig":
@@ -68,7 +69,8 @@ class CoverageConfig:
                    expect=Expect(bool(c.get("second_order", True)), bool(c.get("second_order", True))
                                  and bool(c.get("tight", True))),
                    layers=layers if layers is not None else (None if cfg_layers == "all" else list(cfg_layers)),
-                   long_context=LongContextConfig.from_config(config), block=BlockAuditConfig.from_config(config))
+                   long_context=LongContextConfig.from_config(config), block=BlockAuditConfig.from_config(config),
+                   config=dict(config))
 
     def units(self, layer: int, n_heads: int) -> list[tuple]:
         heads = range(n_heads) if self.heads == "all" else [int(h) for h in self.heads]
