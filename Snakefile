@@ -31,7 +31,7 @@ include: "workflow/rules/audit.smk"
 MEASURED_FILES = [
     f"figures/tables/{MODEL}/certify_measured.json",
     f"figures/tables/{MODEL}/baselines_measured.json",
-    f"figures/tables/{MODEL}/block_measured.json",
+] + ([f"figures/tables/{MODEL}/block_measured.json"] if BLOCK_TRANSITIONS else []) + [  # a one-layer model: no block
     "figures/tables/method_checks_measured.json",
 ] + MINIP_MEASURED + ([f"figures/tables/{MODEL}/long_context_measured.json"] if LC else [])
 

@@ -1,8 +1,9 @@
 """Dry-run summary: the units every stage of a configuration computes, beside the papers' counts.
 
-    .venv/bin/python -m bench.paper_units [workflow/config/paper.yaml] [--quick]
+    .venv/bin/python -m bench.paper_units [workflow/config/paper.yaml] [--quick] [--write]
 
-(A dry run: --quick changes nothing, it is always quick.)
+(A dry run: --quick changes nothing, it is always quick.) It prints the counts only; `--write` also writes them to
+bench/results/paper_units.md and .json (committed results: rewrite them only on purpose).
 
 Reads the config (validated like the Snakefile does; no model weights are loaded: GPT-2's dimensions
 are known without the hub) and counts, per stage, the units the DAG would compute, with the same grid
@@ -148,6 +149,7 @@ QUICK: dict = {}
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("config", nargs="?", default=str(REPO / "workflow" / "config" / "paper.yaml"))
+    ap.add_argument("--write", action="store_true", help="also write the result files (default: print only)")
     return ap
 
 
@@ -158,4 +160,5 @@ def main(args) -> dict:
 
 
 if __name__ == "__main__":
-    common.run("paper_units", main, common.parse(build_parser(), QUICK))
+    _args = common.parse(build_parser(), QUICK)
+    common.run("paper_units", main, _args) if _args.write else main(_args)

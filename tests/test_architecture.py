@@ -170,3 +170,12 @@ def test_scripts_read_values_only_from_input_and_params():
     offenders = [p.name for p in (REPO / "workflow" / "scripts").glob("*.py")
                  if re.search(r"\bsnakemake\.config\b|\bsm\.config\b", p.read_text())]
     assert not offenders, offenders
+
+
+def test_no_code_comment_cites_an_issue_number():
+    """Code says what it does, not which issue asked for it (that history is in git and CHANGELOG.md)."""
+    files = [*SRC.rglob("*.py"), *(REPO / "workflow").rglob("*.py"), *(REPO / "workflow").rglob("*.smk"),
+             REPO / "Snakefile"]
+    cited = [f"{p.relative_to(REPO)}:{i}" for p in files for i, line in enumerate(p.read_text().splitlines(), 1)
+             if re.search(r"\bissues? #?\d+", line, re.I)]
+    assert not cited, cited

@@ -131,3 +131,30 @@ def test_the_console_script(tmp_path):
                          timeout=300, env=env)
     assert res.returncode == 2 and res.stderr.strip() == ("attncert certify: --head 12 is out of range: each layer "
                                                           "has 12 heads; fix: use --head 0..11")
+
+
+def test_a_checkpoint_saved_without_its_tokenizer_is_refused_or_takes_a_named_one(tmp_path, tiny_gpt2_dir, capsys):
+    """model.save_pretrained alone: refused in one line naming the fix (transformers would build a near-empty
+    tokenizer on the fly); with --tokenizer the output records which tokenizer was read."""
+    for name in ("config.json", "model.safetensors"):
+        (tmp_path / name).write_bytes((tiny_gpt2_dir / name).read_bytes())
+    args = ["certify", "--model-dir", str(tmp_path), "--text", "Any text.", "--layer", "0", "--head", "1", "--json"]
+    assert main(args) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and len(cap.err.strip().splitlines()) == 1, cap.err
+    assert "holds no tokenizer" in cap.err and "fix: save the model's tokenizer into it with " \
+        "tokenizer.save_pretrained(DIR), or pass --tokenizer NAME_OR_DIR" in cap.err
+    assert main(args + ["--tokenizer", str(tiny_gpt2_dir), "--query-position", "2"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["request"]["tokenizer"] == str(tiny_gpt2_dir) and doc["request"]["radius"] == 0.002
+    assert main(args[:-1] + ["--query-position", "2", "--tokenizer", str(tmp_path / "none")]) == 2
+    assert "tokenizer" in capsys.readouterr().err
+
+
+def test_help_shows_every_default(capsys):
+    with pytest.raises(SystemExit):
+        main(["certify", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for option, default in (("--layer LAYER", "2"), ("--head HEAD", "5"), ("--radius RADIUS", "0.002"),
+                            ("--query-position QUERY_POSITION", "4"), ("--norm {linf,l2}", "linf")):
+        assert re.search(re.escape(option) + r" [^-]*\(default: " + re.escape(default) + r"\)", text), option

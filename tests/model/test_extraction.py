@@ -82,3 +82,30 @@ def test_short_prompt_names_the_fix(tiny_bert_dir):
     loaded = load_model({"name": "x", "family": "bert", "source": str(tiny_bert_dir)})
     with pytest.raises(ValueError, match="lengthen the prompt"):
         tokenize_prompts(loaded.tokenizer, ["too short"], 12)
+
+
+def test_a_checkpoint_without_tokenizer_files_is_refused_before_loading(tmp_path, tiny_bert_dir):
+    """model.save_pretrained alone: transformers would build a 5-entry tokenizer on the fly and read every prompt
+    as [CLS] [UNK] ... [SEP]; extraction and the run's up-front check refuse it, naming the fix."""
+    from attncert.model.model_source import check_reachable
+
+    for name in ("config.json", "model.safetensors"):
+        (tmp_path / name).write_bytes((tiny_bert_dir / name).read_bytes())
+    cfg = {"name": "x", "family": "bert", "source": str(tmp_path)}
+    for check in (load_model, check_reachable):
+        with pytest.raises(ModelSourceError, match=r"no tokenizer .*fix: save the model's tokenizer into it, "
+                                                   r"tokenizer\.save_pretrained\("):
+            check(cfg)
+    loaded = load_model(cfg, tokenizer=str(tiny_bert_dir))  # a tokenizer named explicitly
+    assert loaded.tokenizer_source == str(tiny_bert_dir) and len(loaded.tokenizer("Any text.")["input_ids"]) == 5
+
+
+def test_texts_too_short_for_the_models_tokenizer_are_refused_up_front(tiny_bert_dir):
+    from attncert.model.extraction import check_texts
+
+    cfg = {"name": "x", "family": "bert", "source": str(tiny_bert_dir)}
+    check_texts(cfg, ["a prompt of enough tokens here"], 6, "one two three four five six seven eight", 10)
+    with pytest.raises(ValueError, match="prompt 0 has only 4 tokens but max_tokens is 6; fix: lengthen"):
+        check_texts(cfg, ["too short"], 6)
+    with pytest.raises(ValueError, match="passage has 10 tokens .* asks for 16; fix: use lengths up to 10"):
+        check_texts(cfg, ["a prompt of enough tokens here"], 6, "one two three four five six seven eight", 16)

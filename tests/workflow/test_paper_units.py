@@ -27,3 +27,17 @@ def test_default_config_grid_is_unchanged():
     pu = _paper_units()
     c = pu.unit_counts(pu.load_config(REPO / "workflow" / "config" / "default.yaml"))
     assert (c["certify_fixed"], c["certify_varying"], c["baselines"], c["block"]) == (864, 864, 576, 60)
+
+
+def test_it_prints_only_unless_told_to_write(tmp_path):
+    """`python -m bench.paper_units` prints; the committed result files are rewritten only with --write."""
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "bench.paper_units", "--results", str(tmp_path)]
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0 and "17,280" in res.stdout and not list(tmp_path.iterdir()), res.stderr[-2000:]
+    res = subprocess.run(cmd + ["--write"], cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0 and (tmp_path / "paper_units.md").is_file() and (tmp_path / "paper_units.json").is_file()

@@ -151,3 +151,29 @@ def test_every_listed_figure_is_drawn_and_every_drawn_figure_listed():
 
 def test_readme_is_short():
     assert len((REPO / "README.md").read_bytes()) <= 10_000
+
+
+def test_python_commands_name_the_venvs_python():
+    """A plain `python -m attncert...` fails outside the venv: the README and docs write `.venv/bin/python -m`
+    (the generated-section markers, HTML comments, aside)."""
+    for page in (REPO / "README.md", *(REPO / "docs").glob("*.md")):
+        text = re.sub(r"<!--.*?-->", "", page.read_text(), flags=re.S)
+        bare = re.findall(r"(?<![/\w])python -m [\w.]+", text)
+        assert not bare, (page.name, bare)
+
+
+def test_snakemake_targets_come_before_config():
+    """Snakemake reads every word after --config as key=value (a target there stops it with a traceback): every
+    command of the pages gives its targets before --config, and the configuration reference says so."""
+    import shlex
+
+    for page in PAGES:
+        for line in page.read_text().splitlines():
+            line = line.split("  #")[0].strip()
+            words = shlex.split(line) if re.match(r"(\.venv/bin/)?snakemake ", line) else []
+            if "--config" not in words:
+                continue
+            after = words[words.index("--config") + 1:]
+            values = after[:next((i for i, w in enumerate(after) if w.startswith("-")), len(after))]
+            assert all("=" in w for w in values), (page.name, line)
+    assert "Targets before `--config`" in (REPO / "workflow" / "config" / "README.md").read_text()

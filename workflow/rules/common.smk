@@ -13,7 +13,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 from attncert.provenance.code_hash import code_hash
-from attncert.configuration.config import ConfigError, validate_config, selected
+from attncert.configuration.config import ConfigError, fit_to_model, read_prompts, selected, validate_config
 from attncert.model.model_source import ModelSourceError, check_reachable, model_dimensions
 from attncert.provenance.run_identity import apply_model_source, check_no_other_model, remove_own_orphan_sidecars
 
@@ -22,8 +22,8 @@ from attncert.provenance.run_identity import apply_model_source, check_no_other_
 # `--config model_source=random-gpt2` switches to the SYNTHETIC GPT-2-shaped model (name random-gpt2).
 try:
     with open(os.path.join(workflow.basedir, "workflow", "config", "default.yaml")) as _fh:
-        _default_model = yaml.safe_load(_fh)["model"]
-    apply_model_source(config, workflow.config_settings.overwrite_config.get("model"), _default_model)
+        _defaults = yaml.safe_load(_fh)
+    apply_model_source(config, workflow.config_settings.overwrite_config.get("model"), _defaults["model"])
 except ModelSourceError as _e:
     raise SystemExit(f"attncert: {_e}")
 if config.get("model", {}).get("source") in ("embedded", "random-gpt2"):  # both read only local files
@@ -31,9 +31,13 @@ if config.get("model", {}).get("source") in ("embedded", "random-gpt2"):  # both
 
 try:
     validate_config(config, base_dir=workflow.basedir)
+    # a small checkpoint: the long-context defaults fitted to the model, said in one line (workflow/config/README.md)
+    _fitted = fit_to_model(config, _defaults)
     check_no_other_model(config["model"])  # outputs under this run's name belong to this model only
 except ConfigError as _e:
     raise SystemExit(f"attncert: {_e}")
+if _fitted:
+    print(f"attncert: {_fitted}", file=sys.stderr)
 
 MODEL = config["model"]["name"]
 MODEL_PATTERN = re.escape(MODEL)  # the only value of the {model} wildcard (Snakefile: wildcard_constraints)
@@ -44,10 +48,17 @@ HEADS = selected(config, "heads", _dims[1])
 
 
 onstart:
-    # Stops a real run (not a dry run) before any job when the weights cannot be reached.
+    # Stops a real run (not a dry run) before any job when the weights cannot be reached or the texts are too short
+    # for the model's tokenizer.
     try:
         check_reachable(config["model"])
-    except ModelSourceError as _e:
+        from attncert.model.extraction import check_texts
+
+        _lc = config.get("long_context") or {}
+        _passage = open(_lc["passage"], encoding="utf-8").read() if os.path.isfile(_lc.get("passage", "")) else None
+        check_texts(config["model"], read_prompts(config["prompts"], config["n_prompts"]), config["max_tokens"],
+                    _passage, max(_lc.get("lengths", [0])))
+    except (ModelSourceError, ValueError) as _e:
         print(f"attncert: {_e}", file=sys.stderr)
         raise SystemExit(1)
     remove_own_orphan_sidecars(MODEL)

@@ -289,7 +289,7 @@ def measured_values(df: pd.DataFrame, block: dict) -> dict:
 
 
 # --------------------------------------------------------------------------------------------------
-# The sound block certificate (issue 32): bound / ascent maximum per radius, beside CROWN and alpha-CROWN
+# The sound block certificate: bound / ascent maximum per radius, beside CROWN and alpha-CROWN
 # --------------------------------------------------------------------------------------------------
 def _median(s: pd.Series) -> float:
     """Median over units with +inf kept (an infinite bound counts as the largest), NaN if none or all NaN."""

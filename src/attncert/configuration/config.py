@@ -16,7 +16,7 @@ from pathlib import Path
 
 from attncert.configuration.config_schema import (SCHEMA_PATH, check_fix, coerce, describe, load_schema, node_at,
                                                   unknown_key)
-from attncert.model.model_source import RANDOM_GPT2, ModelSourceError, checkpoint_family, model_dimensions
+from attncert.model.model_source import RANDOM_GPT2, ModelSourceError, check_tokenizer, checkpoint_family, model_shape
 
 
 class ConfigError(ValueError):
@@ -121,15 +121,19 @@ def validate_config(config: dict, base_dir: str | Path = ".", check_model: bool 
         raise _check_error("block.prompt", f"{block['prompt']} >= n_prompts {config['n_prompts']}", "below_n_prompts")
     if check_model:
         try:
-            dims = model_dimensions(config["model"])
+            shape = model_shape(config["model"])
             family = checkpoint_family(config["model"])
+            check_tokenizer(config["model"])
         except ModelSourceError as e:
             raise ConfigError(str(e)) from None
         if family is not None and family != config["model"]["family"]:
             raise _check_error("model.family", f"{config['model']['family']!r} but the checkpoint "
                                f"{config['model']['source']} is a {family!r} model", "checkpoint", family=family)
-        if dims is not None:
-            n_layers, n_heads = dims
+        if shape is not None:
+            n_layers, n_heads, positions = shape
+            if config["max_tokens"] > positions:
+                raise _check_error("max_tokens", f"{config['max_tokens']} exceeds the model's {positions} positions",
+                                   "within_positions", positions=positions)
             for key, limit in (("layers", n_layers), ("heads", n_heads)):
                 sel = config[key]
                 if sel != "all":
@@ -138,6 +142,46 @@ def validate_config(config: dict, base_dir: str | Path = ".", check_model: bool 
                         raise _check_error(key, f"index {bad[0]} out of range, the model has {limit}", "in_model",
                                            last=limit - 1)
     return config
+
+
+def fit_to_model(config: dict, defaults: dict) -> str:
+    """Fit the long-context experiment to the model, in place, before any job runs (workflow/config/README.md,
+    "What a small checkpoint needs"): a layer, heads or lengths the model lacks, and a causal model's query
+    position, are fitted when they hold the workflow's default (`defaults`: workflow/config/default.yaml) and
+    refused (ConfigError, one line naming the fix) when the user set them otherwise. A causal model's query is
+    `last` (T - 1): at a fixed index every length would attend the same few keys. Returns the log line of what
+    was fitted ("" when nothing was)."""
+    lc, shape = config.get("long_context"), model_shape(config["model"])
+    if not lc or shape is None:
+        return ""
+    n_layers, n_heads, positions = shape
+    causal = config["model"]["family"] == "gpt2"
+    fitted = {"layer": min(lc["layer"], n_layers - 1), "heads": [h for h in lc["heads"] if h < n_heads] or [0],
+              "lengths": [t for t in lc["lengths"] if t <= positions] or [positions],
+              "query_position": "last" if causal else lc["query_position"]}
+    default = defaults.get("long_context") or {}
+    unfit = {key for key, value in fitted.items() if value != lc[key] and lc[key] != default.get(key)}  # user's
+    if "layer" in unfit:
+        raise _check_error("long_context.layer", f"layer {lc['layer']} out of range, the model has {n_layers} layers",
+                           "in_model", last=n_layers - 1)
+    if "heads" in unfit:
+        raise _check_error("long_context.heads", f"head {max(lc['heads'])} out of range, the model has {n_heads} heads",
+                           "in_model", last=n_heads - 1)
+    if "lengths" in unfit:
+        raise _check_error("long_context.lengths", f"length {max(lc['lengths'])} exceeds the model's {positions} "
+                           "positions", "within_positions", positions=positions)
+    if "query_position" in unfit:
+        raise _check_error("long_context.query_position", f"index {lc['query_position']} on a causal model attends "
+                           f"{lc['query_position'] + 1} keys at every length", "causal_last")
+    changes = [f"{key} {lc[key]} -> {value}" for key, value in fitted.items() if value != lc[key]]
+    lc.update(fitted)
+    if lc["query_position"] != "last" and lc["query_position"] >= min(lc["lengths"]):
+        raise _check_error("long_context.query_position", f"{lc['query_position']} >= the shortest length "
+                           f"{min(lc['lengths'])}", "below_lengths")
+    if not changes:
+        return ""
+    return (f"long_context fitted to the model ({n_layers} layers, {n_heads} heads, {positions} positions"
+            f"{', causal' if causal else ''}): {'; '.join(changes)} (set them with --config 'long_context={{...}}')")
 
 
 def _check_model_and_varying(config: dict) -> None:

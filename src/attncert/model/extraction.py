@@ -37,7 +37,8 @@ import numpy as np
 import torch
 
 from attncert.integrity.intermediate_check import verify_intermediate
-from attncert.model.model_source import ModelSourceError, is_synthetic, resolve, unreachable_message
+from attncert.model.model_source import (ModelSourceError, check_tokenizer, is_synthetic, resolve,
+                                         unreachable_message)
 
 
 @dataclass
@@ -48,6 +49,7 @@ class LoadedModel:
     resolved: str
     revision: str | None
     synthetic: bool = False
+    tokenizer_source: str = ""  # where the tokenizer was read from (the checkpoint's folder or id unless given)
 
 
 def _load_random_gpt2(model_cfg: dict) -> LoadedModel:
@@ -64,25 +66,42 @@ def _load_random_gpt2(model_cfg: dict) -> LoadedModel:
     model = build_random_gpt2(seed, init_std=init_std)
     tokenizer = random_gpt2_tokenizer(model.config.vocab_size)
     model.to(torch.float64)
-    return LoadedModel(model, tokenizer, "gpt2", describe(seed, init_std), None, synthetic=True)
+    return LoadedModel(model, tokenizer, "gpt2", describe(seed, init_std), None, synthetic=True,
+                       tokenizer_source="the embedded model's")
 
 
-def load_model(model_cfg: dict) -> LoadedModel:
+def load_tokenizer(source: str):
+    """The tokenizer of a `save_pretrained` folder or a hub id (ModelSourceError, one line, when it cannot be read)."""
+    from transformers import AutoTokenizer
+
+    path = Path(source).expanduser()
+    try:
+        return AutoTokenizer.from_pretrained(str(path) if path.exists() else source, local_files_only=path.exists())
+    except Exception as e:  # noqa: BLE001
+        raise ModelSourceError(f"tokenizer {source!r} cannot be loaded ({type(e).__name__}); fix: pass a folder "
+                               "written by tokenizer.save_pretrained, or a hub id in the local cache") from None
+
+
+def load_model(model_cfg: dict, tokenizer: str | None = None) -> LoadedModel:
     """Load the configured model with transformers (`from_pretrained` on a hub id or a directory), or
-    build the synthetic `random-gpt2`."""
+    build the synthetic `random-gpt2`. The tokenizer is the checkpoint's own (a local folder without one is
+    refused: `model_source.check_tokenizer`) unless `tokenizer` names another folder or hub id."""
     from transformers import AutoModel, AutoTokenizer
 
     if is_synthetic(model_cfg):
         return _load_random_gpt2(model_cfg)
+    if tokenizer is None:
+        check_tokenizer(model_cfg)
     target = resolve(model_cfg)
     local = Path(target).exists()
     if local:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         model = AutoModel.from_pretrained(target, attn_implementation="eager", local_files_only=local)
-        tokenizer = AutoTokenizer.from_pretrained(target, local_files_only=local)
+        tok = AutoTokenizer.from_pretrained(target, local_files_only=local) if tokenizer is None else None
     except Exception as e:  # noqa: BLE001
         raise ModelSourceError(unreachable_message(model_cfg["source"], type(e).__name__)) from None
+    tok = tok if tokenizer is None else load_tokenizer(tokenizer)
     family = model_cfg["family"]
     if model.config.model_type != family:
         raise ModelSourceError(
@@ -92,7 +111,7 @@ def load_model(model_cfg: dict) -> LoadedModel:
     model.eval()
     model.to(torch.float64)
     revision = getattr(model.config, "_commit_hash", None)
-    return LoadedModel(model, tokenizer, family, target, revision)
+    return LoadedModel(model, tok, family, target, revision, tokenizer_source=tokenizer or target)
 
 
 def tokenize_prompts(tokenizer, prompts: list[str], max_tokens: int) -> np.ndarray:
@@ -107,6 +126,28 @@ def tokenize_prompts(tokenizer, prompts: list[str], max_tokens: int) -> np.ndarr
             )
         rows.append(ids[:max_tokens])
     return np.asarray(rows, dtype=np.int64)
+
+
+def model_tokenizer(model_cfg: dict):
+    """The configured model's tokenizer alone, without its weights (the synthetic model: the embedded one's)."""
+    if is_synthetic(model_cfg):
+        from attncert.model.random_gpt2 import random_gpt2_tokenizer
+
+        return random_gpt2_tokenizer()
+    return load_tokenizer(resolve(model_cfg))
+
+
+def check_texts(model_cfg: dict, prompts: list[str], max_tokens: int, passage: str | None = None,
+                length: int = 0) -> None:
+    """Before any job: under the model's tokenizer every prompt has `max_tokens` tokens and the long-context
+    passage `length`; ValueError (one line naming the fix) otherwise."""
+    tokenizer = model_tokenizer(model_cfg)
+    tokenize_prompts(tokenizer, prompts, max_tokens)
+    if passage is not None:
+        n = len(tokenizer(passage, verbose=False)["input_ids"])
+        if n < length:
+            raise ValueError(f"the long-context passage has {n} tokens under this model's tokenizer but "
+                             f"long_context.lengths asks for {length}; fix: use lengths up to {n} or a longer passage")
 
 
 def _blocks(model, family):

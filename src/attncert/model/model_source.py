@@ -20,8 +20,13 @@ EMBEDDED = "embedded"
 RANDOM_GPT2 = "random-gpt2"
 SYNTHETIC_SUFFIX = " (synthetic, not GPT-2)"
 
-# Dimensions of well-known hub ids, used for parse-time range checks when the hub is unreachable.
-KNOWN_DIMENSIONS = {"gpt2": (12, 12), "openai-community/gpt2": (12, 12), RANDOM_GPT2: (12, 12)}
+# Shapes (layers, heads, positions) of well-known hub ids, for parse-time range checks when the hub is unreachable.
+KNOWN_SHAPES = {"gpt2": (12, 12, 1024), "openai-community/gpt2": (12, 12, 1024), RANDOM_GPT2: (12, 12, 1024)}
+
+# A folder holds a tokenizer when it has one of these (written by `tokenizer.save_pretrained`). Without one,
+# transformers builds a near-empty tokenizer on the fly, which reads any text as a few special tokens.
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model", "spiece.model",
+                   "sentencepiece.bpe.model")
 
 
 class ModelSourceError(RuntimeError):
@@ -102,9 +107,28 @@ def _offline(target: str) -> bool:
     return Path(target).exists() or os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false")
 
 
+def has_tokenizer_files(directory: str | Path) -> bool:
+    """Whether a `save_pretrained` folder holds a tokenizer (one of TOKENIZER_FILES)."""
+    return any((Path(directory) / name).is_file() for name in TOKENIZER_FILES)
+
+
+def check_tokenizer(model_cfg: dict) -> None:
+    """Raise ModelSourceError when the model is a local folder without tokenizer files (a hub id brings its own;
+    the embedded and synthetic models have one)."""
+    if is_synthetic(model_cfg):
+        return
+    target = Path(resolve(model_cfg))
+    if target.is_dir() and not has_tokenizer_files(target):
+        raise ModelSourceError(
+            f"model.source directory {str(target)!r} holds a model but no tokenizer (none of "
+            f"{', '.join(TOKENIZER_FILES)}); fix: save the model's tokenizer into it, "
+            f"tokenizer.save_pretrained({str(target)!r})")
+
+
 def check_reachable(model_cfg: dict) -> None:
-    """Raise ModelSourceError unless the model's config and weights can be loaded."""
+    """Raise ModelSourceError unless the model's config and weights can be loaded and it has a tokenizer."""
     load_hf_config(model_cfg)
+    check_tokenizer(model_cfg)
 
 
 def checkpoint_config(model_cfg: dict) -> dict | None:
@@ -131,12 +155,18 @@ def config_dimensions(cfg: dict) -> tuple[int, int, int]:
             int(cfg.get("max_position_embeddings", cfg.get("n_positions", 1024 if gpt2 else 512))))
 
 
-def model_dimensions(model_cfg: dict) -> tuple[int, int] | None:
-    """(n_layers, n_heads) without loading weights, or None if unknown (hub unreachable, id unknown)."""
+def model_shape(model_cfg: dict) -> tuple[int, int, int] | None:
+    """(n_layers, n_heads, n_positions) without loading weights, or None if unknown (hub unreachable, id unknown)."""
     target = resolve(model_cfg)
     if is_synthetic(model_cfg):
-        return KNOWN_DIMENSIONS[RANDOM_GPT2]
+        return KNOWN_SHAPES[RANDOM_GPT2]
     cfg = checkpoint_config(model_cfg)
     if cfg is not None:
-        return config_dimensions(cfg)[:2]
-    return KNOWN_DIMENSIONS.get(target)
+        return config_dimensions(cfg)
+    return KNOWN_SHAPES.get(target)
+
+
+def model_dimensions(model_cfg: dict) -> tuple[int, int] | None:
+    """(n_layers, n_heads) without loading weights, or None if unknown (hub unreachable, id unknown)."""
+    shape = model_shape(model_cfg)
+    return shape[:2] if shape else None
