@@ -136,32 +136,48 @@ def audit_layer(root: Path, model: str, layer: int, rows: set[int] | None = None
     return out
 
 
+ROW_TABLES = ("certify", "long_context", "block")
+
+
+def _summary_key(r: dict) -> tuple[str, str]:
+    """The summary's (table, number) of a record: a row table's number as is; the weights per array group; a
+    summary table (check `tables`) as one line per file, whatever column or value of it the record is about."""
+    if r["table"] in ROW_TABLES or r["table"] == "weights":
+        return r["table"], r["number"]
+    return "summary tables", r["table"]
+
+
 def summary_markdown(records: list[dict], model: str, seconds: float, layers: list[int],
                      coverage: CoverageConfig | None = None, stage_seconds: dict | None = None) -> str:
-    by = Counter((r["table"], r["number"], r["status"]) for r in records)
+    keyed = [(_summary_key(r), r) for r in records]
+    by = Counter((k, r["status"]) for k, r in keyed)
     units = len({(r["layer"], r["row"]) for r in records if r["table"] == "certify" and r["number"] in NUMBERS})
     lc_units = len({r["row"] for r in records if r["table"] == "long_context" and r["number"] in NUMBERS})
     block_rows = len({r["row"] for r in records if r["table"] == "block" and r["number"].startswith("certificate_")})
+    files = len({k for k, r in keyed if k[0] == "summary tables"})
     parts = f" ({', '.join(f'{k} {v:.1f} s' for k, v in stage_seconds.items())})" if stage_seconds else ""
     lines = [f"# Audit of the certified numbers: {model}", "",
              f"Model **{model}**, layers {', '.join(map(str, layers))}; {units} certification units, {lc_units} "
-             f"long-context units{f', {block_rows} block rows' if block_rows else ''}. Every number re-derived "
+             f"long-context units{f', {block_rows} block rows' if block_rows else ''}"
+             f"{f', {files} summary tables' if files else ''}. Every number re-derived "
              "from its stored certificate and the extracted weights in "
-             f"ball arithmetic, without a solver (docs/audit.md). **Audit time {seconds:.1f} s**{parts} "
-             "(one process).", "",
+             f"ball arithmetic, without a solver; the weights compared with the checkpoint; every summary table "
+             f"recomputed from the row tables (docs/audit.md). **Audit time {seconds:.1f} s**{parts}.", "",
+             "The summary tables' line counts every column, value and row checked in that file.", "",
              "| table | number | " + " | ".join(STATUSES) + " |", "|---|---|" + "---|" * len(STATUSES)]
-    keys = sorted({(r["table"], r["number"]) for r in records},
-                  key=lambda k: (k[0] != "certify", k[0], (NUMBERS + (k[1],)).index(k[1]), k[1]))
+    order = {t: i for i, t in enumerate((*ROW_TABLES, "weights", "summary tables"))}
+    keys = sorted({k for k, _ in keyed},
+                  key=lambda k: (order.get(k[0], 9), k[0], (NUMBERS + (k[1],)).index(k[1]), k[1]))
     for t, k in keys:
-        lines.append(f"| {t} | {k} | " + " | ".join(str(by[(t, k, s)]) for s in STATUSES) + " |")
+        lines.append(f"| {t} | {k} | " + " | ".join(str(by[((t, k), s)]) for s in STATUSES) + " |")
     lines.append(
         "| **all** | | " + " | ".join(str(sum(1 for r in records if r["status"] == s)) for s in STATUSES) + " |"
     )
-    checks = Counter((r["table"], r["number"], r["check"]) for r in records if r["status"] == "pass")
+    checks = Counter((*k, r["check"]) for k, r in keyed if r["status"] == "pass")
     if checks:
         lines += ["", "Passes per check:", ""]
         lines += [f"- {t} {k}: {c} — {n}" for (t, k, c), n in sorted(checks.items())]
-    reasons = Counter((r["table"], r["number"], r["status"], r["reason"]) for r in records
+    reasons = Counter((*k, r["status"], r["reason"]) for k, r in keyed
                       if r["status"] in ("not applicable", "not covered"))
     if reasons:
         lines += ["", "Not audited, and why:", ""]
