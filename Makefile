@@ -37,4 +37,4 @@ lint: setup
 	$(BIN)/snakemake --lint
 
 clean:
-	rm -rf data/extract data/certify data/baselines data/block data/minip data/logs benchmarks figures/minip figures/certify figures/baselines figures/block figures/tables .snakemake
+	rm -rf data/extract data/certify data/baselines data/block data/minip data/logs data/long_context data/run data/audit benchmarks figures/minip figures/certify figures/baselines figures/block figures/tables .snakemake
