@@ -37,7 +37,7 @@ from attncert.audit.long_context_audit import audit_long_context
 from attncert.audit.block_audit import audit_block
 from attncert.audit.model_weights import audit_model_weights, prompts_of
 from attncert.audit.table_recompute import audit_summary_tables
-from attncert.audit.run_configuration import RunConfigurationError, read_run_configuration
+from attncert.audit.run_configuration import RunConfigurationError, read_run_configuration, run_configuration_path
 from attncert.audit.table_coverage import (AuditInputError, CoverageConfig, block_records, completeness_records,
                                            read_grid_config)
 from attncert.certify.certificate_store import CertificateFile
@@ -262,6 +262,7 @@ def audit_model(root: Path, model: str, layers: list[int], rows: set[int] | None
     if rows is not None:
         return records
     config = coverage.config if coverage is not None else {}
+    base = Path(root).resolve().parent  # the run's folder: prompts, passage, figures/tables, README
     if "certificates" in parts:
         t0 = time.perf_counter()
         records += audit_long_context(root, model, coverage.long_context if coverage else None, MALFORMED, _damaged)
@@ -271,7 +272,6 @@ def audit_model(root: Path, model: str, layers: list[int], rows: set[int] | None
         times["block table"] = time.perf_counter() - t0
     if "weights" in parts and config.get("model"):
         t0 = time.perf_counter()
-        base = Path(root).resolve().parent
         try:
             prompts = prompts_of(config, base)
         except (KeyError, OSError, ValueError):
@@ -281,7 +281,6 @@ def audit_model(root: Path, model: str, layers: list[int], rows: set[int] | None
         times["weights"] = time.perf_counter() - t0
     if "tables" in parts and config:
         t0 = time.perf_counter()
-        base = Path(root).resolve().parent
         records += audit_summary_tables(root, Path(tables_root) if tables_root else base / "figures" / "tables",
                                         model, config, base)
         times["summary tables"] = time.perf_counter() - t0
@@ -295,8 +294,8 @@ def recorded_coverage(root: Path, model: str) -> CoverageConfig:
         return CoverageConfig.from_config(config)
     except (KeyError, TypeError, ValueError) as e:
         raise AuditInputError(f"the recorded configuration of {model} has no usable grid ({type(e).__name__}: {e}); "
-                              "fix: regenerate it with: snakemake --cores all "
-                              f"data/run/{model}/config.yaml") from None
+                              f"fix: regenerate it with: snakemake --cores all {run_configuration_path(root, model)}"
+                              ) from None
 
 
 def main(argv=None) -> int:
