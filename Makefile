@@ -2,13 +2,15 @@
 #   make run        set up .venv and run the whole pipeline on the embedded default (snakemake --cores all)
 #   make test       set up .venv, ruff (the linter), then the whole test suite (what CI runs)
 #   make test-fast  the same without the slow end-to-end tests and the SLURM cluster test (markers `slow`, `cluster`), for daily work
+#   make archive [ARGS="--configfile ..."] [OUT=FILE]   a finished run as archives/MODEL_minip-GRID.tar.gz
+#   make unarchive ARCHIVE=FILE                        unpack one into this clone (docs/sharing_a_run.md)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_VERBOSITY := error
 
-.PHONY: setup run test test-fast lint clean
+.PHONY: setup run test test-fast lint clean archive unarchive
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +37,16 @@ test-fast: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/snakemake --lint
+
+# a finished run's generated files, Snakemake's records of them and the times of the sources (attncert.provenance.run_archive)
+archive:
+	@test -x $(BIN)/python || { echo "attncert: $(BIN)/python is missing, so this clone has made no run; fix: make run, then make archive" >&2; exit 2; }
+	PYTHONPATH=src $(BIN)/python -m attncert.provenance.run_archive pack $(if $(OUT),--out $(OUT)) -- $(ARGS)
+
+# standard library only: runs before `make setup`
+unarchive:
+	@test -n "$(ARCHIVE)" || { echo "attncert: no archive given; fix: make unarchive ARCHIVE=archives/NAME.tar.gz" >&2; exit 2; }
+	PYTHONPATH=src $(PYTHON) -m attncert.provenance.run_archive unpack $(ARCHIVE)
 
 clean:
 	rm -rf data/extract data/certify data/baselines data/block data/minip data/logs data/long_context data/run data/audit benchmarks figures/minip figures/certify figures/baselines figures/block figures/tables .snakemake

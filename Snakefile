@@ -32,7 +32,7 @@ MEASURED_FILES = [
     f"figures/tables/{MODEL}/certify_measured.json",
     f"figures/tables/{MODEL}/baselines_measured.json",
 ] + ([f"figures/tables/{MODEL}/block_measured.json"] if BLOCK_TRANSITIONS else []) + [  # a one-layer model: no block
-    "figures/tables/method_checks_measured.json",
+    f"figures/tables/{MODEL}/method_checks_measured.json",
 ] + MINIP_MEASURED + ([f"figures/tables/{MODEL}/long_context_measured.json"] if LC else [])
 
 

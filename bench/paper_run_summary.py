@@ -41,14 +41,15 @@ def merged_config(paths: list[str]) -> dict:
     return validate_config(cfg, base_dir=common.REPO)
 
 
-def benchmark_times(run: Path, model: str) -> dict:
-    """stage -> {jobs, wall_s, cpu_s, longest_s} from every `benchmark:` file of the run."""
+def benchmark_times(run: Path, model: str, grid: str) -> dict:
+    """stage -> {jobs, wall_s, cpu_s, longest_s} from every `benchmark:` file of the run: the model's
+    (benchmarks/MODEL/) and its Min-IP grid's (benchmarks/minip/GRID/)."""
     out = {s: {"jobs": 0, "wall_s": 0.0, "cpu_s": 0.0, "longest_s": 0.0} for s in STAGES}
     for tsv in sorted((run / "benchmarks").rglob("*.tsv")):
         rel = tsv.relative_to(run / "benchmarks").parts
         rel = rel[1:] if rel[0] == model else rel
         stage = rel[0].removesuffix(".tsv")
-        if stage not in out:
+        if stage not in out or (stage == "minip" and rel[1:2] != (grid,)):  # another grid's Min-IP jobs
             continue
         with open(tsv, newline="") as fh:
             for row in csv.DictReader(fh, delimiter="\t"):
@@ -79,12 +80,13 @@ def failed_jobs(run: Path) -> list[str]:
 def summarize(run: Path, cfg: dict, extrapolation: dict | None) -> tuple[dict, list[str]]:
     model = cfg["model"]["name"]
     counts = unit_counts(cfg)
-    times = benchmark_times(run, model)
+    times = benchmark_times(run, model, cfg["minip"]["name"])
     cert = rows_of((run / "data" / "certify" / model).glob("layer*.csv"))
     base = rows_of((run / "data" / "baselines" / model).glob("layer*.csv"))
     block = rows_of([p for p in [run / "data" / "block" / model / "units.csv"] if p.is_file()])
     minip_runs = len(
-        [p for p in (run / "data" / "minip" / "runs").glob("*/*.json") if not p.name.endswith(".json.json")]
+        [p for p in (run / "data" / "minip" / cfg["minip"]["name"] / "runs").glob("*/*.json")
+         if not p.name.endswith(".json.json")]
     )
     expected = {"certify": counts["certify_fixed"] + counts["certify_varying"], "baselines": counts["baselines_rows"],
                 "block": counts["block"] * counts["block_radii"], "minip": counts["minip_runs"], "extract": 1}

@@ -7,7 +7,7 @@ per pair: the ratio of the two walls.
 
 The reduced DAG: a tiny random GPT-2 (`model.tiny_model`), extraction, one certification layer, one
 baselines layer, the Min-IP runs of a one-rank sweep, and the certification, baselines and Min-IP
-tables (`TARGETS`, `reduced_config`). Each revision runs its own Snakefile, rules, profile and
+tables (`targets`, `reduced_config`). Each revision runs its own Snakefile, rules, profile and
 package (PYTHONPATH its src/) on the current environment. `--slurm-status-command squeue` is given to
 both: the single-node cluster has no accounting database, and without it no revision's run ends.
 The order inside a pair alternates (before first, then after first), so a drift of the machine's load
@@ -38,13 +38,18 @@ PARTITION = "attncert"  # the single-node cluster's partition (not a default one
 BEFORE = "342059e"  # the profile and rules before the cluster work: no localrules, no packing, cpus_per_task 1
 QUICK = {"pairs": 1}
 
-# extraction, one certification layer, one baselines layer, the Min-IP runs, and the tables on them
-TARGETS = [
-    "figures/tables/tiny-gpt2/certification.csv",
-    "figures/tables/tiny-gpt2/baselines.csv",
-    "figures/tables/minip_witness.csv",
-    "figures/tables/minip_transition.csv",
-]
+
+def targets(grid: str | None) -> list[str]:
+    """Extraction, one certification layer, one baselines layer, the Min-IP runs, and the tables on them. The Min-IP
+    tables sit under their grid's folder (`minip.name`); a revision whose config names no grid writes them at the
+    top of figures/tables."""
+    minip = f"figures/tables/minip/{grid}/minip_" if grid else "figures/tables/minip_"
+    return ["figures/tables/tiny-gpt2/certification.csv", "figures/tables/tiny-gpt2/baselines.csv",
+            f"{minip}witness.csv", f"{minip}transition.csv"]
+
+
+#: this tree's targets (its default config's grid)
+TARGETS = targets(yaml.safe_load((REPO / "workflow" / "config" / "default.yaml").read_text())["minip"]["name"])
 
 
 def reduced_config(tree: Path, workdir: Path, model_dir: Path) -> Path:
@@ -69,9 +74,10 @@ def reduced_config(tree: Path, workdir: Path, model_dir: Path) -> Path:
 def profile_run(tree: Path, workdir: Path, model_dir: Path, env: dict, timeout: int = 900) -> dict:
     """The reduced DAG through `tree`'s SLURM profile: wall seconds, sbatch submissions, host-run rules."""
     cfg = reduced_config(tree, workdir, model_dir)
+    grid = yaml.safe_load(cfg.read_text())["minip"].get("name")
     cmd = [str(Path(sys.executable).with_name("snakemake")), "--snakefile", str(tree / "Snakefile"),
            "--directory", str(workdir), "--configfile", str(cfg), "--profile", str(tree / "workflow/profiles/slurm"),
-           "--slurm-status-command", "squeue", *TARGETS]
+           "--slurm-status-command", "squeue", *targets(grid)]
     t0 = time.time()
     proc = subprocess.run(cmd, env=dict(env, PYTHONPATH=str(tree / "src")), capture_output=True, text=True,
                           timeout=timeout)

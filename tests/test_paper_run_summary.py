@@ -15,6 +15,14 @@ def test_summary_counts_units_violations_and_failed_jobs(tmp_path):
     bench = tmp_path / "benchmarks" / MODEL / "certify"
     bench.mkdir(parents=True)
     (bench / "layer0.tsv").write_text("s\th:m:s\tmax_rss\tcpu_time\n36.0\t0:00:36\t1\t30.0\n")
+    for grid, seconds in (("default", 4.0), ("paper", 400.0)):  # the paper grid's Min-IP jobs are another run's
+        minip = tmp_path / "benchmarks" / "minip" / grid
+        minip.mkdir(parents=True)
+        (minip / "collect.tsv").write_text(f"s\th:m:s\tmax_rss\tcpu_time\n{seconds}\t0:00:04\t1\t{seconds}\n")
+        runs = tmp_path / "data" / "minip" / grid / "runs" / "witness"
+        runs.mkdir(parents=True)
+        for name in ("r1_s0.json", "r1_s0.json.json"):
+            (runs / name).write_text("{}")
     logs = tmp_path / ".snakemake" / "log"
     logs.mkdir(parents=True)
     (logs / "2026.snakemake.log").write_text("Error in rule certify_layer:\n    jobid: 3\n")
@@ -22,7 +30,9 @@ def test_summary_counts_units_violations_and_failed_jobs(tmp_path):
     assert result["present"]["certify"] == 3 and result["expected"]["certify"] == 1728
     assert result["unsound"] == 1 and result["failed_jobs"] == ["certify_layer"]
     assert result["fallbacks"] == {"second_order: fallback to first order": 1}
-    assert result["times"]["certify"]["jobs"] == 1 and abs(result["cpu_hours"] - 30.0 / 3600) < 1e-12
+    assert result["times"]["certify"]["jobs"] == 1 and abs(result["cpu_hours"] - 34.0 / 3600) < 1e-12
+    assert result["times"]["minip"]["jobs"] == 1 and result["times"]["minip"]["wall_s"] == 4.0
+    assert result["present"]["minip"] == 1
     row = next(line for line in lines if line.startswith("| certify |"))
     assert "3 / 1,728" in row and "| 1,725 |" in row and "0.50" in row
 

@@ -180,3 +180,21 @@ def test_an_edited_readme_tally_of_the_reference_run_fails(run):
     readme.write_text(text[:first] + str(int(count) + 1) + text[first + len(count):])
     bad = failures(audit(root))
     assert list(zip(bad["table"], bad["number"])) == [("README.md", "text")]
+
+
+def test_the_stored_measured_files_are_read_where_the_run_writes_them(tmp_path):
+    """The method checks sit with the model's tables, Min-IP's under its grid (`minip.name` of the run's
+    configuration); both join the recomputed paper comparison as stored, their sidecars checked."""
+    from attncert.audit.paper_tables_expected import joined_measured, other_measured_paths
+    from attncert.paper_comparison.paper_comparison import write_measured
+
+    tables = tmp_path / "figures" / "tables"
+    paths = other_measured_paths(tables, MODEL, {"minip": {"name": "g"}})
+    assert paths == [tables / MODEL / "method_checks_measured.json", tables / "minip" / "g" / "minip_measured.json"]
+    for path, key in zip(paths, ("a_method_value", "a_minip_value")):
+        path.parent.mkdir(parents=True)
+        write_measured(path, {key: 1.5}, "grid")
+        write_sidecar(path, {"stage": "x"})
+    joined = joined_measured({}, paths)
+    assert {k: v["source"] for k, v in joined.items()} == {"a_method_value": "method_checks", "a_minip_value": "minip"}
+    assert other_measured_paths(tables, MODEL, None) == paths[:1]  # no configuration, no grid: left out

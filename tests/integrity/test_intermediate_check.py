@@ -112,6 +112,22 @@ def test_the_specification_and_the_tables_are_checked_too(tmp_path):
         load_unit("m", 0, 1, 0, 2, 0.01, root=tmp_path / "data")
 
 
+def test_a_min_ip_file_in_another_grids_folder_is_refused(tmp_path):
+    """Min-IP files live under their grid's name (`minip.name`); one copied into another grid's folder is refused by
+    what its sidecar records."""
+    path = tmp_path / "data/minip/default/sweep.csv"
+    path.parent.mkdir(parents=True)
+    path.write_text("setting\nwitness\n")
+    write_sidecar(path, {"stage": "minip_collect", "params": {"grid": "paper"}})
+    with pytest.raises(IntermediateError) as e:
+        verify_intermediate(path)
+    assert _message(e) == (f"{path} was written for the Min-IP grid paper, not default (its sidecar sweep.csv.json "
+                           "says): regenerate it with: snakemake --cores all data/minip/default/sweep.csv --forcerun "
+                           "minip_collect")
+    write_sidecar(path, {"stage": "minip_collect", "params": {"grid": "default"}})
+    assert verify_intermediate(path) == path
+
+
 def test_write_sidecar_needs_the_file_first(tmp_path):
     with pytest.raises(FileNotFoundError, match="write the file before its sidecar"):
         write_sidecar(tmp_path / "nothing.csv", {"stage": "x"})
@@ -119,7 +135,8 @@ def test_write_sidecar_needs_the_file_first(tmp_path):
 
 def _rule_outputs() -> dict[str, list[str]]:
     """{rule: its output paths with sample wildcard values}, read from the text of workflow/rules/*.smk."""
-    sample = {"model": "m", "layer": "3", "transition": "2", "setting": "witness", "seed": "0", "table": "witness"}
+    sample = {"model": "m", "layer": "3", "transition": "2", "setting": "witness", "seed": "0", "table": "witness",
+              "grid": "g"}
     out = {}
     for smk in sorted((REPO / "workflow" / "rules").glob("*.smk")):
         text = smk.read_text()
@@ -175,7 +192,7 @@ def test_sidecars_whose_file_is_gone_are_removed_and_nothing_else(tmp_path):
     measured.parent.mkdir(parents=True)
     measured.write_text(json.dumps({"values": {"sha256": "x", "size_bytes": 1}}))  # an output, not a sidecar
     write_sidecar(measured, {"stage": "certify_table"})
-    lone_output = tmp_path / "data/minip/witness_bound.json"
+    lone_output = tmp_path / "data/minip/g/witness_bound.json"
     lone_output.parent.mkdir(parents=True)
     # `witness_bound` does not exist: still an output
     lone_output.write_text(json.dumps({"sha256": "x", "size_bytes": 1}))

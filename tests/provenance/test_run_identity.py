@@ -149,16 +149,20 @@ def test_a_target_for_another_model_is_refused(tmp_path):
     assert not (tmp_path / "data" / "extract").exists()
 
 
-def test_orphan_sidecars_are_removed_only_under_this_runs_model(tmp_path):
-    """A run cleans the debris of its own model and of the model-independent folders, never another model's."""
+def test_orphan_sidecars_are_removed_only_under_this_runs_model_and_grid(tmp_path):
+    """A run cleans the debris of its own model and of its own Min-IP grid, never another model's or grid's."""
     from attncert.provenance.run_identity import remove_own_orphan_sidecars
 
     mine, theirs = (write_extracted(tmp_path, model=m) for m in ("mine", "theirs"))
-    shared = tmp_path / "figures/tables/method_checks_measured.json"
-    shared.parent.mkdir(parents=True)
-    shared.write_text("{}")
-    write_sidecar(shared, {"stage": "certify_method_checks"})
-    for path in (mine, theirs, shared):
+    grids = []
+    for grid in ("ours", "other"):
+        measured = tmp_path / f"figures/tables/minip/{grid}/minip_measured.json"
+        measured.parent.mkdir(parents=True)
+        measured.write_text("{}")
+        write_sidecar(measured, {"stage": "minip_measured"})
+        grids.append(measured)
+    for path in (mine, theirs, *grids):
         path.unlink()
-    assert remove_own_orphan_sidecars("mine", tmp_path) == [Path(str(mine) + ".json"), Path(str(shared) + ".json")]
-    assert Path(str(theirs) + ".json").exists()
+    assert remove_own_orphan_sidecars("mine", "ours", tmp_path) == [Path(str(mine) + ".json"),
+                                                                      Path(str(grids[0]) + ".json")]
+    assert Path(str(theirs) + ".json").exists() and Path(str(grids[1]) + ".json").exists()

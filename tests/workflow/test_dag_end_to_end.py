@@ -165,7 +165,7 @@ def test_editing_a_stage_reruns_that_stage_and_its_dependents_only(tmp_path, tin
     (tmp_path / "run").mkdir()
     code = _copy_repo(tmp_path / "code_copy")
     wd, cfg = _workdir(tmp_path / "run", tiny_gpt2_dir)
-    targets = ["figures/tables/tiny-gpt2/baselines.md", "data/minip/constructions.csv"]
+    targets = ["figures/tables/tiny-gpt2/baselines.md", "data/minip/default/constructions.csv"]
     conf = yaml.safe_load(cfg.read_text())
     conf["minip"]["constructions"]["max_bits"] = 2  # the cheapest Min-IP job: the exhaustive checks for m <= 2
     cfg.write_text(yaml.safe_dump(conf))

@@ -38,22 +38,24 @@ def _local_links(page: Path) -> list[tuple[str, Path]]:
 
 
 def rule_figures() -> list[str]:
-    """Every figure target of the rules, as `figures/.../NAME.pdf` with `{model}` where the model goes."""
+    """Every figure target of the rules, as `figures/.../NAME.pdf` with `{model}` where the model goes and `{grid}`
+    where the Min-IP grid's name goes."""
     rules = (REPO / "workflow" / "rules" / "baselines.smk").read_text()
     baselines = re.search(r'BASELINE_FIGURE = "([^"]+)"', rules).group(1)
     long_context = (REPO / "workflow" / "rules" / "long_context.smk").read_text()
     return ([f"figures/certify/{{model}}/{n}.pdf" for n in CERTIFY_FIGURES] + [baselines]
             + [f"figures/block/{{model}}/{n}.pdf" for n in BLOCK_FIGURES]
-            + [f"figures/minip/{n}.pdf" for n in MINIP_FIGURES]
+            + [f"figures/minip/{{grid}}/{n}.pdf" for n in MINIP_FIGURES]
             + [re.search(r'pdf="(figures/long_context/[^"]+)"', long_context).group(1)])
 
 
 def is_rule_figure(path: str) -> bool:
-    """Whether a repository path `figures/<stage>/[<model>/]NAME.pdf|png` is one the rules produce."""
+    """Whether a repository path `figures/<stage>/<model or grid>/NAME.pdf|png` is one the rules produce."""
     stem, dot, ext = path.rpartition(".")
     if not dot or ext not in ("pdf", "png"):
         return False
-    patterns = [re.escape(f[:-len(".pdf")]).replace(re.escape("{model}"), "[^/]+") for f in rule_figures()]
+    patterns = [re.escape(f[:-len(".pdf")]).replace(re.escape("{model}"), "[^/]+").replace(re.escape("{grid}"), "[^/]+")
+                for f in rule_figures()]
     return any(re.fullmatch(p, stem) for p in patterns)
 
 
@@ -70,9 +72,10 @@ def test_every_link_resolves_inside_the_repository(page):
 
 def test_figure_links_are_checked_against_the_rules():
     assert is_rule_figure("figures/certify/all-MiniLM-L6-v2/relative_gap_vs_radius.png")
-    assert is_rule_figure("figures/minip/witness_phase_transition.pdf")
+    assert is_rule_figure("figures/minip/default/witness_phase_transition.pdf")
     assert not is_rule_figure("figures/certify/all-MiniLM-L6-v2/no_such_figure.png")
-    assert not is_rule_figure("figures/minip/all-MiniLM-L6-v2/witness_phase_transition.png")
+    assert not is_rule_figure("figures/minip/witness_phase_transition.png")  # every Min-IP figure is under its grid
+    assert not is_rule_figure("figures/minip/default/all-MiniLM-L6-v2/witness_phase_transition.png")
     assert not is_rule_figure("figures/certify/relative_gap_vs_radius.png")
 
 

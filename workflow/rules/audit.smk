@@ -87,7 +87,7 @@ rule audit:
         passage=[LC.get("passage", "data/long_context_passage.txt")] if LC else [],
         row_tables=expand("data/baselines/{{model}}/layer{layer}.csv", layer=LAYERS),
         summary_tables=AUDITED_TABLES,
-        measured=["figures/tables/method_checks_measured.json"] + MINIP_MEASURED,
+        measured=["figures/tables/{model}/method_checks_measured.json"] + MINIP_MEASURED,
         claims="data/paper_claims.yaml",
     output:
         csv="figures/tables/{model}/audit.csv",

@@ -104,9 +104,10 @@ rule certify_table:
         "../scripts/certify_table.py"
 
 
+# Random small heads, no model; the measured file sits with the run's other tables, one per model.
 rule certify_method_checks:
     output:
-        measured="figures/tables/method_checks_measured.json",
+        measured="figures/tables/{model}/method_checks_measured.json",
     params:
         checks=config["certify"]["method_checks"],
         code=code("certify_method_checks.py"),
@@ -117,8 +118,8 @@ rule certify_method_checks:
         mem_mb=1000,
         runtime=10,
     log:
-        "data/logs/method_checks.log",
+        "data/logs/{model}/method_checks.log",
     benchmark:
-        "benchmarks/method_checks.tsv"
+        "benchmarks/{model}/method_checks.tsv"
     script:
         "../scripts/certify_method_checks.py"

@@ -61,17 +61,17 @@ onstart:
     except (ModelSourceError, ValueError) as _e:
         print(f"attncert: {_e}", file=sys.stderr)
         raise SystemExit(1)
-    remove_own_orphan_sidecars(MODEL)
+    remove_own_orphan_sidecars(MODEL, config["minip"]["name"])
 
 
 # Snakemake removes the outputs of a failed or interrupted job, not their `.json` sidecars: drop those (this
-# run's and the model-independent ones; another model's folders are left alone).
+# run's model's and Min-IP grid's; another model's or grid's folders are left alone).
 onsuccess:
-    remove_own_orphan_sidecars(MODEL)
+    remove_own_orphan_sidecars(MODEL, config["minip"]["name"])
 
 
 onerror:
-    remove_own_orphan_sidecars(MODEL)
+    remove_own_orphan_sidecars(MODEL, config["minip"]["name"])
 
 
 def log_path(stage, name):

@@ -1,7 +1,9 @@
 # Paper B (Min-IP): constructions checked exhaustively, the witness family and its proven rank bound,
-# one training job per (setting, model) running every seed, then tables (figures/tables/minip_*) and figures
-# (figures/minip/*). Everything is model-independent (no transformer weights are read).
-from attncert.minip.sweep import runs as _minip_runs, run_params as _minip_run_params, table_inputs as _minip_table_inputs
+# one training job per (setting, model) running every seed, then tables (figures/tables/minip/{grid}/minip_*) and
+# figures (figures/minip/{grid}/*). Everything is model-independent (no transformer weights are read): the paths
+# carry the grid's name `minip.name` ({grid}) instead of the model's, so two grids never share a file.
+from attncert.minip.sweep import (data_dir as _minip_data_dir, runs as _minip_runs, run_params as _minip_run_params,
+                                  table_inputs as _minip_table_inputs)
 from attncert.minip.codes import hadamard as _minip_hadamard
 from attncert.minip.figure_names import FIGURES as _MINIP_FIGURE_NAMES
 
@@ -13,15 +15,21 @@ try:
 except ValueError as _e:
     raise SystemExit(f"attncert: config key 'minip.witness': {_e}; fix: use bits in [8, 12, 16, 20, 24, 32, 44, 48] and 2 <= queries < bits")
 
-MINIP_RUNS = [r.path for r in _minip_runs(MINIP)]
+MINIP_NAME = MINIP["name"]
+MINIP_RUNS = [f"{_minip_data_dir(MINIP_NAME)}/{r.path}" for r in _minip_runs(MINIP)]
 MINIP_THRESHOLD = MINIP["scaling"]["threshold"]
 MINIP_REPORT_THRESHOLDS = MINIP["scaling"]["report_thresholds"]
-MINIP_FIGURES = [f"figures/minip/{name}" for name in _MINIP_FIGURE_NAMES]
+MINIP_FIGURES = [f"figures/minip/{MINIP_NAME}/{name}" for name in _MINIP_FIGURE_NAMES]
 MINIP_TABLES = ["witness", "witness_maxerr", "transition", "thresholds", "paper", "constructions"]
 MINIP_OUTPUTS = (
     [f"{f}.{ext}" for f in MINIP_FIGURES for ext in ("pdf", "png")]
-    + [f"figures/tables/minip_{t}.{ext}" for t in MINIP_TABLES for ext in ("csv", "md")]
+    + [f"figures/tables/minip/{MINIP_NAME}/minip_{t}.{ext}" for t in MINIP_TABLES for ext in ("csv", "md")]
 )
+
+
+# the only value of the {grid} wildcard: the configured grid's name
+wildcard_constraints:
+    grid=re.escape(MINIP_NAME),
 
 
 # small jobs (seconds): on a cluster they run on the submitting host, not through the scheduler
@@ -30,9 +38,10 @@ localrules: minip_witness_bound, minip_constructions, minip_collect, minip_figur
 
 rule minip_witness_bound:
     output:
-        json="data/minip/witness_bound.json",
-        sidecar="data/minip/witness_bound.json.json",
+        json="data/minip/{grid}/witness_bound.json",
+        sidecar="data/minip/{grid}/witness_bound.json.json",
     params:
+        grid=MINIP_NAME,
         witness=MINIP["witness"],
         code=code("minip_witness_bound.py"),
     threads: 1
@@ -42,18 +51,19 @@ rule minip_witness_bound:
         mem_mb=500,
         runtime=5,
     log:
-        log_path("minip", "witness_bound"),
+        "data/logs/minip/{grid}/witness_bound.log",
     benchmark:
-        bench_path("minip", "witness_bound")
+        "benchmarks/minip/{grid}/witness_bound.tsv"
     script:
         "../scripts/minip_witness_bound.py"
 
 
 rule minip_constructions:
     output:
-        csv="data/minip/constructions.csv",
-        sidecar="data/minip/constructions.csv.json",
+        csv="data/minip/{grid}/constructions.csv",
+        sidecar="data/minip/{grid}/constructions.csv.json",
     params:
+        grid=MINIP_NAME,
         constructions=MINIP["constructions"],
         witness=MINIP["witness"],
         code=code("minip_constructions.py"),
@@ -64,9 +74,9 @@ rule minip_constructions:
         mem_mb=1000,
         runtime=5,
     log:
-        log_path("minip", "constructions"),
+        "data/logs/minip/{grid}/constructions.log",
     benchmark:
-        bench_path("minip", "constructions")
+        "benchmarks/minip/{grid}/constructions.tsv"
     script:
         "../scripts/minip_constructions.py"
 
@@ -76,12 +86,13 @@ rule minip_constructions:
 # record and sidecar, and each run starts from torch.manual_seed(seed) exactly as in its own process.
 rule minip_train:
     output:
-        json=expand("data/minip/runs/{{setting}}/{{model}}_s{seed}.json", seed=MINIP["seeds"]),
-        sidecar=expand("data/minip/runs/{{setting}}/{{model}}_s{seed}.json.json", seed=MINIP["seeds"]),
+        json=expand("data/minip/{{grid}}/runs/{{setting}}/{{model}}_s{seed}.json", seed=MINIP["seeds"]),
+        sidecar=expand("data/minip/{{grid}}/runs/{{setting}}/{{model}}_s{seed}.json.json", seed=MINIP["seeds"]),
     wildcard_constraints:
         setting=r"witness|m\d+-n\d+",
         model=r"r\d+|dense",
     params:
+        grid=MINIP_NAME,
         run=lambda wc: _minip_run_params(MINIP, wc.setting, config["device"]),
         seeds=MINIP["seeds"],
         code=code("minip_train.py"),
@@ -95,9 +106,9 @@ rule minip_train:
         mem_mb=1000,
         runtime=2 + 2 * len(MINIP["seeds"]),  # minutes; a run takes seconds on the default grid
     log:
-        log_path("minip", "train/{setting}/{model}"),
+        "data/logs/minip/{grid}/train/{setting}/{model}.log",
     benchmark:
-        bench_path("minip", "train/{setting}/{model}")
+        "benchmarks/minip/{grid}/train/{setting}/{model}.tsv"
     script:
         "../scripts/minip_train.py"
 
@@ -106,9 +117,10 @@ rule minip_collect:
     input:
         runs=MINIP_RUNS,
     output:
-        csv="data/minip/sweep.csv",
-        sidecar="data/minip/sweep.csv.json",
+        csv="data/minip/{grid}/sweep.csv",
+        sidecar="data/minip/{grid}/sweep.csv.json",
     params:
+        grid=MINIP_NAME,
         seeds=MINIP["seeds"],
         code=code("minip_collect.py"),
     threads: 1
@@ -118,9 +130,9 @@ rule minip_collect:
         mem_mb=1000,
         runtime=5,
     log:
-        log_path("minip", "collect"),
+        "data/logs/minip/{grid}/collect.log",
     benchmark:
-        bench_path("minip", "collect")
+        "benchmarks/minip/{grid}/collect.tsv"
     script:
         "../scripts/minip_collect.py"
 
@@ -131,15 +143,16 @@ wildcard_constraints:
 
 rule minip_figure:
     input:
-        unpack(lambda wc: {"sweep": "data/minip/sweep.csv",
-                           **({"bound": "data/minip/witness_bound.json"}
+        unpack(lambda wc: {"sweep": f"data/minip/{wc.grid}/sweep.csv",
+                           **({"bound": f"data/minip/{wc.grid}/witness_bound.json"}
                               if "bound" in _MINIP_FIGURE_NAMES[wc.minip_figure] else {}),
                            **({"claims": "data/paper_claims.yaml"}
                               if "claims" in _MINIP_FIGURE_NAMES[wc.minip_figure] else {})}),
     output:
-        pdf="figures/minip/{minip_figure}.pdf",
-        png=report("figures/minip/{minip_figure}.png", caption="../report/minip.rst", category="Paper B, Min-IP"),
+        pdf="figures/minip/{grid}/{minip_figure}.pdf",
+        png=report("figures/minip/{grid}/{minip_figure}.png", caption="../report/minip.rst", category="Paper B, Min-IP"),
     params:
+        grid=MINIP_NAME,
         threshold=MINIP_THRESHOLD,
         thresholds=MINIP_REPORT_THRESHOLDS,
         code=code("minip_figure.py"),
@@ -150,22 +163,23 @@ rule minip_figure:
         mem_mb=1000,
         runtime=5,
     log:
-        log_path("minip", "figure_{minip_figure}"),
+        "data/logs/minip/{grid}/figure_{minip_figure}.log",
     benchmark:
-        bench_path("minip", "figure_{minip_figure}")
+        "benchmarks/minip/{grid}/figure_{minip_figure}.tsv"
     script:
         "../scripts/minip_figure.py"
 
 
 rule minip_table:
     input:
-        unpack(lambda wc: _minip_table_inputs(wc.table)),
+        unpack(lambda wc: _minip_table_inputs(wc.table, wc.grid)),
     output:
-        csv="figures/tables/minip_{table}.csv",
-        md="figures/tables/minip_{table}.md",
+        csv="figures/tables/minip/{grid}/minip_{table}.csv",
+        md="figures/tables/minip/{grid}/minip_{table}.md",
     wildcard_constraints:
         table="witness|witness_maxerr|transition|thresholds|paper|constructions",
     params:
+        grid=MINIP_NAME,
         threshold=MINIP_THRESHOLD,
         thresholds=MINIP_REPORT_THRESHOLDS,
         code=code("minip_table.py"),
@@ -176,23 +190,24 @@ rule minip_table:
         mem_mb=1000,
         runtime=5,
     log:
-        log_path("minip", "table_{table}"),
+        "data/logs/minip/{grid}/table_{table}.log",
     benchmark:
-        bench_path("minip", "table_{table}")
+        "benchmarks/minip/{grid}/table_{table}.tsv"
     script:
         "../scripts/minip_table.py"
 
 
-MINIP_MEASURED = ["figures/tables/minip_measured.json"]
+MINIP_MEASURED = [f"figures/tables/minip/{MINIP_NAME}/minip_measured.json"]
 
 
 rule minip_measured:
     input:
-        unpack(lambda wc: _minip_table_inputs("witness")),
-        constructions="data/minip/constructions.csv",
+        unpack(lambda wc: _minip_table_inputs("witness", wc.grid)),
+        constructions="data/minip/{grid}/constructions.csv",
     output:
-        MINIP_MEASURED,
+        "figures/tables/minip/{grid}/minip_measured.json",
     params:
+        grid=MINIP_NAME,
         threshold=MINIP_THRESHOLD,
         thresholds=MINIP_REPORT_THRESHOLDS,
         code=code("minip_measured.py"),
@@ -203,8 +218,8 @@ rule minip_measured:
         mem_mb=1000,
         runtime=5,
     log:
-        log_path("minip", "measured"),
+        "data/logs/minip/{grid}/measured.log",
     benchmark:
-        bench_path("minip", "measured")
+        "benchmarks/minip/{grid}/measured.tsv"
     script:
         "../scripts/minip_measured.py"

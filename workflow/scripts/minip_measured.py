@@ -19,7 +19,7 @@ runs = pd.read_csv(verify_intermediate(sm.input.sweep))
 bound = json.loads(verify_intermediate(sm.input.bound).read_text())
 constructions = pd.read_csv(verify_intermediate(sm.input.constructions))
 grid = (
-    f"Min-IP default sweep: witness suite ({bound['family_size']} inputs, {bound['bits']}-bit), "
+    f"Min-IP {sm.params.grid} sweep: witness suite ({bound['family_size']} inputs, {bound['bits']}-bit), "
     f"random pools m ∈ {sorted(runs.loc[runs.setting != 'witness', 'bits'].dropna().unique().astype(int).tolist())}, "
     f"{runs['seed'].nunique()} seeds"
 )

@@ -24,19 +24,26 @@ from attncert.paper_comparison.claims import load_claims
 from attncert.paper_comparison.paper_comparison import comparison_table, grids, load_measured, to_markdown
 from attncert.paper_comparison.readme_results import BEGIN, END, render_results, render_tally
 
-#: the measured files of the stages without certified rows, under figures/tables (read as stored)
+#: the measured files of the stages without certified rows (read as stored)
 OTHER_MEASURED = ("method_checks_measured.json", "minip_measured.json")
 
 
-def joined_measured(recomputed: dict[str, dict], tables_root: Path) -> dict:
+def other_measured_paths(tables_root: Path, model: str, config: dict | None) -> list[Path]:
+    """Where the run's OTHER_MEASURED files are under `tables_root` (figures/tables): the method checks with the
+    model's tables, Min-IP's under its grid (`minip.name` of the run's configuration; left out without one)."""
+    grid = ((config or {}).get("minip") or {}).get("name")
+    return [tables_root / model / OTHER_MEASURED[0]] + ([tables_root / "minip" / grid / OTHER_MEASURED[1]]
+                                                        if grid else [])
+
+
+def joined_measured(recomputed: dict[str, dict], other: list[Path]) -> dict:
     """The paper comparison's input ({key: {"value", "grid", "source"}}, `load_measured`'s form): our stages'
-    recomputed records, the other stages' stored files."""
+    recomputed records, the other stages' stored files `other` (`other_measured_paths`, those present)."""
     out = {}
     for stage, record in recomputed.items():
         record = as_json(record)
         out.update({k: {"value": v, "grid": record["grid"], "source": stage} for k, v in record["values"].items()})
-    for name in OTHER_MEASURED:
-        path = tables_root / name
+    for path in other:
         if path.is_file():
             out.update(load_measured([verify_intermediate(path)]))
     return out

@@ -39,7 +39,8 @@ def audit_summary_tables(data_root: Path, tables_root: Path, model: str, config:
         for expected in stage.files:
             records += compare_file(tables_root / model / expected.name, expected, stage.sources)
     if any(s.stage == "certify" for s in recomputed):
-        records += paper_records(data_root, tables_root, model, claims, recomputed, label, repo_root)
+        records += paper_records(data_root, tables_root, model, claims, recomputed, label, repo_root,
+                                 paper.other_measured_paths(tables_root, model, config))
     return records
 
 
@@ -104,9 +105,10 @@ def compare_file(path: Path, expected: stages.Expected, sources: str) -> list[di
 
 
 def paper_records(data_root: Path, tables_root: Path, model: str, claims: Path, recomputed, label: str,
-                  repo_root: Path) -> list[dict]:
-    """paper_vs_reproduced.{csv,md,json} from the recomputed measured values; the README's results."""
-    measured = paper.joined_measured({s.stage: s.measured for s in recomputed}, tables_root)
+                  repo_root: Path, other: list[Path]) -> list[dict]:
+    """paper_vs_reproduced.{csv,md,json} from the recomputed measured values and the stored `other` measured files;
+    the README's results."""
+    measured = paper.joined_measured({s.stage: s.measured for s in recomputed}, other)
     sources = (f"the measured values recomputed from the row tables ({', '.join(s.stage for s in recomputed)}) and "
                f"the stored {', '.join(paper.OTHER_MEASURED)}")
     records = []

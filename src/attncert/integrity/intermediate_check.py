@@ -7,7 +7,8 @@ another job calls `verify_intermediate(X)` first; the shared loaders do (`extrac
 table or record themselves. A missing file or sidecar, an unreadable sidecar, one without a checksum, or a
 file whose size or sha256 differs from its sidecar's raises `IntermediateError`, and so does a file written
 for another model: its sidecar names another model than the folder it sits in, or (once a job has declared
-its model with `expect_model_of(params)`) another name, source or family than the job's. Its message is one line
+its model with `expect_model_of(params)`) another name, source or family than the job's, and a Min-IP file whose
+sidecar names another grid (`minip.name`) than the folder it sits in. Its message is one line
 naming the file and the Snakemake command that regenerates it; an entry script prints it and exits with
 status 1, without a traceback (`attncert.provenance.job_log`).
 
@@ -33,16 +34,16 @@ PRODUCED_BY = (
     (r"data/long_context/(?P<model>[^/]+)/layer_tokens\.npz", "long_context_extract"),
     (r"data/long_context/(?P<model>[^/]+)/units\.csv", "long_context_certify"),
     (r"data/long_context/(?P<model>[^/]+)/units_certificates\.npz", "long_context_certify"),
-    (r"data/minip/witness_bound\.json", "minip_witness_bound"),
-    (r"data/minip/constructions\.csv", "minip_constructions"),
-    (r"data/minip/runs/[^/]+/[^/]+_s\d+\.json", "minip_train"),
-    (r"data/minip/sweep\.csv", "minip_collect"),
+    (r"data/minip/(?P<grid>[^/]+)/witness_bound\.json", "minip_witness_bound"),
+    (r"data/minip/(?P<grid>[^/]+)/constructions\.csv", "minip_constructions"),
+    (r"data/minip/(?P<grid>[^/]+)/runs/[^/]+/[^/]+_s\d+\.json", "minip_train"),
+    (r"data/minip/(?P<grid>[^/]+)/sweep\.csv", "minip_collect"),
     (r"figures/tables/(?P<model>[^/]+)/certify_measured\.json", "certify_table"),
     (r"figures/tables/(?P<model>[^/]+)/baselines_measured\.json", "baselines_table"),
     (r"figures/tables/(?P<model>[^/]+)/block_measured\.json", "block_table"),
     (r"figures/tables/(?P<model>[^/]+)/long_context_measured\.json", "long_context_report"),
-    (r"figures/tables/method_checks_measured\.json", "certify_method_checks"),
-    (r"figures/tables/minip_measured\.json", "minip_measured"),
+    (r"figures/tables/[^/]+/method_checks_measured\.json", "certify_method_checks"),
+    (r"figures/tables/minip/(?P<grid>[^/]+)/minip_measured\.json", "minip_measured"),
 )
 
 
@@ -84,7 +85,17 @@ def expect_model_of(params) -> None:
     _expected_model = dict(model) if isinstance(model, dict) else None
 
 
+def path_grid(path: str | Path) -> str | None:
+    """The Min-IP grid's name in the path of a Min-IP intermediate (data/minip/NAME/...), else None."""
+    _, m = _match(path)
+    return m.group("grid") if m and "grid" in m.groupdict() else None
+
+
 def _check_model(path: Path, record: dict, side: Path) -> None:
+    grid, params = path_grid(path), record.get("params")
+    written_grid = params.get("grid") if isinstance(params, dict) else None
+    if grid is not None and written_grid is not None and str(written_grid) != grid:
+        raise _fail(path, f"was written for the Min-IP grid {written_grid}, not {grid} (its sidecar {side.name} says)")
     written = recorded_model(record)
     name = written["name"] if written else record.get("model_id")
     folder = path_model(path)

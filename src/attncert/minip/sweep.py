@@ -3,7 +3,8 @@
 Settings. "witness" (the witness family of `witness`) and "m{bits}-n{length}" (random tokens of
 `bits` bits, sequences of `length` tokens, disjoint train/test pools). Models: "r{rank}" (kernel
 attention of that rank) and "dense" (dense softmax attention). One run per (setting, model, seed),
-stored as data/minip/runs/{setting}/{model}_s{seed}.json.
+stored as data/minip/{name}/runs/{setting}/{model}_s{seed}.json, `name` being the grid's `minip.name`
+(one folder per grid, so that two grids' runs never share a path).
 
 Transition rank of a setting: the smallest rank r of the grid whose error meets the criterion --
 witness: some seed has largest deviation max |y - t| < 1/2 over the whole suite (the theorem's
@@ -26,7 +27,7 @@ from dataclasses import asdict, dataclass
 from .task import HALF
 from .train_config import TrainConfig
 
-RUN_DIR = "data/minip/runs"
+DATA_ROOT = "data/minip"  # one folder per grid below it, named by `minip.name`
 SETTING_RE = re.compile(r"^(witness|m(\d+)-n(\d+))$")
 MODEL_RE = re.compile(r"^(r(\d+)|dense)$")
 
@@ -39,7 +40,13 @@ class Run:
 
     @property
     def path(self) -> str:
-        return f"{RUN_DIR}/{self.setting}/{self.model}_s{self.seed}.json"
+        """The run's record, relative to its grid's folder (`data_dir`)."""
+        return f"runs/{self.setting}/{self.model}_s{self.seed}.json"
+
+
+def data_dir(name: str) -> str:
+    """The folder of the grid named `name` (its `minip.name`): data/minip/{name}."""
+    return f"{DATA_ROOT}/{name}"
 
 
 def scaling_setting(bits: int, length: int) -> str:
@@ -75,11 +82,12 @@ def runs(cfg: dict) -> list[Run]:
     return out
 
 
-def table_inputs(table: str) -> dict[str, str]:
-    """Input files of the table `table` (witness, transition, paper, constructions)."""
+def table_inputs(table: str, name: str) -> dict[str, str]:
+    """Input files of the table `table` (witness, transition, paper, constructions) of the grid named `name`."""
+    data = data_dir(name)
     if table == "constructions":
-        return {"constructions": "data/minip/constructions.csv"}
-    inputs = {"sweep": "data/minip/sweep.csv", "bound": "data/minip/witness_bound.json"}
+        return {"constructions": f"{data}/constructions.csv"}
+    inputs = {"sweep": f"{data}/sweep.csv", "bound": f"{data}/witness_bound.json"}
     if table == "paper":
         inputs["claims"] = "data/paper_claims.yaml"
     return inputs

@@ -6,8 +6,8 @@
 - `check_no_other_model`: refuses a run whose name already holds outputs of another model (a sidecar under
   `data/*/NAME/` or `figures/*/NAME/` records another source or family), before any job runs, so a run never
   overwrites or mixes with another model's files.
-- `remove_own_orphan_sidecars`: the sidecars of outputs Snakemake removed, under this run's name and the
-  model-independent folders only (another model's folders are never touched, not even its debris).
+- `remove_own_orphan_sidecars`: the sidecars of outputs Snakemake removed, under this run's name and its Min-IP
+  grid's folders only (another model's or grid's folders are never touched, not even their debris).
 The comparison of two models (`model_identity`) is shared with the intermediate check, which refuses a job's
 input written for another model.
 """
@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 from attncert.configuration.config import ConfigError
-from attncert.integrity.file_integrity import is_sidecar_record, remove_orphan_sidecars
+from attncert.integrity.file_integrity import remove_orphan_sidecars
 from attncert.integrity.model_identity import describe_model, recorded_model, same_model
 from attncert.model.model_source import EMBEDDED, RANDOM_GPT2, checkpoint_family
 
@@ -85,15 +85,11 @@ def check_no_other_model(model: dict, root: str | Path = ".") -> None:
                     f"and figures/*/{name}")
 
 
-def remove_own_orphan_sidecars(name: str, root: str | Path = ".") -> list[Path]:
-    """Remove the sidecars whose file is gone under data/*/NAME, figures/*/NAME, the Min-IP folders and the top
-    level of figures/tables (its subfolders belong to their models); return the removed paths."""
+def remove_own_orphan_sidecars(name: str, grid: str, root: str | Path = ".") -> list[Path]:
+    """Remove the sidecars whose file is gone under data/*/NAME and figures/*/NAME (the model `name`'s folders) and
+    the Min-IP grid `grid`'s folders (data/minip/GRID, figures/minip/GRID, figures/tables/minip/GRID); return the
+    removed paths."""
     root = Path(root)
-    folders = [*root.glob(f"data/*/{name}"), *root.glob(f"figures/*/{name}"), root / "data" / "minip",
-               root / "figures" / "minip"]
-    removed = remove_orphan_sidecars([f for f in folders if f.is_dir()])
-    for side in sorted((root / "figures" / "tables").glob("*.*.json")):
-        if not side.with_name(side.name[:-len(".json")]).exists() and is_sidecar_record(side):
-            side.unlink()
-            removed.append(side)
-    return removed
+    folders = [*root.glob(f"data/*/{name}"), *root.glob(f"figures/*/{name}"),
+               *(root / f / grid for f in ("data/minip", "figures/minip", "figures/tables/minip"))]
+    return remove_orphan_sidecars(sorted({f for f in folders if f.is_dir()}))
