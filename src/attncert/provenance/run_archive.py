@@ -284,8 +284,9 @@ def main(argv=None) -> int:
         if a.command == "pack":
             args = a.args[1:] if a.args[:1] == ["--"] else a.args
             out = pack(root, args, Path(a.out) if a.out else None)
-            print(f"attncert: archived the run to {out.relative_to(root) if out.is_relative_to(root) else out} "
-                  f"({out.stat().st_size / 1e6:.1f} MB); unpack it in a clone with: make unarchive ARCHIVE=PATH")
+            shown = out.relative_to(root) if out.is_relative_to(root) else out
+            print(f"attncert: archived the run to {shown} ({out.stat().st_size / 1e6:.1f} MB); unpack it in a fresh "
+                  f"clone with: make unarchive ARCHIVE={shown}")
         else:
             r = unpack(root, Path(a.archive))
             head = _git(root, "rev-parse", "HEAD").strip() if (root / ".git").exists() else "?"
