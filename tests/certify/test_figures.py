@@ -112,3 +112,42 @@ def test_baselines_figure_marks_the_papers_ratios(units, monkeypatch):
                                     (0.001, _claim("alpha_crown_over_cert_varying_r0.001")),
                                     (0.01, _claim("alpha_crown_over_cert_varying_r0.01"))])
     _legends_outside(fig)
+
+
+def _hollow(ax) -> list:
+    """The points an axes draws hollow (white face): the values at the solver noise floor."""
+    return [xy for line in ax.get_lines() if line.get_markerfacecolor() == "white" and line.get_linestyle() == "None"
+            for xy in line.get_xydata()]
+
+
+def test_gaps_at_the_noise_floor_get_hollow_markers_and_no_slope(units, monkeypatch):
+    """On these small heads the tight certificate is exact for a fixed query up to ~1e-11 (gaps that fall as r grows,
+    below the solver noise floor): its medians are hollow and its slope is not given, while the paper-like second
+    order keeps its slope and filled markers, and the varying query has nothing hollow. Planting the second order's
+    gaps below the floor too makes them hollow and slope-less; its secant ratios are then drawn apart and the title's
+    largest ratio ignores them."""
+    cert, _ = units
+    radii = cert["radius"].nunique()
+    figs = _capture(monkeypatch, cfig)
+    cfig.figure_relative_gap(cert, "random heads", "unused.pdf", claims=CLAIMS)
+    fixed, varying = figs[0].axes
+    labels = _labels(fixed)
+    tight = next(t for t in labels if t.startswith("second order (tight"))
+    assert tight.endswith("no gap slope (gaps at the noise floor)")
+    assert next(t for t in labels if t.startswith("second order (paper")).split("gap slope ")[1][0].isdigit()
+    assert len(_hollow(fixed)) == radii and not _hollow(varying)
+    assert any("solver noise floor" in t for t in labels)
+
+    ref = cert["exact_hi"].where(cert["mode"].eq("fixed"), cert["best_feasible"])
+    tiny = 1e-12 * (cert["first_order"] - cert["nominal"])
+    floored = cert.assign(second_order=ref + tiny, secant_bound=tiny / 5)
+    floored.loc[floored.index[0], ["second_order", "secant_bound"]] = cert.loc[cert.index[0], "second_order"], 1.0
+    cfig.figure_relative_gap(floored, "random heads", "unused.pdf", claims=CLAIMS)
+    fixed = figs[-1].axes[0]
+    assert next(t for t in _labels(fixed) if t.startswith("second order (paper")).endswith("(gaps at the noise floor)")
+    assert len(_hollow(fixed)) == 2 * radii
+    cfig.figure_gap_over_secant(floored, "random heads", "unused.pdf", claims=CLAIMS)
+    secant = figs[-1].axes[0]
+    assert "at the noise floor" in secant.get_title() and "max ratio 5" not in secant.get_title()
+    assert any("ratio not meaningful" in t for t in _labels(secant))
+    _legends_outside(figs[0])

@@ -64,8 +64,29 @@ def test_counts_and_markdown_agree_with_the_table(measured):
     counts = verdict_counts(t)
     assert sum(counts.values()) == len(t) and counts["n/a"] == (t["verdict"] == "n/a").sum()
     md = to_markdown(t, CLAIMS, measured, "all-MiniLM-L6-v2")
-    assert f"**Verdicts per claim ({len(t)} claims):** " + ", ".join(f"{k} {n}" for k, n in counts.items()) in md
+    beyond = sum(c.beyond for c in CLAIMS.claims)
+    assert (f"**Verdicts per row ({len(t)} rows: {len(t) - beyond} claims of the papers plus {beyond} variants beyond "
+            "them):** " + ", ".join(f"{k} {n}" for k, n in counts.items())) in md
     assert "certify grid label" in md and "statements no measurement checks" in md
+
+
+def test_each_tally_says_what_it_counts(measured):
+    """The per-sentence tally names how many claims its sentences hold, and each paper's section gives its rows, claims
+    and sentences with both tallies, so the sentence counts of the README and the row counts here are not read as
+    contradicting each other."""
+    t = comparison_table(CLAIMS, measured, "all-MiniLM-L6-v2")
+    md = to_markdown(t, CLAIMS, measured, "all-MiniLM-L6-v2")
+    paper = [c for c in CLAIMS.claims if not c.beyond]
+    sentences = len({(c.paper, c.sentence) for c in paper})
+    assert f"({sentences} sentences holding {len(paper)} claims, each sentence judged by its least favourable" in md
+    for letter in ("A", "B"):
+        rows = [c for c in CLAIMS.claims if c.paper == letter]
+        own = [c for c in rows if not c.beyond]
+        head = next(x for x in md.splitlines() if x.startswith(f"## Paper {letter} ("))
+        assert head.endswith(f"— {len(rows)} rows: {len(own)} claims in {len({c.sentence for c in own})} sentences"
+                             + (f", {len(rows) - len(own)} variants beyond the paper" if len(rows) > len(own) else ""))
+        tallies = md.split(head)[1].split("\n\n")[1]
+        assert tallies.startswith("Per row: ") and ". Per sentence: " in tallies
 
 
 def test_the_markdown_shows_every_sentence_in_english_beside_the_korean(measured):

@@ -35,8 +35,11 @@ def test_tally_counts_every_sentence_once_and_names_the_model():
     paper = [c for c in claims if not c.beyond]
     n_rows = sum(1 for line in results.splitlines() if line.startswith("| ") and not line.startswith("| id "))
     assert n_rows == len(claims)
-    sentences, n_claims = re.match(r"\*\*(\d+) sentences of the papers \((\d+) claims\)", block).groups()
+    sentences, n_claims = re.match(r"\*\*(\d+) sentences of the papers \((\d+) claims; ", block).groups()
     assert int(sentences) == len({(c.paper, c.sentence) for c in paper}) < len(paper) == int(n_claims)
+    # the results page has one row per claim, the papers' and the variants': the block says how the two counts relate
+    rows = re.search(r"Per claim \((\d+) rows: the (\d+) and (\d+) variants beyond the papers\)", block).groups()
+    assert [int(x) for x in rows] == [len(claims), len(paper), len(claims) - len(paper)]
     assert snap["model"] in block and snap["model"] in results and "docs/results.md" in block
     counts = [int(x.rsplit(" ", 1)[1]) for x in block.split(":** ", 1)[1].split(". ", 1)[0].split(", ")]
     assert sum(counts) == int(sentences)

@@ -59,6 +59,17 @@ COLUMNS = [
     "margins",
 ]
 STATUSES = ("pass", "fail", "not applicable", "not covered")
+#: the legend of audit.md's table: its columns in words
+LEGEND = [
+    "**part**: the row table a number belongs to (certify: the certification units, long_context, block), the "
+    "extracted weights, or the summary tables",
+    "**audited number**: a certified column of the row table (e.g. second_order, the second-order certificate), a "
+    "weight array, or a summary file (every column, value and row of it)",
+    "**pass**: rows re-derived from the stored certificate (or recomputed) and found equal within the check's margin",
+    "**fail**: rows whose check failed (listed below)",
+    "**not applicable**: empty by configuration (e.g. no exact value for a varying query)",
+    "**not covered**: present but not audited, with the reason below",
+]
 BASELINE_NOTE = ("Baseline rows (IBP, CROWN, alpha-CROWN and their variants, `data/baselines/`) carry no certificate "
                  "of this kind: their bounds come from bound propagation in floating point, without a dual that a "
                  "checker could confirm. They are not audited.")
@@ -164,7 +175,7 @@ def summary_markdown(records: list[dict], model: str, seconds: float, layers: li
              f"ball arithmetic, without a solver; the weights compared with the checkpoint; every summary table "
              f"recomputed from the row tables (docs/audit.md). **Audit time {seconds:.1f} s**{parts}.", "",
              "The summary tables' line counts every column, value and row checked in that file.", "",
-             "| table | number | " + " | ".join(STATUSES) + " |", "|---|---|" + "---|" * len(STATUSES)]
+             "| part | audited number | " + " | ".join(STATUSES) + " |", "|---|---|" + "---|" * len(STATUSES)]
     order = {t: i for i, t in enumerate((*ROW_TABLES, "weights", "summary tables"))}
     keys = sorted({k for k, _ in keyed},
                   key=lambda k: (order.get(k[0], 9), k[0], (NUMBERS + (k[1],)).index(k[1]), k[1]))
@@ -173,6 +184,7 @@ def summary_markdown(records: list[dict], model: str, seconds: float, layers: li
     lines.append(
         "| **all** | | " + " | ".join(str(sum(1 for r in records if r["status"] == s)) for s in STATUSES) + " |"
     )
+    lines += ["", "Columns:", ""] + [f"- {line}" for line in LEGEND]
     checks = Counter((*k, r["check"]) for k, r in keyed if r["status"] == "pass")
     if checks:
         lines += ["", "Passes per check:", ""]

@@ -25,11 +25,11 @@ from attncert.audit.table_compare import as_json
 from attncert.block import report as block_report
 from attncert.baselines.comparison import stage_report as baselines_report
 from attncert.certify import long_context_summary
-from attncert.certify.summary import STAGE_TABLE_KEYS, stage_tables as certify_tables
+from attncert.certify.summary import STAGE_TABLE_KEYS, stage_tables as certify_tables, table_markdown
 from attncert.integrity.file_integrity import sidecar_path
 from attncert.integrity.intermediate_check import verify_intermediate
 from attncert.paper_comparison.paper_comparison import claim_dicts, measured_record
-from attncert.reporting.table_files import load_tables, markdown_text
+from attncert.reporting.table_files import load_tables
 from attncert.reporting.unit_tables import UNIT_KEYS
 
 
@@ -82,7 +82,7 @@ def certification(paths: list[Path], label: str) -> StageExpected:
     for key in STAGE_TABLE_KEYS:
         frame, title = tables[key]
         files += [Expected(f"{CERTIFY_FILES[key]}.csv", "csv", frame, CERTIFY_KEYS[key]),
-                  Expected(f"{CERTIFY_FILES[key]}.md", "text", markdown_text(frame, title))]
+                  Expected(f"{CERTIFY_FILES[key]}.md", "text", table_markdown(key, frame, title))]
     files.append(Expected("certify_measured.json", "json", as_json(measured_record(measured, grid))))
     return StageExpected("certify", files, measured_record(measured, grid), _names(paths))
 

@@ -24,8 +24,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from attncert.baselines import table_legend
 from attncert.baselines.seconds_beside import beside_medians
-from attncert.reporting.unit_tables import UNIT_KEYS, add_gaps, per_unit_slopes
+from attncert.reporting.table_legend import legend_table
+from attncert.reporting.noise_floor import SOLVER_NOISE, at_floor_count, gaps_with_floor, slope_below_floor
+from attncert.reporting.unit_tables import UNIT_KEYS, per_unit_slopes
 
 KEYS = UNIT_KEYS + ["radius"]
 #: The CROWN the paper's CROWN claims are compared with (auto_LiRPA's relaxations).
@@ -46,9 +49,10 @@ PAPER_SECONDS = {"ibp": "", "crown": "0.01–0.02", PAPER_ALPHA_METHOD: "0.2–0
 
 def merge(baselines: pd.DataFrame, cert: pd.DataFrame) -> pd.DataFrame:
     """One row per unit and method, with the certificate's columns alongside."""
-    c = add_gaps(cert)
-    cols = KEYS + ["nominal", "reference", "movement", "second_order", "gap_second_order", "t_second_s", "first_order"]
-    cols += [k for k in ("second_order_tight", "gap_second_order_tight") if k in c]
+    c = gaps_with_floor(cert)
+    cols = KEYS + ["nominal", "reference", "movement", "second_order", "gap_second_order", "t_second_s", "first_order",
+                   "below_floor_second_order"]
+    cols += [k for k in ("second_order_tight", "gap_second_order_tight", "below_floor_second_order_tight") if k in c]
     b = baselines.copy()
     for k in ("radius",):
         b[k] = b[k].astype(float).round(12)
@@ -75,6 +79,8 @@ def comparison_table(m: pd.DataFrame, model: str) -> pd.DataFrame:
             "median_seconds": sub["seconds"].median(),
             "median_seconds_certificate": sub["t_second_s"].median(),
             "paper": PAPER.get((mode, method), ""),
+            "units_certificate_below_floor": int(sub["below_floor_second_order"].sum()),
+            "ratio_max_below_floor": bool(ratio.notna().any() and sub.at[ratio.idxmax(), "below_floor_second_order"]),
         })
     return pd.DataFrame(rows)
 
@@ -83,12 +89,16 @@ def slope_table(m: pd.DataFrame, model: str, slope_max_radius: float = 0.01) -> 
     rows = []
     ok = m[m["status"] == "ok"]
     for (mode, method), sub in ok.groupby(["mode", "method"]):
+        units = sub.drop_duplicates(KEYS)
+        cert = per_unit_slopes(units, "gap_second_order", slope_max_radius)
+        flags = slope_below_floor(units, "below_floor_second_order", slope_max_radius)
         rows.append({"model": model, "mode": mode, "method": method, "fit_radii": f"r ≤ {slope_max_radius}",
                      "median_slope": per_unit_slopes(sub, "gap", slope_max_radius).median(),
-                     "median_slope_certificate": per_unit_slopes(
-                         sub.drop_duplicates(KEYS), "gap_second_order", slope_max_radius).median(),
+                     "median_slope_certificate": cert.median(),
                      "paper_slope": PAPER_SLOPES.get((mode, method), ""),
-                     "paper_slope_certificate": 2.05})
+                     "paper_slope_certificate": 2.05,
+                     "units": int(units.groupby(UNIT_KEYS).ngroups),
+                     "certificate_slopes_below_floor": int(flags.sum())})
     return pd.DataFrame(rows)
 
 
@@ -228,6 +238,31 @@ def paper_measurements(table: pd.DataFrame, slopes: pd.DataFrame, head: pd.DataF
     return out
 
 
+def markdown_tables(table: pd.DataFrame, slopes: pd.DataFrame, head: pd.DataFrame, first_order: pd.DataFrame) -> str:
+    """The four tables of baselines.md, headers in words, each with its legend (`table_legend`); a ratio or slope
+    computed from certificate gaps below the solver noise floor is marked (a median: at least half of its units; the
+    largest ratio: the unit that attains it; the smallest: every unit)."""
+    if not len(table):  # no bound at all: the empty tables, as they are
+        return "\n".join(legend_table(t, cols) for t, cols in ((table, {}), (slopes, {}), (head, {}),
+                                                               (first_order, {})))
+    below, units = table["units_certificate_below_floor"], table["units"]
+    marks = {"ratio_median": [at_floor_count(b, u) for b, u in zip(below, units)],
+             "median_rel_gap_certificate": [at_floor_count(b, u) for b, u in zip(below, units)],
+             "ratio_min": [bool(u > 0 and b == u) for b, u in zip(below, units)],
+             "ratio_max": table["ratio_max_below_floor"].astype(bool).tolist()}
+    slope_marks = {"median_slope_certificate": [at_floor_count(b, u) for b, u in zip(
+        slopes["certificate_slopes_below_floor"], slopes["units"])]}
+    return "\n".join([
+        legend_table(table, table_legend.COMPARISON, floatfmt=".3g", marks=marks, hide=("ratio_max_below_floor",),
+                     floor=SOLVER_NOISE, notes=table_legend.NOTES),
+        "## Per-unit log-log slopes (medians)\n",
+        legend_table(slopes, table_legend.SLOPES, floatfmt=".3g", marks=slope_marks, floor=SOLVER_NOISE),
+        "## Overall\n",
+        legend_table(head, table_legend.HEADLINE, floatfmt=".3g"),
+        "## CROWN vs the first-order certificate at the smallest radius\n",
+        legend_table(first_order, table_legend.FIRST_ORDER, floatfmt=".3g")])
+
+
 def stage_report(base: pd.DataFrame, cert: pd.DataFrame, model: str) -> dict:
     """Every table of the baseline stage and its Markdown page: {"table", "slopes", "headline", "md",
     "measured", "label", "labels"} (the label names the model and grid)."""
@@ -245,20 +280,14 @@ def stage_report(base: pd.DataFrame, cert: pd.DataFrame, model: str) -> dict:
         f"# Baselines vs the second-order certificate — {label}\n",
         f"Methods (docs/baselines.md gives each one's auto_LiRPA counterpart):\n\n{method_lines}\n",
         f"The paper's CROWN is compared with `{PAPER_CROWN_METHOD}`, its α-CROWN with `{PAPER_ALPHA_METHOD}`.\n",
-        "Ratio = baseline gap / certificate gap on the same unit (paper: GPT-2 small, query position 4).\n",
-        table.to_markdown(index=False, floatfmt=".3g"),
-        "\n\n## Per-unit log-log slopes (medians)\n",
-        slopes.to_markdown(index=False, floatfmt=".3g"),
-        "\n\n## Overall\n",
-        head.to_markdown(index=False, floatfmt=".3g"),
-        "\n\n## CROWN vs the first-order certificate at the smallest radius\n",
-        first_order.to_markdown(index=False, floatfmt=".3g"),
-        f"\n\nSoundness: {len(unsound)} baseline bounds below an attained value (of {len(base)}).\n",
+        "Gap ratio = baseline gap / certificate gap on the same unit (paper: GPT-2 small, query position 4).\n",
+        markdown_tables(table, slopes, head, first_order),
+        f"\nSoundness: {len(unsound)} baseline bounds below an attained value (of {len(base)}).\n",
         f"\nUnits lost: {len(lost)} (unit, method) rows without a bound, of {len(base)} "
         f"({n_units} units × {base['method'].nunique()} methods).\n",
     ]
     if len(lost):
-        md.append(lost.to_markdown(index=False))
+        md.append(legend_table(lost, table_legend.LOST))
     measured = paper_measurements(table, slopes, head, first_order, lost, n_units)
     measured.update(beside_medians(base, {"crown": PAPER_CROWN_METHOD, "alpha_crown": PAPER_ALPHA_METHOD}))
     beside = pd.DataFrame([{"measured key": k, "median seconds per unit": v} for k, v in measured.items()
@@ -266,7 +295,7 @@ def stage_report(base: pd.DataFrame, cert: pd.DataFrame, model: str) -> dict:
     md += ["\n## Seconds per unit measured side by side\n",
            f"Medians over the same {measured['seconds_beside_units']} units, timed in the baseline job's process one "
            "after the other (`attncert.baselines.seconds_beside`); the paper's order of speeds is judged on these.\n",
-           beside.to_markdown(index=False, floatfmt=".3g"), ""]
+           legend_table(beside, table_legend.BESIDE, floatfmt=".3g")]
     return {"table": table, "slopes": slopes, "headline": head, "md": "\n".join(md), "label": label,
             "labels": labels, "measured": measured, "merged": m}
 

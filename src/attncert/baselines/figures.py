@@ -4,7 +4,9 @@ Top row: median relative gap vs radius of every method beside the second-order c
 the median per-unit ratio gap / certificate gap of the paper's CROWN and α-CROWN (`comparison`'s
 `ratio_to_certificate`, the quantity the paper's ratios and our verdicts use), with the paper's ratios
 from `data/paper_claims.yaml` drawn as labelled markers at their radii (a ratio claimed "at every radius"
-as a bar at each plotted radius). Legends sit below the axes.
+as a bar at each plotted radius). Legends sit below the axes. A median of the certificate's gap, or of a ratio
+to it, with at least half of its units' certificate gaps below the solver noise floor is drawn hollow: it is not a
+result (`reporting.noise_floor`).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import pandas as pd  # noqa: E402
 from attncert.baselines.comparison import KEYS, PAPER_ALPHA_METHOD, PAPER_CROWN_METHOD  # noqa: E402
 from attncert.figure_style import style  # noqa: E402
 from attncert.reporting.report_files import save_figure  # noqa: E402
+from attncert.reporting.noise_floor import at_floor_count  # noqa: E402
 
 #: the methods of the ratio row, and the claim-id prefix of the paper's ratio for each
 RATIO_METHODS = {PAPER_CROWN_METHOD: (style.method_name(PAPER_CROWN_METHOD), "crown_over_cert_"),
@@ -66,17 +69,28 @@ def _method_style(method: str) -> dict:
                 zorder=style.Z_OURS)
 
 
+def _at_floor(flags: pd.Series, radius: pd.Series) -> pd.Series:
+    """Per radius: at least half of the units' certificate gaps below the noise floor."""
+    return flags.astype(bool).groupby(radius).agg(lambda f: at_floor_count(f.sum(), len(f)))
+
+
 def figure_gap_vs_radius(m: pd.DataFrame, label: str, out_pdf, claims=()) -> None:
     """m: `comparison.merge` of the baseline and certification tables; claims: Paper A's (`claim_dicts`)."""
     ok = m[(m["status"] == "ok") & (m["gap"] > 0)]
-    cert = m.drop_duplicates(KEYS).assign(method="second_order", gap=lambda d: d["gap_second_order"],
-                                          rel_gap=lambda d: d["gap_second_order"] / d["movement"])
+    units = m.drop_duplicates(KEYS)
+    cert = units.assign(method="second_order", gap=lambda d: d["gap_second_order"],
+                        rel_gap=lambda d: d["gap_second_order"] / d["movement"])
     parts = [ok, cert[cert["gap"] > 0]]
+    floors = {("second_order", mode): _at_floor(g["below_floor_second_order"], g["radius"])
+              for mode, g in units.groupby("mode")}
     if "gap_second_order_tight" in m:
-        tight = m.drop_duplicates(KEYS).assign(method=TIGHT, gap=lambda d: d["gap_second_order_tight"],
-                                               rel_gap=lambda d: d["gap_second_order_tight"] / d["movement"])
+        tight = units.assign(method=TIGHT, gap=lambda d: d["gap_second_order_tight"],
+                             rel_gap=lambda d: d["gap_second_order_tight"] / d["movement"])
         parts.append(tight[tight["gap"] > 0])
+        floors.update({(TIGHT, mode): _at_floor(g["below_floor_second_order_tight"], g["radius"])
+                       for mode, g in units.groupby("mode")})
     allm = pd.concat(parts, ignore_index=True)
+    floored = False
     style.use()
     modes = sorted(allm["mode"].unique())
     fig = plt.figure(figsize=(5.2 * len(modes), 7.8))
@@ -93,17 +107,24 @@ def figure_gap_vs_radius(m: pd.DataFrame, label: str, out_pdf, claims=()) -> Non
                 continue
             q = g.groupby("radius")["rel_gap"].median()
             ax.plot(q.index * _dodge(method), q.values, label=style.method_label(method), **_method_style(method))
+            if (method, mode) in floors:
+                at = floors[(method, mode)].reindex(q.index, fill_value=False)
+                floored |= style.floor_points(ax, q.index * _dodge(method), q.values, at,
+                                              style.method_color(method)) is not None
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("radius r (markers offset slightly per method)", fontsize=style.FONT["tick"])
         ax.set_title(f"{mode} query: median relative gap")
 
     handles, labels = axes[0][0].get_legend_handles_labels()  # the same methods in both columns: one legend
+    if floored:
+        handles, labels = handles + [style.floor_handle()], labels + [style.FLOOR_LABEL]
     style.figure_legend(top, handles, labels, ncol=3)
     for col, mode in enumerate(modes):
         ax = axes[1][col]
         sub = ok[ok["mode"] == mode]
         radii = sorted(set(sub["radius"]))
+        hollow = False
         for method, (name, prefix) in RATIO_METHODS.items():
             g = sub[sub["method"] == method]
             if g.empty:
@@ -111,6 +132,8 @@ def figure_gap_vs_radius(m: pd.DataFrame, label: str, out_pdf, claims=()) -> Non
             q = g.groupby("radius")["ratio_to_certificate"].median()
             ax.plot(q.index, q.values, "o-", color=RATIO_COLORS[method], label=f"ours: {name} / certificate",
                     zorder=style.Z_OURS)
+            at = _at_floor(g["below_floor_second_order"], g["radius"]).reindex(q.index, fill_value=False)
+            hollow |= style.floor_points(ax, q.index, q.values, at, RATIO_COLORS[method]) is not None
             claimed = paper_ratios(claims, prefix, mode, radii)
             for at, lo, hi in (c for c in claimed if c[2] > c[1]):  # a range claimed at every radius: a band
                 style.paper_range(ax, min(at) / 1.1, max(at) * 1.1, lo, hi, color=RATIO_COLORS[method],
@@ -120,6 +143,9 @@ def figure_gap_vs_radius(m: pd.DataFrame, label: str, out_pdf, claims=()) -> Non
                 style.paper_marker(ax, [r for r, _ in points], [v for _, v in points], scatter=True,
                                    color=RATIO_COLORS[method], label=f"paper (GPT-2 small): {name}\n    "
                                    + ", ".join(f"{v:g}× at r = {r:g}" for r, v in points))
+        if hollow:
+            ax.plot([], [], ls="none", marker="o", mfc="white", mec="0.3", mew=1.5,
+                    label="hollow: the certificate's gap at the solver noise floor (ratio not a result)")
         ax.axhline(1.0, color="grey", lw=1, ls=":", label="ratio 1 (as tight as the certificate)")
         ax.set_xscale("log")
         ax.set_yscale("log")

@@ -15,7 +15,9 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
+from attncert.block import table_legend
 from attncert.integrity.file_integrity import atomic_path
+from attncert.reporting.table_legend import legend_table
 
 
 def derive(df: pd.DataFrame) -> pd.DataFrame:
@@ -54,7 +56,7 @@ def grid_label(df: pd.DataFrame) -> str:
     radii = ", ".join(f"{r:g}" for r in sorted(df["radius"].unique()))
     return (
         f"{model} ({family}): {n_t} transitions × {n_h} heads = {units} units; prompt {df['prompt'].iloc[0]}, "
-        f"query position {df['position'].iloc[0]}; query token's residual stream perturbed, l∞ box, r ∈ {{{radii}}}"
+        f"query position {df['position'].iloc[0]}; query token's residual stream perturbed, ℓ∞ box, r ∈ {{{radii}}}"
     )
 
 
@@ -79,14 +81,12 @@ def at_reference(df: pd.DataFrame, block: dict):
 
 
 def markdown_text(df: pd.DataFrame, title: str, notes: list[str]) -> str:
-    """The Markdown twin of a block table: `# title`, the table (4 significant digits), the notes as a list."""
-    return (
-        f"# {title}\n\n"
-        + df.to_markdown(index=False, floatfmt=".4g")
-        + "\n\n"
-        + "\n".join(f"- {n}" for n in notes)
-        + "\n"
-    )
+    """The Markdown twin of a block table: `# title`, the table (4 significant digits) with headers in words, and
+    its legend (every column's definition, `block.table_legend`, then the notes)."""
+    columns = {**table_legend.SUMMARY, **table_legend.CERTIFICATE}
+    if "quantity" in df:
+        columns = table_legend.paper_columns(df.columns[2])
+    return f"# {title}\n\n" + legend_table(df, columns, notes=notes)
 
 
 def write_table(df: pd.DataFrame, csv_path: str, md_path: str, title: str, notes: list[str]) -> None:
@@ -108,9 +108,8 @@ def stage_tables(units: pd.DataFrame, block: dict, claims: list) -> tuple[str, d
     r_ref, _ = at_reference(df, block)
     tables = {
         "summary": (summary_table(df), f"Block residual per radius — {label}", [
-            "Spearman ρ: CROWN looseness vs predicted looseness over the units at that radius (scipy.stats.spearmanr).",
-            "second_order_dev = ascent max / best-found second-order maximum − 1; crown_ge_ascent counts sound rows.",
-        ]),
+            table_legend.UNIT_NOTE, "CROWN looseness: CROWN's bound on max f / ascent maximum; predicted looseness: "
+            "per-operation sum / second-order maximum (radius independent)."]),
         "paper": (paper_table(df, block, claims), f"Paper A block residual experiment (GPT-2 small) vs ours — {label}",
                   ["Paper values from data/paper_claims.yaml (paper_a, block_*). Ours: this run; embedded-model "
                    "results are not GPT-2 results.", f"Rank correlations at r = {r_ref:g}."]),
@@ -324,20 +323,14 @@ def certificate_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 CERTIFICATE_NOTES = [
-    "Medians over units of bound on max f / ascent maximum of f (f = g - g(0) - grad g(0) . delta, the nonlinear "
-    "remainder); +inf bounds count as the largest.",
-    "second_order_certificate: Taylor's integral remainder with a rigorous enclosure of the Hessian's variation over "
-    "the box, bounded jointly as a positive semidefinite form by its own verified SDP dual or node by node, whichever "
-    "is smaller, and a verified SDP dual at the centre (block/certificate.py, block/remainder_form.py); +inf where an "
-    "enclosure reaches a singularity (the rsqrt input's range reaching 0).",
+    table_legend.UNIT_NOTE,
+    "The second-order block certificate: Taylor's integral remainder with a rigorous enclosure of the Hessian's "
+    "variation over the box, bounded jointly as a positive semidefinite form by its own verified SDP dual or node by "
+    "node, whichever is smaller, and a verified SDP dual at the centre (block/certificate.py, "
+    "block/remainder_form.py).",
     "The certificate columns of units.csv (certificate_f, certificate_g and their negations) are the second-order "
-    "certificate's alone, each re-derived from the weights by attncert audit; CROWN and alpha-CROWN are baselines "
+    "certificate's alone, each re-derived from the weights by attncert audit; CROWN and α-CROWN are baselines "
     "beside it, never a certificate.",
-    "alpha-CROWN: NaN when block.alpha_crown is off (it is on in the default and paper configurations).",
-    "gap on g / linear movement: (bound on max g - g(0) - r ||grad g||_1) / (r ||grad g||_1); for CROWN its bound on f "
-    "over r ||grad g||_1.",
-    "violations: rows where the certificate lies below the ascent maximum, or is NaN (must be 0).",
-    "cpu seconds per unit: per-transition CPU time of the phase over its heads, median over transitions.",
 ]
 
 

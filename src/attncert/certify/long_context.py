@@ -24,6 +24,7 @@ from attncert.certify.long_context_summary import (  # noqa: F401 - re-exported
 from attncert.certify.run import COLUMNS, certify_unit
 from attncert.head.problem import HeadProblem
 from attncert.head.specification import specification_direction
+from attncert.reporting.noise_floor import at_floor_count
 
 TABLE_COLUMNS = ["length"] + COLUMNS
 
@@ -79,7 +80,8 @@ def figure(table: pd.DataFrame, label: str, out_pdf, paper: dict | None = None, 
     paper: the paper's own numbers (GPT-2 small, at most 16 keys), drawn where it has them:
     {"rel_gap": {radius: median relative gap of the second-order certificate at 5 keys, fixed query},
      "seconds": {mode: median seconds per unit of the second-order certificate}}.
-    model_note: appended to the title (the embedded model: "the embedded model, not GPT-2")."""
+    model_note: appended to the title (the embedded model: "the embedded model, not GPT-2"). A median relative gap
+    with at least half of its units' gaps below the solver noise floor is drawn hollow (not a result)."""
     import matplotlib
     import matplotlib.ticker
     import matplotlib.transforms
@@ -110,6 +112,11 @@ def figure(table: pd.DataFrame, label: str, out_pdf, paper: dict | None = None, 
                 kw = dict(color=style.method_color(cert), marker=marker, ls=ls, ms=4, zorder=style.Z_OURS)
                 ax_gap.loglog(sub["n_keys"], sub[f"rel_gap_{cert}"], **kw)
                 ax_sec.loglog(sub["n_keys"], sub[f"{cert}_s"], **kw)
+                if f"below_floor_{cert}" in sub:
+                    at = [at_floor_count(b, u) for b, u in zip(sub[f"below_floor_{cert}"], sub["units"])]
+                    if style.floor_points(ax_gap, sub["n_keys"], sub[f"rel_gap_{cert}"], at, style.method_color(cert),
+                                          marker=marker, ms=5) is not None:
+                        extra.setdefault(style.FLOOR_LABEL, style.floor_handle())
             ax_sec.loglog(sub["n_keys"], sub[reference[mode][0]], color=style.method_color("exact"), marker=marker,
                           ls=ls, ms=4, zorder=style.Z_OURS)
         bad = at_mode.groupby("n_keys")["violations"].sum()

@@ -3,13 +3,18 @@ gap and seconds of each certificate, the claims' measured values, the grid label
 
 Pure (pandas and the unit tables' gaps), so the audit recomputes `figures/tables/{model}/long_context.md` and
 `long_context_measured.json` from `data/long_context/{model}/units.csv` with these functions
-(`attncert.audit.table_recompute`); the certification itself is `attncert.certify.long_context`.
+(`attncert.audit.table_recompute`); the certification itself is `attncert.certify.long_context`. A median
+relative gap is marked when at least half of its units' gaps are below the solver noise floor
+(`reporting.noise_floor`); the columns' wording: `certify.table_legend.LONG_CONTEXT`.
 """
 from __future__ import annotations
 
 import pandas as pd
 
-from attncert.reporting.unit_tables import add_gaps
+from attncert.certify import table_legend
+from attncert.reporting.table_files import positions_words
+from attncert.reporting.table_legend import legend_table
+from attncert.reporting.noise_floor import SOLVER_NOISE, at_floor_count, gaps_with_floor
 
 CERTS = ("first_order", "second_order", "second_order_tight")
 MODES = ("fixed", "varying")
@@ -19,15 +24,15 @@ def grid_label(df: pd.DataFrame, model: str) -> str:
     """The table's and the measured values' label: model, layer, heads, modes, query positions, passage, units."""
     layer = int(df["layer"].iloc[0])
     return (f"{model}: layer {layer}, {df['head'].nunique()} heads, "
-            f"{', '.join(sorted(df['mode'].unique()))} query, query positions "
-            f"{sorted(df['query_pos'].unique().tolist())}, passage data/long_context_passage.txt; {len(df)} units")
+            f"{' and '.join(sorted(df['mode'].unique()))} query, {positions_words(df['query_pos'].unique())}, "
+            f"passage data/long_context_passage.txt; {len(df)} units")
 
 
 def summary(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     """Per (mode, length, radius): median relative gap and seconds of each certificate; and the measured values of
     the claims per mode (largest length certified without a fallback or a violation, the gap there; fixed query:
     `long_context_*`, varying query: `long_context_varying_*`)."""
-    g = add_gaps(df)
+    g = gaps_with_floor(df)
     rows = []
     for (mode, T, r), sub in g.groupby(["mode", "length", "radius"]):
         row = dict(mode=str(mode), length=int(T), n_keys=int(sub["n_tokens"].iloc[0]), radius=float(r),
@@ -36,6 +41,7 @@ def summary(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
         for cert in CERTS:
             if f"rel_gap_{cert}" in sub:
                 row[f"rel_gap_{cert}"] = float(sub[f"rel_gap_{cert}"].median())
+                row[f"below_floor_{cert}"] = int(sub[f"below_floor_{cert}"].sum())
         row["first_order_s"] = float(sub["t_first_s"].median())
         row["second_order_s"] = float(sub["t_second_s"].median())
         row["second_order_tight_s"] = float(sub["t_second_tight_s"].median())
@@ -61,9 +67,9 @@ def summary(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
 
 
 def markdown(table: pd.DataFrame, label: str) -> str:
-    """One table per query mode."""
+    """One table per query mode, headers in words, each with its legend; medians at the noise floor marked."""
     cols = ["n_keys", "radius", "units", "rel_gap_first_order", "rel_gap_second_order", "rel_gap_second_order_tight",
-            "first_order_s", "second_order_s", "second_order_tight_s", "fallbacks", "violations"]
+            "first_order_s", "second_order_s", "second_order_tight_s", "below_floor", "fallbacks", "violations"]
     out = [f"# Long context (beyond the paper)\n\n{label}. Medians per number of attended keys; relative gap = "
            "(certificate - reference value) / output movement range, the reference value being the exact worst "
            "case (fixed query) or the best ascent value (varying query: no exact value exists). The paper certifies "
@@ -71,11 +77,15 @@ def markdown(table: pd.DataFrame, label: str) -> str:
            "(`data/long_context/{model}/units_certificates.npz`) and audited by `attncert audit` (audit.md beside "
            "this table).\n"]
     for mode in MODES:
-        sub = table[table["mode"] == mode]
+        sub = table[table["mode"] == mode].reset_index(drop=True)
         if not len(sub):
             continue
         ref = ["exact_s"] if mode == "fixed" else ["ascent_s"]
         title = "Fixed query" if mode == "fixed" else "Varying query (the query token moves too)"
-        out.append(f"\n## {title}\n\n" + sub[cols[:6] + ref + cols[6:]].to_markdown(index=False, floatfmt=".4g")
-                   + "\n")
+        counts = [f"below_floor_{c}" for c in CERTS]
+        shown = sub.assign(below_floor=[" / ".join(str(int(v)) for v in r) for r in sub[counts].to_numpy()])
+        marks = {f"rel_gap_{c}": [at_floor_count(b, u) for b, u in zip(sub[f"below_floor_{c}"], sub["units"])]
+                 for c in CERTS}
+        out.append(f"\n## {title}\n\n" + legend_table(shown[cols[:6] + ref + cols[6:]], table_legend.LONG_CONTEXT,
+                                                         marks=marks, floor=SOLVER_NOISE))
     return "".join(out)

@@ -228,3 +228,23 @@ def not_reached_marker(ax, x, top, color, label: str | None = None, **kw):
     (artist,) = ax.plot(x, [top] * len(x), ls="none", marker="^", ms=9, mfc="none", mec=color, mew=1.5,
                         label=label, zorder=Z_OURS, **kw)
     return artist
+
+
+#: the legend entry of a value at the solver noise floor (docs/certificate.md §6.1)
+FLOOR_LABEL = "hollow: at the solver noise floor (not a result)"
+
+
+def floor_points(ax, x, y, at_floor, color, marker: str = "o", ms: float = 6, zorder: float = 6, **kw):
+    """Redraw the points of a series whose value is at the solver noise floor as hollow markers (white face, the
+    series' colour as edge), above every series; returns the artist, or None when no point is at the floor."""
+    pts = [(xi, yi) for xi, yi, f in zip(x, y, at_floor) if f]
+    if not pts:
+        return None
+    (artist,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], ls="none", marker=marker, ms=ms, mfc="white",
+                        mec=color, mew=1.5, zorder=zorder, **kw)
+    return artist
+
+
+def floor_handle(color: str = "#333333", marker: str = "o") -> Line2D:
+    """A legend proxy of `floor_points`."""
+    return Line2D([], [], ls="none", marker=marker, ms=6, mfc="white", mec=color, mew=1.5)

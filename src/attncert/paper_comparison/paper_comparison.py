@@ -22,6 +22,7 @@ import pandas as pd
 
 from attncert.paper_comparison.claims import Claim, Claims, load_claims
 from attncert.paper_comparison.sentence_tally import beyond_table, sentence_table
+from attncert.paper_comparison.table_legend import legend, part_words, rows_words
 from attncert.paper_comparison.verdict import KINDS, REPRODUCED, verdict
 
 #: measured files whose values come from random small heads, not from the run's model
@@ -196,16 +197,19 @@ def to_markdown(table: pd.DataFrame, claims: Claims, measured: dict, model: str)
            "Verdicts and their rule: `attncert.paper_comparison.verdict`; tolerances, directions and reasons: "
            "`data/paper_claims.yaml`. A result on another model or suite than the claim's is at best "
            "`qualitative` for a magnitude of the paper's set-up; the `note` column gives the uncapped verdict.\n",
-           f"**Verdicts, one per sentence of the papers ({len(sentences)} sentences; "
+           f"**Verdicts, one per sentence of the papers ({len(sentences)} sentences holding "
+           f"{len(table) - len(beyond)} claims, each sentence judged by its least favourable claim; "
            "`attncert.paper_comparison.sentence_tally`):"
            f"** {counts_line(sentences)}. Beyond the paper ({len(beyond)} variants, tallied apart): "
            f"{counts_line(beyond)}.\n",
-           f"**Verdicts per claim ({len(table)} claims):** {counts_line(table)}. Capped at qualitative by a set-up or "
+           f"**Verdicts per row ({rows_words(table)}):** {counts_line(table)}. Capped at qualitative by a set-up or "
            f"metric difference: {capped}.\n"]
     for paper in ("A", "B"):
         part = table[table["paper"] == paper]
-        out += [f"## Paper {paper} ({claims.models[paper]}) — {counts_line(part)}\n",
-                md_table(part.drop(columns=["paper", "uncapped", "sentence", "english", "beyond"])), ""]
+        shown = part.drop(columns=["paper", "uncapped", "sentence", "english", "beyond"])
+        out += [f"## Paper {paper} ({claims.models[paper]}) — {part_words(part)}\n",
+                f"Per row: {counts_line(part)}. Per sentence: {counts_line(sentence_table(part))}.\n",
+                md_table(shown), "", legend(shown.columns)]
     out += ["## Grids that produced ours\n"] + [f"- **{s}**: {g}" for s, g in sorted(grids(measured).items())]
     for paper in ("A", "B"):
         out += [f"\n## Paper {paper}: statements no measurement checks\n"]

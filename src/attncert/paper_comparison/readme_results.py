@@ -30,6 +30,7 @@ import pandas as pd
 from attncert.paper_comparison.claims import load_claims
 from attncert.paper_comparison.paper_comparison import comparison_table, counts_line, grids, md_table
 from attncert.paper_comparison.sentence_tally import beyond_table, sentence_table
+from attncert.paper_comparison.table_legend import legend, part_words, rows_words
 from attncert.paper_comparison.verdict import QUALITATIVE, REPRODUCED, STRONGER
 
 CLAIMS = Path("data/paper_claims.yaml")        # paths relative to the repository root (run from there)
@@ -55,16 +56,14 @@ def _capped_line(sentences: pd.DataFrame) -> str:
 
 def render_tally(table: pd.DataFrame, model: str) -> str:
     """The README block: one verdict per sentence of the papers, overall and per paper, the variants beyond the
-    paper apart, and where the full table is."""
+    paper apart, and where the full table is (its row count explained: the papers' claims plus the variants)."""
     sentences, beyond = sentence_table(table), beyond_table(table)
-    lines = [f"**{len(sentences)} sentences of the papers ({len(table) - len(beyond)} claims), ours on {model} "
-             f"(Paper A's on GPT-2 small), one verdict each:** {counts_line(sentences)}. {_capped_line(sentences)}", ""]
+    lines = [f"**{len(sentences)} sentences of the papers ({len(table) - len(beyond)} claims; a sentence gets its "
+             f"worst claim's verdict), ours on {model}:** {counts_line(sentences)}. {_capped_line(sentences)}", ""]
     lines += [f"- {title}: {counts_line(sentences[sentences['paper'] == paper])}" for paper, title in PAPERS]
     lines += [f"- Beyond the paper ({len(beyond)} variants, tallied apart): {counts_line(beyond)}"]
-    lines += [
-        "",
-        "Every claim, the paper's value, ours, the tolerance and our grid: [docs/results.md](docs/results.md).",
-    ]
+    lines += ["", f"Per claim ({len(table)} rows: the {len(table) - len(beyond)} and {len(beyond)} variants beyond the "
+                  "papers), with tolerances and grids: [docs/results.md](docs/results.md)."]
     return "\n".join(lines)
 
 
@@ -86,10 +85,12 @@ def render_results(table: pd.DataFrame, model: str, grids: dict[str, str]) -> st
              "`n/a` (not measured). A magnitude of GPT-2's heads measured on another model, or of the authors' "
              "witness suite measured on ours, is at best `qualitative`; `before cap` gives the verdict the "
              "numbers alone would get.", "",
-             f"**Verdicts, one per sentence of the papers ({len(sentences)} sentences; "
+             f"**Verdicts, one per sentence of the papers ({len(sentences)} sentences holding "
+             f"{len(table) - len(beyond)} claims, each sentence judged by its least favourable claim; "
              "`attncert.paper_comparison.sentence_tally`):** "
              f"{counts_line(sentences)}. {_capped_line(sentences)} Beyond the paper ({len(beyond)} variants, tallied "
-             f"apart): {counts_line(beyond)}. Per claim ({len(table)} claims): {counts_line(table)}.", "",
+             f"apart): {counts_line(beyond)}. The tables below have one row per claim, so they count more than the "
+             f"sentences: per row ({rows_words(table)}): {counts_line(table)}.", "",
              "A run writes the same table with notes and the papers' sentences to "
              "`figures/tables/<model>/paper_vs_reproduced.md`. The figures behind the rows, each with the paper's "
              "own numbers drawn beside ours: [figures.md](figures.md).", ""]
@@ -98,7 +99,9 @@ def render_results(table: pd.DataFrame, model: str, grids: dict[str, str]) -> st
         shown = part[RESULTS_COLUMNS].assign(
             **{"before cap": part["uncapped"].where(part["uncapped"] != part["verdict"], "")}
         )
-        lines += [f"## {title} — {counts_line(part)}", "", md_table(shown), ""]
+        lines += [f"## {title} — {part_words(part)}", "",
+                  f"Per row: {counts_line(part)}. Per sentence: {counts_line(sentence_table(part))}.", "",
+                  md_table(shown), "", legend(shown.columns)]
     lines += ["## Grids that produced ours", ""] + [f"- {s}: {g}" for s, g in sorted(grids.items())]
     return "\n".join(lines) + "\n"
 
