@@ -278,3 +278,28 @@ def test_the_audit_summary_lists_the_block_numbers_in_one_order_whatever_the_rec
         assert summary_markdown(records, "m", 1.0, [1]) == first
     rows = [line.split(" | ")[1] for line in first.splitlines() if line.startswith("| block |")]
     assert rows == sorted(rows)
+
+
+def test_a_failed_audit_names_the_command_that_regenerates_each_failing_output():
+    """The summary's last word on a failure is what to run: the damaged output as target before `--forcerun` (which
+    reads every later word as a rule), one line per output, none when nothing failed."""
+    from attncert.audit.audit_table import summary_markdown
+
+    def rec(table, layer="", status="fail"):
+        return {"table": table, "layer": layer, "row": 0, "number": "first_order", "status": status,
+                "check": "c", "reason": "r", "margin": -1.0}
+
+    fails = [rec("certify", 3), rec("certify", 3), rec("block", 1), rec("weights", 2), rec("certification.md"),
+             rec("minip_sweep.csv"), rec("README.md"), rec("long_context tables")]
+    text = summary_markdown(fails, "m", 1.0, [3])
+    step = text.split("Next step:")[1]
+    for line in ("- `snakemake --cores all data/certify/m/layer3.csv --forcerun certify_layer`",
+                 "- `snakemake --cores all data/block/m/units.csv --forcerun block_transition`",
+                 "- `snakemake --cores all data/extract/m/layer2.npz --forcerun extract`",
+                 "- `snakemake --cores all --force figures/tables/m/certification.md`",
+                 "- `snakemake --cores all --force figures/tables/minip/{grid}/minip_sweep.csv`",
+                 "- `snakemake --cores all --forcerun long_context_certify`",
+                 "figures/tables/m/paper_vs_reproduced.json"):
+        assert line in step, step
+    assert step.count("data/certify/m/layer3.csv") == 1
+    assert "Next step" not in summary_markdown([rec("certify", 3, "pass")], "m", 1.0, [3])

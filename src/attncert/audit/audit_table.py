@@ -158,6 +158,40 @@ def _summary_key(r: dict) -> tuple[str, str]:
     return "summary tables", r["table"]
 
 
+STAGE_RULES = {"certify": "certify_layer", "baselines": "baselines_layer", "block": "block_transition",
+               "long_context": "long_context_certify"}
+
+
+def next_steps(fails: list[dict], model: str, grid: str = "{grid}") -> list[str]:
+    """One command per damaged output the failing records point to (its target before `--forcerun`, which takes
+    every later word as a rule name), in the order of first failure."""
+    steps = []
+    for r in fails:
+        t = r["table"]
+        if t == "certify":
+            step = f"`snakemake --cores all data/certify/{model}/layer{r['layer']}.csv --forcerun certify_layer`"
+        elif t == "long_context":
+            step = f"`snakemake --cores all data/long_context/{model}/units.csv --forcerun long_context_certify`"
+        elif t == "block":
+            step = f"`snakemake --cores all data/block/{model}/units.csv --forcerun block_transition`"
+        elif t == "weights" and str(r["layer"]).isdigit():
+            step = f"`snakemake --cores all data/extract/{model}/layer{r['layer']}.npz --forcerun extract`"
+        elif t == "weights":
+            step = "the checkpoint on disk is not the run's: rerun the pipeline, `snakemake --cores all --forceall`"
+        elif t in ("README.md", "results.md"):
+            step = ("adopt this run as the reference run: `.venv/bin/python -m "
+                    f"attncert.paper_comparison.readme_results figures/tables/{model}/paper_vs_reproduced.json`")
+        elif t.endswith(" tables"):  # a stage's row tables could not be read back: that stage again
+            rule = STAGE_RULES.get(t.removesuffix(" tables"), t.removesuffix(" tables"))
+            step = f"`snakemake --cores all --forcerun {rule}`"
+        else:
+            folder = f"figures/tables/minip/{grid}" if t.startswith("minip_") else f"figures/tables/{model}"
+            step = f"`snakemake --cores all --force {folder}/{t}`"
+        if step not in steps:
+            steps.append(step)
+    return steps
+
+
 def summary_markdown(records: list[dict], model: str, seconds: float, layers: list[int],
                      coverage: CoverageConfig | None = None, stage_seconds: dict | None = None) -> str:
     keyed = [(_summary_key(r), r) for r in records]
@@ -207,8 +241,9 @@ def summary_markdown(records: list[dict], model: str, seconds: float, layers: li
         lines += ["", "Completeness not checked: a row selection (`--rows`)."]
     if fails:
         lines += ["", "Next step: each failing row names its check ([docs/audit.md](../../../docs/audit.md) says what "
-                  "each one proves). A file that was edited or damaged is regenerated with `snakemake --cores all "
-                  "--forcerun <its rule>`; then run the audit again."]
+                  "each one proves). Regenerate what failed, then run the audit again:", ""]
+        grid = ((coverage.config if coverage else {}).get("minip") or {}).get("name", "{grid}")
+        lines += [f"- {step}" for step in next_steps(fails, model, grid)]
     lines += ["", BASELINE_NOTE, ""]
     return "\n".join(lines)
 
