@@ -49,4 +49,4 @@ unarchive:
 	PYTHONPATH=src $(PYTHON) -m attncert.provenance.run_archive unpack $(ARCHIVE)
 
 clean:
-	rm -rf data/extract data/certify data/baselines data/block data/minip data/logs data/long_context data/run data/audit benchmarks figures/minip figures/certify figures/baselines figures/block figures/tables .snakemake
+	rm -rf data/extract data/certify data/baselines data/block data/minip data/logs data/long_context data/run data/audit benchmarks figures/minip figures/certify figures/baselines figures/block figures/long_context figures/report figures/tables .snakemake

@@ -77,7 +77,7 @@ rule baselines_figure:
     output:
         pdf=BASELINE_FIGURE,
         png=report(BASELINE_FIGURE.replace(".pdf", ".png"), caption="../report/baselines_gap.rst",
-                   category="Paper A, baselines"),
+                   category="2 Paper A, baselines", subcategory="Figures", labels={"figure": "gap vs radius"}),
     params:
         model=MODEL_CFG,
         code=code("baselines_figure.py"),

@@ -107,7 +107,8 @@ rule block_figure:
     output:
         pdf="figures/block/{model}/{block_figure}.pdf",
         png=report("figures/block/{model}/{block_figure}.png", caption="../report/block.rst",
-                   category="Paper A, block residual"),
+                   category="3 Paper A, block residual", subcategory="Figures",
+                   labels=lambda wc: {"figure": wc.block_figure.replace("_", " ")}),
     params:
         block=config["block"],
         model=MODEL_CFG,

@@ -63,7 +63,8 @@ rule certify_figure:
     output:
         pdf="figures/certify/{model}/{certify_figure}.pdf",
         png=report("figures/certify/{model}/{certify_figure}.png", caption="../report/certify.rst",
-                   category="Paper A, certificates"),
+                   category="1 Paper A, certification", subcategory="Figures",
+                   labels=lambda wc: {"figure": wc.certify_figure.replace("_", " ")}),
     params:
         model=MODEL_CFG,
         code=code("certify_figure.py"),

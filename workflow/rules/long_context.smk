@@ -81,7 +81,8 @@ rule long_context_report:
     output:
         pdf="figures/long_context/{model}/gap_and_time_vs_keys.pdf",
         png=report("figures/long_context/{model}/gap_and_time_vs_keys.png", caption="../report/long_context.rst",
-                   category="Paper A, long context (beyond the paper)"),
+                   category="4 Paper A, long context (beyond the paper)",
+                   subcategory="Figures", labels={"figure": "gap and time vs keys"}),
         md="figures/tables/{model}/long_context.md",
         measured="figures/tables/{model}/long_context_measured.json",
     params:

@@ -150,7 +150,8 @@ rule minip_figure:
                               if "claims" in _MINIP_FIGURE_NAMES[wc.minip_figure] else {})}),
     output:
         pdf="figures/minip/{grid}/{minip_figure}.pdf",
-        png=report("figures/minip/{grid}/{minip_figure}.png", caption="../report/minip.rst", category="Paper B, Min-IP"),
+        png=report("figures/minip/{grid}/{minip_figure}.png", caption="../report/minip.rst", category="5 Paper B, Min-IP",
+                   subcategory="Figures", labels=lambda wc: {"figure": wc.minip_figure.replace("_", " ")}),
     params:
         grid=MINIP_NAME,
         threshold=MINIP_THRESHOLD,

@@ -3,7 +3,7 @@ share of units certified within a fraction of their movement range.
 
 Inputs: the concatenated per-layer tables `data/certify/{model}/layer{L}.csv` and Paper A's claims
 (`claim_dicts(data/paper_claims.yaml, "paper_a")`): wherever a claim has a number at a plotted point, the
-paper's value is drawn as a labelled marker beside ours (`paper_points`). Every figure title names the
+paper's value is drawn as a labelled marker beside ours (`paper_marks`). Every figure title names the
 model and the grid, so embedded-model results are never read as GPT-2's; legends sit outside the axes.
 Names, colours, sizes and the paper's marks: `figure_style.style` (the paper's marks under our series). A median
 or slope computed from gaps below the solver noise floor (`reporting.noise_floor`, docs/certificate.md §6.1)
@@ -12,14 +12,14 @@ is drawn apart from the distribution.
 """
 from __future__ import annotations
 
-import re
-
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from attncert.certify.paper_marks import paper_points, paper_shares  # noqa: E402
+from attncert.certify.spread_figure import figure_gap_spread  # noqa: E402
 from attncert.figure_style import style  # noqa: E402
 from attncert.reporting.report_files import grid_label, save_figure  # noqa: E402
 from attncert.reporting.table_legend import floor_words  # noqa: E402
@@ -29,39 +29,6 @@ from attncert.reporting.unit_tables import add_gaps, per_unit_slopes, share_with
 
 CERTS = {c: style.method_label(c) for c in ("first_order", "second_order", "second_order_tight")}
 COLORS = {c: style.method_color(c) for c in CERTS}
-
-
-def paper_points(claims, prefix: str) -> list[tuple[float, float]]:
-    """(radius, paper value) of every claim whose id is `prefix` followed by the radius, e.g.
-    second_order_rel_gap_r0.002 -> (0.002, 0.004); only single numbers (a band is not a point)."""
-    out = []
-    for c in claims or ():
-        m = re.fullmatch(re.escape(prefix) + r"([0-9.]+)", c["id"])
-        if m and isinstance(c["value"], (int, float)):
-            out.append((float(m.group(1)), float(c["value"])))
-    return sorted(out)
-
-
-def paper_shares(claims, radii) -> list[tuple[str, list[float], float, str]]:
-    """(label, radii, share, "≥" or ">") of the paper's "share certified within x%" claims, placed at the
-    plotted radii their unit names (`r ≤ x`: every plotted radius up to x; `r = x`: that radius)."""
-    out = []
-    for cid, within in (("within_10pct_small_r", "10%"), ("within_1pct_r0.001", "1%")):
-        c = next((c for c in claims or () if c["id"] == cid), None)
-        if c is None:
-            continue
-        if m := re.search(r"r ≤ ([0-9.]+)", c["unit"]):
-            at = [r for r in radii if r <= float(m.group(1)) * (1 + 1e-9)]
-            where = f"r ≤ {m.group(1)}"
-        elif m := re.search(r"r = ([0-9.]+)", c["unit"]):
-            at = [float(m.group(1))]
-            where = f"r = {m.group(1)}"
-        else:
-            continue
-        op = ">" if c.get("strict") else "≥"
-        share = "every unit" if op == "≥" and c["value"] == 1 else f"{op} {c['value']:g} of the units"
-        out.append((f"paper (GPT-2 small): {share} within {within} at {where}", at, float(c["value"]), within))
-    return out
 
 
 def legend_below(ax, ncol: int = 1, handles=None, labels=None) -> None:
@@ -224,7 +191,7 @@ def figure_certified_within(df: pd.DataFrame, model: str, out_pdf, claims=()):
 
 #: figure name (= file name under figures/certify/{model}/) -> drawing function (names: `figure_names.FIGURE_NAMES`)
 FIGURES = {"relative_gap_vs_radius": figure_relative_gap, "gap_over_secant_bound": figure_gap_over_secant,
-           "certified_within": figure_certified_within}
+           "certified_within": figure_certified_within, "relative_gap_spread": figure_gap_spread}
 
 
 def draw(name: str, df: pd.DataFrame, model: str, out_pdf, claims=()) -> None:
