@@ -87,7 +87,7 @@ def test_seaborn_draws_every_unit_and_whiskers_span_them(monkeypatch):
                                                                                  shown["rel_gap"].max())
     assert "(2 with a gap ≤ 0 or not finite, not drawn" in figs[0].axes[0].get_title()
     assert "not drawn" not in figs[0].axes[1].get_title()
-    assert figs[0].get_suptitle().startswith("Spread of the per-unit relative gap — synthetic: 1 layers × 12 heads")
+    assert figs[0].get_suptitle().startswith("Spread of the per-unit relative gap — synthetic: 1 layer × 12 heads")
 
 
 def test_the_papers_medians_and_bounds_sit_at_the_second_order_boxes(monkeypatch):

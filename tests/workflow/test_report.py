@@ -93,7 +93,8 @@ def render_caption(path: Path, wildcards: dict, categories, params=None, input=N
     """(HTML body, docutils messages) of one caption as Snakemake renders it: Jinja with `snakemake`, `categories`
     and `files`, then reST."""
     snakemake = SimpleNamespace(wildcards=SimpleNamespace(**wildcards), config={"model": {"name": "tiny-gpt2",
-                                                                                          "source": "embedded"}},
+                                                                                          "source": "embedded"},
+                                                                                "minip": {"name": "default"}},
                                 params=SimpleNamespace(**(params or {})), input=SimpleNamespace(**(input or {})))
     env = Environment(trim_blocks=True, lstrip_blocks=True)  # as Snakemake's report sets it up
     text = env.from_string(path.read_text() + _links(categories)).render(
