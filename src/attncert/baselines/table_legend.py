@@ -7,7 +7,7 @@ bound − the reference value (exact worst case for a fixed query, best ascent v
 """
 from __future__ import annotations
 
-from attncert.reporting.table_legend import Column
+from attncert.reporting.table_legend import UNIT_KEY, Column
 
 _UNIT = ("unit: one (layer, head, prompt, query position, ball, query mode, r); gap: upper bound − reference value "
          "(the exact worst case for a fixed query, the best ascent value for a varying one); relative gap: gap / "
@@ -86,11 +86,7 @@ FIRST_ORDER = {
 }
 
 LOST = {
-    "layer": Column("layer", "transformer layer of the head"),
-    "head": Column("head", "attention head within the layer"),
-    "prompt": Column("prompt", "index of the prompt the tokens come from"),
-    "query_pos": Column("query position", "position of the query token in the prompt"),
-    "norm": Column("ball", "the perturbation set: linf = ℓ∞ ball, l2 = ℓ2 ball"),
+    **UNIT_KEY,
     "mode": COMMON["mode"],
     "radius": COMMON["radius"],
     "method": COMMON["method"],

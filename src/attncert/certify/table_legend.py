@@ -9,7 +9,7 @@ Terms used throughout: a *unit* is one (layer, head, prompt, query position, nor
 """
 from __future__ import annotations
 
-from attncert.reporting.table_legend import Column
+from attncert.reporting.table_legend import UNIT_KEY, Column
 
 _RELATIVE = "(certificate − reference value) / movement range"
 _FIRST, _SECOND, _TIGHT = ("first-order certificate", "second-order certificate (paper-like)",
@@ -94,11 +94,7 @@ SLOPES = {
 }
 
 VIOLATIONS = {
-    "layer": Column("layer", "transformer layer of the head"),
-    "head": Column("head", "attention head within the layer"),
-    "prompt": Column("prompt", "index of the prompt the tokens come from"),
-    "query_pos": Column("query position", "position of the query token in the prompt"),
-    "norm": Column("ball", "the perturbation set: linf = ℓ∞ ball, l2 = ℓ2 ball"),
+    **UNIT_KEY,
     "mode": COMMON["mode"],
     "radius": COMMON["radius"],
     "quantity": Column("upper bound", "the bound found below an attained value (exact hi or a certificate)"),

@@ -29,6 +29,16 @@ class Column:
     meaning: str
 
 
+#: the columns that name one unit of a head's row tables (layer, head, prompt, query position, ball)
+UNIT_KEY = {
+    "layer": Column("layer", "transformer layer of the head"),
+    "head": Column("head", "attention head within the layer"),
+    "prompt": Column("prompt", "index of the prompt the tokens come from"),
+    "query_pos": Column("query position", "position of the query token in the prompt"),
+    "norm": Column("ball", "the perturbation set: linf = ℓ∞ ball, l2 = ℓ2 ball"),
+}
+
+
 def floor_words(floor: float) -> str:
     """1e-07 -> '1e-7'."""
     return f"{floor:g}".replace("e-0", "e-")
