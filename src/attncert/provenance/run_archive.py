@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import hashlib
 import io
 import json
 import os
@@ -39,6 +38,8 @@ import sys
 import tarfile
 import time
 from pathlib import Path
+
+from attncert.integrity.file_integrity import file_checksum  # standard library only as well
 
 FORMAT = 1
 MANIFEST = "attncert-archive.json"
@@ -55,11 +56,7 @@ class ArchiveError(Exception):
 
 
 def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    return file_checksum(path)["sha256"]
 
 
 def record_path(metadata: Path, key: str) -> Path:
