@@ -30,7 +30,7 @@ heads = list(p.heads)
 C = specification_rows(nxt["W_V"], nxt["W_O"], L + 1, heads, prompt, position, p.spec_seed)
 logging.info("transition %d -> %d (%s): %d heads, %d attended keys, d = %d, radii %s", L, L + 1, tr.family,
              len(heads), len(tr.keys), tr.d, b["radii"])
-phases = tqdm(total=6 + bool(b.get("alpha_crown", False)), desc=f"block transition {L}", file=sys.stderr)
+phases = tqdm(total=7 + bool(b.get("alpha_crown", False)), desc=f"block transition {L}", file=sys.stderr)
 t0 = time.perf_counter()
 stored = {}
 rows, timings = analyze_transition(

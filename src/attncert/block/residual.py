@@ -35,7 +35,8 @@ Quantities (all second-order maxima scale exactly as r^2; they are computed at r
 * effective rank of the curvature: (sum |mu_k|)^2 / sum mu_k^2 over the eigenvalues mu of H
   (the participation ratio of the eigenvalue magnitudes: d for a flat spectrum, 1 for rank one).
 * ascent: multi-start projected sign-gradient ascent on f itself (exact float64 evaluation),
-  a lower bound on max f.
+  a lower bound on max f. Its starts: +-u* and +-u2 of the box-QP search, random vertices, and +- the best
+  vertices of the SDP relaxation's hyperplane rounding (`sdp_rounding`; a search heuristic, no bound).
 """
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ from attncert.block.certificate import certify_transition
 from attncert.block.crown import crown_bounds
 from attncert.block.box_qp import (QuadraticForms, box_qp_max, box_qp_upper, effective_rank, entropy_rank,
                                    spectral_ratio, stable_rank)
+from attncert.block.sdp_rounding import sdp_rounding_vertices
 
 
 # --------------------------------------------------------------------------------------------------
@@ -292,15 +294,28 @@ def _distinct_second(vals: torch.Tensor, us: torch.Tensor, best: torch.Tensor) -
     return out
 
 
+def rounding_starts(H: torch.Tensor, count: int, seed: int, exclude: torch.Tensor | None = None) -> torch.Tensor:
+    """Starts of the ascent on f from the SDP relaxation of the centre quadratic: the `count` best rounded
+    vertices u of max u^T H u (other than the sign vertices of `exclude` (m, E, d), starts already taken) and
+    their negations -u (f is not even), (m, 2 count, d); (m, 0, d) for count 0."""
+    if count <= 0:
+        return H.new_zeros(H.shape[0], 0, H.shape[-1])
+    u = sdp_rounding_vertices(H, count, seed=seed, exclude=exclude)
+    return torch.cat([u, -u], dim=1)
+
+
 def analyze_transition(tr: BlockTransition, C: np.ndarray, radii, *, qp_starts: int = 64, qp_steps: int = 50,
                        qp_sweeps: int = 10, sdp_iterations: int = 10, ascent_restarts: int = 8,
                        ascent_steps: int = 120, seed: int = 0, reference: np.ndarray | None = None,
-                       certificate_pieces: int = 8, alpha_crown: bool = True,
+                       certificate_pieces: int = 8, alpha_crown: bool = True, sdp_rounding_starts: int = 4,
                        progress=None, keep: dict | None = None) -> tuple[list[dict], dict]:
     """All block-residual quantities of one transition for the specification rows C (m, d).
 
     Returns (rows, timings): one row per (row of C, radius) with the quantities of the module
     docstring scaled to radius r (second-order quantities times r^2), and per-phase CPU seconds.
+    The ascent on f starts from +-u*, +-u2, random vertices (`ascent_restarts` in all) and +- each of the
+    `sdp_rounding_starts` best SDP-rounding vertices of the centre Hessian other than +-sign(u*), +-sign(u2)
+    (0: none; phase `sdp_rounding`: the rounding and the assembly of the starts).
     """
     import time
 
@@ -353,13 +368,16 @@ def analyze_transition(tr: BlockTransition, C: np.ndarray, radii, *, qp_starts: 
     spec_ratio = spectral_ratio(cv.hessian)
     ent_rank, stab_rank = entropy_rank(cv.hessian), stable_rank(cv.hessian)
     t0 = tick("per_op", t0)
-    # ascent on f: starts +-u*, +-(second local maximum), random vertices
+    # ascent on f: starts +-u*, +-(second local maximum), random vertices, +-(SDP rounding vertices)
     u2 = _distinct_second(vals, us, u_star)
     a_starts = torch.sign(torch.randn(m, max(ascent_restarts, 1), d, dtype=DTYPE, generator=gen))
     fixed = [u_star, -u_star, u2, -u2]
     for k in range(min(len(fixed), ascent_restarts)):
         a_starts[:, k] = fixed[k]
-    best, _ = ascent(tr, Ct, cv.g0, cv.gradient, radii, a_starts, ascent_steps)
+    rounded = rounding_starts(cv.hessian, sdp_rounding_starts, int(seed) * 1000003 + tr.layer,
+                              exclude=torch.stack([u_star, u2], dim=1))
+    t0 = tick("sdp_rounding", t0)
+    best, _ = ascent(tr, Ct, cv.g0, cv.gradient, radii, torch.cat([a_starts, rounded], dim=1), ascent_steps)
     t0 = tick("ascent", t0)
     try:
         crown, crown_lo = crown_bounds(tr, Ct.numpy(), cv.g0.numpy(), cv.gradient.numpy(), radii)   # (R, m)
