@@ -5,7 +5,7 @@ ascent (`block.residual.ascent`; a lower bound on max f over the box, the tightn
 +-u*, +-u2 of the box-QP search on the centre Hessian and random vertices; `sdp_rounding_starts` adds +- the best
 vertices of the hyperplane rounding of the SDP relaxation of the centre quadratic (`block.sdp_rounding`). Per
 transition, `analyze_transition` runs twice with the default configuration's block settings (radii, qp_starts,
-sdp_iterations, ascent_restarts, ascent_steps, seed, certificate_pieces): sdp_rounding_starts = 0 (before) and
+sdp_iterations, ascent_restarts, ascent_steps, seed): sdp_rounding_starts = 0 (before) and
 --rounding-starts (after); alpha-CROWN is off (it does not depend on the starts). Compared per (unit, radius):
 
 * ascent_max after / before (>= 1 up to rounding: the before starts are a subset of the after starts, same seed),
@@ -87,7 +87,7 @@ def run_pair(tr, C, b: dict, rounding_starts: int, ascent_steps: int) -> dict:
         rows, timings = analyze_transition(
             tr, C, b["radii"], qp_starts=b["qp_starts"], sdp_iterations=b["sdp_iterations"],
             ascent_restarts=b["ascent_restarts"], ascent_steps=ascent_steps, seed=b["seed"],
-            certificate_pieces=b["certificate_pieces"], alpha_crown=False, sdp_rounding_starts=k)
+            alpha_crown=False, sdp_rounding_starts=k)
         R = len(b["radii"])
         out[label] = dict(
             ascent_max=np.array([r["ascent_max"] for r in rows]).reshape(-1, R),

@@ -148,7 +148,7 @@ def run(args) -> dict:
             row = dict(model=name, n=n, d=tr.d, keys=len(tr.keys), m=m, heads=tr.n_heads, radius=r)
             try:
                 cert, row["certificate_s"], row["certificate_mb"] = measure(
-                    lambda: certify_transition(tr, C, g0.numpy(), G.numpy(), [r], pieces=8, sdp_iterations=10),
+                    lambda: certify_transition(tr, C, g0.numpy(), G.numpy(), [r], sdp_iterations=10),
                     args.reps)
             except (MemoryError, RuntimeError) as e:
                 print(f"[{name} n={n}] certificate failed: {type(e).__name__}: {e}"[:240], flush=True)

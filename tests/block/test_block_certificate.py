@@ -1,6 +1,7 @@
-"""The sound block certificate (block/certificate.py, block/enclosure.py) on tiny random blocks (GPT-2 pre-LN and
-BERT post-LN): it bounds f and g at random points, vertices and ascent maxima at every radius, both senses; with
-its remainder dropped it is violated (so the tests can see an unsound bound); its pieces hold on their own.
+"""The sound block certificate (block/certificate.py, block/taylor_model.py, block/enclosure.py) on tiny random
+blocks (GPT-2 pre-LN and BERT post-LN): it bounds f and g at random points, vertices and ascent maxima at every
+radius, both senses; with its beyond-quadratic part dropped it is violated (so the tests can see an unsound bound);
+its pieces hold on their own and each is needed.
 """
 import itertools
 
@@ -25,7 +26,7 @@ RADII = [1e-3, 1e-2, 3e-2]
 @pytest.fixture(scope="module", params=["gpt2", "bert"])
 def tiny(request, tiny_gpt2_dir, tiny_bert_dir):
     _, tr, C, cv = tiny_block(request.param, tiny_gpt2_dir, tiny_bert_dir)
-    cert = certify_transition(tr, C.numpy(), cv.g0.numpy(), cv.gradient.numpy(), RADII, pieces=8)
+    cert = certify_transition(tr, C.numpy(), cv.g0.numpy(), cv.gradient.numpy(), RADII)
     return tr, C, cv, cert
 
 
@@ -65,7 +66,7 @@ def test_certificate_without_remainder_is_violated(tiny):
     test above would fail without the remainder. The full certificate still holds there (or is +inf)."""
     tr, C, cv, _ = tiny
     radii = [0.1, 0.3, 1.0]
-    cert = certify_transition(tr, C.numpy(), cv.g0.numpy(), cv.gradient.numpy(), radii, pieces=8)
+    cert = certify_transition(tr, C.numpy(), cv.g0.numpy(), cv.gradient.numpy(), radii)
     up, down = _ascent_max(tr, C, cv, radii=radii), _ascent_max(tr, C, cv, -1.0, radii=radii)
     over = (up > cert.parts["quadratic"]) | (down > cert.parts["quadratic_neg"])
     assert over.any()
@@ -132,27 +133,57 @@ def test_reported_certificate_is_the_second_order_one_and_sound(family, tiny_gpt
         assert np.all(g <= rr["certificate_g"].to_numpy()) and np.all(-g <= rr["certificate_g_neg"].to_numpy())
 
 
-def test_remainder_form_bounds_the_hessian_variation_at_sampled_points(tiny):
-    """|u^T (H(xi) - H0) u| <= u^T P u + rest for xi in the box and u in [-1, 1]^d (block/remainder_form.py, one
-    piece of weight 1), and the joint SDP bound of the form is below the node-by-node (diagonal-dominance) one."""
+def _beyond_quadratic(tr, C, r, seed):
+    """Sampled delta (points, vertices, and the ascent's iterates on +-(f - q)) with |g - g(0) - grad . delta -
+    1/2 delta^T H0 delta| at each (n, m), and the Taylor model's pieces at r."""
     from attncert.block.certificate import centre_hessian
-    from attncert.block.remainder_form import remainder_form
+    from attncert.block.taylor_model import cubic_model
 
-    tr, C, cv, _ = tiny
-    r = RADII[-1]
     G, gv = block_graph(tr, C, torch.tensor([0.0, r * (1 + 1e-12)], dtype=DT))
-    lam0, Lam = G.adjoints(gv)
-    H0, h_round = centre_hessian(G, lam0)
-    form = remainder_form(G, lam0, Lam, torch.ones(1, dtype=DT), 1, 1)
-    assert bool(form.finite.all())
-    xi = _points(tr, r, n=12, seed=11)
-    H = torch.stack([torch.func.hessian(lambda x: specification_values(tr, C, x))(x) for x in xi])   # (n, m, d, d)
-    u = torch.cat([torch.sign(torch.randn(20, tr.d, dtype=DT, generator=torch.Generator().manual_seed(4))),
-                   2 * torch.rand(20, tr.d, dtype=DT, generator=torch.Generator().manual_seed(5)) - 1])
-    lhs = torch.einsum("kd,nmde,ke->nkm", u, H - H0.unsqueeze(0), u).abs()
-    rhs = torch.einsum("kd,mde,ke->km", u, form.Pbar[0], u) + form.rest[0, 0] + form.rounding[0] + h_round
-    assert torch.all(lhs <= rhs.unsqueeze(0))
-    assert torch.all(lhs <= (form.node_by_node[0, 0] + h_round).unsqueeze(0))
-    joint, y = sdp_box_upper(2.0 * form.Pbar[0], 1, candidate=form.dominance[0])
-    assert torch.all(verified_pd(torch.diag_embed(y) - 2.0 * form.Pbar[0]))
-    assert torch.all(joint <= 0.5 * form.dominance[0].sum(-1) * (1 + 1e-9))
+    lam = {op.out: torch.cat([gv.R, torch.zeros(gv.R.shape[0], G.n_nodes - gv.R.shape[1], dtype=DT)], 1)[
+        :, op.cols[0]:op.cols[1]] for op in G.ops if op.kind != "linear"}
+    H0, h_round = centre_hessian(G, lam)
+    cm = cubic_model(G, gv, C.shape[0])
+    delta = _points(tr, r, n=150, seed=seed)
+    g = specification_values(tr, C, delta).detach()
+    beyond = (g - gv.c - delta @ gv.J.T - 0.5 * torch.einsum("nd,mde,ne->nm", delta, H0, delta)).abs()
+    u = delta / r
+    cubic = r ** 3 * (torch.einsum("nd,mde,ne->nm", u, cm.P, u) + cm.P_rounding)
+    rounding = 0.5 * r * r * h_round + gv.e[0] + gv.a[0] * r
+    return beyond, cubic, cm.rest[1].unsqueeze(0), rounding.unsqueeze(0), delta
+
+
+def _third_order_term(tr, C, delta):
+    """(n, m) the exact third-order Taylor term D^3 g(0)[delta, delta, delta] / 6 (nested forward-mode derivatives)."""
+    from torch.func import jvp
+
+    def along(d):
+        g = lambda t: specification_values(tr, C, t * d)  # noqa: E731
+        d1 = lambda t: jvp(g, (t,), (torch.ones_like(t),))[1]  # noqa: E731
+        d2 = lambda t: jvp(d1, (t,), (torch.ones_like(t),))[1]  # noqa: E731
+        return jvp(d2, (torch.zeros((), dtype=DT),), (torch.ones((), dtype=DT),))[1] / 6.0
+    return torch.stack([along(d) for d in delta])
+
+
+def test_cubic_model_bounds_g_beyond_its_quadratic_and_needs_each_piece(tiny):
+    """|g - g(0) - grad . delta - 1/2 delta^T H0 delta| <= r^3 u^T P u + rest + rounding at sampled points of the box
+    (block/taylor_model.py) at every radius, and each piece is needed: without the cubic form the bound fails at some
+    point, and the rest is what bounds g beyond its exact third-order Taylor polynomial (which exceeds the
+    rounding alone at some point)."""
+    tr, C, cv, _ = tiny
+    without_cubic = without_rest = False
+    for k, r in enumerate([1e-3, 1e-2, 3e-2, 0.1]):
+        beyond, cubic, rest, rounding, delta = _beyond_quadratic(tr, C, r, seed=20 + k)
+        if not torch.isfinite(rest).all():
+            continue
+        assert torch.all(beyond <= cubic + rest + rounding), r
+        without_cubic |= bool((beyond > rest + rounding).any())
+        G, gv = block_graph(tr, C, torch.tensor([0.0], dtype=DT))
+        H0 = torch.func.hessian(lambda x: specification_values(tr, C, x))(torch.zeros(tr.d, dtype=DT))
+        d = delta[:12]
+        g = specification_values(tr, C, d).detach()
+        fourth = (g - gv.c - d @ gv.J.T - 0.5 * torch.einsum("nd,mde,ne->nm", d, H0, d)
+                  - _third_order_term(tr, C, d).detach()).abs()
+        assert torch.all(fourth <= rest + rounding + 1e-12 * g.abs()), r
+        without_rest |= bool((fourth > rounding + 1e-12 * g.abs()).any())
+    assert without_cubic and without_rest

@@ -41,7 +41,7 @@ def test_certificate_is_sound_or_infinite_at_every_radius_and_scale(models, fami
     C = C / C.norm(dim=1, keepdim=True)
     cv = curvature(tr, C)
     radii = [10.0 ** log_r, 10.0 ** log_big]
-    cert = certify_transition(tr, C.numpy(), cv.g0.numpy(), cv.gradient.numpy(), radii, pieces=4)
+    cert = certify_transition(tr, C.numpy(), cv.g0.numpy(), cv.gradient.numpy(), radii)
     gen = torch.Generator().manual_seed(seed)
     for ri, r in enumerate(radii):
         bounds = {k: getattr(cert, k)[:, ri] for k in ("certificate_f", "certificate_f_neg", "certificate_g",

@@ -51,7 +51,7 @@ CODE_DEFAULTS = [
     ("block.ascent_restarts", "analyze_transition", _param_default(analyze_transition, "ascent_restarts")),
     ("block.ascent_steps", "analyze_transition", _param_default(analyze_transition, "ascent_steps")),
     ("block.seed", "analyze_transition", _param_default(analyze_transition, "seed")),
-    ("block.certificate_pieces", "analyze_transition", _param_default(analyze_transition, "certificate_pieces")),
+    ("block.sdp_rounding_starts", "analyze_transition", _param_default(analyze_transition, "sdp_rounding_starts")),
     ("block.alpha_crown", "analyze_transition", _param_default(analyze_transition, "alpha_crown")),
 ] + [
     (f"baselines.alpha_{key}", "baseline_upper_bounds", _param_default(lbb.baseline_upper_bounds, f"alpha_{key}"))

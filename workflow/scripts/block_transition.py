@@ -36,7 +36,8 @@ stored = {}
 rows, timings = analyze_transition(
     tr, C, b["radii"], qp_starts=b["qp_starts"], sdp_iterations=b["sdp_iterations"],
     ascent_restarts=b["ascent_restarts"], ascent_steps=b["ascent_steps"], seed=b["seed"],
-    certificate_pieces=b["certificate_pieces"], alpha_crown=b["alpha_crown"], reference=nxt["Z"][prompt, position],
+    sdp_rounding_starts=b["sdp_rounding_starts"],
+    alpha_crown=b["alpha_crown"], reference=nxt["Z"][prompt, position],
     keep=stored, progress=lambda name: (phases.update(1), logging.info("phase %s done", name)))
 phases.close()
 df = transition_table(rows, timings, tr, heads, model_label(p.model), prompt)

@@ -1,35 +1,27 @@
-"""A sound second-order certificate of the block map over the whole box.
+"""A sound certificate of the block map over the whole box: the centre quadratic and a cubic Taylor model.
 
-g(delta) = c . F(x0 + delta e_i) for a specification row c, ||delta||_inf <= r. Taylor's formula with the
-integral remainder,
+g(delta) = c . F(x0 + delta e_i) for a specification row c, ||delta||_inf <= r. The centre-linearized graph of F
+(block/enclosure.py) and the split of every node's excess by order in delta (block/taylor_model.py) give
 
-    g(delta) = g(0) + grad g(0) . delta + 1/2 delta^T H0 delta + int_0^1 (1 - t) delta^T (H(t delta) - H0) delta dt,
+    g(delta) = g(0) + grad g(0) . delta + 1/2 delta^T H0 delta + cubic(delta) + rest(delta),
+    |cubic(delta)| <= r^3 u^T P u  (u = delta / r, P positive semidefinite),   |rest| <= Rest(r),
 
-and the node decomposition of the Hessian at any point xi (block/residual.py), H(xi) = sum_n A_n(xi) j_n(xi)
-j_n(xi)^T + products, A_n = lambda_n phi_n''(z_n), bound every piece soundly:
+so that, for each sense s = +-1,
 
-* g(0), grad g(0), H0: from the first-order Taylor models of `enclosure` at rho = 0 (float values plus their
-  rounding errors); H0 = sum_n A_n(0) j_n j_n^T in float, its rounding error bounded by gamma_K sum |A_n| s_n^2.
-* max over the box of 1/2 u^T H0 u: the diagonal SDP dual (`box_qp.box_qp_upper`'s iteration), with
-  diag(y) - H0 checked positive definite by a floating-point Cholesky factorization of diag(y) - H0 - c I
-  (Rump 2006, "Verification of positive definiteness": success implies positive definite for the stated c).
-* the remainder: for ||xi||_inf <= rho, ||u||_inf <= 1, node by node,
-      |u^T (H(xi) - H0) u| <= sum_unary [dA (p + q)^2 + |A0| (2 |p q| + q^2)]
-          + sum_products 2 [Lam |P_x P_y| + |lam0| (|q_x p_y| + |p_x q_y| + |q_x q_y|)]
-  with p = j_n . u, |q| <= a (the Jacobian remainder of the node input), dA = Lam (|phi''(c)| + M3 w) + |lam0| M3 w
-  (M3 = sup |phi'''| over the node's range) and Lam the adjoint's remainder (`enclosure`). `remainder_form` splits
-  each term into c_n p^2 plus a scalar, so the sum is a positive semidefinite form u^T P(rho) u plus rest(rho),
-  maximized over the box jointly by its own SDP dual (node by node, the maxima of (j_n . u)^2 are not attained at
-  one u). Split t in [0, 1] into K pieces: the piece [t_k, t_{k+1}] sees ||t delta||_inf <= t_{k+1} r, so
-      int_0^1 (1 - t) |delta^T (H(t delta) - H0) delta| dt <= r^2 [max_u u^T Pbar u + sum_k w_k rest(t_{k+1} r)],
-      Pbar = sum_k w_k P(t_{k+1} r),  w_k = int_{t_k}^{t_{k+1}} (1 - t) dt.
+    max s (g - g(0) - grad g(0) . delta) <= r^2 max_u 1/2 u^T (s H0 + 2 r P) u + Rest(r) + rounding.
 
-With Rem(r) that bracket (plus the rounding of H0 and Pbar):
+* g(0), grad g(0), H0: the graph's float values at rho = 0 with their rounding errors (e0, a0); H0 = sum_n A_n j_n
+  j_n^T in float, its rounding bounded by gamma_K sum |A_n| s_n^2 (`centre_hessian`); P's rounding likewise.
+* max over the box of 1/2 u^T M u, M = s H0 + 2 r P: the diagonal SDP dual, 1/2 sum y for diag(y) - M positive
+  semidefinite, checked by a floating-point Cholesky factorization of diag(y) - M - c I (Rump 2006, "Verification
+  of positive definiteness": success implies positive definite for the stated c). y starts from the dual of s H0
+  and takes a few subgradient steps; nothing but the Cholesky check makes it valid.
+
 certificate_f bounds max f with f = g - g0 - G . delta for the stage's own float (g0, G) (the ascent's f):
-    certificate_f = (g(0) - g0) + r ||grad g(0) - G||_1 + r^2 [1/2 SDP(H0) + Rem(r)]
-certificate_g bounds max g:  g(0) + max_u (r grad . u + 1/2 r^2 u^T H0 u) + r^2 Rem(r), the first
-maximum by the same SDP dual on the (d + 1) x (d + 1) matrix [[r^2 H0, r grad], [r grad^T, 0]] (a sign t = +-1
-homogenizes the linear term), or by r ||grad||_1 + the quadratic bound.
+    certificate_f = (g(0) - g0) + r ||grad g(0) - G||_1 + r^2 [1/2 sum y + rounding] + Rest(r),
+certificate_g bounds max g:  g(0) + r ||grad g(0)||_1 + the same beyond-linear bound.
+Where an enclosure reaches a singularity (LayerNorm's 1/sqrt input or the softmax's 1/sum reaching 0 over the
+box) a piece is +inf and so is the certificate: never a finite number without a bound behind it.
 """
 from __future__ import annotations
 
@@ -41,11 +33,11 @@ import torch
 
 from attncert.block.enclosure import FN_ULPS, U, Graph, Var, inflate
 from attncert.block.map import DTYPE, EXP, RECIPROCAL, RSQRT, SQUARE, BlockTransition, LayerNormParams
-from attncert.block.remainder_form import KAPPA, remainder_form
+from attncert.block.taylor_model import cubic_model
 from attncert.head.rounding import gamma
 
 CROSS_SLACK = 2.0 ** -40   # relative raise of e0 and a0 (see certify_transition)
-REMAINDER_SDP_STEPS = 1    # subgradient steps of the remainder form's dual (1, 2, 4, 10 give the same medians)
+JOINT_SDP_STEPS = 3        # subgradient steps of the dual of +-H0 + 2 r P, started from the dual of +-H0
 
 
 # --------------------------------------------------------------------------------------------------
@@ -209,16 +201,6 @@ def sdp_box_upper(M: torch.Tensor, iterations: int = 12, D0: torch.Tensor | None
     return inflate(0.5 * y.sum(-1)), y
 
 
-def augmented(H: torch.Tensor, grad: torch.Tensor, r: float) -> torch.Tensor:
-    """[[r^2 H, r grad], [r grad^T, 0]] (P, d + 1, d + 1): 1/2 [u; t]^T M [u; t] = r grad . u t + r^2/2 u^T H u."""
-    P, d, _ = H.shape
-    M = torch.zeros(P, d + 1, d + 1, dtype=DTYPE)
-    M[:, :d, :d] = (r * r) * H
-    M[:, :d, d] = r * grad
-    M[:, d, :d] = r * grad
-    return M
-
-
 # --------------------------------------------------------------------------------------------------
 # The certificate of one transition
 # --------------------------------------------------------------------------------------------------
@@ -234,121 +216,88 @@ class BlockCertificate:
     H0: np.ndarray | None = None    # (m, d, d) the centre Hessian (float)
 
 
-def integration_weights(K: int) -> np.ndarray:
-    t = np.linspace(0.0, 1.0, K + 1)
-    return (t[1:] - t[:-1]) - 0.5 * (t[1:] ** 2 - t[:-1] ** 2)
-
-
 def _not_finite_is_inf(v: torch.Tensor) -> torch.Tensor:
     """NaN (inf - inf, 0 * inf: an infinite piece) read as +inf; +inf kept (torch's default maps it to the largest
     float, which would read as finite)."""
     return torch.nan_to_num(v, nan=math.inf, posinf=math.inf)
 
 
-def bound_terms(sign: float, radii, y, dev, rem_form, dev_node, weights, off_g0, e0, a0, off_grad):
-    """The outward-rounded terms of the bounds of one sense from the certificate's pieces (all torch float64):
-    radii (R,), y the verified SDP dual (m, d), dev (R, K, m) the remainder's scalar part on each piece (plus H0's
-    rounding), rem_form (m, R) the bound of its joint form (`remainder_form`: max u^T Pbar u plus Pbar's rounding),
-    dev_node (R, K, m) the node-by-node bound of the remainder on each piece (the smaller of the two is used),
-    weights (K,), off_g0 = g(0) - g0 (m,), e0 / a0 the rounding of g(0) / grad g(0), off_grad =
-    ||grad g(0) - G||_1 raised. Returns (r_t, quad, rem, base_f, lin_err), each (m, R) but r_t (R,)."""
-    K = weights.shape[0]
-    r_t = radii * (1 + 4 * U)
+def beyond_linear(y: torch.Tensor, r_t: torch.Tensor, h_round, P_rounding, P_finite, rest) -> torch.Tensor:
+    """(m,) bound on max over the box of sign (1/2 delta^T H delta + cubic + rest) at radius r_t (a float >= r):
+    r^2 [1/2 sum y + 1/2 h_round + r P_rounding] + rest, y the verified dual of sign H0 + 2 r P."""
     r2 = inflate(r_t * r_t)
-    M2 = inflate(0.5 * y.sum(-1))                                           # max of 1/2 u^T (s H0) u on the box
-    quad = inflate(M2.unsqueeze(-1) * r2)
-    dev_int = inflate((dev * weights.view(1, K, 1)).sum(1)).T               # (m, R)
-    node_int = inflate((dev_node * weights.view(1, K, 1)).sum(1)).T         # (m, R)
-    rem = inflate(torch.minimum(inflate(dev_int + rem_form), node_int) * r2)
+    inner = inflate(0.5 * y.sum(-1) + 0.5 * h_round + inflate(r_t * P_rounding))
+    out = inflate(inflate(inner * r2) + rest)
+    return torch.where(P_finite, _not_finite_is_inf(out), torch.full_like(out, math.inf))
+
+
+def f_and_g_bounds(sign: float, c, grad_l1, off_g0, e0, a0, off_grad, r_t, beyond) -> tuple:
+    """(bound on max sign f, bound on max sign g) (m,) at one radius from the beyond-linear bound (`beyond_linear`):
+        sign f = sign (g(0) - g0) + sign (grad g(0) - G) . delta + beyond,
+        sign g = sign g(0) + sign grad g(0) . delta + beyond,
+    with the rounding of g(0) and grad g(0) (e0, a0) added."""
     off = sign * off_g0
-    base_f = (off + inflate(U * off.abs() + e0)).unsqueeze(-1)
-    lin_err = inflate((off_grad + a0).unsqueeze(-1) * r_t)
-    return r_t, quad, rem, base_f, lin_err
-
-
-def f_bound(sign: float, **pieces) -> torch.Tensor:
-    """Bound on max of sign * f (m, R) from the pieces (`bound_terms`); +inf where a piece is not finite."""
-    _, quad, rem, base_f, lin_err = bound_terms(sign, **pieces)
-    return _not_finite_is_inf(inflate(base_f.abs() * (base_f > 0) + lin_err + quad + rem))
-
-
-def g_bound(c, grad_l1, sign: float, joint_max=None, **pieces) -> torch.Tensor:
-    """Bound on max of sign * g (m, R): sign c + e0 + a0 r + max(r grad . u + 1/2 r^2 u^T H0 u) + remainder, the
-    maximum bounded by r ||grad||_1 + the quadratic bound unless `joint_max` (the augmented SDP) is given."""
-    r_t, quad, rem, _, _ = bound_terms(sign, **pieces)
-    if joint_max is None:
-        joint_max = inflate(grad_l1.unsqueeze(-1) * r_t + quad)
-    e0, a0 = pieces["e0"], pieces["a0"]
-    cert_g = sign * c.unsqueeze(-1) + inflate(e0.unsqueeze(-1) + a0.unsqueeze(-1) * r_t + joint_max + rem)
-    return _not_finite_is_inf(cert_g + inflate(U * cert_g.abs()))
+    base_f = off + inflate(U * off.abs() + e0)
+    f = inflate(base_f.clamp_min(0.0) + inflate((off_grad + a0) * r_t) + beyond)
+    g = sign * c + inflate(e0 + a0 * r_t + inflate(grad_l1 * r_t) + beyond)
+    g = g + inflate(U * g.abs())
+    return _not_finite_is_inf(f), _not_finite_is_inf(g)
 
 
 def certificate_file_arrays(cert: "BlockCertificate", heads: list) -> dict:
     """One transition's stored certificate as arrays for an npz (`heads`: the table's head of each row of C): the
-    verified SDP duals y_pos / y_neg and y_rem (R, m, d: the remainder's form per radius), the stage's float g0 and
-    G (f = g - g0 - G . delta), the radii, kappa and the number of pieces. Everything else the bound uses is
-    re-derived from the weights by the audit."""
+    verified SDP duals y_pos / y_neg (R, m, d) of +-H0 + 2 r P per radius, the stage's float g0 and G
+    (f = g - g0 - G . delta) and the radii. Everything else the bound uses is re-derived from the weights by the
+    audit."""
     return {**{k: np.asarray(v) for k, v in cert.stored.items()}, "heads": np.asarray(heads, dtype=np.int64)}
 
 
-def certify_transition(tr: BlockTransition, C, g0, grad, radii, pieces: int = 8, sdp_iterations: int = 10,
-                       joint: bool = False) -> BlockCertificate:
-    """Sound bounds on max f and max g over ||delta||_inf <= r for every row of C and radius r."""
+def certify_transition(tr: BlockTransition, C, g0, grad, radii, sdp_iterations: int = 10,
+                       model_options: dict | None = None) -> BlockCertificate:
+    """Sound bounds on max f and max g over ||delta||_inf <= r for every row of C and radius r: the cubic Taylor
+    model (block/taylor_model.py) with one verified SDP dual of +-H0 + 2 r P per radius and sense
+    (`model_options`: `cubic_model`'s switches, for the ablation bench)."""
     Ct = torch.as_tensor(np.asarray(C, dtype=np.float64), dtype=DTYPE)
     g0 = torch.as_tensor(np.asarray(g0, dtype=np.float64), dtype=DTYPE)
     grad = torch.as_tensor(np.asarray(grad, dtype=np.float64), dtype=DTYPE)
     radii = np.asarray(radii, dtype=np.float64)
-    R, K = len(radii), pieces
-    ts = np.arange(1, K + 1) / K
-    rho = np.concatenate([[0.0], (radii[:, None] * ts[None, :]).reshape(-1)])
-    # rho slightly raised so that t r (real) <= rho (float)
-    rho_t = torch.as_tensor(rho * (1 + 4 * U), dtype=DTYPE)
+    rho_t = torch.as_tensor(np.concatenate([[0.0], radii]) * (1 + 4 * U), dtype=DTYPE)   # t r (real) <= rho (float)
     G, gv = block_graph(tr, Ct, rho_t)
-    lam0, Lam = G.adjoints(gv)
-    H0, h_round = centre_hessian(G, lam0)
-    w = torch.as_tensor(integration_weights(K), dtype=DTYPE)
-    form = remainder_form(G, lam0, Lam, w, R, K, KAPPA)
-    dev = inflate(form.rest + h_round.view(1, 1, -1))                      # (R, K, m)
-    dev_node = inflate(form.node_by_node + h_round.view(1, 1, -1))          # (R, K, m)
-    rem_form, y_rem = [], []
-    for ri in range(R):                                                     # max u^T Pbar u <= 1/2 sum y
-        b, yr = sdp_box_upper(2.0 * form.Pbar[ri], REMAINDER_SDP_STEPS, candidate=form.dominance[ri])
-        rem_form.append(torch.where(form.finite[ri], inflate(b + form.rounding[ri]), math.inf))
-        y_rem.append(yr)
-    rem_form = torch.stack(rem_form, -1)                                    # (m, R)
+    lam = {op.out: _padded_columns(gv.R, G.n_nodes)[:, op.cols[0]:op.cols[1]] for op in G.ops if op.kind != "linear"}
+    H0, h_round = centre_hessian(G, lam)
+    cm = cubic_model(G, gv, Ct.shape[0], **(model_options or {}))
     # the rounding of g(0) and grad g(0), raised by 2^-40 |g(0)| and 2^-40 ||grad g(0)||_1: an independent
     # re-derivation (the audit's) computes the same floats up to a few units in their last bits
     e0 = inflate(gv.e[0] + CROSS_SLACK * gv.c.abs())                        # (m,)
     a0 = inflate(gv.a[0] + CROSS_SLACK * gv.J.abs().sum(-1))                # (m,)
-    r_t = torch.as_tensor(radii * (1 + 4 * U), dtype=DTYPE)
     off_g0 = gv.c - g0                                                      # float difference (one rounding)
     off_grad = inflate((gv.J - grad).abs().sum(-1) * (1 + 2 * U))           # (m,)
-    parts = {}
-    # the bound's pieces; what certifies them beside the weights is `stored` (re-derived by attncert audit)
-    pieces = {"radii": torch.as_tensor(radii, dtype=DTYPE), "dev": dev, "rem_form": rem_form, "dev_node": dev_node,
-              "weights": w,
-              "off_g0": off_g0, "e0": e0, "a0": a0, "off_grad": off_grad}
-    stored = {"radii": radii.copy(), "g0": g0.numpy().copy(), "G": grad.numpy().copy(), "pieces": np.int64(K),
-              "y_rem": torch.stack(y_rem).numpy().copy(), "kappa": np.float64(KAPPA)}
-    out = {}
+    grad_l1 = gv.J.abs().sum(-1)
+    _, yP = sdp_box_upper(2.0 * cm.P, 1)                                    # a start for the joint duals
+    stored = {"radii": radii.copy(), "g0": g0.numpy().copy(), "G": grad.numpy().copy()}
+    out, parts = {}, {}
     for sense, sign in (("pos", 1.0), ("neg", -1.0)):
-        _, yH = sdp_box_upper(sign * H0, sdp_iterations)                    # (m,), (m, d)
-        stored[f"y_{sense}"] = yH.numpy().copy()
-        _, quad, rem, _, _ = bound_terms(sign, y=yH, **pieces)
-        cert_f = f_bound(sign, y=yH, **pieces)
-        joint_max = None
-        if joint:
-            joint_max = torch.stack([sdp_box_upper(augmented(sign * H0, sign * gv.J, r), sdp_iterations, torch.cat(
-                [r * r * yH + r * gv.J.abs(), r * gv.J.abs().sum(-1, keepdim=True)], -1))[0]
-                for r in r_t.tolist()], -1)                                    # (m, R)
-        cert_g = g_bound(gv.c, gv.J.abs().sum(-1), sign, y=yH, joint_max=joint_max, **pieces)
-        if joint_max is None:
-            joint_max = inflate(gv.J.abs().sum(-1).unsqueeze(-1) * r_t + quad)
-        # a nan can only come from an infinite bound (inf - inf, 0 * inf): the sound reading is +inf
-        out[sense] = tuple(_not_finite_is_inf(v).numpy() for v in (cert_f, cert_g, quad, rem, joint_max))
-    parts.update({"quadratic": out["pos"][2], "remainder": out["pos"][3], "joint": out["pos"][4],
-                  "quadratic_neg": out["neg"][2], "rounding": np.broadcast_to(
-                      (e0 + (off_grad + a0) * 1e-3).unsqueeze(-1).numpy(), (Ct.shape[0], R)).copy()})
+        bH, yH = sdp_box_upper(sign * H0, sdp_iterations)
+        ys, fs, gs, quads, beyonds = [], [], [], [], []
+        for ri in range(len(radii)):
+            r_t = rho_t[ri + 1]
+            M = sign * H0 + 2.0 * r_t * cm.P
+            _, y = sdp_box_upper(M, JOINT_SDP_STEPS, D0=yH, candidate=yH + r_t * yP)
+            beyond = beyond_linear(y, r_t, h_round, cm.P_rounding, cm.P_finite, cm.rest[ri + 1])
+            f, g = f_and_g_bounds(sign, gv.c, grad_l1, off_g0, e0, a0, off_grad, r_t, beyond)
+            ys.append(y)
+            fs.append(f)
+            gs.append(g)
+            quads.append(inflate(bH * inflate(r_t * r_t)))
+            beyonds.append(beyond)
+        stored[f"y_{sense}"] = torch.stack(ys).numpy().copy()
+        out[sense] = [torch.stack(v, -1).numpy() for v in (fs, gs, quads, beyonds)]
+    parts.update({"quadratic": out["pos"][2], "remainder": np.maximum(out["pos"][3] - out["pos"][2], 0.0),
+                  "beyond_linear": out["pos"][3], "quadratic_neg": out["neg"][2]})
     return BlockCertificate(radii=radii, certificate_f=out["pos"][0], certificate_g=out["pos"][1],
                             certificate_f_neg=out["neg"][0], certificate_g_neg=out["neg"][1], parts=parts,
                             stored=stored, H0=H0.numpy())
+
+
+def _padded_columns(R: torch.Tensor, n: int) -> torch.Tensor:
+    return R if R.shape[1] == n else torch.cat([R, torch.zeros(R.shape[0], n - R.shape[1], dtype=DTYPE)], 1)

@@ -1,4 +1,4 @@
-"""Affine enclosures of the block map over a box, and the adjoints' enclosures over it.
+"""Affine enclosures of the block map over a box.
 
 Every intermediate vector v of F (block/map.py; row vectors, float64) is carried as an affine form
 
@@ -15,9 +15,8 @@ beta_n is the change of node n's local slope over the box times its input's deri
                    b = (s_x + a_x) w_y + w_x (s_y + a_y) + ...,
 
 with w = ||J||_1 rho + e the half-width of the node input's range, s = ||J||_1 and M2 = sup |phi''| over the
-range. The adjoint lambda_n(xi) = dg/d(node n's output) of g = C F is lambda0 (the output's R columns) plus the
-centre-linearized backward image of the slope changes of every later node, enclosed by
-Lam = sum_later |R| pert (`Graph.adjoints`).
+range. The output's R columns are the centre adjoints lambda_n = dg/d(node n's output) of g = C F; the cubic
+Taylor model built on these forms is block/taylor_model.py.
 
 Rounding model: every float64 operation errs by at most u = 2^-53 relatively (Higham's gamma_k for chains);
 exp, erf, tanh and rsqrt of numpy/torch err by at most `FN_ULPS` units of u (an assumption about the math
@@ -158,7 +157,7 @@ def _pad(R: torch.Tensor, n: int) -> torch.Tensor:
 
 
 class Graph:
-    """Affine enclosures over the radii rho (B,); records the ops for the adjoint pass."""
+    """Affine enclosures over the radii rho (B,); records the ops (the Taylor model walks them again)."""
 
     def __init__(self, d: int, rho: torch.Tensor):
         self.d, self.rho = d, rho.to(DTYPE)
@@ -254,35 +253,3 @@ class Graph:
         beta = acy * xa + acx * ya + (x.s + x.a) * wy + wx * (y.s + y.a)
         jerr = acy * x.jerr + acx * y.jerr + 3 * U * (acy * x.rowabs + acx * y.rowabs)
         return self._node(c, J, R, jerr, eps, beta, "product", [x.index, y.index])
-
-    # ----------------------------------------------------------------------------------------------
-    def adjoints(self, out: Var):
-        """Per node op (by its output var index): lambda0 (m, N) = dg/d(node output) at 0 (the output's R
-        columns) and Lam (B, m, N) with |lambda(xi) - lambda0| <= Lam for ||xi||_inf <= rho."""
-        nodes = [op for op in self.ops if op.kind != "linear"]
-        Rg = _pad(out.R, self.n_nodes)
-        lam0 = {op.out: Rg[:, op.cols[0]:op.cols[1]] for op in nodes}
-        m = Rg.shape[0]
-        total = torch.zeros(self.B, m, self.n_nodes, dtype=DTYPE)          # sum of pert @ |R| over later nodes
-        base = out.jerr.view(1, m, 1)                                       # rounding of lambda0
-        Lam = {}
-        for op in reversed(nodes):
-            lo, hi = op.cols
-            L = inflate(total[:, :, lo:hi] + base)
-            Lam[op.out] = L
-            mag = lam0[op.out].abs().unsqueeze(0) + L                      # (B, m, N) bound on |lambda(xi)|
-            if op.kind == "unary":
-                z = self.vars[op.inputs[0]]
-                w = self.width(z)
-                M2, _ = range_bounds(op.curve, z.c, w, z.floor)
-                slope = (M2 * w + FN_ULPS * U * op.curve.d1(z.c).abs()).unsqueeze(1)
-                perts = [(z, inflate(slope * mag))]
-            else:
-                x, y = (self.vars[i] for i in op.inputs)
-                perts = [(x, inflate((self.width(y) + 2 * U * y.c.abs()).unsqueeze(1) * mag)),
-                         (y, inflate((self.width(x) + 2 * U * x.c.abs()).unsqueeze(1) * mag))]
-            for z, p in perts:
-                n = z.R.shape[1]
-                total[:, :, :n] += p @ z.R.abs()
-                total += inflate((p * z.jerr).sum(-1, keepdim=True))
-        return lam0, Lam

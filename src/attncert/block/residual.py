@@ -307,7 +307,7 @@ def rounding_starts(H: torch.Tensor, count: int, seed: int, exclude: torch.Tenso
 def analyze_transition(tr: BlockTransition, C: np.ndarray, radii, *, qp_starts: int = 64, qp_steps: int = 50,
                        qp_sweeps: int = 10, sdp_iterations: int = 10, ascent_restarts: int = 8,
                        ascent_steps: int = 120, seed: int = 0, reference: np.ndarray | None = None,
-                       certificate_pieces: int = 8, alpha_crown: bool = True, sdp_rounding_starts: int = 4,
+                       alpha_crown: bool = True, sdp_rounding_starts: int = 2,
                        progress=None, keep: dict | None = None) -> tuple[list[dict], dict]:
     """All block-residual quantities of one transition for the specification rows C (m, d).
 
@@ -386,7 +386,7 @@ def analyze_transition(tr: BlockTransition, C: np.ndarray, radii, *, qp_starts: 
         crown = crown_lo = np.full((len(radii), m), np.nan)
         crown_status = f"crown_error: {type(e).__name__}: {e}"
     t0 = tick("crown", t0)
-    cert = certify_transition(tr, Ct.numpy(), cv.g0.numpy(), cv.gradient.numpy(), radii, pieces=certificate_pieces,
+    cert = certify_transition(tr, Ct.numpy(), cv.g0.numpy(), cv.gradient.numpy(), radii,
                               sdp_iterations=sdp_iterations)
     if keep is not None:                      # the caller stores what certifies the bounds
         keep["certificate"] = cert
