@@ -17,9 +17,11 @@ so that, for each sense s = +-1,
   of positive definiteness": success implies positive definite for the stated c). y starts from the dual of s H0
   and takes a few subgradient steps; nothing but the Cholesky check makes it valid.
 
-certificate_f bounds max f with f = g - g0 - G . delta for the stage's own float (g0, G) (the ascent's f):
-    certificate_f = (g(0) - g0) + r ||grad g(0) - G||_1 + r^2 [1/2 sum y + rounding] + Rest(r),
-certificate_g bounds max g:  g(0) + r ||grad g(0)||_1 + the same beyond-linear bound.
+certificate_f bounds max f with f = g - g0 - G . delta for the stage's own float (g0, G) (the ascent's f), from
+the output's float form g(delta) = c + J delta + sum_n lambda_n nu_n(delta) + err (exact; the rest holds every
+node's rounding, err the output form's own):
+    certificate_f = (c - g0) + r ||J - G||_1 + r^2 [1/2 sum y + rounding] + Rest(r) + |err|,
+certificate_g bounds max g:  c + r ||J||_1 + the same beyond-linear bound + |err|.
 Where an enclosure reaches a singularity (LayerNorm's 1/sqrt input or the softmax's 1/sum reaching 0 over the
 box) a piece is +inf and so is the certificate: never a finite number without a bound behind it.
 """
@@ -232,10 +234,11 @@ def beyond_linear(y: torch.Tensor, r_t: torch.Tensor, h_round, P_rounding, P_fin
 
 
 def f_and_g_bounds(sign: float, c, grad_l1, off_g0, e0, a0, off_grad, r_t, beyond) -> tuple:
-    """(bound on max sign f, bound on max sign g) (m,) at one radius from the beyond-linear bound (`beyond_linear`):
-        sign f = sign (g(0) - g0) + sign (grad g(0) - G) . delta + beyond,
-        sign g = sign g(0) + sign grad g(0) . delta + beyond,
-    with the rounding of g(0) and grad g(0) (e0, a0) added."""
+    """(bound on max sign f, bound on max sign g) (m,) at one radius from the beyond-linear bound (`beyond_linear`),
+    by the exact identity g(delta) = c + J delta + sum_n lambda_n nu_n(delta) + err of the output's float form:
+        sign f = sign (c - g0) + sign (J - G) . delta + beyond + |err|,
+        sign g = sign c + sign J . delta + beyond + |err|,
+    |err| <= e0 + a0 r (the output form's rounding; its part on the nodes' excess is in the rest)."""
     off = sign * off_g0
     base_f = off + inflate(U * off.abs() + e0)
     f = inflate(base_f.clamp_min(0.0) + inflate((off_grad + a0) * r_t) + beyond)
@@ -266,10 +269,12 @@ def certify_transition(tr: BlockTransition, C, g0, grad, radii, sdp_iterations: 
     lam = {op.out: _padded_columns(gv.R, G.n_nodes)[:, op.cols[0]:op.cols[1]] for op in G.ops if op.kind != "linear"}
     H0, h_round = centre_hessian(G, lam)
     cm = cubic_model(G, gv, Ct.shape[0], **(model_options or {}))
-    # the rounding of g(0) and grad g(0), raised by 2^-40 |g(0)| and 2^-40 ||grad g(0)||_1: an independent
-    # re-derivation (the audit's) computes the same floats up to a few units in their last bits
-    e0 = inflate(gv.e[0] + CROSS_SLACK * gv.c.abs())                        # (m,)
-    a0 = inflate(gv.a[0] + CROSS_SLACK * gv.J.abs().sum(-1))                # (m,)
+    # g(delta) = c + J delta + sum_n lambda_n nu_n(delta) + err exactly, |err| <= cerr + jerrJ rho + jerr max |nu|:
+    # the nodes' own rounding is inside the Taylor model's rest (nu_n whole), so only the output form's rounding
+    # is added here, raised by 2^-40 |c| and 2^-40 ||J||_1: an independent re-derivation (the audit's) computes
+    # the same floats up to a few units in their last bits
+    e0 = inflate(gv.cerr + CROSS_SLACK * gv.c.abs())                        # (m,)
+    a0 = inflate(gv.jerrJ + CROSS_SLACK * gv.J.abs().sum(-1))                # (m,)
     off_g0 = gv.c - g0                                                      # float difference (one rounding)
     off_grad = inflate((gv.J - grad).abs().sum(-1) * (1 + 2 * U))           # (m,)
     grad_l1 = gv.J.abs().sum(-1)

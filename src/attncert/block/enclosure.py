@@ -127,7 +127,8 @@ class Var:
     """One intermediate vector v(xi) = c + J xi + R nu + err over ||xi||_inf <= rho.
 
     nu_n is the linearization error of node n (|nu_n| <= eps_n(rho)); R (N, n_nodes so far) the float
-    coefficients of the centre-linearized graph; |err| <= cerr + jerr max(rho, max eps) (rounding of c, J, R).
+    coefficients of the centre-linearized graph; |err| <= cerr + jerr max(rho, max eps) (rounding of c, J, R),
+    and also <= cerr + jerrJ rho + jerr max eps (jerrJ: the rounding of J's rows alone, l1).
     e (B, N) and a (B, N) are the value and Jacobian remainders of the module docstring."""
 
     c: torch.Tensor
@@ -141,6 +142,7 @@ class Var:
     floor: float | None = None         # a known lower bound of every entry (rsqrt and reciprocal inputs)
     s: torch.Tensor = None             # (N,) ||J||_1 per entry (rounded up)
     rowabs: torch.Tensor = None        # (N,) ||[J R]||_1 per entry
+    jerrJ: torch.Tensor = None         # (N,) bound on the l1 rounding error of J's row alone (<= jerr)
 
 
 @dataclass
@@ -197,7 +199,7 @@ class Graph:
         N = x0.shape[0]
         z = torch.zeros(N, dtype=DTYPE)
         return self._finish(Var(x0.clone(), torch.eye(N, dtype=DTYPE), torch.zeros(N, self.n_nodes, dtype=DTYPE),
-                                z, z.clone()))
+                                z, z.clone(), jerrJ=z.clone()))
 
     def linear(self, terms: list, bias=None) -> Var:
         """sum_i v_i W_i + bias (W_i (N_i, N_out))."""
@@ -212,17 +214,18 @@ class Graph:
             absc = absc + bias.abs()
         cerr = inflate(sum(v.cerr @ W.abs() for v, W in terms) + g * absc)
         jerr = inflate(sum((v.jerr + g * v.rowabs) @ W.abs() for v, W in terms))
-        out = self._finish(Var(c, J, R, cerr, jerr))
+        jerrJ = inflate(sum((v.jerrJ + g * v.s) @ W.abs() for v, W in terms))
+        out = self._finish(Var(c, J, R, cerr, jerr, jerrJ=jerrJ))
         self.ops.append(Op("linear", out.index, [v.index for v, _ in terms]))
         return out
 
-    def _node(self, c, J, R_old, jerr, eps, beta, kind, inputs, curve=None) -> Var:
+    def _node(self, c, J, R_old, jerr, jerrJ, eps, beta, kind, inputs, curve=None) -> Var:
         N = c.shape[0]
         n0 = self.n_nodes
         self.eps = torch.cat([self.eps, inflate(eps)], 1)
         self.beta = torch.cat([self.beta, inflate(beta)], 1)
         R = torch.cat([_pad(R_old, n0), torch.eye(N, dtype=DTYPE)], 1)
-        out = self._finish(Var(c, J, R, torch.zeros(N, dtype=DTYPE), inflate(jerr)))
+        out = self._finish(Var(c, J, R, torch.zeros(N, dtype=DTYPE), inflate(jerr), jerrJ=inflate(jerrJ)))
         self.ops.append(Op(kind, out.index, inputs, (n0, n0 + N), curve))
         return out
 
@@ -237,7 +240,8 @@ class Graph:
         eps = 0.5 * M2 * w * w + ad1 * ze + FN_ULPS * U * c.abs()
         beta = ad1 * za + M2 * w * (z.s + z.a)
         jerr = ad1 * z.jerr + (FN_ULPS + 2) * U * ad1 * z.rowabs
-        return self._node(c, d1.unsqueeze(-1) * z.J, d1.unsqueeze(-1) * z.R, jerr, eps, beta, "unary", [z.index],
+        jerrJ = ad1 * z.jerrJ + (FN_ULPS + 2) * U * ad1 * z.s
+        return self._node(c, d1.unsqueeze(-1) * z.J, d1.unsqueeze(-1) * z.R, jerr, jerrJ, eps, beta, "unary", [z.index],
                           curve)
 
     def product(self, x: Var, y: Var) -> Var:
@@ -252,4 +256,5 @@ class Graph:
         eps = wx * wy + acy * xe + acx * ye + U * c.abs()
         beta = acy * xa + acx * ya + (x.s + x.a) * wy + wx * (y.s + y.a)
         jerr = acy * x.jerr + acx * y.jerr + 3 * U * (acy * x.rowabs + acx * y.rowabs)
-        return self._node(c, J, R, jerr, eps, beta, "product", [x.index, y.index])
+        jerrJ = acy * x.jerrJ + acx * y.jerrJ + 3 * U * (acy * x.s + acx * y.s)
+        return self._node(c, J, R, jerr, jerrJ, eps, beta, "product", [x.index, y.index])

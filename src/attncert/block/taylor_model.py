@@ -5,7 +5,7 @@ The centre-linearized graph (block/enclosure.py) gives an exact identity for the
     g(delta) = g(0) + grad g(0) . delta + sum_n lambda_n nu_n(delta) + err,     lambda_n = R_g[:, n],
 
 nu_n the excess of scalar node n over its centre linearization, err the rounding of g's form (|err| <= cerr +
-jerr max(rho, max |nu|)). Every node input is z_n = c_n + Delta_n with Delta_n = p_n + h_n + t_n + e_n, where
+jerrJ rho + jerr max |nu|). Every node input is z_n = c_n + Delta_n with Delta_n = p_n + h_n + t_n + e_n, where
 p_n = j_n . delta (j_n its centre Jacobian row), h_n = R_n Q (quadratic), t_n = R_n Cu (cubic) and e_n = R_n Rest +
 rounding; Q, Cu, Rest are the nodes' own pieces, split by order in delta:
 
@@ -227,13 +227,16 @@ def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_r
                 Hv = Hv + r2.unsqueeze(1) * shared_factor_sum(Rv, op).unsqueeze(0)
         return inflate(Hv)
 
+    def rounding(v):
+        """(B, N) bound on |err_v|: cerr + jerrJ rho + jerr max |nu| over the nodes so far."""
+        return inflate(v.cerr + v.jerrJ * r1 + v.jerr * numax.amax(-1, keepdim=True))
+
     def parts(v):
         """(H, T, E, D1, w) of a node input v: bounds on |h|, |t|, |e| (rounding included), |Delta - p|, |Delta|."""
         n = v.R.shape[1]
         A = v.R.abs().T
         Hv, Tv = quadratic_part(v.R), inflate(Cmax[:, :n] @ A)
-        big = torch.maximum(rho, numax.amax(-1)).unsqueeze(1)
-        Ev = inflate(Rest[:, :n] @ A + v.cerr + v.jerr * big)
+        Ev = inflate(Rest[:, :n] @ A + rounding(v))
         D1 = torch.minimum(inflate(Hv + Tv + Ev), v.e)
         w = torch.minimum(inflate(v.s * r1 + D1), G.width(v))
         return Hv, Tv, Ev, D1, w
@@ -253,9 +256,8 @@ def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_r
             q = inflate(0.5 * d2 * sp * sp)
             cu = inflate(d2 * sp * Hz + d3 * sp ** 3 / 6.0)
             out = G.vars[op.out]
-            rnd = inflate(op.curve.d1(z.c).abs() * (1 + FN_ULPS * U) * (z.cerr + z.jerr * torch.maximum(
-                rho, numax.amax(-1)).unsqueeze(1)) + FN_ULPS * U * out.c.abs())
-            zr = z.cerr + z.jerr * torch.maximum(rho, numax.amax(-1)).unsqueeze(1)
+            zr = rounding(z)
+            rnd = inflate(op.curve.d1(z.c).abs() * (1 + FN_ULPS * U) * zr + FN_ULPS * U * out.c.abs())
             terms = {"h2": 0.5 * d2 * D1 * D1, "pte_rnd": d2 * sp * zr,
                      "d3": d3 * D1 * (w * w + w * sp + sp * sp) / 6.0, "m4": M4 * w ** 4 / 24.0, "rnd": rnd}
             rest = inflate(inflate(sum(terms.values())) + d2 * sp * (Tz + Ez))
@@ -271,11 +273,8 @@ def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_r
             q = inflate(px * py)
             cu = inflate(px * Hy + Hx * py)
             out = G.vars[op.out]
-            big = torch.maximum(rho, numax.amax(-1)).unsqueeze(1)
-            rnd = inflate(y.c.abs() * (x.cerr + x.jerr * big) + x.c.abs() * (y.cerr + y.jerr * big)
-                          + U * out.c.abs())
-            xr = x.cerr + x.jerr * big
-            yr = y.cerr + y.jerr * big
+            xr, yr = rounding(x), rounding(y)
+            rnd = inflate(y.c.abs() * xr + x.c.abs() * yr + U * out.c.abs())
             terms = {"pte_rnd": px * yr + xr * py, "h2": D1x * D1y, "rnd": rnd}
             pte = inflate(px * (Ty + Ey) + (Tx + Ex) * py)
             rest = inflate(inflate(sum(terms.values())) + pte)
