@@ -139,7 +139,7 @@ def kappa_norms(G: Graph, lam: torch.Tensor) -> torch.Tensor:
                 continue
             Rb = R[:, lo:min(hi, R.shape[1])]                               # (N, b)
             b = Rb.shape[1]
-            block[:, :b] += torch.einsum("ik,mi,id->mkd", Rb, wgt, J)
+            block[:, :b] += torch.matmul(Rb.T, wgt.unsqueeze(-1) * J)       # (b, N) @ (m, N, d)
         norms[:, lo:hi] = block.abs().sum(-1)
     for wgt, R, J, s in pieces:
         count += R.shape[0]
