@@ -324,10 +324,9 @@ def certificate_table(df: pd.DataFrame) -> pd.DataFrame:
 
 CERTIFICATE_NOTES = [
     table_legend.UNIT_NOTE,
-    "The second-order block certificate: Taylor's integral remainder with a rigorous enclosure of the Hessian's "
-    "variation over the box, bounded jointly as a positive semidefinite form by its own verified SDP dual or node by "
-    "node, whichever is smaller, and a verified SDP dual at the centre (block/certificate.py, "
-    "block/remainder_form.py).",
+    "The second-order block certificate: a cubic Taylor model of the block map (the centre quadratic plus a signed "
+    "cubic form r³uᵀPu, maximized jointly by one verified SDP dual of ±H0 + 2rP per radius, and a fourth-order rest "
+    "bounded node by node; block/certificate.py, block/taylor_model.py).",
     "The certificate columns of units.csv (certificate_f, certificate_g and their negations) are the second-order "
     "certificate's alone, each re-derived from the weights by attncert audit; CROWN and α-CROWN are baselines "
     "beside it, never a certificate.",

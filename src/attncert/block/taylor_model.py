@@ -28,7 +28,7 @@ kappa_k . delta being the first-order change of lambda_k along delta. With |kapp
 
     |cubic part| <= rho^3 u^T P u,   P = sum_k c_k j_k j_k^T  (positive semidefinite, the same for every radius).
 
-Unlike the node-by-node remainder (block/remainder_form.py) nothing here takes an absolute value of a sum over nodes
+Unlike the node-by-node remainder this replaced, nothing here takes an absolute value of a sum over nodes
 of a cubic: the cancellations between nodes stay inside kappa_k, and the squares stay inside one form. The rest
 (fourth order and beyond) is bounded node by node through the magnitudes
 
