@@ -17,7 +17,8 @@ construction), per radius r, medians over the rows:
 2. Ablation (each variant is still a sound certificate; the switches of `block.taylor_model.cubic_model`): without
    the shared broadcast factors (LayerNorm's 1/sigma, the softmax's 1/sum, the query's own weight taken out of
    the products' quadratic parts), without the fourth-order terms p (t + e) moved into kappa (node by node
-   instead), without both; and the integral-remainder certificate this one replaced ("before", from the committed
+   instead), without both, with |kappa_k| bounded by absolute values (no signs: the cubic form node by node),
+   without all three; and the integral-remainder certificate this one replaced ("before", from the committed
    result of commit 630d70224eec: same construction, rows, radii and ascent settings).
 
     .venv/bin/python -m bench.block_remainder_tightness [--quick] [--models all-MiniLM-L6-v2 random-gpt2]
@@ -69,7 +70,9 @@ def beyond_quadratic(tr, Ct, g0, G, H0, radii, starts, steps: int):
 
 
 VARIANTS = {"full": {}, "no shared factors": {"shared_factors": False}, "no kappa rest": {"kappa_rest": False},
-            "neither": {"shared_factors": False, "kappa_rest": False}}
+            "neither": {"shared_factors": False, "kappa_rest": False},
+            "kappa unsigned (node-by-node cubic)": {"signed_kappa": False},
+            "none of the three": {"shared_factors": False, "kappa_rest": False, "signed_kappa": False}}
 BEFORE_COMMIT = "ccd30cf"      # the commit that holds the integral-remainder certificate's result
 
 

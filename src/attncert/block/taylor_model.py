@@ -112,8 +112,10 @@ def _node_inputs(G: Graph, op):
     return [G.vars[i] for i in op.inputs]
 
 
-def kappa_norms(G: Graph, lam: torch.Tensor) -> torch.Tensor:
-    """(m, n_nodes) upper bounds on ||kappa_k||_1 (module docstring), kappa formed in blocks of columns."""
+def kappa_norms(G: Graph, lam: torch.Tensor, signed: bool = True) -> torch.Tensor:
+    """(m, n_nodes) upper bounds on ||kappa_k||_1 (module docstring), kappa formed in blocks of columns; with
+    `signed` False the sum of absolute values sum_n |lambda_n phi''_n R_nk| ||j_n||_1 instead (no kappa formed: the
+    node-by-node bound, for the ablation bench)."""
     m, nK = lam.shape[0], G.n_nodes
     # per nonlinear op: (weight (m, N), R rows (N, n_cols), J rows (N, d)) with kappa_k += sum_i weight_i R_ik J_i
     pieces = []
@@ -131,7 +133,7 @@ def kappa_norms(G: Graph, lam: torch.Tensor) -> torch.Tensor:
     norms = torch.zeros(m, nK, dtype=DTYPE)
     err = torch.zeros(m, nK, dtype=DTYPE)
     count = 0
-    for lo in range(0, nK, KAPPA_BLOCK):
+    for lo in range(0, nK if signed else 0, KAPPA_BLOCK):
         hi = min(lo + KAPPA_BLOCK, nK)
         block = torch.zeros(m, hi - lo, G.d, dtype=DTYPE)
         for wgt, R, J, _ in pieces:
@@ -145,6 +147,8 @@ def kappa_norms(G: Graph, lam: torch.Tensor) -> torch.Tensor:
         count += R.shape[0]
         err[:, :R.shape[1]] += (wgt.abs() * s) @ R.abs()
     g = gamma(count + G.d + 16) + FN_ULPS * U
+    if not signed:
+        return inflate(err * (1 + 2 * g))
     return inflate(inflate(norms) + inflate(g * err) * 2.0)
 
 
@@ -172,15 +176,17 @@ def factored_products(G: Graph) -> dict:
     return out
 
 
-def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_rest: bool = True) -> CubicModel:
-    """The cubic form P and the rest over the graph's radii (module docstring). The switches (both sound either way;
+def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_rest: bool = True,
+                signed_kappa: bool = True) -> CubicModel:
+    """The cubic form P and the rest over the graph's radii (module docstring). The switches (each sound either way;
     for the ablation bench): `shared_factors` takes a broadcast factor out of the products' quadratic parts
     (LayerNorm's 1/sigma, the softmax's 1/sum and the query's own weight), `kappa_rest` bounds the nodes' fourth-order
-    terms p (t + e) through kappa (signed) instead of node by node."""
+    terms p (t + e) through kappa instead of node by node, `signed_kappa` forms kappa (else ||kappa_k||_1 is bounded
+    by a sum of absolute values over the later nodes)."""
     B, m, nK = G.B, H0_rows, G.n_nodes
     rho = G.rho
     lam = _padded(gv.R, nK)                                                  # (m, nK)
-    kn = kappa_norms(G, lam)                                                 # (m, nK)
+    kn = kappa_norms(G, lam, signed_kappa)                                   # (m, nK)
     Qmax = torch.zeros(B, nK, dtype=DTYPE)
     Cmax = torch.zeros(B, nK, dtype=DTYPE)
     Rest = torch.zeros(B, nK, dtype=DTYPE)
