@@ -1,11 +1,12 @@
 """The audit of the block certificates (audit/block_audit.py) on tiny GPT-2 and BERT blocks written as the stage writes
-them (extraction files, the block table, the stored duals): every number of a certificate column passes, and each
-forgery fails the right check: a lowered number or one without its remainder (`sum`), an edited dual (`dual_pd`), a
-reported number that is not its bound (`reported`), a finite certificate hidden as +inf (`reported`), an edited
-weight with its sidecar rewritten (`sum`), an edited weight without it (`weights`), another configuration's
-specification seed, a repeated, deleted or foreign unit, a missing column, table or certificate file
-(`completeness`, `columns`, `certificate_file`), a truncated certificate file, an unreadable cell; without a
-configuration the table fails."""
+them (extraction files, the block table, the stored duals of +-H0 + 2 r P per radius): every number of a certificate
+column passes, its re-derived bound within the stage's cross slack, and each forgery fails the right check: a lowered
+number or one without its beyond-quadratic part (`sum`), an edited, scaled or another radius's dual (`dual_pd` or
+`sum`), a dual with a NaN or a negative entry or of the old (heads, d) shape (`pieces`), a reported number that is not
+its bound (`reported`), a finite certificate hidden as +inf (`reported`), an edited weight with its sidecar rewritten
+(`sum`), an edited weight without it (`weights`), another configuration's specification seed, a repeated, deleted or
+foreign unit, a missing column, table or certificate file (`completeness`, `columns`, `certificate_file`), a
+truncated certificate file, an unreadable cell; without a configuration the table fails."""
 import numpy as np
 import pytest
 import torch
@@ -91,6 +92,13 @@ def test_every_certificate_number_passes_and_none_is_left_unchecked(family, requ
     assert len(_by(recs, "pass", "infinite")) == n_inf            # +inf only where the weights give +inf too
     assert len(_by(recs, "pass", "weights+pieces+dual_pd+sum")) == 4 * len(df) - n_inf > 0
     assert not [c for c in df.columns if c.endswith("_source")]      # no label decides what is checked
+    # the bound re-derived from the weights lies below the stage's number by at least the stage's cross slack
+    # (2^-40 |g(0)|, thousands of units in the last place: no BLAS thread count moves a verdict) and within a
+    # relative 1e-5 of it (the same floats; the audit's rounding constants are its own, no larger than the stage's)
+    g0 = {(int(row["head"]), float(row["radius"])): abs(float(row["g0"])) for _, row in df.iterrows()}
+    for r in _by(recs, "pass", "weights+pieces+dual_pd+sum"):
+        scale = g0[(int(r["head"]), float(r["radius"]))]
+        assert 2.0 ** -40 * scale <= r["margin"] <= 1e-5 * abs(r["reported"]) + 2.0 ** -38 * scale, r
 
 
 def test_a_lowered_number_fails_sum(gpt2_files, tmp_path):
@@ -103,9 +111,10 @@ def test_a_lowered_number_fails_sum(gpt2_files, tmp_path):
 
 
 def test_a_number_without_its_remainder_fails_sum(bert_files, tmp_path):
-    """The remainder is what makes the bound hold over the whole box: a table that drops it is caught."""
+    """The part beyond the centre quadratic (cubic form and rest) is what makes the bound hold over the whole box: a
+    table that drops half of it is caught."""
     df = bert_files[2].copy()
-    i = _second_order_row(df)
+    i = int(np.flatnonzero(np.isfinite(df["certificate_f"].to_numpy()) & (df["certificate_remainder"] > 0))[0])
     dropped = df.loc[i, "certificate_f"] - 0.5 * df.loc[i, "certificate_remainder"]
     assert df.loc[i, "certificate_remainder"] > 0 and dropped > 0
     for col in ("certificate_f", "second_order_certificate_f"):
@@ -117,7 +126,7 @@ def test_a_number_without_its_remainder_fails_sum(bert_files, tmp_path):
 def test_an_edited_dual_fails_dual_pd(gpt2_files, tmp_path):
     cert = dict(gpt2_files[3])
     y = cert["y_pos"].copy()
-    y[1] = 0.5 * y[1]                         # head 1's dual halved: diag(y) - H0 no longer positive definite
+    y[:, 1] = 0.5 * y[:, 1]                   # head 1's duals halved: diag(y) - (H0 + 2 r P) not positive definite
     cert["y_pos"] = y
     fails = _by(_audit(_write(tmp_path, gpt2_files, certificate=cert)), "fail")
     assert fails and {r["check"] for r in fails} == {"dual_pd"}
@@ -125,26 +134,76 @@ def test_an_edited_dual_fails_dual_pd(gpt2_files, tmp_path):
                                                                                          "certificate_g"}
 
 
-def test_an_edited_remainder_dual_fails_sum(bert_files, tmp_path):
-    """The remainder's joint form is certified by its own dual (one per radius): lowered, the form is not proved,
-    only the node-by-node remainder counts, and the reported numbers of that radius fail `sum` (f and g of both
-    senses share the remainder)."""
+def _finite(df, numbers) -> set:
+    """{(head, radius, number)} of the table's finite certificates among `numbers`."""
+    return {(str(row["head"]), float(row["radius"]), k) for _, row in df.iterrows() for k in numbers
+            if np.isfinite(row[k])}
+
+
+def test_another_radius_dual_fails_dual_pd_or_sum(bert_files, tmp_path):
+    """The duals are per radius (of +H0 + 2 r P): the first two radii's swapped, every number of that sense at both
+    radii fails (the smaller radius's dual does not prove diag(y) - (H0 + 2 r P) positive definite at the larger
+    radius; the larger's does at the smaller one, but its bound is above the number the smaller's gave)."""
     cert = dict(bert_files[3])
-    y = cert["y_rem"].copy()
-    y[0, 1] = 0.25 * y[0, 1]                  # the first radius, head 1
-    cert["y_rem"] = y
+    y = cert["y_pos"].copy()
+    y[[0, 1]] = y[[1, 0]]
+    cert["y_pos"] = y
     fails = _by(_audit(_write(tmp_path, bert_files, certificate=cert)), "fail")
-    assert fails and {r["check"] for r in fails} == {"sum"} and all("joint form" in r["reason"] for r in fails)
-    assert {(str(r["head"]), float(r["radius"])) for r in fails} == {("1", RADII[0])} and len(fails) == 4
+    expected = {u for u in _finite(bert_files[2], ("certificate_f", "certificate_g")) if u[1] in RADII[:2]}
+    assert len(expected) == 8 and {(str(r["head"]), float(r["radius"]), r["number"]) for r in fails} == expected
+    assert {r["check"] for r in fails} <= {"dual_pd", "sum"}
+
+
+def test_a_scaled_down_dual_fails_dual_pd(gpt2_files, tmp_path):
+    """Every dual of the negative sense times 0.9: no finite certificate of that sense is proved any more (a +inf
+    one stays true)."""
+    cert = {**gpt2_files[3], "y_neg": 0.9 * gpt2_files[3]["y_neg"]}
+    recs = _audit(_write(tmp_path, gpt2_files, certificate=cert))
+    fails = _by(recs, "fail")
+    expected = _finite(gpt2_files[2], ("certificate_f_neg", "certificate_g_neg"))
+    assert expected and {(str(r["head"]), float(r["radius"]), r["number"]) for r in fails} == expected
+    assert {r["check"] for r in fails} == {"dual_pd"} and len(fails) == len(expected)
+
+
+def test_a_nan_in_a_dual_fails_pieces(bert_files, tmp_path):
+    cert = dict(bert_files[3])
+    y = cert["y_pos"].copy()
+    y[1, 0, 0] = np.nan                       # the second radius, head 0, one entry
+    cert["y_pos"] = y
+    fails = _by(_audit(_write(tmp_path, bert_files, certificate=cert)), "fail")
+    assert {(r["check"], str(r["head"]), float(r["radius"]), r["number"]) for r in fails} == {
+        ("pieces", "0", RADII[1], "certificate_f"), ("pieces", "0", RADII[1], "certificate_g")}
+
+
+def test_a_certificate_file_of_the_old_format_fails_pieces(gpt2_files, tmp_path):
+    """The integral-remainder certificate's file (one dual (heads, d) per sense for all radii, the remainder's
+    duals, its pieces and kappa) proves nothing the audit re-derives now: every number fails `pieces`."""
+    cert = gpt2_files[3]
+    old = {**{k: v for k, v in cert.items() if k not in ("y_pos", "y_neg")}, "y_pos": cert["y_pos"][-1],
+           "y_neg": cert["y_neg"][-1], "y_rem": cert["y_pos"], "pieces": np.array(4), "kappa": np.array(1.0)}
+    recs = _audit(_write(tmp_path, gpt2_files, certificate=old))
+    assert len(recs) == 4 * len(gpt2_files[2]) and {(r["status"], r["check"]) for r in recs} == {("fail", "pieces")}
+
+
+@pytest.mark.parametrize("number", ["certificate_f", "certificate_g", "certificate_f_neg", "certificate_g_neg"])
+def test_a_number_lowered_by_one_percent_fails_sum(number, bert_files, tmp_path):
+    """Lowered by 1 % of itself in both certificate columns, the table re-signed (its sidecar rewritten)."""
+    df = bert_files[2].copy()
+    i = _second_order_row(df, number)
+    for col in (number, f"second_order_{number}"):
+        df.loc[i, col] = df.loc[i, col] - 0.01 * abs(df.loc[i, col])
+    fails = _by(_audit(_write(tmp_path, bert_files, df=df)), "fail")
+    assert [(r["row"], r["number"], r["check"]) for r in fails] == [(i, number, "sum")]
 
 
 def test_a_negative_dual_fails_pieces(gpt2_files, tmp_path):
     cert = dict(gpt2_files[3])
     y = cert["y_neg"].copy()
-    y[0, 0] = -1.0
+    y[0, 0, 3] = -1e-3                        # the first radius, head 0, one entry
     cert["y_neg"] = y
     fails = _by(_audit(_write(tmp_path, gpt2_files, certificate=cert)), "fail")
-    assert fails and {r["check"] for r in fails} == {"pieces"} and {str(r["head"]) for r in fails} == {"0"}
+    assert {(r["check"], str(r["head"]), float(r["radius"]), r["number"]) for r in fails} == {
+        ("pieces", "0", RADII[0], "certificate_f_neg"), ("pieces", "0", RADII[0], "certificate_g_neg")}
 
 
 def test_a_reported_number_that_is_not_its_bound_fails_reported(gpt2_files, tmp_path):

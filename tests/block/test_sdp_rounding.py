@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from attncert.block.box_qp import QuadraticForms, box_qp_upper
-from attncert.block.residual import analyze_transition, rounding_starts
-from attncert.block.sdp_rounding import burer_monteiro, sdp_rounding_vertices
+from attncert.block.residual import analyze_transition
+from attncert.block.sdp_rounding import burer_monteiro, rounding_starts, sdp_rounding_vertices
 
 from tiny_blocks import tiny_block  # tests/tiny_blocks.py
 

@@ -2,21 +2,21 @@
 extracted weights, the run's configuration and the SDP duals stored beside it (`transition{L}_certificates.npz`),
 in numpy, without the stage's code (`block_rederive` builds the pieces again).
 
-The certificate's claim, per (transition, head), sense s = +-1 and radius r (docs/block_residual.md, the
-certificate module): with c / J the re-derived float g(0) and grad g(0) (within e0 and a0 of the exact values),
-H0 the re-derived centre Hessian, the remainder re-derived as a form u^T Pbar_r u plus a scalar Dev_k on each
-piece k of [0, 1] (plus H0's rounding; weights w_k = int (1 - t) dt over the piece; block/remainder_form.py), y and
-y_rem the stored SDP duals, g0 the table's g(0) and G the stored gradient that define f = g - g0 - G . delta, and
-r' >= r, Q = 1/2 sum y + 1/2 sum y_rem + rounding(Pbar_r) + sum_k w_k Dev_k:
+The certificate's claim, per (transition, head), sense s = +-1 and radius r (block/certificate.py and
+block/taylor_model.py state it; docs/block_residual.md): with c / J the re-derived output form's float value and
+Jacobian (g(delta) = c + J delta + sum_n lambda_n nu_n + err, |err| <= e0 + a0 r' + the part in Rest), H0 the
+re-derived centre Hessian (rounding h_round), P the re-derived cubic form of
+the Taylor model (rounding P_rounding) and Rest its fourth-order rest at r' = r (1 + 4 u) >= r, y the stored SDP
+dual of that radius and sense, g0 the table's g(0) and G the stored gradient that define f = g - g0 - G . delta,
 
-    max s f <= max(s (c - g0) + e0, 0) + (||J - G||_1 + a0) r' + r'^2 Q
-    max s g <= s c + e0 + a0 r' + ||J||_1 r' + r'^2 Q
+    beyond = r'^2 [1/2 sum y + 1/2 h_round + r' P_rounding] + Rest
+    max s f <= max(s (c - g0) + e0, 0) + (||J - G||_1 + a0) r' + beyond
+    max s g <= s c + e0 + a0 r' + ||J||_1 r' + beyond
 
-provided diag(y) - s H0 and diag(y_rem) - 2 Pbar_r are positive definite; without the latter (or where smaller)
-the remainder's node-by-node bound sum_k w_k Dev_node_k replaces 1/2 sum y_rem + rounding + sum_k w_k Dev_k. The
-file's y, y_rem, G, kappa (the
-form's split) and number of pieces are free parameters: any values give a valid bound, so nothing the file says
-is trusted. Checks, in order, per reported number:
+provided diag(y) - (s H0 + 2 r' P) is positive definite (then 1/2 u^T (s H0 + 2 r' P) u <= 1/2 sum y on the box);
+beyond is +inf where a coefficient of P or the rest is not finite (the enclosure reaches a singularity). The file's
+y and G are free parameters: any values give a valid bound, so nothing the file says is trusted. Checks, in order,
+per reported number:
 
 * completeness: the table exists with every column, each unit of the configuration's grid (transitions, heads of
   block L + 1, radii) is a row exactly once, and nothing else is; a missing table, column or unit, a repeated or
@@ -24,9 +24,9 @@ is trusted. Checks, in order, per reported number:
 * config: the row's prompt and query position are the configuration's block grid (without a configuration the
   table fails: the specification rows need its `spec_seed`);
 * weights: the extraction files of layers L and L + 1 pass their sidecars and the pieces can be re-derived;
-* pieces: the stored duals are nonnegative, finite and of shape (heads, d); the number of pieces is in 1..256;
-* dual_pd: diag(y) - s H0 positive definite (and diag(y_rem) - 2 Pbar_r, for the joint form), each (A) proved by a
-  float Cholesky of A - c I with Rump's shift
+* pieces: the stored dual of the row's radius and the number's sense is finite, nonnegative and the file's duals
+  have the shape (radii, heads, d) of its `radii` and `heads`; G is finite of shape (heads, d);
+* dual_pd: diag(y) - (s H0 + 2 r' P) positive definite, proved by a float Cholesky of A - c I with Rump's shift
   c = 2 gamma_{n+2} / (1 - gamma_{n+2}) tr(A) (Rump 2006, "Verification of positive definiteness");
 * sum: the right-hand side above evaluated in float64 with every operation's rounding bounded (gamma_k); the
   table's `second_order_certificate_*` must be at least that;
@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attncert.audit.block_rederive import integration_weights_up, rederived_pieces
+from attncert.audit.block_rederive import rederived_pieces
 from attncert.head.rounding import UNIT_ROUNDOFF as U
 from attncert.head.rounding import gamma
 from attncert.head.specification import specification_rows
@@ -57,7 +57,7 @@ NO_CONFIG_REASON = ("the block certificates are re-derived from the weights with
 TINY = 1e-300
 #: what reading a damaged npz can raise (a truncated or re-signed zip, a missing member, a bad header)
 UNREADABLE = (IntermediateError, OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
-MAX_PIECES = 256
+SENSES = (("pos", 1.0, ""), ("neg", -1.0, "_neg"))
 
 
 @dataclass(frozen=True)
@@ -112,53 +112,55 @@ def proved_positive_definite(A: np.ndarray) -> bool:
     return True
 
 
+def _duals_ok(y: np.ndarray, shape: tuple) -> np.ndarray:
+    """(heads, R) bool: the dual of each head and radius finite and nonnegative, in a file of the right shape."""
+    if y.shape != shape:
+        return np.zeros((shape[1], shape[0]), dtype=bool)
+    return (np.isfinite(y).all(-1) & (y >= 0).all(-1)).T
+
+
 @np.errstate(over="ignore", invalid="ignore")       # an infinite piece (a singularity reached) gives +inf
 def recomputed_bounds(p: dict, duals: dict, G: np.ndarray, g0: np.ndarray, radii) -> dict:
-    """(m, R) upper bounds of each number's right-hand side from the re-derived pieces `p` (`rederived_pieces`),
-    the stored duals (y_pos, y_neg: (m, d)), G (m, d) and g0 (m,); (m,) dual checks per sense and piece checks."""
+    """(m, R) upper bounds of each number's right-hand side from the re-derived pieces `p` (`rederived_pieces` at
+    the radii), the stored duals per sense (`duals[s]` (R, m, d): the dual of each radius, in the order of `radii`),
+    G (m, d) and g0 (m,); with (m, R) dual checks per sense (`pd`, `pd_neg`) and piece checks (`pieces`,
+    `pieces_neg`)."""
     radii = np.asarray(radii, dtype=np.float64)
-    J, c, e0, a0, H0, dev = (p[k] for k in ("J", "c", "e0", "a0", "H0", "dev"))
+    J, c, e0, a0, H0, P = (p[k] for k in ("J", "c", "e0", "a0", "H0", "P"))
     m, d = J.shape
-    R, K = dev.shape[:2]
-    ok = np.full(m, G.shape == (m, d) and bool(np.isfinite(G).all()))
-    r_up = radii * (1 + 4 * U)                                  # >= r after its one rounding
-    r2 = _up(r_up * r_up, 1)
-    w = integration_weights_up(K)
-    # the joint form: max u^T Pbar u <= 1/2 sum y_rem when diag(y_rem) - 2 Pbar is positive definite
-    y_rem = np.asarray(duals["rem"], dtype=np.float64)
-    pd_rem = np.zeros((m, R), dtype=bool)
-    form = np.full((m, R), math.inf)
-    if y_rem.shape == (R, m, d):
-        for ri in range(R):
-            for h in range(m):
-                y = y_rem[ri, h]
-                if p["form_finite"][ri, h] and np.isfinite(y).all() and (y >= 0).all() \
-                        and proved_positive_definite(np.diag(y) - 2.0 * p["Pbar"][ri, h]):
-                    pd_rem[h, ri] = True
-                    form[h, ri] = _up(_up(0.5 * y.sum(), d) + p["form_rounding"][ri, h], 1)
-    joint = _up(np.einsum("rkm,k->mr", dev, w) + form, K + 1)
-    node = _up(np.einsum("rkm,k->mr", p["dev_node"], w), K + 1)
-    rem = np.nan_to_num(_up(np.minimum(joint, node) * r2[None, :], 1), nan=math.inf)           # (m, R)
+    R = len(radii)
+    grad_ok = G.shape == (m, d) and bool(np.isfinite(G).all())
+    r_t = radii * (1 + 4 * U)                                   # the stage's radius (>= r after one rounding)
+    r2 = _up(r_t * r_t, 1)                                      # (R,)
+    rounding = _up(0.5 * p["h_round"][:, None] + _up(r_t[None, :] * p["P_rounding"][:, None], 1), 2)   # (m, R)
     off_grad = _up(np.abs(J - G).sum(-1), 2 * d) if G.shape == (m, d) else np.full(m, math.inf)
     grad_l1 = _up(np.abs(J).sum(-1), d)
     out = {}
-    for sense, sign, suffix in (("pos", 1.0, ""), ("neg", -1.0, "_neg")):
+    for sense, sign, suffix in SENSES:
         y = np.asarray(duals[sense], dtype=np.float64)
-        ok_y = (np.isfinite(y).all(-1) & (y >= 0).all(-1)) if y.shape == (m, d) else np.zeros(m, dtype=bool)
-        ok = ok & ok_y
-        out[f"pd{suffix}"] = np.array([bool(ok_y[h]) and proved_positive_definite(np.diag(y[h]) - sign * H0[h])
-                                       for h in range(m)])
-        y = np.where(ok_y[:, None], y, math.inf) if y.shape == (m, d) else np.full((m, d), math.inf)
-        quad = _up(_up(0.5 * y.sum(-1), d)[:, None] * r2[None, :], 1)         # (m, R)
-        off = _add_up(sign * c, -sign * g0)                                   # >= s (c - g0)
+        ok = _duals_ok(y, (R, m, d))                                                     # (m, R)
+        pd = np.zeros((m, R), dtype=bool)
+        for h, ri in zip(*np.nonzero(ok)):
+            M = sign * H0[h] + (2.0 * r_t[ri]) * P[h]
+            pd[h, ri] = proved_positive_definite(np.diag(y[ri, h]) - M)
+        half = np.full((m, R), math.inf)                                                # >= 1/2 sum y
+        if y.shape == (R, m, d):
+            half = np.where(ok, _up(0.5 * y.sum(-1).T, d), math.inf)
+        beyond = _up(_up(_up(half + rounding, 1) * r2[None, :], 1) + p["rest"].T, 1)
+        beyond = np.where(p["P_finite"][:, None] & ~np.isnan(beyond), beyond, math.inf)
+        off = _add_up(sign * c, -sign * g0)                                             # >= s (c - g0)
         base = np.maximum(_add_up(off, _up(e0, 0)), 0.0)[:, None]
-        lin = _up((off_grad + a0)[:, None] * r_up[None, :], 2)
-        out[f"f{suffix}"] = _up(base + lin + quad + rem, 3)
-        inner = _up(e0[:, None] + a0[:, None] * r_up[None, :] + grad_l1[:, None] * r_up[None, :] + quad + rem, 6)
-        out[f"g{suffix}"] = _add_up(sign * c[:, None], inner)
-    out["pieces"] = ok
-    out["pd_rem"] = pd_rem
+        lin = _up((off_grad + a0)[:, None] * r_t[None, :], 2)
+        out[f"f{suffix}"] = _nan_is_inf(_up(base + lin + beyond, 3))
+        inner = _up(e0[:, None] + a0[:, None] * r_t[None, :] + grad_l1[:, None] * r_t[None, :] + beyond, 6)
+        out[f"g{suffix}"] = _nan_is_inf(_add_up(sign * c[:, None], inner))
+        out[f"pieces{suffix}"] = ok & grad_ok
+        out[f"pd{suffix}"] = pd
     return out
+
+
+def _nan_is_inf(x):
+    return np.where(np.isnan(x), math.inf, x)
 
 
 def _record(L, r: int, row: dict, number: str, status: str, check: str, reason: str, reported=math.nan,
@@ -201,22 +203,24 @@ def _rederive(root: Path, model: str, L: int, rows: list[dict], cfg: BlockAuditC
         return "weights", f"{type(e).__name__}: {e}"
     try:
         heads = [int(h) for h in np.asarray(z["heads"]).reshape(-1)]
-        K, kappa = int(z["pieces"]), float(z["kappa"])
-        duals = {s: np.asarray(z[f"y_{s}"], dtype=np.float64) for s in ("pos", "neg", "rem")}
+        file_radii = [float(x) for x in np.asarray(z["radii"], dtype=np.float64).reshape(-1)]
+        duals = {s: np.asarray(z[f"y_{s}"], dtype=np.float64) for s, _, _ in SENSES}
         G = np.asarray(z["G"], float)
     except (KeyError, ValueError, TypeError) as e:
         return "pieces", f"the certificate file lacks an array or holds a malformed one ({type(e).__name__}: {e})"
-    if not 1 <= K <= MAX_PIECES or len(set(heads)) != len(heads) or not 0 < kappa < math.inf:
-        return "pieces", f"{K} pieces (1..{MAX_PIECES}), kappa {kappa} (> 0) or repeated heads {heads}"
+    if len(set(heads)) != len(heads):
+        return "pieces", f"repeated heads {heads}"
     radii = sorted({float(row["radius"]) for row in rows})
-    file_radii = [float(x) for x in np.asarray(z.get("radii", [])).reshape(-1)]
-    if not set(radii) <= set(file_radii) or duals["rem"].ndim != 3 or duals["rem"].shape[0] != len(file_radii):
-        return "unit", f"the table's radii {radii} are not the certificate file's {file_radii} (one dual each)"
-    duals["rem"] = duals["rem"][[file_radii.index(r) for r in radii]]        # the remainder's dual per table radius
+    if not set(radii) <= set(file_radii):
+        return "unit", f"the table's radii {radii} are not among the certificate file's {file_radii}"
+    # the duals of the table's radii; a file whose duals are not (its radii, its heads, d) keeps none (`pieces`)
+    pick = [file_radii.index(r) for r in radii]
+    duals = {s: y[pick] if y.ndim == 3 and y.shape[:2] == (len(file_radii), len(heads)) else np.zeros(0)
+             for s, y in duals.items()}
     g0 = {int(row["head"]): _float(row.get("g0", "")) for row in rows}
     try:
         C = specification_rows(nxt["W_V"], nxt["W_O"], L + 1, heads, cfg.prompt, cfg.query_position, cfg.spec_seed)
-        p = rederived_pieces(a, nxt, cfg.prompt, cfg.query_position, C, radii, K, kappa)
+        p = rederived_pieces(a, nxt, cfg.prompt, cfg.query_position, C, radii)
     except (KeyError, ValueError, IndexError) as e:
         return "weights", f"the block map cannot be rebuilt from the extraction files ({type(e).__name__}: {e})"
     g0v = np.array([g0.get(h, math.nan) for h in heads])
@@ -238,22 +242,22 @@ def _row_check(row: dict, k: str, rec: dict, h: int, ri: int) -> tuple[str, str,
     if not reported == second:
         return "fail", "reported", f"reported {reported!r} is not the row's second-order certificate {second!r}", \
             math.nan
-    if not bool(rec["pieces"][h]):
-        return "fail", "pieces", "a stored dual or gradient is negative, not finite or of the wrong shape", math.nan
-    if not bool(rec[f"pd{suffix}"][h]):
+    if not bool(rec[f"pieces{suffix}"][h, ri]):
+        return "fail", "pieces", ("the stored dual of this radius and sense, or the gradient G, is negative, not "
+                                  "finite or of the wrong shape"), math.nan
+    if not bool(rec[f"pd{suffix}"][h, ri]):
         if reported == math.inf:
             return "pass", "infinite", "reported +inf: true of every unit (the stored dual proves nothing)", math.nan
-        return "fail", "dual_pd", "diag(y) - H0 not proved positive definite (H0 re-derived)", math.nan
+        return "fail", "dual_pd", ("diag(y) - (s H0 + 2 r' P) not proved positive definite (H0 and P re-derived from "
+                                   "the weights, y the stored dual of this radius and sense)"), math.nan
     if reported == math.inf:
         if np.isfinite(bound):
             return "fail", "reported", (f"reported +inf, but the certificate re-derived from the weights is finite "
                                         f"({bound!r})"), math.nan
         return "pass", "infinite", "reported +inf, and the bound re-derived from the weights is +inf too", math.nan
     if not (np.isfinite(bound) and reported >= bound):
-        why = "" if rec["pd_rem"][h, ri] else (" (the remainder's joint form is not proved: diag(y_rem) - 2 Pbar not "
-                                               "positive definite, so only the node-by-node remainder counts)")
-        return "fail", "sum", (f"reported {reported!r} below the bound re-derived from the weights "
-                               f"{bound!r}{why}"), reported - bound
+        return "fail", "sum", f"reported {reported!r} below the bound re-derived from the weights {bound!r}", \
+            reported - bound
     return "pass", "weights+pieces+dual_pd+sum", "", reported - bound
 
 

@@ -1,14 +1,20 @@
-"""The block map's scalar curves and sound bounds of their second and third derivatives over an interval, in numpy
-(the audit's own implementation; the stage's is `block/map.py` and `block/enclosure.py`, in torch).
+"""The block map's scalar curves and sound bounds of their derivatives, in numpy (the audit's own implementation; the
+stage's is `block/map.py`, `block/enclosure.py` and `block/taylor_model.py`, in torch).
 
 Curves: square z^2, rsqrt z^(-1/2), exp, reciprocal 1/z, GELU (erf) and its tanh approximation (GPT-2's gelu_new).
-`interval_bounds(name, c, w)` gives (M2, M3) >= (sup |phi''|, sup |phi'''|) over [c - w, c + w]:
 
-* square: (2, 0); exp: exp(c + w) for both; rsqrt, reciprocal: the derivatives at the interval's left end (they are
-  decreasing in |.| on z > 0), +inf if the interval reaches 0;
-* GELU: |phi''(c)| + K3 w and |phi'''(c)| + K4 w, with K3 >= sup |phi'''| and K4 >= sup |phi''''| over the line
-  (the sup of the closed-form derivative on a grid of step 2e-4 over [-40, 40], times 1.2; the derivatives are
-  smooth and decay in the tails, so the grid misses at most a relative O(1e-8) of the sup).
+* `range_bounds(name, c, w, floor)`: M2 >= sup |phi''| over [c - w, c + w] (the affine enclosure's): square 2, exp
+  exp(c + w), rsqrt and reciprocal phi'' at the interval's left end (|phi''| decreases on z > 0; +inf if the
+  interval reaches 0), GELU |phi''(c)| + K3 w;
+* `third_derivative(name, c)`: |phi'''(c)| at the centre (the cubic Taylor model's coefficients): 0, exp(c),
+  15/8 c^(-7/2), 6 / c^4, the GELUs' closed forms;
+* `fourth_bound(name, c, w, floor)`: sup |phi''''| over [c - w, c + w] (the Taylor model's fourth-order rest): 0,
+  exp(c + w), 105/16 lo^(-9/2) and 24 / lo^5 at the left end lo (+inf if it reaches 0), GELU K4.
+
+K3 >= sup |phi'''| and K4 >= sup |phi''''| over the line: the sup of the derivative (closed form; the tanh GELU's
+fourth a central difference, step 1e-4, of its closed-form third) on a grid of step 2e-4 over [-40, 40], times 1.2
+(the derivatives are smooth and decay in the tails, so the grid misses at most a relative O(1e-8) of the sup; the
+stage's constants are its own, times 1.25).
 
 Rounding: numpy's exp, erf, tanh and power err by a few units of u = 2^-53; every value here is raised by
 `FN_ULPS` units (8, half the stage's 16: both are generous). `inflate` raises a float sum of at most 10^6
@@ -92,24 +98,19 @@ def global_sups(name: str) -> tuple[float, float]:
 
 
 def interval_bounds(name: str, c, w):
-    """(M2, M3): bounds on sup |phi''| and sup |phi'''| over [c - w, c + w] (elementwise, w >= 0)."""
-    lo, hi = c - w, c + w
+    """M2 >= sup |phi''| over [c - w, c + w] (elementwise, w >= 0)."""
     if name == "square":
-        return np.full_like(w, 2.0), np.zeros_like(w)
+        return np.full_like(w, 2.0)
     if name == "exp":
-        top = inflate(np.exp(hi) * (1.0 + FN_ULPS * U))
-        return top, top
+        return inflate(np.exp(c + w) * (1.0 + FN_ULPS * U))
     if name in ("rsqrt", "reciprocal"):
-        low = lo * (1.0 - 4 * U)
+        low = (c - w) * (1.0 - 4 * U)
         pos = low > 0
         safe = np.where(pos, low, 1.0)
-        m2, m3 = (0.75 * safe ** -2.5, 1.875 * safe ** -3.5) if name == "rsqrt" else (2.0 / safe ** 3, 6.0 / safe ** 4)
-        return (np.where(pos, inflate(m2 * (1 + FN_ULPS * U)), math.inf),
-                np.where(pos, inflate(m3 * (1 + FN_ULPS * U)), math.inf))
-    k3, k4 = global_sups(name)
-    m2 = np.abs(CURVES[name][2](c)) * (1 + FN_ULPS * U) + k3 * w
-    m3 = np.abs(CURVES[name][3](c)) * (1 + FN_ULPS * U) + k4 * w
-    return inflate(m2) + 1e-300, inflate(m3) + 1e-300
+        m2 = 0.75 * safe ** -2.5 if name == "rsqrt" else 2.0 / safe ** 3
+        return np.where(pos, inflate(m2 * (1 + FN_ULPS * U)), math.inf)
+    k3, _ = global_sups(name)
+    return inflate(np.abs(CURVES[name][2](c)) * (1 + FN_ULPS * U) + k3 * w) + 1e-300
 
 
 def range_bounds(name: str, c, w, floor: float | None):
@@ -122,3 +123,35 @@ def range_bounds(name: str, c, w, floor: float | None):
     lo = np.maximum(c - w, f)
     hi = np.maximum(c + w, lo)
     return interval_bounds(name, 0.5 * (lo + hi), inflate(0.5 * (hi - lo)))
+
+
+def third_derivative(name: str, c):
+    """|phi'''(c)| raised by its evaluation error (FN_ULPS units)."""
+    if name == "square":
+        return np.zeros_like(c)
+    if name == "exp":
+        v = np.exp(c)
+    elif name == "rsqrt":
+        v = 1.875 * c ** -3.5
+    elif name == "reciprocal":
+        v = 6.0 / c ** 4
+    else:
+        v = CURVES[name][3](c)
+    return inflate(np.abs(v) * (1 + FN_ULPS * U))
+
+
+def fourth_bound(name: str, c, w, floor: float | None):
+    """sup |phi''''| over [c - w, c + w] (c (N,), w (B, N)), the left end clipped below at `floor`; +inf where the
+    interval reaches a singularity."""
+    if name == "square":
+        return np.zeros_like(w)
+    if name in ("gelu", "gelu_tanh"):
+        return np.full_like(w, global_sups(name)[1])
+    if name == "exp":
+        return inflate(np.exp(c + w) * (1.0 + FN_ULPS * U))
+    lo = c - w if floor is None else np.maximum(c - w, floor * (1.0 - 1e-9))
+    low = lo * (1.0 - 4 * U)
+    pos = low > 0
+    safe = np.where(pos, low, 1.0)
+    v = 6.5625 * safe ** -4.5 if name == "rsqrt" else 24.0 / safe ** 5
+    return np.where(pos, inflate(v * (1 + FN_ULPS * U)), math.inf)

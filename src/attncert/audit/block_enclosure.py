@@ -1,6 +1,6 @@
-"""The block certificate's pieces re-derived from the extracted weights, in numpy: the audit's own implementation of
-the affine enclosures of `block/enclosure.py` and the graph of `block/certificate.py` (the same mathematics, written
-again without torch, so that a file's pieces are never taken on trust).
+"""The affine enclosures of the block map re-derived from the extracted weights, in numpy: the audit's own
+implementation of `block/enclosure.py` (the same mathematics, written again without torch, so that a file's pieces
+are never taken on trust), and the centre Hessian of `block/certificate.py`.
 
 Every intermediate vector v of the block map over ||xi||_inf <= rho is an affine form v(xi) = c + J xi + R nu + err
 (one noise symbol per scalar nonlinear node, |nu_n| <= eps_n(rho); |err| <= cerr + jerr max(rho, max eps)), and its
@@ -10,19 +10,14 @@ Jacobian along ||u||_inf <= 1 is J u + R beta + err' (|beta_n| <= b_n(rho)). Per
     unary phi(z): eps = 1/2 M2 w^2 + |phi'(c)| e_round + ...,  b = M2 w (s + a) + ...
     product x y:  eps = w_x w_y + ...,                          b = (s_x + a_x) w_y + w_x (s_y + a_y) + ...
 
-with s = ||J||_1, w = s rho + e and M2, M3 from `block_curves`. The adjoint lambda_n(xi) of g = C F is its centre
-value lambda0 plus at most Lam (the centre-linearized backward image of every later node's slope change). From
-these, `pieces` returns what the certificate's bound needs (block/certificate.py states the bound):
-
-    c, J        g(0) and grad g(0) as floats, within e0 and a0 of the exact values;
-    H0          sum_n lambda0_n phi_n''(z_n) j_n j_n^T + products (float), and its rounding bound;
-    Pbar, rest  the remainder |u^T (H(xi) - H0) u| integrated over the pieces of [0, 1] as a positive semidefinite
-                form u^T Pbar u plus a scalar per piece (`remainder_form`; block/remainder_form.py states it),
-                with dA = Lam (|phi''(c)| + M3 w) + |lambda0| M3 w bounding the change of lambda phi'' per node.
+with s = ||J||_1, w = s rho + e and M2 from `block_curves`. The output g = C F gives c, J (g(0) and grad g(0) as
+floats, within e0 = e(0) and a0 = a(0) of the exact values) and, in its R columns, the centre adjoints lambda_n;
+`centre_hessian` is H0 = sum_n lambda_n phi_n''(z_n) j_n j_n^T + the products' terms (float) with its rounding
+bound. The enclosure records its nonlinear nodes in order; the cubic Taylor model walks them again
+(`block_taylor_model`).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +38,7 @@ class Var:
     s: np.ndarray = None
     rowabs: np.ndarray = None
     floor: float | None = None
+    jerrJ: np.ndarray = None   # the l1 rounding of J's row alone (<= jerr): |err| <= cerr + jerrJ rho + jerr max eps
 
 
 @dataclass
@@ -92,7 +88,7 @@ class Enclosure:
 
     def input(self, x0) -> Var:
         N = x0.shape[0]
-        return self._finish(Var(x0.copy(), np.eye(N), np.zeros((N, 0)), np.zeros(N), np.zeros(N)))
+        return self._finish(Var(x0.copy(), np.eye(N), np.zeros((N, 0)), np.zeros(N), np.zeros(N), jerrJ=np.zeros(N)))
 
     def linear(self, terms: list, bias=None) -> Var:
         """sum_i v_i W_i + bias (W_i (N_i, N_out))."""
@@ -106,14 +102,15 @@ class Enclosure:
             c, absc = c + bias, absc + np.abs(bias)
         cerr = inflate(sum(v.cerr @ np.abs(W) for v, W in terms) + g * absc)
         jerr = inflate(sum((v.jerr + g * v.rowabs) @ np.abs(W) for v, W in terms))
-        return self._finish(Var(c, J, R, cerr, jerr))
+        jerrJ = inflate(sum((v.jerrJ + g * v.s) @ np.abs(W) for v, W in terms))
+        return self._finish(Var(c, J, R, cerr, jerr, jerrJ=jerrJ))
 
-    def _node(self, c, J, R_old, jerr, eps, beta, kind, inputs, curve=None) -> Var:
+    def _node(self, c, J, R_old, jerr, jerrJ, eps, beta, kind, inputs, curve=None) -> Var:
         N, n0 = c.shape[0], self.eps.shape[1]
         self.eps = np.concatenate([self.eps, inflate(eps)], 1)
         self.beta = np.concatenate([self.beta, inflate(beta)], 1)
         R = np.concatenate([_pad(R_old, n0), np.eye(N)], 1)
-        out = self._finish(Var(c, J, R, np.zeros(N), inflate(jerr)))
+        out = self._finish(Var(c, J, R, np.zeros(N), inflate(jerr), jerrJ=inflate(jerrJ)))
         self.nodes.append(Node(kind, out, inputs, (n0, n0 + N), curve))
         return out
 
@@ -121,14 +118,15 @@ class Enclosure:
         z.floor = floor
         f, d1f = CURVES[curve][0], CURVES[curve][1]
         w = self.width(z)
-        M2, _ = range_bounds(curve, z.c, w, floor)
+        M2 = range_bounds(curve, z.c, w, floor)
         d1, c = d1f(z.c), f(z.c)
         ad1 = np.abs(d1)
         ze, za = self.zerr(z)
         eps = 0.5 * M2 * w * w + ad1 * ze + FN_ULPS * U * np.abs(c)
         beta = ad1 * za + M2 * w * (z.s + z.a)
         jerr = ad1 * z.jerr + (FN_ULPS + 2) * U * ad1 * z.rowabs
-        return self._node(c, d1[:, None] * z.J, d1[:, None] * z.R, jerr, eps, beta, "unary", (z,), curve)
+        jerrJ = ad1 * z.jerrJ + (FN_ULPS + 2) * U * ad1 * z.s
+        return self._node(c, d1[:, None] * z.J, d1[:, None] * z.R, jerr, jerrJ, eps, beta, "unary", (z,), curve)
 
     def product(self, x: Var, y: Var) -> Var:
         n = self.eps.shape[1]
@@ -141,38 +139,8 @@ class Enclosure:
         eps = wx * wy + acy * xe + acx * ye + U * np.abs(c)
         beta = acy * xa + acx * ya + (x.s + x.a) * wy + wx * (y.s + y.a)
         jerr = acy * x.jerr + acx * y.jerr + 3 * U * (acy * x.rowabs + acx * y.rowabs)
-        return self._node(c, J, R, jerr, eps, beta, "product", (x, y))
-
-    def adjoints(self, out: Var):
-        """Per node (in order): lambda0 (m, N) and Lam (B, m, N) with |lambda(xi) - lambda0| <= Lam."""
-        n_all = self.eps.shape[1]
-        Rg = _pad(out.R, n_all)
-        lam0 = [Rg[:, nd.cols[0]:nd.cols[1]] for nd in self.nodes]
-        m = Rg.shape[0]
-        total = np.zeros((self.B, m, n_all))
-        base = out.jerr.reshape(1, m, 1)
-        Lam = [None] * len(self.nodes)
-        for k in reversed(range(len(self.nodes))):
-            nd = self.nodes[k]
-            lo, hi = nd.cols
-            L = inflate(total[:, :, lo:hi] + base)
-            Lam[k] = L
-            mag = np.abs(lam0[k])[None] + L
-            if nd.kind == "unary":
-                z = nd.inputs[0]
-                w = self.width(z)
-                M2, _ = range_bounds(nd.curve, z.c, w, z.floor)
-                slope = (M2 * w + FN_ULPS * U * np.abs(CURVES[nd.curve][1](z.c)))[:, None, :]
-                perts = [(z, inflate(slope * mag))]
-            else:
-                x, y = nd.inputs
-                perts = [(x, inflate((self.width(y) + 2 * U * np.abs(y.c))[:, None, :] * mag)),
-                         (y, inflate((self.width(x) + 2 * U * np.abs(x.c))[:, None, :] * mag))]
-            for z, p in perts:
-                n = z.R.shape[1]
-                total[:, :, :n] += p @ np.abs(z.R)
-                total += inflate((p * z.jerr).sum(-1, keepdims=True))
-        return lam0, Lam
+        jerrJ = acy * x.jerrJ + acx * y.jerrJ + 3 * U * (acy * x.s + acx * y.s)
+        return self._node(c, J, R, jerr, jerrJ, eps, beta, "product", (x, y))
 
 
 def centre_hessian(enc: Enclosure, lam0: list):
@@ -193,73 +161,3 @@ def centre_hessian(enc: Enclosure, lam0: list):
         H, absum = H + term, absum + ab
     H = 0.5 * (H + H.transpose(0, 2, 1))
     return H, inflate(gamma(count + 16) * absum)
-
-
-def _ratio(num, den):
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
-
-
-def _node_terms(enc: Enclosure, lam0: list, Lam: list, kappa: float):
-    """Per node: [(coefficient (B, m, N), direction rows (N, d))] and the scalar rest (B, m) of the remainder's form
-    (block/remainder_form.py states the inequalities)."""
-    for nd, l0, L in zip(enc.nodes, lam0, Lam):
-        l0 = np.abs(l0)[None]
-        if nd.kind == "unary":
-            z = nd.inputs[0]
-            w = enc.width(z)
-            _, M3 = range_bounds(nd.curve, z.c, w, z.floor)
-            d2 = np.abs(CURVES[nd.curve][2](z.c)) * (1 + FN_ULPS * U)
-            s, a = z.s[None], z.a
-            dA = L * (d2 + M3 * w)[:, None] + l0 * (M3 * w)[:, None]
-            A0 = l0 * d2
-            eta = _ratio(kappa * a, np.broadcast_to(s, a.shape))[:, None]
-            node = dA * ((s + a) ** 2)[:, None] + A0 * (2 * s * a + a * a)[:, None]
-            yield [(dA * (1 + eta) + A0 * eta, z.J)], ((dA + A0) * (a * a + a * s / kappa)[:, None]).sum(-1), \
-                node.sum(-1)
-        else:
-            x, y = nd.inputs
-            sx, sy, ax, ay = x.s[None], y.s[None], x.a, y.a
-            tx, ty = sx + ax, sy + ay
-            t = np.where((tx > 0) & (ty > 0), ty / np.where(tx > 0, tx, 1.0), 1.0)[:, None]
-            bx, by = np.broadcast_to(sx, ax.shape), np.broadcast_to(sy, ay.shape)
-            ex, ey = _ratio(kappa * ax, bx), _ratio(kappa * ay, by)
-            e1 = _ratio(kappa * ax, np.broadcast_to(sy, ax.shape))
-            e2 = _ratio(kappa * ay, np.broadcast_to(sx, ay.shape))
-            cx = L * t * (1 + ex)[:, None] + l0 * e2[:, None]
-            cy = L / t * (1 + ey)[:, None] + l0 * e1[:, None]
-            rest = (L * (t * (ax * ax + ax * sx / kappa)[:, None] + (ay * ay + ay * sy / kappa)[:, None] / t)
-                    + l0 * (ax * sy / kappa + ay * sx / kappa + 2 * ax * ay)[:, None])
-            node = 2.0 * (L * (tx * ty)[:, None] + l0 * (ax * sy + sx * ay + ax * ay)[:, None])
-            yield [(cx, x.J), (cy, y.J)], rest.sum(-1), node.sum(-1)
-
-
-def remainder_form(enc: Enclosure, lam0: list, Lam: list, weights: np.ndarray, R: int, K: int, kappa: float):
-    """(Pbar (R, m, d, d), rest (R, K, m), rounding (R, m), finite (R, m), node_by_node (R, K, m)): the remainder is
-    at most max_u u^T Pbar u + rounding + sum_k w_k rest_k over the box (rows not finite: Pbar zero, bound +inf),
-    and at most sum_k w_k node_by_node_k (every (j_n . u)^2 at its own maximum)."""
-    m = lam0[0].shape[0]
-    Wk = np.asarray(weights).reshape(1, K, 1, 1)
-    Pbar = np.zeros((R, m, enc.d, enc.d))
-    rest = np.zeros((R, K, m))
-    absum = np.zeros((R, m))
-    finite = np.ones((R, m), dtype=bool)
-    node_by_node = np.zeros((R, K, m))
-    count = 0
-    with np.errstate(over="ignore", invalid="ignore"):
-        for pairs, r, node in _node_terms(enc, lam0, Lam, kappa):
-            rest = rest + inflate(r[1:].reshape(R, K, m))
-            node_by_node = node_by_node + inflate(node[1:].reshape(R, K, m))
-            for coef, J in pairs:
-                cbar = inflate((coef[1:].reshape(R, K, m, -1) * Wk).sum(1))
-                ok = np.isfinite(cbar).all(-1)
-                finite &= ok
-                cbar = np.where(ok[..., None], cbar, 0.0)
-                s = np.abs(J).sum(-1)
-                Pbar += np.matmul((cbar[..., None] * J).swapaxes(-1, -2), J)
-                absum += (cbar * s * s).sum(-1)
-                count += J.shape[0]
-        rest = np.nan_to_num(inflate(rest), nan=math.inf, posinf=math.inf)
-        node_by_node = np.nan_to_num(inflate(node_by_node), nan=math.inf, posinf=math.inf)
-    Pbar = 0.5 * (Pbar + Pbar.swapaxes(-1, -2))
-    return Pbar, rest, inflate(gamma(count + 16) * absum), finite, node_by_node

@@ -1,6 +1,6 @@
 """One block transition's certificate pieces, re-derived by the audit from the extraction files of layers L and L + 1,
 the run's configuration (prompt, query position, specification seed) and the unit's radii (numpy; the stage's
-construction is `block/build.py` and `block/certificate.py`, in torch).
+construction is `block/build.py`, `block/certificate.py` and `block/taylor_model.py`, in torch).
 
 g = C F(x0 + xi e_i) over ||xi||_inf <= rho: x0 the residual stream entering block L (`residual[prompt]`), i the
 query position, F the block map of `block/map.py` (GPT-2: ln_1, attention, ln_2, MLP, ln_1 of block L + 1; BERT:
@@ -15,8 +15,8 @@ import math
 import numpy as np
 
 from attncert.audit.block_curves import ACTIVATION_CURVE, U
-from attncert.audit.block_enclosure import Enclosure, centre_hessian, remainder_form
-from attncert.head.rounding import gamma
+from attncert.audit.block_enclosure import Enclosure, centre_hessian
+from attncert.audit.block_taylor_model import cubic_model
 
 
 def _layer_norm_value(x, gain, bias, eps):
@@ -95,27 +95,19 @@ def block_output(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarray, 
     return E, E.linear([(F, np.ascontiguousarray(C.T))])
 
 
-def integration_weights_up(K: int) -> np.ndarray:
-    """Upper bounds of w_k = int_{k/K}^{(k+1)/K} (1 - t) dt = (2K - 2k - 1) / (2 K^2) (three rounded operations)."""
-    k = np.arange(K, dtype=np.float64)
-    return (2 * K - 2 * k - 1) / (2.0 * K * K) * (1.0 + gamma(4)) + 1e-300
-
-
-def rederived_pieces(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarray, radii, pieces: int,
-                     kappa: float) -> dict:
-    """c, J (g(0), grad g(0) as floats), e0, a0 (their rounding), H0 and its rounding bound h_round, the remainder's
-    form Pbar (R, m, d, d) with its rounding (R, m) and finiteness (R, m), dev (R, K, m): the form's scalar part
-    plus h_round on the K pieces of [0, 1] (t r raised by 4 u), and dev_node (R, K, m): the node-by-node bound."""
+def rederived_pieces(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarray, radii) -> dict:
+    """What the certificate's bound needs (block/certificate.py states the bound), at the radii r raised to
+    r_t = r (1 + 4 u) as the stage's: c, J (g(0), grad g(0) as floats), e0, a0 (their rounding), H0 (m, d, d) and
+    its rounding bound h_round (m,), the cubic form P (m, d, d) with P_rounding (m,) and P_finite (m,), and
+    rest (R, m): the Taylor model's fourth-order rest and the output's rounding beyond e0 + a0 r."""
     radii = np.asarray(radii, dtype=np.float64)
-    R = len(radii)
-    ts = np.arange(1, pieces + 1) / pieces
-    rho = np.concatenate([[0.0], (radii[:, None] * ts[None, :]).reshape(-1)]) * (1 + 4 * U)
-    weights = integration_weights_up(pieces)
+    rho = np.concatenate([[0.0], radii]) * (1 + 4 * U)
     with np.errstate(over="ignore", invalid="ignore"):      # an enclosure that reaches a singularity gives +inf
         E, g = block_output(a, nxt, prompt, position, np.asarray(C, dtype=np.float64), rho)
-        lam0, Lam = E.adjoints(g)
-        H0, h_round = centre_hessian(E, lam0)
-        Pbar, rest, rounding, finite, node = remainder_form(E, lam0, Lam, weights, R, pieces, kappa)
-    return {"c": g.c, "J": g.J, "e0": g.e[0], "a0": g.a[0], "H0": H0, "h_round": h_round, "Pbar": Pbar,
-            "form_rounding": rounding, "form_finite": finite, "dev": rest + h_round[None, None, :],
-            "dev_node": node + h_round[None, None, :]}
+        lam = np.concatenate([g.R, np.zeros((g.R.shape[0], E.eps.shape[1] - g.R.shape[1]))], 1)
+        H0, h_round = centre_hessian(E, [lam[:, nd.cols[0]:nd.cols[1]] for nd in E.nodes])
+        cm = cubic_model(E, g)
+    # g(delta) = c + J delta + sum_n lambda_n nu_n + err: the nodes' rounding is in the rest, e0 and a0 are the
+    # output form's own (cerr, and jerrJ: its Jacobian row's)
+    return {"c": g.c, "J": g.J, "e0": g.cerr, "a0": g.jerrJ, "H0": H0, "h_round": h_round, "P": cm.P,
+            "P_rounding": cm.P_rounding, "P_finite": cm.P_finite, "rest": cm.rest[1:]}

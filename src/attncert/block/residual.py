@@ -57,7 +57,7 @@ from attncert.block.certificate import certify_transition
 from attncert.block.crown import crown_bounds
 from attncert.block.box_qp import (QuadraticForms, box_qp_max, box_qp_upper, effective_rank, entropy_rank,
                                    spectral_ratio, stable_rank)
-from attncert.block.sdp_rounding import sdp_rounding_vertices
+from attncert.block.sdp_rounding import rounding_starts
 
 
 # --------------------------------------------------------------------------------------------------
@@ -292,16 +292,6 @@ def _distinct_second(vals: torch.Tensor, us: torch.Tensor, best: torch.Tensor) -
                 out[p] = u
                 break
     return out
-
-
-def rounding_starts(H: torch.Tensor, count: int, seed: int, exclude: torch.Tensor | None = None) -> torch.Tensor:
-    """Starts of the ascent on f from the SDP relaxation of the centre quadratic: the `count` best rounded
-    vertices u of max u^T H u (other than the sign vertices of `exclude` (m, E, d), starts already taken) and
-    their negations -u (f is not even), (m, 2 count, d); (m, 0, d) for count 0."""
-    if count <= 0:
-        return H.new_zeros(H.shape[0], 0, H.shape[-1])
-    u = sdp_rounding_vertices(H, count, seed=seed, exclude=exclude)
-    return torch.cat([u, -u], dim=1)
 
 
 def analyze_transition(tr: BlockTransition, C: np.ndarray, radii, *, qp_starts: int = 64, qp_steps: int = 50,

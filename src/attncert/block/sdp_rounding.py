@@ -95,3 +95,13 @@ def sdp_rounding_vertices(H: torch.Tensor, count: int, *, rank: int = 12, steps:
     _, _, values, polished = box_qp_max(A, rounded, pga_steps=0, sweeps=sweeps)
     candidates = torch.cat([polished, rounded], dim=1)
     return best_distinct(torch.cat([values, A.value(rounded)], dim=1), candidates, count, exclude)
+
+
+def rounding_starts(H: torch.Tensor, count: int, seed: int, exclude: torch.Tensor | None = None) -> torch.Tensor:
+    """Starts of the ascent on f from the SDP relaxation of the centre quadratic: the `count` best rounded
+    vertices u of max u^T H u (other than the sign vertices of `exclude` (m, E, d), starts already taken) and
+    their negations -u (f is not even), (m, 2 count, d); (m, 0, d) for count 0."""
+    if count <= 0:
+        return H.new_zeros(H.shape[0], 0, H.shape[-1])
+    u = sdp_rounding_vertices(H, count, seed=seed, exclude=exclude)
+    return torch.cat([u, -u], dim=1)

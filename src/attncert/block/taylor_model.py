@@ -294,7 +294,7 @@ def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_r
                 lam_s = lam[:, lo:hi]
                 h2_out = torch.zeros(B, m, dtype=DTYPE)
                 for idx in groups:
-                    wrows = inflate(lam_s[:, idx] @ xv.R[idx])                 # (m, n_x) float
+                    wrows = lam_s[:, idx] @ xv.R[idx]                          # (m, n_x) float
                     wabs = lam_s[:, idx].abs() @ xv.R[idx].abs()
                     werr = gamma(len(idx) + 2) * wabs                            # rounding of wrows
                     n = wrows.shape[1]
@@ -313,14 +313,15 @@ def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_r
         Qmax[:, lo:hi], Cmax[:, lo:hi] = q, cu
         if op.out not in factored:
             Qplain[:, lo:hi] = q
-        Rest[:, lo:hi] = torch.nan_to_num(rest, nan=math.inf)
-        own_out += torch.nan_to_num(inflate(own @ l.T) if terms_out is None else terms_out, nan=math.inf)
+        Rest[:, lo:hi] = torch.nan_to_num(rest, nan=math.inf, posinf=math.inf)
+        own_term = inflate(own @ l.T) if terms_out is None else terms_out
+        own_out += torch.nan_to_num(own_term, nan=math.inf, posinf=math.inf)
         numax[:, lo:hi] = torch.minimum(inflate(q + cu + Rest[:, lo:hi]), G.eps[:, lo:hi])
     # the output: sum_n lambda_n rest_n = sum_n lambda_n own_n + sum_k (Cu_k + Rest_k)(kappa_k . delta), plus the
     # output form's rounding on the nodes' excess (jerr max |nu|)
     moved = inflate(inflate((Cmax + Rest) * r1) @ kn.T) if kappa_rest else torch.zeros_like(own_out)
     rest_out = inflate(own_out + moved + gv.jerr.unsqueeze(0) * numax.amax(-1, keepdim=True))   # (B, m)
-    rest_out = torch.nan_to_num(rest_out, nan=math.inf)
+    rest_out = torch.nan_to_num(rest_out, nan=math.inf, posinf=math.inf)
     P = torch.zeros(m, G.d, G.d, dtype=DTYPE)
     absum = torch.zeros(m, dtype=DTYPE)
     finite = torch.ones(m, dtype=torch.bool)
