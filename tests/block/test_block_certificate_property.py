@@ -1,4 +1,4 @@
-"""Property test of the block certificate (block/certificate.py, block/remainder_form.py) on tiny random blocks of
+"""Property test of the block certificate (block/certificate.py, block/taylor_model.py) on tiny random blocks of
 both families, over a small radius (1e-5 to 1e-2) and a large one (0.1 to 3), residual-stream scales from 0.1 to 5
 and weight scales from 0.3 to 3: every bound is a number or +inf (never NaN), and lies above f and g at random
 points, box vertices and the ascent's maxima of f, both senses. (At the large radii of these blocks the bound is
