@@ -245,8 +245,9 @@ def figure_certificate_vs_radius(df: pd.DataFrame, claims: list, pdf: str, png: 
         if n_inf:
             infinite.append(f"{n_inf} of {len(g)} at r = {r:g}")
     if infinite:
-        ax.text(0.02, 0.97, f"{cert} +inf (not drawn):\n" + "\n".join(infinite), transform=ax.transAxes,
-                ha="left", va="top", fontsize=style.FONT["note"], color=style.method_color("certificate"))
+        ax.text(0.02, 0.6, f"{cert} +inf (not drawn):\n" + "\n".join(infinite), transform=ax.transAxes,
+                ha="left", va="top", fontsize=style.FONT["note"], color=style.method_color("certificate"),
+                bbox=dict(facecolor="white", edgecolor="none", alpha=0.85, pad=1.5))
     ax.axhline(1.0, color="k", lw=0.8, label="ascent maximum (a lower bound on max f)")
     c_crown, c_pred = claim(claims, "block_crown_over_perop"), claim(claims, "block_predicted_looseness")
     med = lambda c: c.get("value", {}).get("median") if isinstance(c.get("value"), dict) else None  # noqa: E731
