@@ -140,9 +140,7 @@ def _beyond_quadratic(tr, C, r, seed):
     from attncert.block.taylor_model import cubic_model
 
     G, gv = block_graph(tr, C, torch.tensor([0.0, r * (1 + 1e-12)], dtype=DT))
-    lam = {op.out: torch.cat([gv.R, torch.zeros(gv.R.shape[0], G.n_nodes - gv.R.shape[1], dtype=DT)], 1)[
-        :, op.cols[0]:op.cols[1]] for op in G.ops if op.kind != "linear"}
-    H0, h_round = centre_hessian(G, lam)
+    H0, h_round = centre_hessian(G, G.centre_adjoints(gv))
     cm = cubic_model(G, gv, C.shape[0])
     delta = _points(tr, r, n=150, seed=seed)
     g = specification_values(tr, C, delta).detach()

@@ -266,8 +266,7 @@ def certify_transition(tr: BlockTransition, C, g0, grad, radii, sdp_iterations: 
     radii = np.asarray(radii, dtype=np.float64)
     rho_t = torch.as_tensor(np.concatenate([[0.0], radii]) * (1 + 4 * U), dtype=DTYPE)   # t r (real) <= rho (float)
     G, gv = block_graph(tr, Ct, rho_t)
-    lam = {op.out: _padded_columns(gv.R, G.n_nodes)[:, op.cols[0]:op.cols[1]] for op in G.ops if op.kind != "linear"}
-    H0, h_round = centre_hessian(G, lam)
+    H0, h_round = centre_hessian(G, G.centre_adjoints(gv))
     cm = cubic_model(G, gv, Ct.shape[0], **(model_options or {}))
     # g(delta) = c + J delta + sum_n lambda_n nu_n(delta) + err exactly, |err| <= cerr + jerrJ rho + jerr max |nu|:
     # the nodes' own rounding is inside the Taylor model's rest (nu_n whole), so only the output form's rounding
@@ -303,6 +302,3 @@ def certify_transition(tr: BlockTransition, C, g0, grad, radii, sdp_iterations: 
                             certificate_f_neg=out["neg"][0], certificate_g_neg=out["neg"][1], parts=parts,
                             stored=stored, H0=H0.numpy())
 
-
-def _padded_columns(R: torch.Tensor, n: int) -> torch.Tensor:
-    return R if R.shape[1] == n else torch.cat([R, torch.zeros(R.shape[0], n - R.shape[1], dtype=DTYPE)], 1)

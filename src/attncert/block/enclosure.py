@@ -154,7 +154,8 @@ class Op:
     curve: ScalarCurve | None = None
 
 
-def _pad(R: torch.Tensor, n: int) -> torch.Tensor:
+def pad_columns(R: torch.Tensor, n: int) -> torch.Tensor:
+    """R with zero columns appended up to n (the noise symbols of nodes created after R's variable)."""
     return R if R.shape[1] == n else torch.cat([R, torch.zeros(R.shape[0], n - R.shape[1], dtype=DTYPE)], 1)
 
 
@@ -172,6 +173,12 @@ class Graph:
     @property
     def n_nodes(self) -> int:
         return self.eps.shape[1]
+
+    def centre_adjoints(self, out: Var) -> dict:
+        """Per nonlinear op (by its output var index): lambda (m, N) = d out / d(node output) at the centre, the
+        output's R columns."""
+        R = pad_columns(out.R, self.n_nodes)
+        return {op.out: R[:, op.cols[0]:op.cols[1]] for op in self.ops if op.kind != "linear"}
 
     def _finish(self, v: Var) -> Var:
         v.s = inflate(v.J.abs().sum(-1))
@@ -207,7 +214,7 @@ class Graph:
         g = gamma(sum(W.shape[0] for _, W in terms) + 2)
         c = sum(v.c @ W for v, W in terms)
         J = sum(W.T @ v.J for v, W in terms)
-        R = sum(W.T @ _pad(v.R, n) for v, W in terms)
+        R = sum(W.T @ pad_columns(v.R, n) for v, W in terms)
         absc = sum(v.c.abs() @ W.abs() for v, W in terms)
         if bias is not None:
             c = c + bias
@@ -224,7 +231,7 @@ class Graph:
         n0 = self.n_nodes
         self.eps = torch.cat([self.eps, inflate(eps)], 1)
         self.beta = torch.cat([self.beta, inflate(beta)], 1)
-        R = torch.cat([_pad(R_old, n0), torch.eye(N, dtype=DTYPE)], 1)
+        R = torch.cat([pad_columns(R_old, n0), torch.eye(N, dtype=DTYPE)], 1)
         out = self._finish(Var(c, J, R, torch.zeros(N, dtype=DTYPE), inflate(jerr), jerrJ=inflate(jerrJ)))
         self.ops.append(Op(kind, out.index, inputs, (n0, n0 + N), curve))
         return out
@@ -252,7 +259,7 @@ class Graph:
         c = x.c * y.c
         acx, acy = x.c.abs(), y.c.abs()
         J = y.c.unsqueeze(-1) * x.J + x.c.unsqueeze(-1) * y.J
-        R = y.c.unsqueeze(-1) * _pad(x.R, n) + x.c.unsqueeze(-1) * _pad(y.R, n)
+        R = y.c.unsqueeze(-1) * pad_columns(x.R, n) + x.c.unsqueeze(-1) * pad_columns(y.R, n)
         eps = wx * wy + acy * xe + acx * ye + U * c.abs()
         beta = acy * xa + acx * ya + (x.s + x.a) * wy + wx * (y.s + y.a)
         jerr = acy * x.jerr + acx * y.jerr + 3 * U * (acy * x.rowabs + acx * y.rowabs)

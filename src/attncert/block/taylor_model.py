@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attncert.block.enclosure import _GELU_D3, FN_ULPS, U, Graph, _gelu_sups, inflate
+from attncert.block.enclosure import _GELU_D3, FN_ULPS, U, Graph, _gelu_sups, inflate, pad_columns
 from attncert.block.map import DTYPE, EXP, RECIPROCAL, RSQRT, SQUARE, ScalarCurve
 from attncert.head.rounding import gamma
 
@@ -102,10 +102,6 @@ class CubicModel:
     P_finite: torch.Tensor       # (m,) bool
     rest: torch.Tensor           # (B, m) bound on |sum_n lambda_n rest_n| + the output's rounding beyond e0 + a0 rho
     coefficients: list           # per nonlinear op: [(coef (m, N), J (N, d)), ...] (for measurement)
-
-
-def _padded(R: torch.Tensor, n: int) -> torch.Tensor:
-    return R if R.shape[1] == n else torch.cat([R, torch.zeros(R.shape[0], n - R.shape[1], dtype=DTYPE)], 1)
 
 
 def _node_inputs(G: Graph, op):
@@ -185,7 +181,7 @@ def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_r
     by a sum of absolute values over the later nodes)."""
     B, m, nK = G.B, H0_rows, G.n_nodes
     rho = G.rho
-    lam = _padded(gv.R, nK)                                                  # (m, nK)
+    lam = pad_columns(gv.R, nK)                                                  # (m, nK)
     kn = kappa_norms(G, lam, signed_kappa)                                   # (m, nK)
     Qmax = torch.zeros(B, nK, dtype=DTYPE)
     Cmax = torch.zeros(B, nK, dtype=DTYPE)
