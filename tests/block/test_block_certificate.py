@@ -104,7 +104,7 @@ def test_sdp_box_upper_covers_every_vertex_and_is_verified():
 @pytest.mark.parametrize("family", ["gpt2", "bert"])
 def test_reported_certificate_is_the_second_order_one_and_sound(family, tiny_gpt2_dir, tiny_bert_dir):
     """The stage's certificate columns are the second-order certificate alone (+inf where an enclosure reaches a
-    singularity: at the large radii), never CROWN's bound; every one holds at sampled points and at the ascent
+    singularity), never CROWN's bound; every one holds at sampled points and at the ascent
     maximum."""
     path = tiny_gpt2_dir if family == "gpt2" else tiny_bert_dir
     loaded = load_model({"name": f"tiny-{family}", "family": family, "source": str(path)})
@@ -121,7 +121,10 @@ def test_reported_certificate_is_the_second_order_one_and_sound(family, tiny_gpt
     for k in ("f", "g", "f_neg", "g_neg"):
         assert np.array_equal(df[f"certificate_{k}"], df[f"second_order_certificate_{k}"])
     assert not [c for c in df.columns if c.endswith("_source")]
-    assert np.isposinf(df["second_order_certificate_f"]).any()   # +inf stays +inf (not the largest float)
+    if family == "gpt2":       # its LayerNorm variance reaches 0 at 0.3: +inf stays +inf (not the largest float)
+        assert np.isposinf(df["second_order_certificate_f"]).any()
+    else:                      # the tiny BERT's does not (the end-point bounds of exp, 1/z, z^(-1/2) keep it finite)
+        assert np.isfinite(df["second_order_certificate_f"]).all()
     assert np.isfinite(df.loc[df.radius == radii[0], "certificate_f"]).all()
     Ct = torch.as_tensor(C, dtype=DT)
     for ri, r in enumerate(radii):

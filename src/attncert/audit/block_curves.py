@@ -155,3 +155,59 @@ def fourth_bound(name: str, c, w, floor: float | None):
     safe = np.where(pos, low, 1.0)
     v = 6.5625 * safe ** -4.5 if name == "rsqrt" else 24.0 / safe ** 5
     return np.where(pos, inflate(v * (1 + FN_ULPS * U)), math.inf)
+
+
+CONVEX = ("exp", "reciprocal", "rsqrt")     # phi'' > 0 and phi'''' > 0 on the domain
+
+
+def _signed_d3(name: str, c):
+    if name == "exp":
+        return np.exp(c)
+    return -1.875 * c ** -3.5 if name == "rsqrt" else -6.0 / c ** 4
+
+
+def _end_points(name: str, c, w, floor: float | None):
+    """(c, lo, hi, bad): lo <= c - w and hi >= c + w in float (lo clipped at `floor`); bad where lo <= 0 for 1/z and
+    z^(-1/2) (lo replaced by c there; the caller's value is +inf)."""
+    c, w = np.broadcast_arrays(np.asarray(c, dtype=float), np.asarray(w, dtype=float))
+    pad = 4 * U * (np.abs(c) + w)
+    lo, hi = c - w - pad, c + w + pad
+    if floor is not None:
+        lo = np.maximum(lo, floor * (1.0 - 1e-9))
+    bad = ~(lo > 0) if name != "exp" else np.zeros(lo.shape, dtype=bool)
+    return c, np.where(bad, c, lo), hi, bad
+
+
+def taylor_excess_at_ends(name: str, c, w, floor: float | None, order: int):
+    """sup |phi(z) - T(z)| over [c - w, c + w] (clipped at `floor`) for exp, 1/z and z^(-1/2), T the Taylor polynomial
+    of order 1 or 3 at c (phi^(order+1) > 0, so the excess is nonnegative and grows away from c: its sup is at an end
+    point), raised by (FN_ULPS + 12) u of the terms' magnitudes; None for the other curves; +inf where lo <= 0."""
+    if name not in CONVEX:
+        return None
+    c, lo, hi, bad = _end_points(name, c, w, floor)
+    f, d1f, d2f = CURVES[name][:3]
+    with np.errstate(all="ignore"):
+        fc, d1, d2, d3 = f(c), d1f(c), d2f(c), _signed_d3(name, c)
+        worst = np.zeros_like(c)
+        for x in (lo, hi):
+            D = x - c
+            terms = [f(x), -fc, -d1 * D]
+            if order == 3:
+                terms += [-0.5 * d2 * D * D, -(d3 / 6.0) * D * D * D]
+            worst = np.maximum(worst, sum(terms) + (FN_ULPS + 12) * U * sum(np.abs(t) for t in terms))
+        worst = inflate(worst)
+    return np.where(bad | ~np.isfinite(worst), math.inf, worst)
+
+
+def slope_change_at_ends(name: str, c, w, floor: float | None):
+    """sup |phi'(z) - phi'(c)| over [c - w, c + w] (clipped at `floor`) for the convex exp, 1/z and z^(-1/2) (at an end
+    point: phi' increases), raised by its rounding; None for the other curves; +inf where lo <= 0."""
+    if name not in CONVEX:
+        return None
+    c, lo, hi, bad = _end_points(name, c, w, floor)
+    d1f = CURVES[name][1]
+    with np.errstate(all="ignore"):
+        d1c, d1lo, d1hi = d1f(c), d1f(lo), d1f(hi)
+        out = inflate(np.maximum(d1c - d1lo, d1hi - d1c) + (FN_ULPS + 4) * U * (2 * np.abs(d1c) + np.abs(d1lo)
+                                                                                 + np.abs(d1hi)))
+    return np.where(bad | ~np.isfinite(out), math.inf, out)

@@ -7,7 +7,8 @@ Every intermediate vector v of the block map over ||xi||_inf <= rho is an affine
 Jacobian along ||u||_inf <= 1 is J u + R beta + err' (|beta_n| <= b_n(rho)). Per entry
 
     e(rho) = |R| eps + rounding,   a(rho) = |R| b + rounding,
-    unary phi(z): eps = 1/2 M2 w^2 + |phi'(c)| e_round + ...,  b = M2 w (s + a) + ...
+    unary phi(z): eps = 1/2 M2 w^2 + |phi'(c)| e_round + ...,  b = M2 w (s + a) + ...  (exp, 1/z, z^(-1/2): the
+                  exact end-point linearization error and slope change where smaller, block_curves)
     product x y:  eps = w_x w_y + ...,                          b = (s_x + a_x) w_y + w_x (s_y + a_y) + ...
 
 with s = ||J||_1, w = s rho + e and M2 from `block_curves`. The output g = C F gives c, J (g(0) and grad g(0) as
@@ -22,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attncert.audit.block_curves import CURVES, FN_ULPS, U, inflate, range_bounds
+from attncert.audit.block_curves import (CURVES, FN_ULPS, U, inflate, range_bounds, slope_change_at_ends,
+                                         taylor_excess_at_ends)
 from attncert.head.rounding import gamma
 
 
@@ -122,8 +124,13 @@ class Enclosure:
         d1, c = d1f(z.c), f(z.c)
         ad1 = np.abs(d1)
         ze, za = self.zerr(z)
-        eps = 0.5 * M2 * w * w + ad1 * ze + FN_ULPS * U * np.abs(c)
-        beta = ad1 * za + M2 * w * (z.s + z.a)
+        lin, slope = 0.5 * M2 * w * w, M2 * w      # linearization error and slope change over the range
+        ends = taylor_excess_at_ends(curve, z.c, w, floor, 1)
+        if ends is not None:
+            lin = np.minimum(lin, ends)
+            slope = np.minimum(slope, slope_change_at_ends(curve, z.c, w, floor))
+        eps = lin + ad1 * ze + FN_ULPS * U * np.abs(c)
+        beta = ad1 * za + slope * (z.s + z.a)
         jerr = ad1 * z.jerr + (FN_ULPS + 2) * U * ad1 * z.rowabs
         jerrJ = ad1 * z.jerrJ + (FN_ULPS + 2) * U * ad1 * z.s
         return self._node(c, d1[:, None] * z.J, d1[:, None] * z.R, jerr, jerrJ, eps, beta, "unary", (z,), curve)

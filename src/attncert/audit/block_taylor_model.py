@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attncert.audit.block_curves import CURVES, FN_ULPS, U, fourth_bound, inflate, third_derivative
+from attncert.audit.block_curves import (CURVES, FN_ULPS, U, fourth_bound, inflate, taylor_excess_at_ends,
+                                         third_derivative)
 from attncert.audit.block_enclosure import Enclosure, Var
 from attncert.head.rounding import gamma
 
@@ -170,13 +171,15 @@ def _unary(walk: _Walk, nd, lam_n, kn_n):
     sp = inflate(z.s[None, :] * walk.r1)                               # |p|
     d2 = np.abs(CURVES[nd.curve][2](z.c)) * (1 + FN_ULPS * U)
     d3 = third_derivative(nd.curve, z.c)
-    M4 = fourth_bound(nd.curve, z.c, w, z.floor)
+    m4 = inflate(fourth_bound(nd.curve, z.c, w, z.floor) * w ** 4 / 24.0)   # |phi(z) - T3(z)|
+    ends = taylor_excess_at_ends(nd.curve, z.c, w, z.floor, 3)
+    m4 = m4 if ends is None else np.minimum(m4, ends)
     zr = walk.rounding(z)                                              # the input's rounding
     rnd = inflate(np.abs(CURVES[nd.curve][1](z.c)) * (1 + FN_ULPS * U) * zr + FN_ULPS * U * np.abs(nd.out.c))
     q = inflate(0.5 * d2 * sp * sp)
     cu = inflate(d2 * sp * H + d3 * sp ** 3 / 6.0)
     own = inflate(0.5 * d2 * D1 * D1 + d2 * sp * zr + d3 * D1 * (w * w + w * sp + sp * sp) / 6.0
-                  + M4 * w ** 4 / 24.0 + rnd)
+                  + m4 + rnd)
     rest = inflate(own + d2 * sp * (T + E))
     coef = inflate(0.5 * d2 * kn_n + np.abs(lam_n) * d3 * z.s / 6.0)
     return q, cu, rest, inflate(own @ np.abs(lam_n).T), [(coef, z.J)]

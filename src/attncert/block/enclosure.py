@@ -15,7 +15,9 @@ beta_n is the change of node n's local slope over the box times its input's deri
                    b = (s_x + a_x) w_y + w_x (s_y + a_y) + ...,
 
 with w = ||J||_1 rho + e the half-width of the node input's range, s = ||J||_1 and M2 = sup |phi''| over the
-range. The output's R columns are the centre adjoints lambda_n = dg/d(node n's output) of g = C F; the cubic
+range; for the convex exp, 1/z and z^(-1/2) the terms 1/2 M2 w^2 and M2 w are replaced by the exact linearization
+error and slope change at the range's end points where smaller (`taylor_excess_at_ends`, `slope_change_at_ends`).
+The output's R columns are the centre adjoints lambda_n = dg/d(node n's output) of g = C F; the cubic
 Taylor model built on these forms is block/taylor_model.py.
 
 Rounding model: every float64 operation errs by at most u = 2^-53 relatively (Higham's gamma_k for chains);
@@ -117,6 +119,65 @@ def range_bounds(curve: ScalarCurve, c: torch.Tensor, w: torch.Tensor, floor: fl
     lo = torch.clamp(c - w, min=f)
     hi = torch.maximum(c + w, lo)
     return curve_bounds(curve, 0.5 * (lo + hi), inflate(0.5 * (hi - lo)))
+
+
+CONVEX_CURVES = (EXP, RECIPROCAL, RSQRT)     # phi'' > 0 and phi'''' > 0 on the domain
+
+
+def _signed_d3(curve: ScalarCurve, c: torch.Tensor) -> torch.Tensor:
+    if curve is EXP:
+        return torch.exp(c)
+    return -1.875 * c ** -3.5 if curve is RSQRT else -6.0 / c ** 4
+
+
+def _end_points(curve: ScalarCurve, c: torch.Tensor, w: torch.Tensor, floor: float | None):
+    """(c, lo, hi, bad): float end points lo <= c - w and hi >= c + w (lo clipped at `floor`); bad where lo <= 0 for a
+    curve with a singularity at 0 (lo replaced by c there, the result is set to +inf)."""
+    c, w = torch.broadcast_tensors(c, w)
+    pad = 4 * U * (c.abs() + w)
+    lo, hi = c - w - pad, c + w + pad
+    if floor is not None:
+        lo = torch.maximum(lo, torch.full_like(lo, floor * (1.0 - 1e-9)))
+    bad = ~(lo > 0) if curve is not EXP else torch.zeros_like(lo, dtype=torch.bool)
+    return c, torch.where(bad, c, lo), hi, bad
+
+
+def taylor_excess_at_ends(curve: ScalarCurve, c: torch.Tensor, w: torch.Tensor, floor: float | None, order: int):
+    """sup |phi(z) - T(z)| over z in [c - w, c + w] (clipped below at `floor`) for exp, 1/z and z^(-1/2), T phi's
+    Taylor polynomial of order k = 1 or 3 at c; None for the other curves.
+
+    These three have phi'' > 0 and phi'''' > 0 on their domain, so E(z) = phi(z) - T(z) = phi^(k+1)(zeta)
+    (z - c)^(k+1) / (k+1)! is nonnegative and grows away from c on each side (E'(z) has the sign of z - c): its
+    sup over the interval is max(E(lo), E(hi)), evaluated at float end points lo <= c - w, hi >= c + w and raised
+    by the evaluation's rounding ((FN_ULPS + 12) u of the sum of the terms' magnitudes). Near the domain's end
+    this is far below (M2 / 2) w^2 or (M4 / 24) w^4 with M taken at the interval's left end; +inf where lo <= 0."""
+    if not any(curve is k for k in CONVEX_CURVES):
+        return None
+    c, lo, hi, bad = _end_points(curve, c, w, floor)
+    fc, d1, d2, d3 = curve.f(c), curve.d1(c), curve.d2(c), _signed_d3(curve, c)
+    worst = torch.zeros_like(c)
+    for x in (lo, hi):
+        D = x - c
+        terms = [curve.f(x), -fc, -d1 * D]
+        if order == 3:
+            terms += [-0.5 * d2 * D * D, -(d3 / 6.0) * D * D * D]
+        value = sum(terms)
+        err = (FN_ULPS + 12) * U * sum(t.abs() for t in terms)
+        worst = torch.maximum(worst, value + err)
+    worst = inflate(worst)
+    return torch.where(bad | ~torch.isfinite(worst), torch.full_like(worst, math.inf), worst)
+
+
+def slope_change_at_ends(curve: ScalarCurve, c: torch.Tensor, w: torch.Tensor, floor: float | None):
+    """sup |phi'(z) - phi'(c)| over [c - w, c + w] (clipped at `floor`) for the convex exp, 1/z and z^(-1/2) (phi'
+    increases, so the sup is at an end point), raised by its rounding; None for the other curves."""
+    if not any(curve is k for k in CONVEX_CURVES):
+        return None
+    c, lo, hi, bad = _end_points(curve, c, w, floor)
+    d1c, d1lo, d1hi = curve.d1(c), curve.d1(lo), curve.d1(hi)
+    value = torch.maximum(d1c - d1lo, d1hi - d1c)
+    out = inflate(value + (FN_ULPS + 4) * U * (2 * d1c.abs() + d1lo.abs() + d1hi.abs()))
+    return torch.where(bad | ~torch.isfinite(out), torch.full_like(out, math.inf), out)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -244,8 +305,13 @@ class Graph:
         c = curve.f(z.c)
         ad1 = d1.abs()
         ze, za = self.zerr(z)
-        eps = 0.5 * M2 * w * w + ad1 * ze + FN_ULPS * U * c.abs()
-        beta = ad1 * za + M2 * w * (z.s + z.a)
+        lin, slope = 0.5 * M2 * w * w, M2 * w      # |phi(z) - phi(c) - phi'(c)(z - c)|, |phi'(z) - phi'(c)|
+        ends = taylor_excess_at_ends(curve, z.c, w, floor, 1)
+        if ends is not None:
+            lin = torch.minimum(lin, ends)
+            slope = torch.minimum(slope, slope_change_at_ends(curve, z.c, w, floor))
+        eps = lin + ad1 * ze + FN_ULPS * U * c.abs()
+        beta = ad1 * za + slope * (z.s + z.a)
         jerr = ad1 * z.jerr + (FN_ULPS + 2) * U * ad1 * z.rowabs
         jerrJ = ad1 * z.jerrJ + (FN_ULPS + 2) * U * ad1 * z.s
         return self._node(c, d1.unsqueeze(-1) * z.J, d1.unsqueeze(-1) * z.R, jerr, jerrJ, eps, beta, "unary", [z.index],

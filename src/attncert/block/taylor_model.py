@@ -11,7 +11,9 @@ rounding; Q, Cu, Rest are the nodes' own pieces, split by order in delta:
 
     unary phi:    nu = 1/2 phi''(c) p^2  +  [phi''(c) p h + 1/6 phi'''(c) p^3]  +  rest,
                   rest = 1/2 phi''(c) [(h + t + e)^2 + 2 p (t + e)] + 1/6 phi'''(c) (Delta^3 - p^3)
-                         + 1/24 phi''''(zeta) Delta^4   (+ the rounding of phi(c) and phi'(c) err_z)
+                         + 1/24 phi''''(zeta) Delta^4   (+ the rounding of phi(c) and phi'(c) err_z),
+                  the last term bounded by M4 |Delta|^4 / 24 or, for exp, 1/z and z^(-1/2), by the exact excess
+                  over the cubic Taylor polynomial at the range's end points (enclosure.taylor_excess_at_ends)
     product x y:  nu = p_x p_y  +  [p_x h_y + h_x p_y]  +  rest,
                   rest = p_x (t_y + e_y) + (t_x + e_x) p_y + (h_x + t_x + e_x)(h_y + t_y + e_y)  (+ rounding).
 
@@ -51,7 +53,8 @@ from dataclasses import dataclass
 
 import torch
 
-from attncert.block.enclosure import _GELU_D3, FN_ULPS, U, Graph, _gelu_sups, inflate, pad_columns
+from attncert.block.enclosure import (_GELU_D3, FN_ULPS, U, Graph, _gelu_sups, inflate, pad_columns,
+                                      taylor_excess_at_ends)
 from attncert.block.map import DTYPE, EXP, RECIPROCAL, RSQRT, SQUARE, ScalarCurve
 from attncert.head.rounding import gamma
 
@@ -254,14 +257,16 @@ def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_r
             sp = inflate(z.s * r1)                                          # (B, N) bound on |p|
             d2 = op.curve.d2(z.c).abs() * (1 + FN_ULPS * U)
             d3 = third_derivative(op.curve, z.c)
-            M4 = fourth_bound(op.curve, z.c, w, z.floor)
+            m4 = inflate(fourth_bound(op.curve, z.c, w, z.floor) * w ** 4 / 24.0)   # |phi(z) - T3(z)|
+            ends = taylor_excess_at_ends(op.curve, z.c, w, z.floor, 3)
+            m4 = m4 if ends is None else torch.minimum(m4, ends)
             q = inflate(0.5 * d2 * sp * sp)
             cu = inflate(d2 * sp * Hz + d3 * sp ** 3 / 6.0)
             out = G.vars[op.out]
             zr = rounding(z)
             rnd = inflate(op.curve.d1(z.c).abs() * (1 + FN_ULPS * U) * zr + FN_ULPS * U * out.c.abs())
             terms = {"h2": 0.5 * d2 * D1 * D1, "pte_rnd": d2 * sp * zr,
-                     "d3": d3 * D1 * (w * w + w * sp + sp * sp) / 6.0, "m4": M4 * w ** 4 / 24.0, "rnd": rnd}
+                     "d3": d3 * D1 * (w * w + w * sp + sp * sp) / 6.0, "m4": m4, "rnd": rnd}
             rest = inflate(inflate(sum(terms.values())) + d2 * sp * (Tz + Ez))
             own = inflate(sum(terms.values())) if kappa_rest else rest
             coef = inflate(0.5 * d2 * kn[:, lo:hi] + l * d3 * z.s / 6.0)     # (m, N) on (j . u)^2
