@@ -16,6 +16,13 @@ gap over r in {0.001, 0.002, 0.005}.
 
     .venv/bin/python -m bench.bench_second_order [--heads 6] [--varying-heads 4] [--tight] [--quick]
 
+Unit timing (--unit-ns): one fixed-query unit per n (seed --seed, linf, r = --radius), the certificate timed
+--repeats times after one warm-up call (min and median seconds), its gap as a share of the first-order gap,
+(SO - exact) / (FO - exact), and with --profile a cProfile of one more call (pstats text, top 30 by cumulative and
+by internal time) under bench/results/profiles/:
+
+    .venv/bin/python -m bench.bench_second_order --unit-ns 64 1024 --seed 7 --profile --part NAME
+
 BLAS runs single-threaded (set below, before numpy is imported): on a 2-core machine shared with other
 jobs, multi-threaded OpenBLAS spin-waits on the many tiny products and doubles the time per unit.
 """
@@ -27,6 +34,9 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import cProfile  # noqa: E402
+import io  # noqa: E402
+import pstats  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 
@@ -74,11 +84,58 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--heads", type=int, default=6, help="random heads, fixed query")
     ap.add_argument("--varying-heads", type=int, default=4, help="random heads, varying query")
     ap.add_argument("--tight", action="store_true", help="add the upper exponential cone (tight variant)")
+    ap.add_argument("--unit-ns", type=int, nargs="+", help="only time one fixed-query unit per number of keys")
+    ap.add_argument("--seed", type=int, default=7, help="the unit's seed (--unit-ns)")
+    ap.add_argument("--radius", type=float, default=0.002, help="the unit's radius (--unit-ns)")
+    ap.add_argument("--repeats", type=int, default=3, help="timed calls per unit (--unit-ns)")
+    ap.add_argument("--profile", action="store_true", help="write a cProfile of one call per unit (--unit-ns)")
+    ap.add_argument("--part", help="a name for this result (bench_second_order-PART)")
     return ap
+
+
+def _profile_text(problem: HeadProblem, tight: bool) -> str:
+    prof = cProfile.Profile()
+    prof.enable()
+    second_order_certificate(problem, upper_cone=tight)
+    prof.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(prof, stream=out).strip_dirs()
+    stats.sort_stats("cumulative").print_stats(30)
+    stats.sort_stats("tottime").print_stats(30)
+    return out.getvalue()
+
+
+def unit_timing(args) -> dict:
+    """Seconds and gap of the fixed-query certificate on one unit per n (module docstring, --unit-ns)."""
+    variant = "tight" if args.tight else "paper-like"
+    print(f"fixed-query second-order certificate ({variant}), seed {args.seed}, linf, r = {args.radius}, "
+          f"d=768, d_head=64; seconds on 2 shared cores (noisy: compare runs by ratio and profile shares)")
+    rows = {}
+    for n in args.unit_ns:
+        hp = gpt2_like_head(args.seed, args.radius, n=n)
+        res, _ = _timed(hp, args.tight)  # warm-up: imports and first-call set-up
+        secs = [_timed(hp, args.tight)[1] for _ in range(args.repeats)]
+        ex = exact_worst_case(hp)
+        fo = first_order_certificate(hp)
+        share = (res.value - ex.hi) / (fo - ex.hi)
+        rows[n] = {"seconds_min": min(secs), "seconds_median": float(np.median(secs)), "value": res.value,
+                   "exact_hi": ex.hi, "first_order": fo, "gap_share_of_first_order": share,
+                   "status": res.status, "fallback": bool(res.fallback)}
+        print(f"  n={n:5d}  {min(secs):6.3f} s min, {np.median(secs):6.3f} s median of {args.repeats}   "
+              f"value {res.value!r}   (SO - exact)/(FO - exact) {share:.10f}")
+        if args.profile:
+            path = args.results / "profiles" / f"{common.result_name('bench_second_order', args, args.part)}-n{n}.txt"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"# cProfile of second_order_certificate, seed {args.seed}, linf, r = {args.radius}, "
+                            f"n = {n}, {variant}\n" + _profile_text(hp, args.tight))
+            print(f"  profile: {path.relative_to(common.REPO) if path.is_relative_to(common.REPO) else path}")
+    return {"variant": variant, "seed": args.seed, "radius": args.radius, "units": rows}
 
 
 def main(args) -> dict:
     warnings.filterwarnings("ignore")
+    if args.unit_ns:
+        return unit_timing(args)
     variant = (
         "tight (upper exponential cone)" if args.tight else "paper (lower cone + secant + couplings + monotone cuts)"
     )
@@ -169,4 +226,5 @@ def main(args) -> dict:
 
 
 if __name__ == "__main__":
-    common.run("bench_second_order", main, common.parse(build_parser(), QUICK))
+    _args = common.parse(build_parser(), QUICK)
+    common.run("bench_second_order", main, _args, _args.part)

@@ -286,3 +286,26 @@ def test_property_tight_never_above_paper_like_on_either_path(problem, path):
     paper = fixed_query_certificate(problem, False, path=path)
     tight = fixed_query_certificate(problem, True, path=path)
     assert tight.value <= paper.value
+
+
+def test_support_reuse_is_the_computed_value():
+    """A support function asked again with bit-for-bit the same inputs is the computed one, and a caller that
+    modifies its result does not change what the next call returns."""
+    from attncert.certify.second_order.fixed_query import support_bound as sb
+
+    rng = np.random.default_rng(3)
+    gens = rng.standard_normal((2, 40))
+    a, b = rng.standard_normal(25), rng.standard_normal(25)
+    for norm in ("linf", "l2"):
+        h0, e0 = sb._support_product(a, b, gens, norm)
+        h1, e1 = sb._support(a, b, gens, norm)
+        h1[:] = -1.0
+        e1[:] = -1.0
+        h2, e2 = sb._support(a.copy(), b.copy(), gens.copy(), norm)
+        assert np.array_equal(h2, h0) and np.array_equal(e2, e0)
+        b2 = b.copy()
+        b2[7] = np.nextafter(b2[7], np.inf)  # one ulp apart: computed again, not reused
+        h3, _ = sb._support(a, b2, gens, norm)
+        assert np.array_equal(h3, sb._support_product(a, b2, gens, norm)[0])
+    assert np.array_equal(sb._support(a, b, gens, "l2")[0], sb._support_product(a, b, gens, "l2")[0])
+    assert not np.array_equal(sb._support(a, b, gens, "l2")[0], sb._support(a, b, gens, "linf")[0])

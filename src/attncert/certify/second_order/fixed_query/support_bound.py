@@ -49,10 +49,33 @@ def unit_generators(D, norm: str) -> np.ndarray:
     return np.stack([D.radius * D.u_s / D.R_s, D.radius * D.u_w / D.rho_w])
 
 
+_RECENT = {}  # the last few `_support` results, keyed by their exact inputs
+_RECENT_SIZE = 8
+
+
 def _support(a: np.ndarray, b: np.ndarray, gens: np.ndarray, norm: str) -> tuple[np.ndarray, np.ndarray]:
     """(h, err): h(a_j, b_j) = ||a_j gens[0] + b_j gens[1]||_* computed in float64, and a bound on its error.
 
-    gens: (2, d) the unit generators r u_s / R_s and r u_w / rho_w (each row of dual norm <= 1 + 4u)."""
+    gens: (2, d) the unit generators r u_s / R_s and r u_w / rho_w (each row of dual norm <= 1 + 4u).
+
+    The normalization multiplier does not enter g_Us, g_Uw, g_Vs, g_Vw (its row has only tau and the lam_j), so
+    the bounds of one dual at several multipliers (`best_multiplier`, then `bound_from_dual` at its t) ask for the
+    same support functions: a result is reused when a, b, gens and norm are bit for bit the same as a recent call's
+    (the O(n d) product is the bound's main cost at many keys)."""
+    a, b = np.ascontiguousarray(a, dtype=np.float64), np.ascontiguousarray(b, dtype=np.float64)
+    key = (norm, gens.shape, gens.tobytes(), a.tobytes(), b.tobytes())
+    hit = _RECENT.get(key)
+    if hit is not None:
+        return hit[0].copy(), hit[1].copy()
+    h, err = _support_product(a, b, gens, norm)
+    if len(_RECENT) >= _RECENT_SIZE:
+        del _RECENT[next(iter(_RECENT))]
+    _RECENT[key] = (h, err)
+    return h.copy(), err.copy()
+
+
+def _support_product(a: np.ndarray, b: np.ndarray, gens: np.ndarray, norm: str) -> tuple[np.ndarray, np.ndarray]:
+    """`_support` computed: one (n x 2) by (2 x d) product."""
     M = a[:, None] * gens[0][None, :] + b[:, None] * gens[1][None, :]
     d = gens.shape[1]
     if norm == "linf":
@@ -70,7 +93,7 @@ def best_multiplier(prog: Program, z: np.ndarray, gens: np.ndarray, norm: str, t
         mag = np.ones(prog.c.size)
         if prog.nv > NU:
             mag[prog.var(NU)] = prog.nubar
-        zr = repair_dual(z, prog.dims, abs(prog.A) @ mag * prog.tau_hi + np.abs(prog.b) + 1e-300)
+        zr = repair_dual(z, prog.dims, prog.abs_A @ mag * prog.tau_hi + np.abs(prog.b) + 1e-300)
         zr[prog.simple] = 0.0
         i0 = prog.families["norm"][0]
         zr[i0] = 0.0
@@ -140,7 +163,7 @@ def _bound_from_dual(prog, z, gens, norm, data_rel_err):
     if nv > NU:
         mag[prog.var(NU)] = prog.nubar
     mag *= 1.0 + 1e-9
-    absA = abs(prog.A)
+    absA = prog.abs_A
     row_cost = absA @ mag  # per unit tau (b enters once, below)
     zr = repair_dual(z, prog.dims, (row_cost * prog.tau_hi + np.abs(prog.b)) * (1.0 + data_rel_err) + 1e-300)
     zr[prog.simple] = 0.0

@@ -256,7 +256,7 @@ def family_bound(D, upper_cone, mono, geometry, gens, norm, ladder, near, grid, 
     bound = math.inf
     left = right = None  # (t, F, grid, psi, dpsi) of the solved t nearest the root on each side (F > 0: left)
     ts = [0.0]
-    last = None
+    last = offered = None  # the last pass's solve; (t, solve) of the last candidate computed
     before = math.inf
     for p in range(FAMILY_PASSES):
         gw = _grid(wt, El * k["Ehat"], ts, span)
@@ -274,6 +274,7 @@ def family_bound(D, upper_cone, mono, geometry, gens, norm, ladder, near, grid, 
                 right = (t_p, F, gw, psi, dpsi)
             if p > 0:
                 bound = min(bound, candidate(t_p, gw, prog_v, z_v))
+                offered = (t_p, last)
         if p == 0:
             t = _root(El, wt, gw, psi, -1.0, 2.0)
             ts = [t]
@@ -299,7 +300,8 @@ def family_bound(D, upper_cone, mono, geometry, gens, norm, ladder, near, grid, 
             break
     if last is None:
         return math.inf, "solver_error", math.nan, log
-    bound = min(bound, candidate(t, *last))  # the last root, tokens interpolated on the last grid
+    if offered is None or offered[0] != t or offered[1] is not last:
+        bound = min(bound, candidate(t, *last))  # the last root, tokens interpolated on the last grid
     return bound, log[-1][1], t, log
 
 

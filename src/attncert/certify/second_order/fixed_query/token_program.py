@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import SimpleNamespace
 
 import numpy as np
@@ -45,6 +46,11 @@ class Program:
 
     def var(self, k: int) -> np.ndarray:
         return 1 + self.nv * np.arange(self.n) + k
+
+    @cached_property
+    def abs_A(self) -> sp.csc_matrix:
+        """|A| entrywise (the row costs and error terms of every bound from a dual; computed once per program)."""
+        return abs(self.A)
 
     def box(self) -> tuple[np.ndarray, np.ndarray]:
         """(lo, hi) per variable holding every lifted true point: tau in [tau_lo, tau_hi] (and 1 when tau is
