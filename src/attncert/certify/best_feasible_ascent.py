@@ -112,8 +112,8 @@ def _direction(grad: torch.Tensor, norm: str) -> torch.Tensor:
 
 
 def _random_starts(rng: np.random.Generator, k: int, n: int, d: int, r: float, norm: str, vertex: bool):
-    if norm == "linf":
-        X = rng.choice([-1.0, 1.0], size=(k, n, d)) if vertex else rng.uniform(-1, 1, size=(k, n, d))
+    if norm == "linf":  # vertex: the draws of rng.choice([-1.0, 1.0]) (integers in {0, 1}), without its indexing
+        X = 2.0 * rng.integers(0, 2, size=(k, n, d)) - 1.0 if vertex else rng.uniform(-1, 1, size=(k, n, d))
         return r * X
     X = rng.standard_normal((k, n, d))
     X /= np.linalg.norm(X, axis=2, keepdims=True)
@@ -203,31 +203,39 @@ def best_feasible_ascent(problem: HeadProblem, restarts: int = 16, steps: int = 
         (grad,) = torch.autograd.grad(val.sum(), x)
         eta = step_size * final_step_ratio ** (k / max(n1 - 1, 1))
         delta = _project(delta + eta * r * _direction(grad, norm), r, norm)
-    # phase 2: monotone projected gradient ascent from each start's best point, adaptive step
+    # phase 2: monotone projected gradient ascent from each start's best point, adaptive step. The candidate is
+    # evaluated with its gradient: an accepted candidate is the next point, so its value and gradient are the next
+    # step's (each start's row of the batch is computed on its own), and a rejected one leaves value and gradient
     delta = best_delta.clone()
     lr, nominal, history = None, problem.nominal_value(), []
-    for k in range(steps - n1):
-        x = delta.clone().requires_grad_(True)
-        val = head(x)
-        (grad,) = torch.autograd.grad(val.sum(), x)
-        val = val.detach()
+    n2 = steps - n1
+    x = delta.clone().requires_grad_(True)
+    val = head(x)
+    grad = torch.autograd.grad(val.sum(), x)[0] if n2 else None
+    val = val.detach()
+    for k in range(n2):
         if lr is None:
             lr = 0.1 * r / grad.abs().amax(dim=(1, 2)).clamp_min(1e-300)
         cand = _project(delta + lr[:, None, None] * grad, r, norm)
-        with torch.no_grad():
-            vc = head(cand)
+        x = cand.clone().requires_grad_(True)
+        vc_graph = head(x)
+        vc = vc_graph.detach()
         ok = vc > val
         delta = torch.where(ok[:, None, None], cand, delta)
         lr = torch.where(ok, lr * 1.5, lr * 0.5)
         record(torch.where(ok, vc, val), delta)
+        stop = k + 1 == n2
         if stop_tol > 0:
             history.append(best_val.clone())
             if len(history) > patience:
                 gain = float((history[-1] - history[-1 - patience]).max())
-                if gain <= stop_tol * max(float(best_val.max()) - nominal, 1e-300):
-                    break
-    with torch.no_grad():
-        record(head(delta), delta)
+                stop = stop or gain <= stop_tol * max(float(best_val.max()) - nominal, 1e-300)
+        val = torch.where(ok, vc, val)
+        if stop:
+            break
+        (grad_c,) = torch.autograd.grad(vc_graph.sum(), x)
+        grad = torch.where(ok[:, None, None], grad_c, grad)
+    record(val, delta)
 
     # recompute the best few candidates directly, keep the best feasible one (the nominal point is
     # always feasible: the result is finite even when rounding keeps every candidate outside a tiny ball)
