@@ -22,10 +22,10 @@ Every iterate of every start is scored; the best one is recomputed with `problem
 a feasibility check (`problem.in_ball`; the point is shrunk toward Z0 by up to a relative 1e-6 if
 rounding of Z0 + Delta left a tiny ball, and the nominal value is the floor, so the result is finite).
 
-Cost. g reads each token through few directions: the value w_j = z_j . (W_V c) + b_V . c always, and
-for a fixed query the score s_j = z_j . (W_K q0) / sqrt(d_h) + const, so one product Z [u_s | u_w]
-(d x 2) replaces the (d x d_h) projections (fixed query), and Z [W_K | u_w] (d x (d_h + 1)) plus the
-query's own z_i W_Q replace three of them (varying query). `fused=False` evaluates the three full
+Cost. g reads each token through two directions: the value w_j = z_j . (W_V c) + b_V . c always, and
+the score s_j = z_j . (W_K q) / sqrt(d_h) + b_K . q / sqrt(d_h), q = q0 for a fixed query and q = z_i W_Q + b_Q
+(the query token's own) for a varying one, so one product Z [W_K q / sqrt(d_h) | u_w] (d x 2 per start) replaces
+the three (d x d_h) projections. `fused=False` evaluates the three full
 projections (the reference path of the cost benchmark). `stop_tol` ends the
 polish phase once no start has gained more than stop_tol x (the best value's distance from the
 nominal value) over `patience` consecutive steps. `device` is resolved by
@@ -72,10 +72,11 @@ class _TorchHead:
         if problem.mode == "fixed":  # s_j = z_j . u_s + s_b, w_j = z_j . u_w + w_b
             U = np.stack([problem.W_K @ q0 / self.sq, u_w], axis=1)
             self.bias = t([float(problem.b_K @ q0) / self.sq, w_b])
-        else:  # k_j = z_j W_K + b_K, w_j = z_j . u_w + w_b, q = z_i W_Q + b_Q
-            U = np.concatenate([problem.W_K, u_w[:, None]], axis=1)
-            self.bias = t(np.append(problem.b_K, w_b))
+        else:  # q = z_i W_Q + b_Q, s_j = z_j . (W_K q) / sqrt(d_h) + b_K . q / sqrt(d_h), w_j = z_j . u_w + w_b
             self.WQ, self.bQ = t(problem.W_Q), t(problem.b_Q)
+            self.WKt, self.bK = t(problem.W_K.T / self.sq), t(problem.b_K / self.sq)
+            self.u_w, self.w_b = t(u_w), w_b
+            return
         self.U = t(U)
 
     def __call__(self, delta: torch.Tensor) -> torch.Tensor:
@@ -89,13 +90,14 @@ class _TorchHead:
             s = torch.einsum("bnh,bh->bn", Z @ self.WK + self.bK, q) / self.sq
             w = (Z @ self.WV + self.bV) @ self.c
             return (torch.softmax(s, dim=1) * w).sum(1)
-        P = Z @ self.U + self.bias
         if self.p.mode == "fixed":
-            s = P[..., 0]
-        else:
-            q = Z[:, self.p.query_index] @ self.WQ + self.bQ
-            s = torch.einsum("bnh,bh->bn", P[..., :-1], q) / self.sq
-        return (torch.softmax(s, dim=1) * P[..., -1]).sum(1)
+            P = Z @ self.U + self.bias
+            return (torch.softmax(P[..., 0], dim=1) * P[..., 1]).sum(1)
+        q = Z[:, self.p.query_index] @ self.WQ + self.bQ  # (B, d_h)
+        V = torch.stack([q @ self.WKt, self.u_w.expand(Z.shape[0], -1)], dim=2)  # (B, d, 2): W_K q / sqrt(d_h), u_w
+        P = torch.bmm(Z, V)  # (B, n, 2)
+        s = P[..., 0] + (q @ self.bK)[:, None]
+        return (torch.softmax(s, dim=1) * (P[..., 1] + self.w_b)).sum(1)
 
 
 def _project(delta: torch.Tensor, r: float, norm: str) -> torch.Tensor:
