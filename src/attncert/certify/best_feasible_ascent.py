@@ -113,15 +113,30 @@ def _direction(grad: torch.Tensor, norm: str) -> torch.Tensor:
     return grad / grad.norm(dim=2, keepdim=True).clamp_min(1e-300)
 
 
-def _random_starts(rng: np.random.Generator, k: int, n: int, d: int, r: float, norm: str, vertex: bool):
-    if norm == "linf":  # vertex: the draws of rng.choice([-1.0, 1.0]) (integers in {0, 1}), without its indexing
-        X = 2.0 * rng.integers(0, 2, size=(k, n, d)) - 1.0 if vertex else rng.uniform(-1, 1, size=(k, n, d))
-        return r * X
-    X = rng.standard_normal((k, n, d))
-    X /= np.linalg.norm(X, axis=2, keepdims=True)
+def _random_starts(rng: np.random.Generator, k: int, n: int, d: int, r: float, norm: str, vertex: bool,
+                   out: np.ndarray | None = None) -> np.ndarray:
+    """r X for k random X of shape (n, d): vertices of the unit box / points of the unit sphere (vertex), else
+    uniform points of the box / ball; written into `out` (k, n, d) when given. The box's draws are those of
+    rng.choice([-1.0, 1.0]) (integers i in {0, 1}; 2 r i - r is r (2 i - 1) exactly) and of rng.uniform(-1, 1)
+    (-1 + 2 u, u = rng.random()), formed in place."""
+    X = np.empty((k, n, d)) if out is None else out
+    if norm == "linf":
+        if vertex:
+            X[...] = rng.integers(0, 2, size=(k, n, d))
+            X *= 2.0 * r
+            X -= r
+        else:
+            rng.random(out=X)
+            X *= 2.0
+            X -= 1.0
+            X *= r
+        return X
+    G = rng.standard_normal((k, n, d))
+    G /= np.linalg.norm(G, axis=2, keepdims=True)
     if not vertex:
-        X *= rng.uniform(0, 1, size=(k, n, 1)) ** (1.0 / d)
-    return r * X
+        G *= rng.uniform(0, 1, size=(k, n, 1)) ** (1.0 / d)
+    np.multiply(r, G, out=X)
+    return X
 
 
 def best_feasible_ascent(problem: HeadProblem, restarts: int = 16, steps: int = 200, seed: int = 0,
@@ -178,8 +193,10 @@ def best_feasible_ascent(problem: HeadProblem, restarts: int = 16, steps: int = 
         pieces.append(r * _direction(grad_at(X), norm))
     if n_screen:  # the best of `screen` random vertices / interior points (one batched evaluation)
         k = max(screen, n_screen)
-        cand = T(np.concatenate([_random_starts(rng, k - k // 2, n, d, r, norm, vertex=True),
-                                 _random_starts(rng, k // 2, n, d, r, norm, vertex=False)]))
+        cand = np.empty((k, n, d))
+        _random_starts(rng, k - k // 2, n, d, r, norm, vertex=True, out=cand[:k - k // 2])
+        _random_starts(rng, k // 2, n, d, r, norm, vertex=False, out=cand[k - k // 2:])
+        cand = T(cand)
         with torch.no_grad():
             v = head(cand)
         pieces.append(cand[torch.argsort(-v, stable=True)[:n_screen]])
