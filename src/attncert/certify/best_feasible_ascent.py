@@ -107,6 +107,13 @@ def _project(delta: torch.Tensor, r: float, norm: str) -> torch.Tensor:
     return delta * torch.clamp(r / nrm.clamp_min(1e-300), max=1.0)
 
 
+def _project_step(delta: torch.Tensor, step: torch.Tensor, r: float, norm: str) -> torch.Tensor:
+    """_project(delta + step), formed in the memory of `step` (a temporary of the caller) where the norm allows."""
+    if norm == "linf":
+        return step.add_(delta).clamp_(-r, r)
+    return _project(delta + step, r, norm)
+
+
 def _direction(grad: torch.Tensor, norm: str) -> torch.Tensor:
     if norm == "linf":
         return grad.sign()
@@ -216,12 +223,12 @@ def best_feasible_ascent(problem: HeadProblem, restarts: int = 16, steps: int = 
     # phase 1: steepest-ascent steps of decaying length (explores, crosses the ball quickly)
     n1 = steps - int(polish_fraction * steps)
     for k in range(n1):
-        x = delta.clone().requires_grad_(True)
-        val = head(x)
+        val = head(delta.requires_grad_(True))
+        (grad,) = torch.autograd.grad(val.sum(), delta)
+        delta = delta.detach()
         record(val.detach(), delta)
-        (grad,) = torch.autograd.grad(val.sum(), x)
         eta = step_size * final_step_ratio ** (k / max(n1 - 1, 1))
-        delta = _project(delta + eta * r * _direction(grad, norm), r, norm)
+        delta = _project_step(delta, _direction(grad, norm).mul_(eta * r), r, norm)
     # phase 2: monotone projected gradient ascent from each start's best point, adaptive step. The candidate is
     # evaluated with its gradient: an accepted candidate is the next point, so its value and gradient are the next
     # step's (each start's row of the batch is computed on its own), and a rejected one leaves value and gradient
@@ -235,10 +242,9 @@ def best_feasible_ascent(problem: HeadProblem, restarts: int = 16, steps: int = 
     for k in range(n2):
         if lr is None:
             lr = 0.1 * r / grad.abs().amax(dim=(1, 2)).clamp_min(1e-300)
-        cand = _project(delta + lr[:, None, None] * grad, r, norm)
-        x = cand.clone().requires_grad_(True)
+        x = _project_step(delta, grad * lr[:, None, None], r, norm).requires_grad_(True)
         vc_graph = head(x)
-        vc = vc_graph.detach()
+        vc, cand = vc_graph.detach(), x.detach()
         ok = vc > val
         delta = torch.where(ok[:, None, None], cand, delta)
         lr = torch.where(ok, lr * 1.5, lr * 0.5)
