@@ -22,10 +22,10 @@ Every iterate of every start is scored; the best one is recomputed with `problem
 a feasibility check (`problem.in_ball`; the point is shrunk toward Z0 by up to a relative 1e-6 if
 rounding of Z0 + Delta left a tiny ball, and the nominal value is the floor, so the result is finite).
 
-Cost. g reads each token through few directions: the value w_j = z_j . (W_V c) + b_V . c always, and
-for a fixed query the score s_j = z_j . (W_K q0) / sqrt(d_h) + const, so one product Z [u_s | u_w]
-(d x 2) replaces the (d x d_h) projections (fixed query), and Z [W_K | u_w] (d x (d_h + 1)) plus the
-query's own z_i W_Q replace three of them (varying query). `fused=False` evaluates the three full
+Cost. g reads each token through two directions: the value w_j = z_j . (W_V c) + b_V . c always, and
+the score s_j = z_j . (W_K q) / sqrt(d_h) + b_K . q / sqrt(d_h), q = q0 for a fixed query and q = z_i W_Q + b_Q
+(the query token's own) for a varying one, so one product Z [W_K q / sqrt(d_h) | u_w] (d x 2 per start) replaces
+the three (d x d_h) projections. `fused=False` evaluates the three full
 projections (the reference path of the cost benchmark). `stop_tol` ends the
 polish phase once no start has gained more than stop_tol x (the best value's distance from the
 nominal value) over `patience` consecutive steps. `device` is resolved by
@@ -72,10 +72,11 @@ class _TorchHead:
         if problem.mode == "fixed":  # s_j = z_j . u_s + s_b, w_j = z_j . u_w + w_b
             U = np.stack([problem.W_K @ q0 / self.sq, u_w], axis=1)
             self.bias = t([float(problem.b_K @ q0) / self.sq, w_b])
-        else:  # k_j = z_j W_K + b_K, w_j = z_j . u_w + w_b, q = z_i W_Q + b_Q
-            U = np.concatenate([problem.W_K, u_w[:, None]], axis=1)
-            self.bias = t(np.append(problem.b_K, w_b))
+        else:  # q = z_i W_Q + b_Q, s_j = z_j . (W_K q) / sqrt(d_h) + b_K . q / sqrt(d_h), w_j = z_j . u_w + w_b
             self.WQ, self.bQ = t(problem.W_Q), t(problem.b_Q)
+            self.WKt, self.bK = t(problem.W_K.T / self.sq), t(problem.b_K / self.sq)
+            self.u_w, self.w_b = t(u_w), w_b
+            return
         self.U = t(U)
 
     def __call__(self, delta: torch.Tensor) -> torch.Tensor:
@@ -89,13 +90,14 @@ class _TorchHead:
             s = torch.einsum("bnh,bh->bn", Z @ self.WK + self.bK, q) / self.sq
             w = (Z @ self.WV + self.bV) @ self.c
             return (torch.softmax(s, dim=1) * w).sum(1)
-        P = Z @ self.U + self.bias
         if self.p.mode == "fixed":
-            s = P[..., 0]
-        else:
-            q = Z[:, self.p.query_index] @ self.WQ + self.bQ
-            s = torch.einsum("bnh,bh->bn", P[..., :-1], q) / self.sq
-        return (torch.softmax(s, dim=1) * P[..., -1]).sum(1)
+            P = Z @ self.U + self.bias
+            return (torch.softmax(P[..., 0], dim=1) * P[..., 1]).sum(1)
+        q = Z[:, self.p.query_index] @ self.WQ + self.bQ  # (B, d_h)
+        V = torch.stack([q @ self.WKt, self.u_w.expand(Z.shape[0], -1)], dim=2)  # (B, d, 2): W_K q / sqrt(d_h), u_w
+        P = torch.bmm(Z, V)  # (B, n, 2)
+        s = P[..., 0] + (q @ self.bK)[:, None]
+        return (torch.softmax(s, dim=1) * (P[..., 1] + self.w_b)).sum(1)
 
 
 def _project(delta: torch.Tensor, r: float, norm: str) -> torch.Tensor:
@@ -105,21 +107,43 @@ def _project(delta: torch.Tensor, r: float, norm: str) -> torch.Tensor:
     return delta * torch.clamp(r / nrm.clamp_min(1e-300), max=1.0)
 
 
+def _project_step(delta: torch.Tensor, step: torch.Tensor, r: float, norm: str) -> torch.Tensor:
+    """_project(delta + step), formed in the memory of `step` (a temporary of the caller) where the norm allows."""
+    if norm == "linf":
+        return step.add_(delta).clamp_(-r, r)
+    return _project(delta + step, r, norm)
+
+
 def _direction(grad: torch.Tensor, norm: str) -> torch.Tensor:
     if norm == "linf":
         return grad.sign()
     return grad / grad.norm(dim=2, keepdim=True).clamp_min(1e-300)
 
 
-def _random_starts(rng: np.random.Generator, k: int, n: int, d: int, r: float, norm: str, vertex: bool):
+def _random_starts(rng: np.random.Generator, k: int, n: int, d: int, r: float, norm: str, vertex: bool,
+                   out: np.ndarray | None = None) -> np.ndarray:
+    """r X for k random X of shape (n, d): vertices of the unit box / points of the unit sphere (vertex), else
+    uniform points of the box / ball; written into `out` (k, n, d) when given. The box's draws are those of
+    rng.choice([-1.0, 1.0]) (integers i in {0, 1}; 2 r i - r is r (2 i - 1) exactly) and of rng.uniform(-1, 1)
+    (-1 + 2 u, u = rng.random()), formed in place."""
+    X = np.empty((k, n, d)) if out is None else out
     if norm == "linf":
-        X = rng.choice([-1.0, 1.0], size=(k, n, d)) if vertex else rng.uniform(-1, 1, size=(k, n, d))
-        return r * X
-    X = rng.standard_normal((k, n, d))
-    X /= np.linalg.norm(X, axis=2, keepdims=True)
+        if vertex:
+            X[...] = rng.integers(0, 2, size=(k, n, d))
+            X *= 2.0 * r
+            X -= r
+        else:
+            rng.random(out=X)
+            X *= 2.0
+            X -= 1.0
+            X *= r
+        return X
+    G = rng.standard_normal((k, n, d))
+    G /= np.linalg.norm(G, axis=2, keepdims=True)
     if not vertex:
-        X *= rng.uniform(0, 1, size=(k, n, 1)) ** (1.0 / d)
-    return r * X
+        G *= rng.uniform(0, 1, size=(k, n, 1)) ** (1.0 / d)
+    np.multiply(r, G, out=X)
+    return X
 
 
 def best_feasible_ascent(problem: HeadProblem, restarts: int = 16, steps: int = 200, seed: int = 0,
@@ -176,8 +200,10 @@ def best_feasible_ascent(problem: HeadProblem, restarts: int = 16, steps: int = 
         pieces.append(r * _direction(grad_at(X), norm))
     if n_screen:  # the best of `screen` random vertices / interior points (one batched evaluation)
         k = max(screen, n_screen)
-        cand = T(np.concatenate([_random_starts(rng, k - k // 2, n, d, r, norm, vertex=True),
-                                 _random_starts(rng, k // 2, n, d, r, norm, vertex=False)]))
+        cand = np.empty((k, n, d))
+        _random_starts(rng, k - k // 2, n, d, r, norm, vertex=True, out=cand[:k - k // 2])
+        _random_starts(rng, k // 2, n, d, r, norm, vertex=False, out=cand[k - k // 2:])
+        cand = T(cand)
         with torch.no_grad():
             v = head(cand)
         pieces.append(cand[torch.argsort(-v, stable=True)[:n_screen]])
@@ -197,37 +223,44 @@ def best_feasible_ascent(problem: HeadProblem, restarts: int = 16, steps: int = 
     # phase 1: steepest-ascent steps of decaying length (explores, crosses the ball quickly)
     n1 = steps - int(polish_fraction * steps)
     for k in range(n1):
-        x = delta.clone().requires_grad_(True)
-        val = head(x)
+        val = head(delta.requires_grad_(True))
+        (grad,) = torch.autograd.grad(val.sum(), delta)
+        delta = delta.detach()
         record(val.detach(), delta)
-        (grad,) = torch.autograd.grad(val.sum(), x)
         eta = step_size * final_step_ratio ** (k / max(n1 - 1, 1))
-        delta = _project(delta + eta * r * _direction(grad, norm), r, norm)
-    # phase 2: monotone projected gradient ascent from each start's best point, adaptive step
+        delta = _project_step(delta, _direction(grad, norm).mul_(eta * r), r, norm)
+    # phase 2: monotone projected gradient ascent from each start's best point, adaptive step. The candidate is
+    # evaluated with its gradient: an accepted candidate is the next point, so its value and gradient are the next
+    # step's (each start's row of the batch is computed on its own), and a rejected one leaves value and gradient
     delta = best_delta.clone()
     lr, nominal, history = None, problem.nominal_value(), []
-    for k in range(steps - n1):
-        x = delta.clone().requires_grad_(True)
-        val = head(x)
-        (grad,) = torch.autograd.grad(val.sum(), x)
-        val = val.detach()
+    n2 = steps - n1
+    x = delta.clone().requires_grad_(True)
+    val = head(x)
+    grad = torch.autograd.grad(val.sum(), x)[0] if n2 else None
+    val = val.detach()
+    for k in range(n2):
         if lr is None:
             lr = 0.1 * r / grad.abs().amax(dim=(1, 2)).clamp_min(1e-300)
-        cand = _project(delta + lr[:, None, None] * grad, r, norm)
-        with torch.no_grad():
-            vc = head(cand)
+        x = _project_step(delta, grad * lr[:, None, None], r, norm).requires_grad_(True)
+        vc_graph = head(x)
+        vc, cand = vc_graph.detach(), x.detach()
         ok = vc > val
         delta = torch.where(ok[:, None, None], cand, delta)
         lr = torch.where(ok, lr * 1.5, lr * 0.5)
         record(torch.where(ok, vc, val), delta)
+        stop = k + 1 == n2
         if stop_tol > 0:
             history.append(best_val.clone())
             if len(history) > patience:
                 gain = float((history[-1] - history[-1 - patience]).max())
-                if gain <= stop_tol * max(float(best_val.max()) - nominal, 1e-300):
-                    break
-    with torch.no_grad():
-        record(head(delta), delta)
+                stop = stop or gain <= stop_tol * max(float(best_val.max()) - nominal, 1e-300)
+        val = torch.where(ok, vc, val)
+        if stop:
+            break
+        (grad_c,) = torch.autograd.grad(vc_graph.sum(), x)
+        grad = torch.where(ok[:, None, None], grad_c, grad)
+    record(val, delta)
 
     # recompute the best few candidates directly, keep the best feasible one (the nominal point is
     # always feasible: the result is finite even when rounding keeps every candidate outside a tiny ball)

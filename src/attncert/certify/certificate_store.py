@@ -82,18 +82,21 @@ class RowPool:
         return np.int64(self.array_ids[key])
 
     def add(self, A) -> np.ndarray:
+        """The pool ids of the rows of A (a row's key: its int32 column indices' and float64 values' bytes)."""
         A = sp.csr_matrix(A)
-        out = np.empty(A.shape[0], dtype=np.int32)
-        for i in range(A.shape[0]):
-            a, e = A.indptr[i], A.indptr[i + 1]
-            idx, dat = A.indices[a:e].astype(np.int32), A.data[a:e].astype(np.float64)
-            key = idx.tobytes() + dat.tobytes()
-            if key not in self.ids:
-                self.ids[key] = len(self.data)
-                self.data.append(dat)
-                self.indices.append(idx)
-            out[i] = self.ids[key]
-        return out
+        indices, data = A.indices.astype(np.int32), A.data.astype(np.float64)
+        idx_bytes, dat_bytes = indices.tobytes(), data.tobytes()
+        ptr = A.indptr.tolist()
+        ids, out = self.ids, []
+        for a, e in zip(ptr[:-1], ptr[1:]):
+            key = idx_bytes[4 * a:4 * e] + dat_bytes[8 * a:8 * e]
+            row = ids.get(key)
+            if row is None:
+                row = ids[key] = len(self.data)
+                self.data.append(data[a:e].copy())
+                self.indices.append(indices[a:e].copy())
+            out.append(row)
+        return np.asarray(out, dtype=np.int32).reshape(A.shape[0])
 
     def arrays(self) -> dict[str, np.ndarray]:
         lengths = np.asarray([d.size for d in self.data], dtype=np.int64)
