@@ -19,6 +19,7 @@ rule run_configuration:
         resolved={"layers": LAYERS, "heads": HEADS, "block_transitions": BLOCK_TRANSITIONS},
         code=code("run_configuration.py"),
     threads: 1
+    priority: priority_of("run_configuration")
     conda:
         "../../environment.yml"
     resources:
@@ -135,6 +136,7 @@ rule audit:
         model=MODEL_CFG,
         code=code("audit.py"),
     threads: 1
+    priority: priority_of("audit")
     conda:
         "../../environment.yml"
     resources:

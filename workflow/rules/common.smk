@@ -86,3 +86,16 @@ def code(script):
     """params entry: hash of an entry script and every package module it imports (see
     attncert.provenance.code_hash), so editing a stage's source reruns that stage and its dependents."""
     return code_hash(os.path.join(workflow.basedir, "workflow", "scripts", script))
+
+
+# Each rule's priority: the measured seconds of the longest chain of jobs from one of its jobs to the end of the run
+# (workflow/config/job_seconds.yaml, written by `python -m bench.job_seconds RUN_DIR --write` from a finished run's
+# benchmark files). Snakemake starts the ready job of the highest priority first: the jobs heading the longest
+# chains (certification, long-context parts, the audit's pieces) start before the short ones that end the DAG.
+with open(os.path.join(workflow.basedir, "workflow", "config", "job_seconds.yaml")) as _fh:
+    _JOB_SECONDS = (yaml.safe_load(_fh) or {}).get("rules", {})
+
+
+def priority_of(rule):
+    """`priority:` of a rule's jobs (an int; 0 for a rule the cost file does not list yet)."""
+    return int(_JOB_SECONDS.get(rule, {}).get("priority", 0))

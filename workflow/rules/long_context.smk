@@ -22,9 +22,7 @@ rule long_context_extract:
         lengths=LC.get("lengths", []),
         code=code("long_context_extract.py"),
     threads: 2
-    # a job asking for both cores starts only when both are free at once; among the one-core jobs that
-    # follow extraction that moment comes at the very end, so it runs first, next to extraction
-    priority: 2
+    priority: priority_of("long_context_extract")
     conda:
         "../../environment.yml"
     resources:
@@ -40,7 +38,8 @@ rule long_context_extract:
 
 # One job per (length, head): the units of one context length and head (fixed and varying query, every norm and
 # radius), a part of the table with its certificates; the merge writes the one table and certificate file every
-# reader takes (attncert.certify.long_context_parts). A changed length or head adds or drops its parts only.
+# reader takes (attncert.certify.long_context_parts). Another head adds or drops its parts only; another length
+# also re-extracts the token file (all lengths), which reruns every part.
 rule long_context_certify:
     input:
         npz="data/long_context/{model}/layer_tokens.npz",
@@ -127,6 +126,7 @@ rule long_context_report:
         model=MODEL_CFG,
         code=code("long_context_report.py"),
     threads: 1
+    priority: priority_of("long_context_report")
     conda:
         "../../environment.yml"
     resources:

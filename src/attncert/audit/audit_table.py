@@ -326,13 +326,15 @@ def join_records(paths: list[str | Path], out: Path, fix=lambda path: "regenerat
     header = header.getvalue()
     bodies, rows = [], 0
     for path in paths:
-        text = Path(path).read_text(encoding="utf-8", newline="")
+        with open(path, encoding="utf-8", newline="") as fh:
+            text = fh.read()
         if not text.startswith(header):
             raise AuditInputError(f"{path} is not an audit records file (its header differs); fix: {fix(path)}")
         bodies.append(text[len(header):])
         rows += len(read_records(Path(path)))
     with atomic_path(out) as tmp:
-        Path(tmp).write_text(header + "".join(bodies), encoding="utf-8", newline="")
+        with open(tmp, "w", encoding="utf-8", newline="") as fh:
+            fh.write(header + "".join(bodies))
     return rows
 
 

@@ -37,6 +37,8 @@ def part_keys(lengths, heads) -> list[tuple[int, int]]:
 
 def _read_part(path: Path, length: int, head: int, units: int, fix: str) -> tuple[str, int]:
     """(the part's rows as csv text without the header, their count), checked against its (T, h) block."""
+    if not path.is_file():
+        raise PartError(f"{path} is missing; fix: {fix}")
     text = path.read_text(encoding="utf-8")
     header, _, body = text.partition("\n")
     if header.split(",") != TABLE_COLUMNS:
