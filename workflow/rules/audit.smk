@@ -37,23 +37,6 @@ rule run_configuration:
 # layer, the long-context table, the block table (attncert.audit.audit_table.certificate_parts); the merge joins
 # their records in the order `attncert audit` writes them; the final audit adds the weights against the checkpoint
 # and the summary tables recomputed from the row tables, and writes audit.csv and audit.md.
-AUDIT_CERTIFICATE_PARTS = [f"layer{L}" for L in LAYERS] + ["long_context", "block"]
-
-
-def audit_part_inputs(wc):
-    """The files one piece of the certificate audit reads (besides the run's recorded configuration)."""
-    if wc.audit_part == "long_context":
-        return [f"data/long_context/{wc.model}/{name}" for name in
-                ("units.csv", "units_certificates.npz", "layer_tokens.npz")] if LC else []
-    if wc.audit_part == "block":
-        return ([f"data/block/{wc.model}/units.csv"] if BLOCK_TRANSITIONS else []) + [
-            f"data/block/{wc.model}/transition{T}_certificates.npz" for T in BLOCK_TRANSITIONS] + [
-            f"data/extract/{wc.model}/layer{L}.npz" for T in BLOCK_TRANSITIONS for L in (T, T + 1)]
-    layer = wc.audit_part.removeprefix("layer")
-    return [f"data/certify/{wc.model}/layer{layer}{suffix}" for suffix in (".csv", "_certificates.npz", "_spec.npz")
-            ] + [f"data/extract/{wc.model}/layer{layer}.npz"]
-
-
 rule audit_certificates:
     input:
         run_config="data/run/{model}/config.yaml",

@@ -99,3 +99,22 @@ with open(os.path.join(workflow.basedir, "workflow", "config", "job_seconds.yaml
 def priority_of(rule):
     """`priority:` of a rule's jobs (an int; 0 for a rule the cost file does not list yet)."""
     return int(_JOB_SECONDS.get(rule, {}).get("priority", 0))
+
+
+# The audit's certificate part, one job per piece (workflow/rules/audit.smk): each certification layer, the
+# long-context table, the block table, in the order `attncert audit` audits them.
+AUDIT_CERTIFICATE_PARTS = [f"layer{L}" for L in LAYERS] + ["long_context", "block"]
+
+
+def audit_part_inputs(wc):
+    """The files one piece of the certificate audit reads (besides the run's recorded configuration)."""
+    if wc.audit_part == "long_context":
+        return [f"data/long_context/{wc.model}/{name}" for name in
+                ("units.csv", "units_certificates.npz", "layer_tokens.npz")] if LC else []
+    if wc.audit_part == "block":
+        return ([f"data/block/{wc.model}/units.csv"] if BLOCK_TRANSITIONS else []) + [
+            f"data/block/{wc.model}/transition{T}_certificates.npz" for T in BLOCK_TRANSITIONS] + [
+            f"data/extract/{wc.model}/layer{L}.npz" for L in sorted({k for T in BLOCK_TRANSITIONS for k in (T, T + 1)})]
+    layer = wc.audit_part.removeprefix("layer")
+    return [f"data/certify/{wc.model}/layer{layer}{suffix}" for suffix in (".csv", "_certificates.npz", "_spec.npz")
+            ] + [f"data/extract/{wc.model}/layer{layer}.npz"]

@@ -21,7 +21,9 @@ rule long_context_extract:
         layer=LC.get("layer", 0),
         lengths=LC.get("lengths", []),
         code=code("long_context_extract.py"),
-    threads: 2
+    # one thread: with two its CPU seconds equal its wall seconds (benchmarks/{model}/long_context/extract.tsv),
+    # and a two-thread job waits until both cores are free at once
+    threads: 1
     priority: priority_of("long_context_extract")
     conda:
         "../../environment.yml"
