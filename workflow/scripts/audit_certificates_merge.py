@@ -29,7 +29,8 @@ for p in paths:
     for stage, s in json.loads(sidecar_path(p).read_text()).get("stage_seconds", {}).items():
         stage_seconds[stage] = stage_seconds.get(stage, 0.0) + float(s)
 try:
-    rows = join_records(paths, Path(sm.output.records), fix=lambda path: f"regenerate it with: {regenerate_command(path)}")
+    rows = join_records(paths, Path(sm.output.records),
+                        fix=lambda path: f"regenerate it with: {regenerate_command(path)}")
 except AuditInputError as e:
     print(f"attncert: {e}", file=sys.stderr)
     sys.exit(1)

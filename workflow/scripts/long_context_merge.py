@@ -19,7 +19,8 @@ tables = [verify_intermediate(t) for t in sm.input.tables]  # missing or altered
 certificates = [verify_intermediate(c) for c in sm.input.certificates]
 try:
     rows = merge_parts(tables, certificates, p.lengths, p.heads, len(p.modes) * len(p.norms) * len(p.radii),
-                       sm.output.csv, sm.output.certificates, fix=lambda path: f"regenerate it with: {regenerate_command(path)}")
+                       sm.output.csv, sm.output.certificates,
+                       fix=lambda path: f"regenerate it with: {regenerate_command(path)}")
 except PartError as e:
     print(f"attncert: {e}", file=sys.stderr)
     sys.exit(1)
