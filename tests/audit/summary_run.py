@@ -109,7 +109,7 @@ def run_script(name: str, inputs: dict, outputs: dict, params: dict, log: Path) 
     start = job_log.start_job_log
     job_log.start_job_log = lambda path: None
     try:
-        sm = type("Snakemake", (), {"input": Files(inputs), "output": Files(outputs),
+        sm = type("Snakemake", (), {"input": Files(inputs), "output": Files(outputs), "wildcards": Params(model=MODEL),
                                     "params": Params({"model": MODEL_CFG, "code": "t", **params}), "log": [str(log)]})
         runpy.run_path(str(REPO / "workflow" / "scripts" / name), init_globals={"snakemake": sm})
     finally:

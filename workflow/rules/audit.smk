@@ -5,7 +5,7 @@
 AUDIT_OUTPUTS = [f"figures/tables/{MODEL}/audit.csv", f"figures/tables/{MODEL}/audit.md"]
 
 
-localrules: run_configuration
+localrules: run_configuration, audit_certificates_merge
 
 
 # The run's configuration as merged, with the layers, heads and block transitions resolved for the model: what
@@ -19,6 +19,7 @@ rule run_configuration:
         resolved={"layers": LAYERS, "heads": HEADS, "block_transitions": BLOCK_TRANSITIONS},
         code=code("run_configuration.py"),
     threads: 1
+    priority: priority_of("run_configuration")
     conda:
         "../../environment.yml"
     resources:
@@ -32,38 +33,60 @@ rule run_configuration:
         "../scripts/run_configuration.py"
 
 
-# The certificates' part (the costly one) runs as soon as its row tables exist; the final audit adds the weights
-# against the checkpoint and the summary tables recomputed from the row tables, and writes audit.csv and audit.md.
+# The certificates' part (the costly one), one job per piece as soon as its row tables exist: each certification
+# layer, the long-context table, the block table (attncert.audit.audit_table.certificate_parts); the merge joins
+# their records in the order `attncert audit` writes them; the final audit adds the weights against the checkpoint
+# and the summary tables recomputed from the row tables, and writes audit.csv and audit.md.
 rule audit_certificates:
     input:
         run_config="data/run/{model}/config.yaml",
-        tables=expand("data/certify/{{model}}/layer{layer}.csv", layer=LAYERS),
-        certificates=expand("data/certify/{{model}}/layer{layer}_certificates.npz", layer=LAYERS),
-        specs=expand("data/certify/{{model}}/layer{layer}_spec.npz", layer=LAYERS),
-        weights=expand("data/extract/{{model}}/layer{layer}.npz", layer=LAYERS),
-        long_context=["data/long_context/{model}/units.csv", "data/long_context/{model}/units_certificates.npz",
-                      "data/long_context/{model}/layer_tokens.npz"] if LC else [],
-        block=["data/block/{model}/units.csv"] if BLOCK_TRANSITIONS else [],
-        block_certificates=expand("data/block/{{model}}/transition{transition}_certificates.npz",
-                                  transition=BLOCK_TRANSITIONS),
+        tables=audit_part_inputs,
     output:
-        records="data/audit/{model}/certificate_records.csv",
+        records="data/audit/{model}/parts/{audit_part}.csv",
+    wildcard_constraints:
+        audit_part="|".join(AUDIT_CERTIFICATE_PARTS),
     params:
         model=MODEL_CFG,
+        part=lambda wc: wc.audit_part,
         code=code("audit_certificates.py"),
     threads: 1
-    priority: 1  # on the longest path (extract.smk)
+    priority: priority_of("audit_certificates")
     conda:
         "../../environment.yml"
     resources:
         mem_mb=2000,
-        runtime=30,
+        runtime=15,
     log:
-        "data/logs/{model}/audit_certificates.log",
+        "data/logs/{model}/audit/certificates_{audit_part}.log",
     benchmark:
-        "benchmarks/{model}/audit_certificates.tsv"
+        "benchmarks/{model}/audit/certificates_{audit_part}.tsv"
     script:
         "../scripts/audit_certificates.py"
+
+
+rule audit_certificates_merge:
+    input:
+        run_config="data/run/{model}/config.yaml",
+        records=expand("data/audit/{{model}}/parts/{audit_part}.csv", audit_part=AUDIT_CERTIFICATE_PARTS),
+    output:
+        records="data/audit/{model}/certificate_records.csv",
+    params:
+        model=MODEL_CFG,
+        parts=AUDIT_CERTIFICATE_PARTS,
+        code=code("audit_certificates_merge.py"),
+    threads: 1
+    priority: priority_of("audit_certificates_merge")
+    conda:
+        "../../environment.yml"
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    log:
+        "data/logs/{model}/audit/certificates_merge.log",
+    benchmark:
+        "benchmarks/{model}/audit/certificates_merge.tsv"
+    script:
+        "../scripts/audit_certificates_merge.py"
 
 
 AUDITED_TABLES = [f"figures/tables/{{model}}/{name}" for name in (
@@ -96,6 +119,7 @@ rule audit:
         model=MODEL_CFG,
         code=code("audit.py"),
     threads: 1
+    priority: priority_of("audit")
     conda:
         "../../environment.yml"
     resources:

@@ -30,7 +30,7 @@ rule baselines_layer:
         device=config["device"],
         code=code("baselines_layer.py"),
     threads: 1
-    priority: 1  # on the longest path (extract.smk)
+    priority: priority_of("baselines_layer")
     conda:
         "../../environment.yml"
     resources:
@@ -58,6 +58,7 @@ rule baselines_table:
         model=MODEL_CFG,
         code=code("baselines_table.py"),
     threads: 1
+    priority: priority_of("baselines_table")
     conda:
         "../../environment.yml"
     resources:
@@ -82,6 +83,7 @@ rule baselines_figure:
         model=MODEL_CFG,
         code=code("baselines_figure.py"),
     threads: 1
+    priority: priority_of("baselines_figure")
     conda:
         "../../environment.yml"
     resources:

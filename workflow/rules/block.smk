@@ -34,7 +34,7 @@ rule block_transition:
         spec_seed=config["spec_seed"],
         code=code("block_transition.py"),
     threads: 1
-    priority: 1  # on the longest path (extract.smk)
+    priority: priority_of("block_transition")
     conda:
         "../../environment.yml"
     resources:
@@ -57,6 +57,7 @@ rule block_merge:
         model=MODEL_CFG,
         code=code("block_merge.py"),
     threads: 1
+    priority: priority_of("block_merge")
     conda:
         "../../environment.yml"
     resources:
@@ -87,6 +88,7 @@ rule block_table:
         model=MODEL_CFG,
         code=code("block_table.py"),
     threads: 1
+    priority: priority_of("block_table")
     conda:
         "../../environment.yml"
     resources:
@@ -114,6 +116,7 @@ rule block_figure:
         model=MODEL_CFG,
         code=code("block_figure.py"),
     threads: 1
+    priority: priority_of("block_figure")
     conda:
         "../../environment.yml"
     resources:

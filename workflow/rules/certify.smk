@@ -42,7 +42,7 @@ rule certify_layer:
         spec_seed=config["spec_seed"],
         code=code("certify_layer.py"),
     threads: 1
-    priority: 1  # on the longest path (extract.smk)
+    priority: priority_of("certify_layer")
     conda:
         "../../environment.yml"
     resources:
@@ -69,6 +69,7 @@ rule certify_figure:
         model=MODEL_CFG,
         code=code("certify_figure.py"),
     threads: 1
+    priority: priority_of("certify_figure")
     conda:
         "../../environment.yml"
     resources:
@@ -94,6 +95,7 @@ rule certify_table:
         model=MODEL_CFG,
         code=code("certify_table.py"),
     threads: 1
+    priority: priority_of("certify_table")
     conda:
         "../../environment.yml"
     resources:
@@ -113,6 +115,7 @@ rule certify_method_checks:
         checks=config["certify"]["method_checks"],
         code=code("certify_method_checks.py"),
     threads: 1
+    priority: priority_of("certify_method_checks")
     conda:
         "../../environment.yml"
     resources:

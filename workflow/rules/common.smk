@@ -86,3 +86,35 @@ def code(script):
     """params entry: hash of an entry script and every package module it imports (see
     attncert.provenance.code_hash), so editing a stage's source reruns that stage and its dependents."""
     return code_hash(os.path.join(workflow.basedir, "workflow", "scripts", script))
+
+
+# Each rule's priority: the measured seconds of the longest chain of jobs from one of its jobs to the end of the run
+# (workflow/config/job_seconds.yaml, written by `python -m bench.job_seconds RUN_DIR --write` from a finished run's
+# benchmark files). Snakemake starts the ready job of the highest priority first: the jobs heading the longest
+# chains (certification, long-context parts, the audit's pieces) start before the short ones that end the DAG.
+with open(os.path.join(workflow.basedir, "workflow", "config", "job_seconds.yaml")) as _fh:
+    _JOB_SECONDS = (yaml.safe_load(_fh) or {}).get("rules", {})
+
+
+def priority_of(rule):
+    """`priority:` of a rule's jobs (an int; 0 for a rule the cost file does not list yet)."""
+    return int(_JOB_SECONDS.get(rule, {}).get("priority", 0))
+
+
+# The audit's certificate part, one job per piece (workflow/rules/audit.smk): each certification layer, the
+# long-context table, the block table, in the order `attncert audit` audits them.
+AUDIT_CERTIFICATE_PARTS = [f"layer{L}" for L in LAYERS] + ["long_context", "block"]
+
+
+def audit_part_inputs(wc):
+    """The files one piece of the certificate audit reads (besides the run's recorded configuration)."""
+    if wc.audit_part == "long_context":
+        return [f"data/long_context/{wc.model}/{name}" for name in
+                ("units.csv", "units_certificates.npz", "layer_tokens.npz")] if LC else []
+    if wc.audit_part == "block":
+        return ([f"data/block/{wc.model}/units.csv"] if BLOCK_TRANSITIONS else []) + [
+            f"data/block/{wc.model}/transition{T}_certificates.npz" for T in BLOCK_TRANSITIONS] + [
+            f"data/extract/{wc.model}/layer{L}.npz" for L in sorted({k for T in BLOCK_TRANSITIONS for k in (T, T + 1)})]
+    layer = wc.audit_part.removeprefix("layer")
+    return [f"data/certify/{wc.model}/layer{layer}{suffix}" for suffix in (".csv", "_certificates.npz", "_spec.npz")
+            ] + [f"data/extract/{wc.model}/layer{layer}.npz"]

@@ -17,9 +17,7 @@ rule extract:
         max_tokens=config["max_tokens"],
         code=code("extract_layers.py"),
     threads: 1
-    # Paper A's chain (extract, certify, baselines, block, audit; long context) is the DAG's longest
-    # path: its rules have priority, so it starts first and the short Min-IP jobs fill the free core.
-    priority: 2
+    priority: priority_of("extract")
     conda:
         "../../environment.yml"
     resources:

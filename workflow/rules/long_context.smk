@@ -21,10 +21,10 @@ rule long_context_extract:
         layer=LC.get("layer", 0),
         lengths=LC.get("lengths", []),
         code=code("long_context_extract.py"),
-    threads: 2
-    # a job asking for both cores starts only when both are free at once; among the one-core jobs that
-    # follow extraction that moment comes at the very end, so it runs first, next to extraction
-    priority: 2
+    # one thread: with two its CPU seconds equal its wall seconds (benchmarks/{model}/long_context/extract.tsv),
+    # and a two-thread job waits until both cores are free at once
+    threads: 1
+    priority: priority_of("long_context_extract")
     conda:
         "../../environment.yml"
     resources:
@@ -38,17 +38,24 @@ rule long_context_extract:
         "../scripts/long_context_extract.py"
 
 
+# One job per (length, head): the units of one context length and head (fixed and varying query, every norm and
+# radius), a part of the table with its certificates; the merge writes the one table and certificate file every
+# reader takes (attncert.certify.long_context_parts). Another head adds or drops its parts only; another length
+# also re-extracts the token file (all lengths), which reruns every part.
 rule long_context_certify:
     input:
         npz="data/long_context/{model}/layer_tokens.npz",
     output:
-        csv="data/long_context/{model}/units.csv",
-        certificates="data/long_context/{model}/units_certificates.npz",
+        csv="data/long_context/{model}/parts/length{length}_head{head}.csv",
+        certificates="data/long_context/{model}/parts/length{length}_head{head}_certificates.npz",
+    wildcard_constraints:
+        length="|".join(str(T) for T in LC.get("lengths", [])) or r"\d+",
+        head="|".join(str(h) for h in LC.get("heads", [])) or r"\d+",
     params:
         model=MODEL_CFG,
         layer=LC.get("layer", 0),
-        lengths=LC.get("lengths", []),
-        heads=LC.get("heads", [0]),
+        length=lambda wc: int(wc.length),
+        head=lambda wc: int(wc.head),
         query_position=LC.get("query_position", 0),
         radii=LC.get("radii", []),
         norms=LC.get("norms", ["linf"]),
@@ -60,18 +67,50 @@ rule long_context_certify:
         spec_seed=config["spec_seed"],
         code=code("long_context_certify.py"),
     threads: 1
-    priority: 1  # on the longest path (extract.smk)
+    priority: priority_of("long_context_certify")
     conda:
         "../../environment.yml"
     resources:
         mem_mb=3000,
-        runtime=60,
+        runtime=20,
     log:
-        "data/logs/{model}/long_context/certify.log",
+        "data/logs/{model}/long_context/certify_length{length}_head{head}.log",
     benchmark:
-        "benchmarks/{model}/long_context/certify.tsv"
+        "benchmarks/{model}/long_context/certify_length{length}_head{head}.tsv"
     script:
         "../scripts/long_context_certify.py"
+
+
+rule long_context_merge:
+    input:
+        tables=expand("data/long_context/{{model}}/parts/length{length}_head{head}.csv",
+                      length=LC.get("lengths", []), head=LC.get("heads", [])),
+        certificates=expand("data/long_context/{{model}}/parts/length{length}_head{head}_certificates.npz",
+                            length=LC.get("lengths", []), head=LC.get("heads", [])),
+    output:
+        csv="data/long_context/{model}/units.csv",
+        certificates="data/long_context/{model}/units_certificates.npz",
+    params:
+        model=MODEL_CFG,
+        lengths=LC.get("lengths", []),
+        heads=LC.get("heads", [0]),
+        radii=LC.get("radii", []),
+        norms=LC.get("norms", ["linf"]),
+        modes=LC.get("modes", ["fixed", "varying"]),
+        code=code("long_context_merge.py"),
+    threads: 1
+    priority: priority_of("long_context_merge")
+    conda:
+        "../../environment.yml"
+    resources:
+        mem_mb=2000,
+        runtime=5,
+    log:
+        "data/logs/{model}/long_context/merge.log",
+    benchmark:
+        "benchmarks/{model}/long_context/merge.tsv"
+    script:
+        "../scripts/long_context_merge.py"
 
 
 rule long_context_report:
@@ -89,6 +128,7 @@ rule long_context_report:
         model=MODEL_CFG,
         code=code("long_context_report.py"),
     threads: 1
+    priority: priority_of("long_context_report")
     conda:
         "../../environment.yml"
     resources:

@@ -45,6 +45,7 @@ rule minip_witness_bound:
         witness=MINIP["witness"],
         code=code("minip_witness_bound.py"),
     threads: 1
+    priority: priority_of("minip_witness_bound")
     conda:
         "../../environment.yml"
     resources:
@@ -68,6 +69,7 @@ rule minip_constructions:
         witness=MINIP["witness"],
         code=code("minip_constructions.py"),
     threads: 1
+    priority: priority_of("minip_constructions")
     conda:
         "../../environment.yml"
     resources:
@@ -97,6 +99,7 @@ rule minip_train:
         seeds=MINIP["seeds"],
         code=code("minip_train.py"),
     threads: 1
+    priority: priority_of("minip_train")
     # on a cluster, these short jobs are packed into one scheduler job (profile: group-components)
     group:
         "minip_train"
@@ -124,6 +127,7 @@ rule minip_collect:
         seeds=MINIP["seeds"],
         code=code("minip_collect.py"),
     threads: 1
+    priority: priority_of("minip_collect")
     conda:
         "../../environment.yml"
     resources:
@@ -158,6 +162,7 @@ rule minip_figure:
         thresholds=MINIP_REPORT_THRESHOLDS,
         code=code("minip_figure.py"),
     threads: 1
+    priority: priority_of("minip_figure")
     conda:
         "../../environment.yml"
     resources:
@@ -185,6 +190,7 @@ rule minip_table:
         thresholds=MINIP_REPORT_THRESHOLDS,
         code=code("minip_table.py"),
     threads: 1
+    priority: priority_of("minip_table")
     conda:
         "../../environment.yml"
     resources:
@@ -213,6 +219,7 @@ rule minip_measured:
         thresholds=MINIP_REPORT_THRESHOLDS,
         code=code("minip_measured.py"),
     threads: 1
+    priority: priority_of("minip_measured")
     conda:
         "../../environment.yml"
     resources:

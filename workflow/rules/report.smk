@@ -27,15 +27,19 @@ _BENCHMARKED = (
     + ([("block_transition", {"model": MODEL, "transition": BLOCK_TRANSITIONS}), ("block_merge", {"model": MODEL}),
         ("block_table", {"model": MODEL}), ("block_figure", {"model": MODEL, "block_figure": _BLOCK_FIGURE_NAMES})]
        if BLOCK_TRANSITIONS else [])
-    + ([("long_context_extract", {"model": MODEL}), ("long_context_certify", {"model": MODEL})] if LC else [])
-    + [(rule, {"model": MODEL}) for rule in ("run_configuration", "audit_certificates", "audit")]
+    + ([("long_context_extract", {"model": MODEL}), ("long_context_merge", {"model": MODEL})] if LC else [])
+    + [(rule, {"model": MODEL}) for rule in ("run_configuration", "audit_certificates_merge", "audit")]
+    + [("audit_certificates", {"model": MODEL, "audit_part": AUDIT_CERTIFICATE_PARTS})]
     + [(rule, {"grid": MINIP_NAME}) for rule in ("minip_witness_bound", "minip_constructions", "minip_collect",
                                                   "minip_measured")]
     + [("minip_figure", {"grid": MINIP_NAME, "minip_figure": list(_MINIP_FIGURE_NAMES)}),
        ("minip_table", {"grid": MINIP_NAME, "table": MINIP_TABLES})]
 )
+_LC_PARTS = [(T, h) for T in LC.get("lengths", []) for h in LC.get("heads", [])] if LC else []
 _MINIP_JOBS = sorted({(r.setting, r.model) for r in _minip_runs(MINIP)})  # one training job per (setting, model)
 RUN_BENCHMARKS = [b for rule, values in _BENCHMARKED for b in expand(getattr(rules, rule).benchmark, **values)]
+RUN_BENCHMARKS += expand(rules.long_context_certify.benchmark, zip, model=[MODEL] * len(_LC_PARTS),
+                         length=[T for T, _ in _LC_PARTS], head=[h for _, h in _LC_PARTS])
 RUN_BENCHMARKS += expand(rules.minip_train.benchmark, zip, grid=[MINIP_NAME] * len(_MINIP_JOBS),
                          setting=[s for s, _ in _MINIP_JOBS], model=[m for _, m in _MINIP_JOBS])
 # the configuration files Snakemake read (relative to the working directory where they lie under it)
@@ -59,6 +63,7 @@ rule paper_vs_reproduced:
         model=MODEL_CFG,
         code=code("paper_vs_reproduced.py"),
     threads: 1
+    priority: priority_of("paper_vs_reproduced")
     conda:
         "../../environment.yml"
     resources:
@@ -85,6 +90,7 @@ rule report_table:
         about=lambda wc: REPORT_TABLES[wc.page].about,
         code=code("report_table.py"),
     threads: 1
+    priority: priority_of("report_table")
     conda:
         "../../environment.yml"
     resources:
@@ -112,6 +118,7 @@ rule run_overview:
         overrides=dict(workflow.config_settings.config),
         code=code("run_overview.py"),
     threads: 1
+    priority: priority_of("run_overview")
     conda:
         "../../environment.yml"
     resources:

@@ -287,6 +287,57 @@ def layers_on_disk(root: Path, model: str) -> list[int]:
 PARTS = ("certificates", "weights", "tables")
 
 
+def certificate_parts(layers: list[int]) -> list[str]:
+    """The pieces of the certificates part, in the order `audit_model` audits them (and the pipeline joins their
+    records, `join_records`): one per certification layer (`layer{L}`), then `long_context`, then `block`."""
+    return [f"layer{int(L)}" for L in layers] + ["long_context", "block"]
+
+
+def part_stage(part: str) -> str:
+    """The stage a piece of the certificates part is timed under (`audit_model`'s stage_seconds)."""
+    if part in ("long_context", "block"):
+        return {"long_context": "long-context table", "block": "block table"}[part]
+    return "certification tables"
+
+
+def audit_certificate_part(root: Path, model: str, part: str, rows: set[int] | None = None,
+                           coverage: CoverageConfig | None = None) -> list[dict]:
+    """The records of one piece of the certificates part (`certificate_parts`): a layer's table (`audit_layer`),
+    the long-context table (`long_context_audit`) or the block table (`block_audit`)."""
+    if part == "long_context":
+        return audit_long_context(root, model, coverage.long_context if coverage else None, MALFORMED, _damaged)
+    if part == "block":
+        return block_records(root, model) + audit_block(root, model, coverage.block if coverage else None)
+    if part.startswith("layer") and part[5:].isdigit():
+        return audit_layer(root, model, int(part[5:]), rows, coverage)
+    raise AuditInputError(f"no certificate part {part!r}; fix: name one of layer<L>, long_context, block")
+
+
+def join_records(paths: list[str | Path], out: Path, fix=lambda path: "regenerate it") -> int:
+    """Write the records files in `paths` (each written by `write_records`) as one, their rows in that order: the
+    file `write_records` writes for all their records at once. Returns the rows; a file that is not a records
+    file raises AuditInputError naming fix(path)."""
+    import io
+
+    from attncert.integrity.file_integrity import atomic_path
+
+    header = io.StringIO()
+    csv.DictWriter(header, fieldnames=COLUMNS).writeheader()
+    header = header.getvalue()
+    bodies, rows = [], 0
+    for path in paths:
+        with open(path, encoding="utf-8", newline="") as fh:
+            text = fh.read()
+        if not text.startswith(header):
+            raise AuditInputError(f"{path} is not an audit records file (its header differs); fix: {fix(path)}")
+        bodies.append(text[len(header):])
+        rows += len(read_records(Path(path)))
+    with atomic_path(out) as tmp:
+        with open(tmp, "w", encoding="utf-8", newline="") as fh:
+            fh.write(header + "".join(bodies))
+    return rows
+
+
 def audit_model(root: Path, model: str, layers: list[int], rows: set[int] | None = None,
                 coverage: CoverageConfig | None = None, stage_seconds: dict | None = None, parts=PARTS,
                 tables_root: Path | None = None) -> list[dict]:
@@ -304,19 +355,17 @@ def audit_model(root: Path, model: str, layers: list[int], rows: set[int] | None
     records: list[dict] = []
     if "certificates" in parts:
         t0 = time.perf_counter()
-        records += [rec for L in layers for rec in audit_layer(root, model, L, rows, coverage)]
+        records += [rec for L in layers for rec in audit_certificate_part(root, model, f"layer{L}", rows, coverage)]
         times["certification tables"] = time.perf_counter() - t0
     if rows is not None:
         return records
     config = coverage.config if coverage is not None else {}
     base = Path(root).resolve().parent  # the run's folder: prompts, passage, figures/tables, README
     if "certificates" in parts:
-        t0 = time.perf_counter()
-        records += audit_long_context(root, model, coverage.long_context if coverage else None, MALFORMED, _damaged)
-        times["long-context table"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        records += block_records(root, model) + audit_block(root, model, coverage.block if coverage else None)
-        times["block table"] = time.perf_counter() - t0
+        for part in ("long_context", "block"):
+            t0 = time.perf_counter()
+            records += audit_certificate_part(root, model, part, coverage=coverage)
+            times[part_stage(part)] = time.perf_counter() - t0
     if "weights" in parts and config.get("model"):
         t0 = time.perf_counter()
         try:

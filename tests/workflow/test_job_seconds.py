@@ -1,0 +1,66 @@
+"""Every rule's priority comes from the measured-cost file (workflow/config/job_seconds.yaml, bench/job_seconds.py):
+each rule is listed there and asks for its own entry, every benchmark file maps to its rule, and a rule's priority
+is the seconds of the longest chain from its jobs to the end of the run."""
+import re
+from pathlib import Path
+
+import yaml
+
+from bench.job_seconds import priorities, rule_of
+from conftest import REPO
+
+RULES = REPO / "workflow" / "rules"
+COST = yaml.safe_load((REPO / "workflow" / "config" / "job_seconds.yaml").read_text())["rules"]
+
+
+def _rules() -> dict[str, str]:
+    """{rule name: its body} of every rule in workflow/rules/*.smk."""
+    out = {}
+    for smk in sorted(RULES.glob("*.smk")):
+        for m in re.finditer(r"^rule (\w+):\n(.*?)(?=^\S|\Z)", smk.read_text(), re.M | re.S):
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def test_every_rule_has_a_measured_priority_and_resources():
+    rules = _rules()
+    assert len(rules) > 25
+    for name, body in rules.items():
+        assert f'priority: priority_of("{name}")' in body, name
+        assert re.search(r"^\s+threads: \d+$", body, re.M), name
+        assert "mem_mb=" in body and "runtime=" in body, name
+    unlisted = sorted(set(rules) - set(COST) - {"all"})
+    assert unlisted == [], f"rules without a measured cost: {unlisted}; fix: python -m bench.job_seconds RUN --write"
+    assert all(isinstance(v["priority"], int) for v in COST.values())
+
+
+def test_every_benchmark_file_maps_to_its_rule():
+    for name, body in _rules().items():
+        m = re.search(r"benchmark:\n\s+\"([^\"]+)\"", body)
+        if m is None:
+            continue
+        values = {"model": "mdl", "grid": "default", "layer": "1", "transition": "1", "length": "16", "head": "3",
+                  "audit_part": "layer1"}
+        sample = re.sub(r"\{(\w+)\}", lambda w: values.get(w.group(1), "a_name"), m.group(1))
+        if name == "minip_train":  # its {model} is the Min-IP model (r1, dense), not the run's
+            sample = sample.replace("train/a_name/mdl", "train/m8-n2/r1")
+        assert rule_of(sample.removeprefix("benchmarks/")) == name, (name, sample)
+
+
+def test_priority_is_the_longest_chain_to_the_end():
+    after = {"a": {"b", "c"}, "b": {"d"}, "c": {"d"}, "d": set()}
+    got = priorities({"a": 1.0, "b": 10.0, "c": 2.0, "d": 3.0}, after)
+    assert got == {"a": 14.0, "b": 13.0, "c": 5.0, "d": 3.0}
+
+
+def test_the_long_context_parts_and_audit_pieces_come_before_the_short_jobs():
+    """Their chains (parts -> merge -> the long-context audit -> audit) are longer than a Min-IP training's or a
+    figure's: they start first, never as the run's last jobs."""
+    for rule in ("long_context_certify", "audit_certificates"):
+        for later in ("minip_train", "certify_figure", "report_table", "paper_vs_reproduced"):
+            assert COST[rule]["priority"] > COST[later]["priority"], (rule, later)
+
+
+def test_the_cost_file_says_how_to_regenerate_it():
+    head = (REPO / "workflow" / "config" / "job_seconds.yaml").read_text().splitlines()[0]
+    assert "python -m bench.job_seconds" in head and Path(REPO / "bench" / "job_seconds.py").is_file()
