@@ -35,10 +35,11 @@ class QuadraticForms:
             return u @ self.dense
         return ((u @ self.J.transpose(-1, -2)) @ self.K) @ self.J
 
-    def column(self, k: int):                  # (P, d)
+    def column(self, k: int, forms: torch.Tensor | None = None):   # (P, d), or (len(forms), d) of those forms
         if self.dense is not None:
-            return self.dense[:, k, :]          # symmetric: row k = column k
-        return torch.einsum("pnd,pnm,pm->pd", self.J, self.K, self.J[:, :, k])
+            return self.dense[:, k, :] if forms is None else self.dense[forms, k, :]   # symmetric: row k = column k
+        J, K = (self.J, self.K) if forms is None else (self.J[forms], self.K[forms])
+        return torch.einsum("pnd,pnm,pm->pd", J, K, J[:, :, k])
 
     def lipschitz(self) -> torch.Tensor:       # (P,) an upper bound on the spectral norm
         u = torch.randn(self.P, 1, self.d, dtype=DTYPE, generator=torch.Generator().manual_seed(0))
@@ -58,6 +59,9 @@ def box_qp_max(Q: QuadraticForms, starts: torch.Tensor, pga_steps: int = 100, sw
     coordinate ascent (each coordinate set to the maximizer of the 1-D quadratic on [-1, 1]; at a
     convex coordinate this is a vertex flip) until no coordinate moves. Returns (values (P,),
     maximizers (P, d), all final values (P, S), all final points (P, S, d)).
+
+    A coordinate step u_k -> u_k + c changes Q u by c Q e_k: only the (form, start) pairs whose u_k moved are
+    updated (the same floating-point operations as updating every pair, where c = 0 adds exact zeros).
     """
     u = starts.clone()
     step = (1.0 / Q.lipschitz()).view(-1, 1, 1)
@@ -77,10 +81,12 @@ def box_qp_max(Q: QuadraticForms, starts: torch.Tensor, pga_steps: int = 100, sw
             gain = 0.5 * qkk * (new * new - uk * uk) + g * (new - uk)
             new = torch.where(gain > 1e-15 * (1.0 + g.abs()), new, uk)
             change = new - uk
-            if bool((change != 0).any()):
+            forms, starts_moved = torch.nonzero(change, as_tuple=True)
+            if forms.numel():
                 moved = torch.ones((), dtype=torch.bool)
                 u[:, :, k] = new
-                Qu = Qu + change.unsqueeze(-1) * Q.column(k).unsqueeze(1)
+                Qu[forms, starts_moved] = (Qu[forms, starts_moved]
+                                           + change[forms, starts_moved].unsqueeze(-1) * Q.column(k, forms))
         if not bool(moved):
             break
     vals = 0.5 * (u * Q.matvec(u)).sum(-1)
