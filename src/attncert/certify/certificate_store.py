@@ -338,10 +338,11 @@ class CertificateFile:
             raise ValueError("stored matrix row ids outside the row pool")
         starts, ends = indptr[rows], indptr[rows + 1]
         lengths = ends - starts
-        take = np.concatenate([np.arange(a, e) for a, e in zip(starts, ends)]) if rows.size else np.zeros(0, int)
+        ends_out = np.cumsum(lengths)  # row k: take[ends_out[k] - lengths[k] + t] = starts[k] + t
+        take = np.arange(int(ends_out[-1]) if rows.size else 0) + np.repeat(starts - (ends_out - lengths), lengths)
         if take.size and (indices[take].min() < 0 or indices[take].max() >= int(shape[1])):
             raise ValueError(f"stored matrix column indices outside its {int(shape[1])} columns")
-        return sp.csr_matrix((data[take], indices[take], np.concatenate([[0], np.cumsum(lengths)])),
+        return sp.csr_matrix((data[take], indices[take], np.concatenate([[0], ends_out])),
                              shape=tuple(int(x) for x in shape))
 
     def row_with_programs(self, r: int) -> dict:
