@@ -131,6 +131,10 @@ class HeadEnclosure:
         return as_mat(self.b_Q)
 
     @cached_property
+    def keys(self) -> arb_mat:  # (n, d_h): k0*_j = z_j W_K + b_K, the nominal keys
+        return as_mat(self.Z0) * self.W_K_balls + arb_mat([self.b_K.tolist()] * self.n)
+
+    @cached_property
     def q0(self) -> arb_mat:  # (1, d_h)
         return as_mat(self.Z0[self.query_index]) * self.W_Q_balls + self.b_Q_balls
 
@@ -160,8 +164,7 @@ class HeadEnclosure:
         """p*_j = W_Q k0_j / sqrt(d_h) per token j (k0_j = z_j W_K + b_K), as lists of balls (the query's direction
         in key j's score)."""
         if not hasattr(self, "_p"):
-            K0 = as_mat(self.Z0) * self.W_K_balls + arb_mat([self.b_K.tolist()] * self.n)  # (n, d_h)
-            M = self.W_Q_balls * K0.transpose()  # (d, n)
+            M = self.W_Q_balls * self.keys.transpose()  # (d, n)
             self._p = [[M[a, j] / self.sqrt_dh for a in range(M.nrows())] for j in range(self.n)]
         return self._p
 
