@@ -131,6 +131,10 @@ class HeadEnclosure:
         return as_mat(self.b_Q)
 
     @cached_property
+    def b_K_balls(self) -> arb_mat:  # (1, d_h)
+        return as_mat(self.b_K)
+
+    @cached_property
     def keys(self) -> arb_mat:  # (n, d_h): k0*_j = z_j W_K + b_K, the nominal keys
         return as_mat(self.Z0) * self.W_K_balls + arb_mat([self.b_K.tolist()] * self.n)
 
@@ -208,11 +212,14 @@ class HeadEnclosure:
         return cols if float(cols.upper()) <= float(d_spec.upper()) else d_spec
 
     def value(self, Z: np.ndarray, mode: str) -> arb:
-        """g(Z) = c . sum_j a_j v_j in ball arithmetic (fixed query: q at the nominal tokens)."""
+        """g(Z) = c . sum_j a_j v_j in ball arithmetic (fixed query: q at the nominal tokens), the scores as
+        s_j = (z_j W_K + b_K) . q / sqrt(d_h) = z_j . (W_K q) / sqrt(d_h) + b_K . q / sqrt(d_h) (d + d_h products
+        per key instead of d d_h)."""
         Zm = as_mat(Z)
         q = self.q0 if mode == "fixed" else as_mat(Z[self.query_index]) * self.W_Q_balls + self.b_Q_balls
-        k = Zm * self.W_K_balls + arb_mat([self.b_K.tolist()] * Z.shape[0])
-        s = [x / self.sqrt_dh for x in column(k * q.transpose())]
+        kq = self.W_K_balls * q.transpose()  # (d, 1)
+        bq = column(self.b_K_balls * q.transpose())[0]
+        s = [(x + bq) / self.sqrt_dh for x in column(Zm * kq)]
         w = [x + self.bias_value for x in column(Zm * arb_mat([[x] for x in self.u_w]))]
         top = max(float(x.mid()) for x in s)
         e = [(x - top).exp() for x in s]
