@@ -59,15 +59,16 @@ def main(argv=None) -> int:
             reference=nxt["Z"][prompt, position], keep=stored)
 
     prof = None if a.no_profile else cProfile.Profile()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if prof is None:
         rows, timings = work()
     else:
         rows, timings = prof.runcall(work)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     out = io.StringIO()
     out.write(f"command: {' '.join(['python -m bench.profile_block_transition', *(argv or sys.argv[1:])])}\n")
-    out.write(f"wall seconds {wall:.1f} (2 shared cores: noisy; compare shares)\n")
+    out.write(f"wall seconds {wall:.1f}, cpu seconds {cpu:.1f}{'' if prof is None else ' under cProfile'} (2 shared "
+              "cores: noisy; compare shares)\n")
     out.write("cpu seconds per phase: " + ", ".join(f"{k} {v:.2f}" for k, v in timings.items()) + "\n\n")
     if prof is not None:
         for key in ("cumulative", "tottime"):
