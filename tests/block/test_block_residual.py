@@ -112,6 +112,29 @@ def test_box_qp_search_and_upper_bound():
     assert np.all(box_qp_upper(Qt, 30).numpy() >= exact - 1e-12)
 
 
+def test_top_eigenpairs_are_the_full_eigh_top_pairs():
+    from attncert.block.box_qp import top_eigenpairs
+    rng = np.random.default_rng(7)
+    A = rng.standard_normal((4, 40, 40))
+    M = torch.as_tensor((A + A.transpose(0, 2, 1)) / 2)
+    M[3] = torch.diag(torch.arange(40, dtype=DT))                       # a known spectrum: top pair (39, e_39)
+    mu, v = top_eigenpairs(M)
+    w, V = torch.linalg.eigh(M)
+    np.testing.assert_allclose(mu.numpy(), w[:, -1].numpy(), rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(v.abs().numpy(), V[:, :, -1].abs().numpy(), atol=1e-10)   # up to sign
+    assert float(mu[3]) == 39.0 and float(v[3, -1].abs()) == 1.0
+    M[1, 0, 0] = float("inf")                                           # non-finite: torch's eigh decides
+    try:
+        w1, V1 = torch.linalg.eigh(M[1])
+    except RuntimeError:
+        with pytest.raises(RuntimeError):
+            top_eigenpairs(M)
+    else:
+        mu, v = top_eigenpairs(M)
+        assert torch.equal(mu[1].isnan(), w1[-1].isnan()) and (mu[1].isnan() or mu[1] == w1[-1])
+        np.testing.assert_array_equal(v[1].numpy(), V1[:, -1].numpy())
+
+
 def test_effective_rank():
     H = torch.diag(torch.tensor([1.0, -1.0, 1.0, 0.0], dtype=DT)).unsqueeze(0)
     assert float(effective_rank(H)) == pytest.approx(3.0)

@@ -119,12 +119,32 @@ class HeadEnclosure:
         return arb(self.W_Q.shape[1]).sqrt()
 
     @cached_property
+    def W_Q_balls(self) -> arb_mat:  # (d, d_h), exact (float64 converts exactly): built once per unit
+        return as_mat(self.W_Q)
+
+    @cached_property
+    def W_K_balls(self) -> arb_mat:
+        return as_mat(self.W_K)
+
+    @cached_property
+    def b_Q_balls(self) -> arb_mat:  # (1, d_h)
+        return as_mat(self.b_Q)
+
+    @cached_property
+    def b_K_balls(self) -> arb_mat:  # (1, d_h)
+        return as_mat(self.b_K)
+
+    @cached_property
+    def keys(self) -> arb_mat:  # (n, d_h): k0*_j = z_j W_K + b_K, the nominal keys
+        return as_mat(self.Z0) * self.W_K_balls + arb_mat([self.b_K.tolist()] * self.n)
+
+    @cached_property
     def q0(self) -> arb_mat:  # (1, d_h)
-        return as_mat(self.Z0[self.query_index]) * as_mat(self.W_Q) + as_mat(self.b_Q)
+        return as_mat(self.Z0[self.query_index]) * self.W_Q_balls + self.b_Q_balls
 
     @cached_property
     def u_s(self) -> list:
-        return [x / self.sqrt_dh for x in column(as_mat(self.W_K) * self.q0.transpose())]
+        return [x / self.sqrt_dh for x in column(self.W_K_balls * self.q0.transpose())]
 
     @cached_property
     def s0(self) -> list:
@@ -148,8 +168,7 @@ class HeadEnclosure:
         """p*_j = W_Q k0_j / sqrt(d_h) per token j (k0_j = z_j W_K + b_K), as lists of balls (the query's direction
         in key j's score)."""
         if not hasattr(self, "_p"):
-            K0 = as_mat(self.Z0) * as_mat(self.W_K) + arb_mat([self.b_K.tolist()] * self.n)  # (n, d_h)
-            M = as_mat(self.W_Q) * K0.transpose()  # (d, n)
+            M = self.W_Q_balls * self.keys.transpose()  # (d, n)
             self._p = [[M[a, j] / self.sqrt_dh for a in range(M.nrows())] for j in range(self.n)]
         return self._p
 
@@ -193,11 +212,14 @@ class HeadEnclosure:
         return cols if float(cols.upper()) <= float(d_spec.upper()) else d_spec
 
     def value(self, Z: np.ndarray, mode: str) -> arb:
-        """g(Z) = c . sum_j a_j v_j in ball arithmetic (fixed query: q at the nominal tokens)."""
+        """g(Z) = c . sum_j a_j v_j in ball arithmetic (fixed query: q at the nominal tokens), the scores as
+        s_j = (z_j W_K + b_K) . q / sqrt(d_h) = z_j . (W_K q) / sqrt(d_h) + b_K . q / sqrt(d_h) (d + d_h products
+        per key instead of d d_h)."""
         Zm = as_mat(Z)
-        q = self.q0 if mode == "fixed" else as_mat(Z[self.query_index]) * as_mat(self.W_Q) + as_mat(self.b_Q)
-        k = Zm * as_mat(self.W_K) + arb_mat([self.b_K.tolist()] * Z.shape[0])
-        s = [x / self.sqrt_dh for x in column(k * q.transpose())]
+        q = self.q0 if mode == "fixed" else as_mat(Z[self.query_index]) * self.W_Q_balls + self.b_Q_balls
+        kq = self.W_K_balls * q.transpose()  # (d, 1)
+        bq = column(self.b_K_balls * q.transpose())[0]
+        s = [(x + bq) / self.sqrt_dh for x in column(Zm * kq)]
         w = [x + self.bias_value for x in column(Zm * arb_mat([[x] for x in self.u_w]))]
         top = max(float(x.mid()) for x in s)
         e = [(x - top).exp() for x in s]

@@ -323,7 +323,7 @@ def varying_long_data_from_weights(build: dict, red: dict, head, radius: float, 
     if kq.shape != (n, dh) or kbar.shape != (dh,):
         return "varying data: key-space directions of the wrong shape"
     A, eps, shift = build["A"], build["eps"], float(build["shift"])
-    K0 = arb_mat(head.Z0.tolist()) * arb_mat(head.W_K.tolist()) + arb_mat([head.b_K.tolist()] * head.n)
+    K0 = head.keys  # (n, d_h) balls of z_j W_K + b_K
     kb = [arb(float(x)) for x in kbar]
     if norm == "linf":
         col = [arb(float(x)) * arb(1.0 + gamma(d + 2)) for x in np.abs(W_Q).sum(axis=0)]
@@ -338,7 +338,7 @@ def varying_long_data_from_weights(build: dict, red: dict, head, radius: float, 
         if _lower(arb(float(eps[j])) - abs(head.s0[o] - arb(float(A[j])) - arb(shift)) - du_s - r * reach_of(D)) < 0:
             return f"varying data: score error bound of token {o} too small"
     Kc = arb_mat([[(K0[i, k] - kb[k]) / head.sqrt_dh] for k in range(dh)])
-    pq = arb_mat(W_Q.tolist()) * Kc
+    pq = head.W_Q_balls * Kc
     u_q = red["u_s"] + np.asarray(build["p"])[-1]
     diff = [arb(float(a)) - (us + pq[a_, 0]) for a_, (a, us) in enumerate(zip(u_q, head.u_s))]
     if _lower(arb(float(eps[-1])) - abs(head.s0[i] - arb(float(A[-1])) - arb(shift)) - r * norm_bound(diff, norm)) < 0:

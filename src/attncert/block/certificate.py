@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from attncert.block.box_qp import top_eigenpairs
 from attncert.block.enclosure import FN_ULPS, U, Graph, Var, inflate
 from attncert.block.map import DTYPE, EXP, RECIPROCAL, RSQRT, SQUARE, BlockTransition, LayerNormParams
 from attncert.block.taylor_model import cubic_model
@@ -174,15 +175,14 @@ def sdp_box_upper(M: torch.Tensor, iterations: int = 12, D0: torch.Tensor | None
     norm = torch.linalg.matrix_norm(M)                      # Frobenius (>= spectral): step size and offset only
     step = norm / n
     for it in range(iterations):
-        evals, evecs = torch.linalg.eigh(M - torch.diag_embed(D))
-        mu = evals[:, -1]
+        mu, top = top_eigenpairs(M - torch.diag_embed(D))
         y = torch.clamp(D + mu.unsqueeze(-1), min=0.0)
         val = 0.5 * y.sum(-1)
         better = val < best_val
         best_val = torch.where(better, val, best_val)
         best_y = torch.where(better.unsqueeze(-1), y, best_y)
         active = (D + mu.unsqueeze(-1) > 0).to(DTYPE)
-        v2 = evecs[:, :, -1] ** 2
+        v2 = top ** 2
         sub = active - active.sum(-1, keepdim=True) * v2
         D = D - (step / math.sqrt(it + 1)).unsqueeze(-1) * sub / sub.norm(dim=-1, keepdim=True).clamp_min(1e-300)
     if candidate is not None:

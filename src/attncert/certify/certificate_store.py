@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import zipfile
 from pathlib import Path
 
@@ -287,6 +288,7 @@ class CertificateFile:
                              "fix: regenerate it with the certify_layer rule")
         self._by_row: dict[int, list[str]] = {}
         self._files = set(self._npz.files)
+        self._layouts: dict[bytes, tuple] = {}  # npy header bytes -> (dtype, shape, fortran_order)
         for key in self._npz.files:
             if key.startswith("r") and not key.endswith(SHUFFLED):
                 head, _, rest = key.partition("/")
@@ -314,10 +316,32 @@ class CertificateFile:
         """Every stored entry (byte-plane parts merged into their arrays)."""
         return [k for k in self._npz.files if not k.endswith(SHUFFLED) and k != "format_version"]
 
+    def _member(self, key: str) -> np.ndarray:
+        """The array of member `key`, as np.load reads it (allow_pickle=False): the first member with a given npy
+        header goes through numpy's reader, which validates it; a later member with the same header bytes (a
+        layer's many small arrays share a few) reuses its parsed dtype, shape and order and reads the data alone."""
+        with self._npz.zip.open(key + ".npy") as fh:
+            raw = fh.read()
+        major = raw[6] if len(raw) > 8 and raw[:6] == b"\x93NUMPY" else 0
+        start = 10 if major == 1 else 12
+        end = start + int.from_bytes(raw[8:start], "little") if major in (1, 2, 3) else -1
+        layout = self._layouts.get(raw[:end]) if end > 0 else None
+        if layout is None:
+            value = np.lib.format.read_array(io.BytesIO(raw), allow_pickle=False)
+            if end > 0:
+                self._layouts[raw[:end]] = (value.dtype, value.shape, bool(np.isfortran(value)))
+            return value
+        dtype, shape, fortran = layout
+        size = math.prod(shape) * dtype.itemsize
+        if len(raw) - end < size:
+            raise ValueError(f"EOF: reading array data, expected {size} bytes got {len(raw) - end}")  # as numpy
+        value = np.frombuffer(raw, dtype=dtype, count=math.prod(shape), offset=end).copy()
+        return value.reshape(shape[::-1]).transpose() if fortran else value.reshape(shape)
+
     def array(self, key: str) -> np.ndarray:
-        value = self._npz[key]
+        value = self._member(key)
         if key + SHUFFLED in self._files:
-            shape = tuple(int(x) for x in self._npz[key + SHUFFLED])
+            shape = tuple(int(x) for x in self._member(key + SHUFFLED))
             value = np.ascontiguousarray(value.T).reshape(-1).view(np.float64).reshape(shape)
         return value
 
@@ -341,10 +365,11 @@ class CertificateFile:
             raise ValueError("stored matrix row ids outside the row pool")
         starts, ends = indptr[rows], indptr[rows + 1]
         lengths = ends - starts
-        take = np.concatenate([np.arange(a, e) for a, e in zip(starts, ends)]) if rows.size else np.zeros(0, int)
+        ends_out = np.cumsum(lengths)  # row k: take[ends_out[k] - lengths[k] + t] = starts[k] + t
+        take = np.arange(int(ends_out[-1]) if rows.size else 0) + np.repeat(starts - (ends_out - lengths), lengths)
         if take.size and (indices[take].min() < 0 or indices[take].max() >= int(shape[1])):
             raise ValueError(f"stored matrix column indices outside its {int(shape[1])} columns")
-        return sp.csr_matrix((data[take], indices[take], np.concatenate([[0], np.cumsum(lengths)])),
+        return sp.csr_matrix((data[take], indices[take], np.concatenate([[0], ends_out])),
                              shape=tuple(int(x) for x in shape))
 
     def row_with_programs(self, r: int) -> dict:
