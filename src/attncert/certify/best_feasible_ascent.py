@@ -54,6 +54,10 @@ class AscentResult:
     seconds: float
 
 
+def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
 class _TorchHead:
     """g for a batch of perturbations Delta (B, n, d), float64, on `device`.
 
@@ -91,8 +95,8 @@ class _TorchHead:
             if self.p.mode == "fixed":
                 q = self.q0.expand(Z.shape[0], -1)
             else:
-                q = torch.cat([z[:, self.p.query_index] @ self.WQ + self.bQ for z in Z.split(chunk)])
-            s = torch.cat([torch.einsum("bnh,bh->bn", k, qc) for k, qc in
+                q = _joined([z[:, self.p.query_index] @ self.WQ + self.bQ for z in Z.split(chunk)])
+            s = _joined([torch.einsum("bnh,bh->bn", k, qc) for k, qc in
                            zip((Z @ self.WK + self.bK).split(chunk), q.split(chunk))]) / self.sq
             w = (Z @ self.WV + self.bV) @ self.c
             return (torch.softmax(s, dim=1) * w).sum(1)
@@ -100,7 +104,7 @@ class _TorchHead:
         if self.p.mode == "fixed":
             s = P[..., 0]
         else:
-            s = torch.cat([torch.einsum("bnh,bh->bn", Pc[..., :-1], zc[:, self.p.query_index] @ self.WQ + self.bQ)
+            s = _joined([torch.einsum("bnh,bh->bn", Pc[..., :-1], zc[:, self.p.query_index] @ self.WQ + self.bQ)
                            for Pc, zc in zip(P.split(chunk), Z.split(chunk))]) / self.sq
         return (torch.softmax(s, dim=1) * P[..., -1]).sum(1)
 
@@ -120,15 +124,15 @@ def _direction(grad: torch.Tensor, norm: str) -> torch.Tensor:
     return grad / grad.norm(dim=2, keepdim=True).clamp_min(1e-300)
 
 
-def _random_starts(rng: np.random.Generator, k: int, n: int, d: int, r: float, norm: str, vertex: bool):
+def _unit_starts(rng: np.random.Generator, k: int, n: int, d: int, norm: str, vertex: bool) -> np.ndarray:
+    """k random points of the unit ball (vertices of the box / points of the sphere, or uniform inside)."""
     if norm == "linf":
-        X = rng.choice([-1.0, 1.0], size=(k, n, d)) if vertex else rng.uniform(-1, 1, size=(k, n, d))
-        return r * X
+        return rng.choice([-1.0, 1.0], size=(k, n, d)) if vertex else rng.uniform(-1, 1, size=(k, n, d))
     X = rng.standard_normal((k, n, d))
     X /= np.linalg.norm(X, axis=2, keepdims=True)
     if not vertex:
         X *= rng.uniform(0, 1, size=(k, n, 1)) ** (1.0 / d)
-    return r * X
+    return X
 
 
 def best_feasible_ascent(problem: HeadProblem, restarts: int = 16, steps: int = 200, seed: int = 0,
@@ -213,11 +217,14 @@ def best_feasible_ascents(problems: list[HeadProblem], restarts: int = 16, steps
         head(x, chunk).sum().backward()
         return x.grad
 
-    def scaled(rows: int, draw) -> torch.Tensor:
-        """r * X of every problem, X drawn by `draw(rng)` (rows, n, d) from the problem's own generator."""
-        return torch.cat([T(draw(rng, r)) for rng, r in zip(rngs, radii)]) if rows else None
+    def scaled(X: np.ndarray) -> torch.Tensor:
+        """r X for every problem's radius r, the problems' rows one after the other."""
+        X = T(X)
+        return torch.cat([r * X for r in radii])
 
-    rngs = [np.random.default_rng(seed) for _ in problems]  # every problem draws as it would alone
+    # the random starts: every problem would draw the same numbers from its own generator (same seed), so they are
+    # drawn once and scaled by each radius
+    rng = np.random.default_rng(seed)
     n_rand = max(restarts - 2, 0)
     n_grad_rand = n_rand // 4
     n_screen = n_rand - n_grad_rand
@@ -226,13 +233,13 @@ def best_feasible_ascents(problems: list[HeadProblem], restarts: int = 16, steps
         g = grad_at(torch.zeros((K, n, d), dtype=torch.float64, device=dev), 1)
         pieces.append((per_row(radii, 1) * _direction(g, norm))[:, None])
     if n_grad_rand:
-        X = scaled(n_grad_rand, lambda rng, r: _random_starts(rng, n_grad_rand, n, d, r, norm, vertex=False))
+        X = scaled(_unit_starts(rng, n_grad_rand, n, d, norm, vertex=False))
         pieces.append((per_row(radii, n_grad_rand) * _direction(grad_at(X, n_grad_rand), norm))
                       .reshape(K, n_grad_rand, n, d))
     if n_screen:  # the best of `screen` random vertices / interior points (one batched evaluation)
         k = max(screen, n_screen)
-        cand = scaled(k, lambda rng, r: np.concatenate([_random_starts(rng, k - k // 2, n, d, r, norm, vertex=True),
-                                                        _random_starts(rng, k // 2, n, d, r, norm, vertex=False)]))
+        cand = scaled(np.concatenate([_unit_starts(rng, k - k // 2, n, d, norm, vertex=True),
+                                      _unit_starts(rng, k // 2, n, d, norm, vertex=False)]))
         with torch.no_grad():
             v = head(cand, k)
         cand, v = cand.reshape(K, k, n, d), v.reshape(K, k)
@@ -240,7 +247,7 @@ def best_feasible_ascents(problems: list[HeadProblem], restarts: int = 16, steps
     if starts is not None:
         pieces.append(torch.stack([T(s).reshape(-1, n, d) for s in starts]))
     S = sum(p.shape[1] for p in pieces)  # starts per problem; rows of problem u: u S .. (u + 1) S - 1
-    r_rows = per_row(radii, S)
+    r_rows = per_row(radii, S) if K > 1 else radii[0]  # one radius: a number (torch's clamp to numbers is faster)
     delta = _project(torch.cat(pieces, dim=1).reshape(K * S, n, d), r_rows, norm)
 
     best_val = torch.full((K * S,), -torch.inf, dtype=torch.float64, device=dev)
@@ -252,7 +259,7 @@ def best_feasible_ascents(problems: list[HeadProblem], restarts: int = 16, steps
         if rows is None:
             improved = val > best_val
             best_val = torch.where(improved, val, best_val)
-            best_delta = torch.where(improved[:, None, None], point, best_delta)
+            best_delta[improved] = point[improved]
             return
         improved = val > best_val[rows]
         best_val = best_val.index_copy(0, rows, torch.where(improved, val, best_val[rows]))
@@ -272,23 +279,31 @@ def best_feasible_ascents(problems: list[HeadProblem], restarts: int = 16, steps
     delta = best_delta.clone()
     nominal = T([p.nominal_value() for p in problems])
     lr, history = None, []
-    rows = torch.arange(K * S, device=dev)
+    rows = None  # None: every row
     running = torch.ones(K, dtype=torch.bool, device=dev)
+
+    def take(t: torch.Tensor) -> torch.Tensor:
+        return t if rows is None else t[rows]
+
+    def put(full: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
+        return part if rows is None else full.index_copy(0, rows, part)
+
     for k in range(steps - n1):
-        x = delta[rows].requires_grad_(True)
+        x = (delta.clone() if rows is None else delta[rows]).requires_grad_(True)
         val = head(x, S)
         (grad,) = torch.autograd.grad(val.sum(), x)
-        val, point, r_run = val.detach(), x.detach(), r_rows[rows]
+        val, point, r_run = val.detach(), x.detach(), take(r_rows)
         if lr is None:
-            lr = grad.abs().amax(dim=(1, 2)).clamp_min(1e-300).reciprocal() * (0.1 * r_rows[:, 0, 0])  # 0.1 r / max
-        lr_run = lr[rows]
+            r_col = r_rows[:, 0, 0] if K > 1 else r_rows
+            lr = grad.abs().amax(dim=(1, 2)).clamp_min(1e-300).reciprocal() * (0.1 * r_col)  # 0.1 r / max
+        lr_run = take(lr)
         cand = _project(point + lr_run[:, None, None] * grad, r_run, norm)
         with torch.no_grad():
             vc = head(cand, S)
         ok = vc > val
         point = torch.where(ok[:, None, None], cand, point)
-        delta = delta.index_copy(0, rows, point)
-        lr = lr.index_copy(0, rows, torch.where(ok, lr_run * 1.5, lr_run * 0.5))
+        delta = put(delta, point)
+        lr = put(lr, torch.where(ok, lr_run * 1.5, lr_run * 0.5))
         record(torch.where(ok, vc, val), point, rows)
         if stop_tol > 0:
             history.append(best_val.clone())
@@ -298,7 +313,8 @@ def best_feasible_ascents(problems: list[HeadProblem], restarts: int = 16, steps
                 running = running & ~(gain <= stop_tol * reach)
                 if not bool(running.any()):
                     break
-                rows = torch.nonzero(running.repeat_interleave(S)).flatten()
+                if not bool(running.all()):
+                    rows = torch.nonzero(running.repeat_interleave(S)).flatten()
     with torch.no_grad():
         record(head(delta, S), delta)
 
