@@ -25,6 +25,7 @@ from bench import common
 common.single_threaded_blas()
 
 JOBS = ("certify_layer", "baselines_layer")
+QUICK = {"heads": [0]}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", type=Path, default=Path("/tmp/profile_layer_jobs"), help="the job's outputs")
     ap.add_argument("--part", default=None, help="label of the result file (e.g. before, after)")
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--heads", type=int, nargs="+", default=None, help="only these heads (default: the run's)")
     return ap
 
 
@@ -46,7 +48,12 @@ def run_config(data: Path, model: str) -> dict:
         return yaml.safe_load(fh)
 
 
-def certify_layer_job(cfg: dict, data: Path, model: str, layer: int, out: Path):
+def _heads(cfg: dict, arrays: dict, only) -> list[int]:
+    heads = _heads(cfg, arrays, only)
+    return heads if only is None else [h for h in heads if h in only]
+
+
+def certify_layer_job(cfg: dict, data: Path, model: str, layer: int, out: Path, only=None):
     """What workflow/scripts/certify_layer.py computes: (table, certificate entries, row pool)."""
     from attncert.certify.certificate_store import write_certificates
     from attncert.certify.layer_run import certify_layer_units
@@ -55,7 +62,7 @@ def certify_layer_job(cfg: dict, data: Path, model: str, layer: int, out: Path):
 
     c = cfg["certify"]
     arrays = load_layer(data / "extract" / model / f"layer{layer}.npz")
-    heads = list(range(arrays["W_Q"].shape[0])) if cfg["heads"] == "all" else list(cfg["heads"])
+    heads = _heads(cfg, arrays, only)
     qps = list(c["query_positions"])
     spec = specification_vectors(arrays, layer, qps, cfg["spec_seed"])
     units = grid(heads, c.get("prompts", list(range(cfg["n_prompts"]))), qps, c["radii"], c["norms"], c["modes"],
@@ -69,7 +76,7 @@ def certify_layer_job(cfg: dict, data: Path, model: str, layer: int, out: Path):
     return df
 
 
-def baselines_layer_job(cfg: dict, data: Path, model: str, layer: int, out: Path):
+def baselines_layer_job(cfg: dict, data: Path, model: str, layer: int, out: Path, only=None):
     """What workflow/scripts/baselines_layer.py computes: the baseline rows of the layer."""
     import pandas as pd
 
@@ -81,7 +88,7 @@ def baselines_layer_job(cfg: dict, data: Path, model: str, layer: int, out: Path
     b = cfg["baselines"]
     arrays = load_layer(data / "extract" / model / f"layer{layer}.npz")
     spec, qps = load_specification(data / "certify" / model / f"layer{layer}_spec.npz")
-    heads = list(range(arrays["W_Q"].shape[0])) if cfg["heads"] == "all" else list(cfg["heads"])
+    heads = _heads(cfg, arrays, only)
     grid = {"heads": heads, "prompts": list(b.get("prompts", list(range(cfg["n_prompts"])))),
             **{k: list(b[k]) for k in ("query_positions", "norms", "modes", "radii")}}
     alpha = {k: b[k] for k in ("alpha_iterations", "alpha_tolerance", "alpha_patience", "alpha_lr", "alpha_betas")}
@@ -104,7 +111,7 @@ def main(args) -> dict:
     prof = cProfile.Profile()
     t0 = time.perf_counter()
     prof.enable()
-    df = job(cfg, args.data, args.model, args.layer, out)
+    df = job(cfg, args.data, args.model, args.layer, out, args.heads)
     prof.disable()
     seconds = time.perf_counter() - t0
     print(f"{args.job} layer {args.layer}: {len(df)} rows, {seconds:.1f} s wall under cProfile (shared machine)")
