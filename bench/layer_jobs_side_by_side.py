@@ -5,8 +5,9 @@ that this code changed, and whether their results stayed the same to the last bi
                --before (read from git) on each unit alone, against today's `best_feasible_ascents` on all radii
                of a (head, prompt) at once; compared: value, point, every start's best value
     baselines  baselines_layer's seven methods on the units of a head (both modes, the four radii): the bound
-               network with the library's `BoundParallel` (before) against `BoundSummedParallel`; compared: every
-               upper bound
+               network with the library's `BoundParallel` and alpha-CROWN's steps by `torch.optim.Adam` (before)
+               against `BoundSummedParallel` and `AdamSteps` (torch.optim.Adam's first-use import of torch._dynamo
+               is paid before the timing: it is a cost per process, not per unit); compared: every upper bound
 
 Before and after alternate per group, so that both see the same load; the report gives wall and CPU seconds
 (CPU seconds of this process: less disturbed by other work on a shared machine) and their ratios.
@@ -92,7 +93,11 @@ def baselines_part(args, arrays, spec) -> tuple[dict, bool]:
     from bound_propagation import Parallel
     from bound_propagation.parallel import BoundParallel
 
+    import torch
+
     import attncert.baselines.head_network as head_network
+    import attncert.baselines.linear_bound_baselines as linear_bound_baselines
+    from attncert.baselines.adam_steps import AdamSteps
     from attncert.baselines.linear_bound_baselines import METHODS, baseline_upper_bounds
     from attncert.baselines.registry import head_factory
     from attncert.head.units import Unit, head_problem
@@ -102,6 +107,12 @@ def baselines_part(args, arrays, spec) -> tuple[dict, bool]:
         factory.register(Parallel, BoundParallel)
         return factory
 
+    def torch_adam(params, lr, betas):
+        return torch.optim.Adam(params, lr=lr, betas=betas)
+
+    versions = {"before": (library_parallel, torch_adam), "after": (head_factory, AdamSteps)}
+    torch_adam([torch.zeros(1, requires_grad=True)], 0.1, (0.5, 0.99))  # its one-time import, outside the timing
+
     totals, same = {"before": [0.0, 0.0], "after": [0.0, 0.0]}, True
     try:
         for h in args.heads:
@@ -110,15 +121,15 @@ def baselines_part(args, arrays, spec) -> tuple[dict, bool]:
                             for r in RADII["baselines"]]
                 for method in METHODS:
                     uppers = {}
-                    for key, factory in (("before", library_parallel), ("after", head_factory)):
-                        head_network.head_factory = factory
+                    for key, (factory, adam) in versions.items():
+                        head_network.head_factory, linear_bound_baselines.AdamSteps = factory, adam
                         res, w, c = _timed(lambda: baseline_upper_bounds(problems, method))
                         totals[key][0] += w
                         totals[key][1] += c
                         uppers[key] = [r.upper for r in res]
                     same &= uppers["before"] == uppers["after"]
     finally:
-        head_network.head_factory = head_factory
+        head_network.head_factory, linear_bound_baselines.AdamSteps = head_factory, AdamSteps
     return totals, same
 
 

@@ -3,13 +3,15 @@
 Each job's work is what its workflow script (workflow/scripts/certify_layer.py, baselines_layer.py) calls, with
 the configuration the run recorded (`data/run/{model}/config.yaml`): the same library functions on the same
 layer file, specification and certification table; outputs go to --out, never into the run's data/. The
-report is the wall seconds, then the top --top functions by cumulative and by own time (pstats text).
+report is the wall and CPU seconds, then the top --top functions by cumulative and by own time (pstats text, in
+CPU seconds of this process by default: --timer).
 
     python -m bench.profile_layer_jobs --job certify_layer --data /path/to/run/data --part before \
         --results bench/results/profiles
 
-On a shared, loaded machine the absolute seconds are noisy: read the shares of the profile, and compare code
-versions side by side in one process (bench.layer_jobs_side_by_side).
+On a shared, loaded machine wall seconds are noisy: read the shares of the profile, and compare code versions
+side by side in one process (bench.layer_jobs_side_by_side). The code profiled is the `attncert` on the path:
+`PYTHONPATH=DIR/src` with DIR an export of an earlier revision (`git archive REV src | tar -x -C DIR`) profiles it.
 """
 from __future__ import annotations
 
@@ -38,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--part", default=None, help="label of the result file (e.g. before, after)")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--heads", type=int, nargs="+", default=None, help="only these heads (default: the run's)")
+    ap.add_argument("--timer", choices=("cpu", "wall"), default="cpu",
+                    help="the profile's clock: this process's CPU seconds (default; less disturbed by other work on "
+                         "a shared machine) or wall seconds")
     return ap
 
 
@@ -108,13 +113,14 @@ def main(args) -> dict:
     out = args.out / args.job
     out.mkdir(parents=True, exist_ok=True)
     job = certify_layer_job if args.job == "certify_layer" else baselines_layer_job
-    prof = cProfile.Profile()
-    t0 = time.perf_counter()
+    prof = cProfile.Profile(time.process_time if args.timer == "cpu" else time.perf_counter)
+    t0, c0 = time.perf_counter(), time.process_time()
     prof.enable()
     df = job(cfg, args.data, args.model, args.layer, out, args.heads)
     prof.disable()
-    seconds = time.perf_counter() - t0
-    print(f"{args.job} layer {args.layer}: {len(df)} rows, {seconds:.1f} s wall under cProfile (shared machine)")
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(f"{args.job} layer {args.layer}: {len(df)} rows, {seconds:.1f} s wall, {cpu:.1f} s CPU under cProfile "
+          f"(shared machine); the profile below in {args.timer} seconds")
     print(f"outputs: {out}")
     for key in ("cumulative", "tottime"):
         buf = io.StringIO()
@@ -122,7 +128,7 @@ def main(args) -> dict:
         text = buf.getvalue()
         print(f"\n--- top {args.top} by {key} ---")
         print(text[text.find("   ncalls"):].rstrip())
-    return {"job": args.job, "layer": args.layer, "rows": len(df), "seconds": seconds}
+    return {"job": args.job, "layer": args.layer, "rows": len(df), "seconds": seconds, "cpu_seconds": cpu}
 
 
 if __name__ == "__main__":
