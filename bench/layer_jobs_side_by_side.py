@@ -157,5 +157,5 @@ def main(args) -> dict:
 
 
 if __name__ == "__main__":
-    a = common.parse(build_parser(), {})
+    a = common.parse(build_parser(), QUICK)
     common.run("layer_jobs_side_by_side", main, a, part=a.part)

@@ -54,7 +54,7 @@ def run_config(data: Path, model: str) -> dict:
 
 
 def _heads(cfg: dict, arrays: dict, only) -> list[int]:
-    heads = _heads(cfg, arrays, only)
+    heads = list(range(arrays["W_Q"].shape[0])) if cfg["heads"] == "all" else list(cfg["heads"])
     return heads if only is None else [h for h in heads if h in only]
 
 
@@ -132,5 +132,5 @@ def main(args) -> dict:
 
 
 if __name__ == "__main__":
-    a = common.parse(build_parser(), {})
+    a = common.parse(build_parser(), QUICK)
     common.run(f"profile_{a.job}", main, a, part=a.part)
