@@ -5,7 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attncert.certify.best_feasible_ascent import best_feasible_ascent
+import dataclasses
+
+from attncert.certify.best_feasible_ascent import best_feasible_ascent, best_feasible_ascents
 from attncert.certify.exact_worst_case import exact_worst_case
 from attncert.certify.first_order_certificate import first_order_certificate
 from attncert.head.problem import random_head_problem
@@ -101,3 +103,28 @@ def test_early_stop_keeps_the_warm_start():
     warm = (ex.witness - P.Z0)[None]
     res = best_feasible_ascent(P, restarts=2, steps=200, starts=warm, stop_tol=1e-9, num_threads=1)
     assert ex.lo - 1e-12 * ex.value_spread <= res.value <= ex.hi
+
+
+@settings(max_examples=8, **SETTINGS)
+@given(seed=st.integers(0, 2**31), norm=st.sampled_from(["linf", "l2"]), mode=st.sampled_from(["fixed", "varying"]))
+def test_batched_ascents_equal_the_ascent_of_each_radius_alone(seed, norm, mode):
+    """One batch over several radii (extra starts, early stop on) gives every problem its own ascent's result,
+    to the last bit: value, point and every start's best value."""
+    P = _problem(seed, norm, mode)
+    rng = np.random.default_rng(seed)
+    problems = [dataclasses.replace(P, radius=r) for r in (0.3 * P.radius, P.radius, 2.5 * P.radius)]
+    starts = [p.radius * rng.uniform(-1, 1, size=(2, p.n, p.d)) for p in problems]
+    kw = dict(restarts=7, steps=40, seed=seed, stop_tol=1e-9, patience=5, num_threads=1)
+    batched = best_feasible_ascents(problems, starts=starts, **kw)
+    for p, s, b in zip(problems, starts, batched):
+        alone = best_feasible_ascent(p, starts=s, **kw)
+        assert b.value == alone.value and np.array_equal(b.Z, alone.Z)
+        assert np.array_equal(b.start_values, alone.start_values)
+
+
+def test_batched_ascents_need_problems_that_differ_only_in_the_radius():
+    P = _problem(3, "linf", "varying")
+    with pytest.raises(ValueError, match="only in the radius"):
+        best_feasible_ascents([P, dataclasses.replace(P, c=-P.c)], restarts=2, steps=4)
+    with pytest.raises(ValueError, match="same number of starts"):
+        best_feasible_ascents([P, P], starts=[np.zeros((1, P.n, P.d)), np.zeros((2, P.n, P.d))], restarts=2, steps=4)

@@ -3,10 +3,14 @@ import dataclasses
 import math
 
 import numpy as np
+import pytest
 
 from attncert.certify.exact_worst_case import exact_worst_case
 from attncert.certify.second_order.dual_bound.solve_ladder import ACCEPT_GAP
-from attncert.certify.run import COLUMNS, certify_unit, in_check_sample
+from attncert.certify.layer_run import certify_layer_units
+from attncert.certify.run import COLUMNS, certify_unit, in_check_sample, varying_ascents
+from attncert.head.unit_grid import grid
+from attncert.head.units import head_problem
 from attncert.head.fixed_query import fixed_query_reduction
 from attncert.head.problem import random_head_problem
 from attncert.reporting.unit_tables import soundness_check
@@ -124,6 +128,34 @@ def test_varying_query_ascent_is_warm_started_from_the_fixed_query_maximiser():
     warm = exact_worst_case(dataclasses.replace(p, mode="fixed")).witness
     assert row["best_feasible"] >= p.value(warm) - 1e-12  # never below its warm start (in varying mode)
     assert math.isnan(row["exact_lo"]) and math.isnan(row["t_exact_s"])
+
+
+def test_precomputed_varying_ascents_give_the_rows_of_the_units_alone():
+    problems = [dataclasses.replace(_unit("varying", seed=7), radius=r) for r in (0.01, 0.05, 0.2)]
+    kw = dict(ascent_restarts=4, ascent_steps=30, second_order=False)
+    for p, pre in zip(problems, varying_ascents(problems, ascent_restarts=4, ascent_steps=30)):
+        row, alone = certify_unit(p, ascent=pre, **kw), certify_unit(p, **kw)
+        assert row["best_feasible_from"] == alone["best_feasible_from"] == "ascent_warm"
+        assert row["best_feasible"] == alone["best_feasible"] and math.isfinite(row["t_ascent_s"])
+    with pytest.raises(ValueError, match="varying-query"):
+        certify_unit(_unit("fixed"), ascent=pre, **kw)
+
+
+def test_layer_rows_equal_the_rows_of_each_unit_alone():
+    """certify_layer_units batches the varying-query ascents of a unit's radii: every row as certify_unit's alone
+    (timing columns aside)."""
+    rng = np.random.default_rng(2)
+    p = random_head_problem(rng, d=5, d_head=3, n=4, radius=0.05)
+    arrays = {k: v[None] for k, v in dict(W_Q=p.W_Q, W_K=p.W_K, W_V=p.W_V, b_Q=p.b_Q, b_K=p.b_K, b_V=p.b_V).items()}
+    arrays.update(Z=p.Z0[None], causal=np.array(False))
+    spec = p.c[None, None, None]
+    units = grid([0], [0], [1], [0.01, 0.05], ["linf"], ["fixed", "varying"], 0)
+    kw = dict(ascent_restarts=4, ascent_steps=30, second_order=False, ascent_check_fraction=0.0)
+    table, _, _ = certify_layer_units(arrays, spec, [1], units, 0, **kw)
+    alone = [certify_unit(head_problem(arrays, spec, [1], u), **kw) for u in units]
+    keep = [c for c in COLUMNS if not c.startswith("t_")]
+    assert table[keep].equals(type(table)(alone, columns=COLUMNS)[keep])
+    assert list(table["best_feasible_from"]) == ["exact_witness"] * 2 + ["ascent_warm"] * 2
 
 
 def test_legacy_path_runs_the_cold_ascent_everywhere():

@@ -67,6 +67,7 @@ import torch
 from bound_propagation import HyperRectangle
 from bound_propagation.bounds import LinearBounds
 
+from attncert.baselines.adam_steps import AdamSteps
 from attncert.baselines.alpha_convergence import converged, ibp_clip, stage_width
 from attncert.baselines.head_network import bound_head_network
 from attncert.baselines.relaxation_parameters import DTYPE, alpha_parameters, clamp_alpha_parameters, set_alpha_key
@@ -223,7 +224,7 @@ def _optimize_stage(bnet, key, evaluate, iterations: int, lr: float, tolerance: 
         best_up = None if bounds.upper is None else bounds.upper.detach().clone()
         params = alpha_parameters(bnet, key)
         if params and iterations > 0:
-            optimizer = torch.optim.Adam(params, lr=lr, betas=tuple(betas))
+            optimizer = AdamSteps(params, lr, tuple(betas))  # torch.optim.Adam's arithmetic (`adam_steps`)
             clip = ibp_clip(result, best_up if best_up is not None else best_lo) if floor is None else None
             widths = [stage_width(best_lo, best_up, floor, clip)] if patience > 0 else []
             stopped = torch.zeros_like(best_up if best_up is not None else best_lo, dtype=torch.bool)
@@ -235,7 +236,7 @@ def _optimize_stage(bnet, key, evaluate, iterations: int, lr: float, tolerance: 
                     loss = loss - bounds.lower.sum()
                 if not torch.isfinite(loss):
                     break
-                optimizer.zero_grad(set_to_none=True)
+                optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
                 clamp_alpha_parameters(params)

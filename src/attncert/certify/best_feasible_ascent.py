@@ -22,10 +22,10 @@ Every iterate of every start is scored; the best one is recomputed with `problem
 a feasibility check (`problem.in_ball`; the point is shrunk toward Z0 by up to a relative 1e-6 if
 rounding of Z0 + Delta left a tiny ball, and the nominal value is the floor, so the result is finite).
 
-Cost. g reads each token through two directions: the value w_j = z_j . (W_V c) + b_V . c always, and
-the score s_j = z_j . (W_K q) / sqrt(d_h) + b_K . q / sqrt(d_h), q = q0 for a fixed query and q = z_i W_Q + b_Q
-(the query token's own) for a varying one, so one product Z [W_K q / sqrt(d_h) | u_w] (d x 2 per start) replaces
-the three (d x d_h) projections. `fused=False` evaluates the three full
+Cost. g reads each token through few directions: the value w_j = z_j . (W_V c) + b_V . c always, and
+for a fixed query the score s_j = z_j . (W_K q0) / sqrt(d_h) + const, so one product Z [u_s | u_w]
+(d x 2) replaces the (d x d_h) projections (fixed query), and Z [W_K | u_w] (d x (d_h + 1)) plus the
+query's own z_i W_Q replace three of them (varying query). `fused=False` evaluates the three full
 projections (the reference path of the cost benchmark). `stop_tol` ends the
 polish phase once no start has gained more than stop_tol x (the best value's distance from the
 nominal value) over `patience` consecutive steps. `device` is resolved by
@@ -54,8 +54,18 @@ class AscentResult:
     seconds: float
 
 
+def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
 class _TorchHead:
-    """g for a batch of perturbations Delta (B, n, d), float64, on `device`."""
+    """g for a batch of perturbations Delta (B, n, d), float64, on `device`.
+
+    `chunk`: the rows come in consecutive chunks of this many (one chunk per unit of a batched ascent); the
+    varying query's two per-row products (the query z_i W_Q and the scores q . k_j) are then formed chunk by
+    chunk, so that every row is computed by the very same calls as in a batch of one chunk alone (the library's
+    matrix products of a (B, .) operand need not round a row alike for every B; the others do, row by row).
+    """
 
     def __init__(self, problem: HeadProblem, device: torch.device, fused: bool = True):
         t = lambda x: torch.as_tensor(np.asarray(x, dtype=np.float64), dtype=torch.float64, device=device)  # noqa: E731
@@ -72,46 +82,40 @@ class _TorchHead:
         if problem.mode == "fixed":  # s_j = z_j . u_s + s_b, w_j = z_j . u_w + w_b
             U = np.stack([problem.W_K @ q0 / self.sq, u_w], axis=1)
             self.bias = t([float(problem.b_K @ q0) / self.sq, w_b])
-        else:  # q = z_i W_Q + b_Q, s_j = z_j . (W_K q) / sqrt(d_h) + b_K . q / sqrt(d_h), w_j = z_j . u_w + w_b
+        else:  # k_j = z_j W_K + b_K, w_j = z_j . u_w + w_b, q = z_i W_Q + b_Q
+            U = np.concatenate([problem.W_K, u_w[:, None]], axis=1)
+            self.bias = t(np.append(problem.b_K, w_b))
             self.WQ, self.bQ = t(problem.W_Q), t(problem.b_Q)
-            self.WKt, self.bK = t(problem.W_K.T / self.sq), t(problem.b_K / self.sq)
-            self.u_w, self.w_b = t(u_w), w_b
-            return
         self.U = t(U)
 
-    def __call__(self, delta: torch.Tensor) -> torch.Tensor:
+    def __call__(self, delta: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
         Z = self.Z0 + delta
+        chunk = Z.shape[0] if chunk is None else chunk
         if not self.fused:
-            q = (
-                self.q0.expand(Z.shape[0], -1)
-                if self.p.mode == "fixed"
-                else Z[:, self.p.query_index] @ self.WQ + self.bQ
-            )
-            s = torch.einsum("bnh,bh->bn", Z @ self.WK + self.bK, q) / self.sq
+            if self.p.mode == "fixed":
+                q = self.q0.expand(Z.shape[0], -1)
+            else:
+                q = _joined([z[:, self.p.query_index] @ self.WQ + self.bQ for z in Z.split(chunk)])
+            s = _joined([torch.einsum("bnh,bh->bn", k, qc) for k, qc in
+                           zip((Z @ self.WK + self.bK).split(chunk), q.split(chunk))]) / self.sq
             w = (Z @ self.WV + self.bV) @ self.c
             return (torch.softmax(s, dim=1) * w).sum(1)
+        P = Z @ self.U + self.bias
         if self.p.mode == "fixed":
-            P = Z @ self.U + self.bias
-            return (torch.softmax(P[..., 0], dim=1) * P[..., 1]).sum(1)
-        q = Z[:, self.p.query_index] @ self.WQ + self.bQ  # (B, d_h)
-        V = torch.stack([q @ self.WKt, self.u_w.expand(Z.shape[0], -1)], dim=2)  # (B, d, 2): W_K q / sqrt(d_h), u_w
-        P = torch.bmm(Z, V)  # (B, n, 2)
-        s = P[..., 0] + (q @ self.bK)[:, None]
-        return (torch.softmax(s, dim=1) * (P[..., 1] + self.w_b)).sum(1)
+            s = P[..., 0]
+        else:
+            s = _joined([torch.einsum("bnh,bh->bn", Pc[..., :-1], zc[:, self.p.query_index] @ self.WQ + self.bQ)
+                           for Pc, zc in zip(P.split(chunk), Z.split(chunk))]) / self.sq
+        return (torch.softmax(s, dim=1) * P[..., -1]).sum(1)
 
 
-def _project(delta: torch.Tensor, r: float, norm: str) -> torch.Tensor:
+def _project(delta: torch.Tensor, r: float | torch.Tensor, norm: str) -> torch.Tensor:
+    """Onto the ball of radius r (a number, or one per row: shape (B, 1, 1)); r / |x| is formed as (1 / |x|) r,
+    the way torch divides a number by a tensor, so that a radius per row rounds as a single one."""
     if norm == "linf":
         return delta.clamp(-r, r)
     nrm = delta.norm(dim=2, keepdim=True)
-    return delta * torch.clamp(r / nrm.clamp_min(1e-300), max=1.0)
-
-
-def _project_step(delta: torch.Tensor, step: torch.Tensor, r: float, norm: str) -> torch.Tensor:
-    """_project(delta + step), formed in the memory of `step` (a temporary of the caller) where the norm allows."""
-    if norm == "linf":
-        return step.add_(delta).clamp_(-r, r)
-    return _project(delta + step, r, norm)
+    return delta * torch.clamp(nrm.clamp_min(1e-300).reciprocal() * r, max=1.0)
 
 
 def _direction(grad: torch.Tensor, norm: str) -> torch.Tensor:
@@ -120,29 +124,14 @@ def _direction(grad: torch.Tensor, norm: str) -> torch.Tensor:
     return grad / grad.norm(dim=2, keepdim=True).clamp_min(1e-300)
 
 
-def _random_starts(rng: np.random.Generator, k: int, n: int, d: int, r: float, norm: str, vertex: bool,
-                   out: np.ndarray | None = None) -> np.ndarray:
-    """r X for k random X of shape (n, d): vertices of the unit box / points of the unit sphere (vertex), else
-    uniform points of the box / ball; written into `out` (k, n, d) when given. The box's draws are those of
-    rng.choice([-1.0, 1.0]) (integers i in {0, 1}; 2 r i - r is r (2 i - 1) exactly) and of rng.uniform(-1, 1)
-    (-1 + 2 u, u = rng.random()), formed in place."""
-    X = np.empty((k, n, d)) if out is None else out
+def _unit_starts(rng: np.random.Generator, k: int, n: int, d: int, norm: str, vertex: bool) -> np.ndarray:
+    """k random points of the unit ball (vertices of the box / points of the sphere, or uniform inside)."""
     if norm == "linf":
-        if vertex:
-            X[...] = rng.integers(0, 2, size=(k, n, d))
-            X *= 2.0 * r
-            X -= r
-        else:
-            rng.random(out=X)
-            X *= 2.0
-            X -= 1.0
-            X *= r
-        return X
-    G = rng.standard_normal((k, n, d))
-    G /= np.linalg.norm(G, axis=2, keepdims=True)
+        return rng.choice([-1.0, 1.0], size=(k, n, d)) if vertex else rng.uniform(-1, 1, size=(k, n, d))
+    X = rng.standard_normal((k, n, d))
+    X /= np.linalg.norm(X, axis=2, keepdims=True)
     if not vertex:
-        G *= rng.uniform(0, 1, size=(k, n, 1)) ** (1.0 / d)
-    np.multiply(r, G, out=X)
+        X *= rng.uniform(0, 1, size=(k, n, 1)) ** (1.0 / d)
     return X
 
 
@@ -162,110 +151,184 @@ def best_feasible_ascent(problem: HeadProblem, restarts: int = 16, steps: int = 
     fused: evaluate g through the few directions it reads (see the module docstring); False = the
     three full projections; stop_tol, patience: early end of the polish phase (0 = never).
     """
+    return best_feasible_ascents([problem], restarts=restarts, steps=steps, seed=seed, step_size=step_size,
+                                 final_step_ratio=final_step_ratio, polish_fraction=polish_fraction, screen=screen,
+                                 sense=sense, starts=None if starts is None else [starts], num_threads=num_threads,
+                                 device=device, fused=fused, stop_tol=stop_tol, patience=patience)[0]
+
+
+def same_head(a: HeadProblem, b: HeadProblem) -> bool:
+    """Do a and b differ at most in their radius (and meta)? Then one batched ascent can run both."""
+    return (a.mode == b.mode and a.norm == b.norm and a.query_index == b.query_index
+            and all(np.array_equal(getattr(a, k), getattr(b, k))
+                    for k in ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Z0", "c")))
+
+
+def best_feasible_ascents(problems: list[HeadProblem], restarts: int = 16, steps: int = 200, seed: int = 0,
+                          step_size: float = 0.25, final_step_ratio: float = 1e-3, polish_fraction: float = 0.4,
+                          screen: int = 256, sense: str = "max", starts: list[np.ndarray] | None = None,
+                          num_threads: int | None = None, device: str | torch.device | None = None,
+                          fused: bool = True, stop_tol: float = 0.0, patience: int = 10) -> list[AscentResult]:
+    """`best_feasible_ascent` of each problem, all run as one batch: the problems may differ only in their
+    radius (`same_head`), `starts` (one array per problem, or None) must give each the same number of starts.
+
+    Each problem's starts, steps, step lengths and early stop are its own, computed exactly as it would be alone
+    (same random draws, same per-row arithmetic: `_TorchHead`'s chunks), so each result equals the one of
+    `best_feasible_ascent` on it; only the fixed cost per step is shared. `seconds` of each result is the wall
+    time of the batch divided by the number of problems.
+    """
     kw = dict(restarts=restarts, steps=steps, seed=seed, step_size=step_size, final_step_ratio=final_step_ratio,
               polish_fraction=polish_fraction, screen=screen, starts=starts, device=device, fused=fused,
               stop_tol=stop_tol, patience=patience)
+    if not problems:
+        return []
+    if any(not same_head(problems[0], p) for p in problems[1:]):
+        raise ValueError("a batched ascent needs problems that differ only in the radius")
+    if starts is not None and (len(starts) != len(problems)
+                               or len({np.asarray(s).reshape(-1, problems[0].n, problems[0].d).shape[0]
+                                       for s in starts}) != 1):
+        raise ValueError("starts: one array per problem, each with the same number of starts")
     if num_threads is not None:
         prev = torch.get_num_threads()
         torch.set_num_threads(num_threads)
         try:
-            return best_feasible_ascent(problem, sense=sense, **kw)
+            return best_feasible_ascents(problems, sense=sense, **kw)
         finally:
             torch.set_num_threads(prev)
     if sense == "min":
-        res = best_feasible_ascent(problem.negated(), sense="max", **kw)
-        return AscentResult(-res.value, res.Z, "min", -res.start_values, res.seconds)
+        res = best_feasible_ascents([p.negated() for p in problems], sense="max", **kw)
+        return [AscentResult(-r.value, r.Z, "min", -r.start_values, r.seconds) for r in res]
     if sense != "max":
         raise ValueError(f"sense must be 'max' or 'min'; got {sense!r}")
     t0 = time.perf_counter()
     dev = resolve_device(device)
-    rng = np.random.default_rng(seed)
-    n, d, r, norm = problem.n, problem.d, problem.radius, problem.norm
-    head = _TorchHead(problem, dev, fused)
+    K, first = len(problems), problems[0]
+    n, d, norm = first.n, first.d, first.norm
+    radii = [p.radius for p in problems]
+    head = _TorchHead(first, dev, fused)
     T = lambda x: torch.as_tensor(np.asarray(x, dtype=np.float64), dtype=torch.float64, device=dev)  # noqa: E731
 
-    def grad_at(delta: np.ndarray) -> torch.Tensor:
-        x = T(delta).requires_grad_(True)
-        head(x).sum().backward()
+    def per_row(values, rows: int) -> torch.Tensor:
+        """(K rows, 1, 1) per-problem numbers, each repeated over its `rows` rows."""
+        return T(np.repeat(np.asarray(values, dtype=np.float64), rows))[:, None, None]
+
+    def grad_at(delta: torch.Tensor, chunk: int) -> torch.Tensor:
+        x = delta.clone().requires_grad_(True)
+        head(x, chunk).sum().backward()
         return x.grad
 
+    def scaled(X: np.ndarray) -> torch.Tensor:
+        """r X for every problem's radius r, the problems' rows one after the other."""
+        X = T(X)
+        return torch.cat([r * X for r in radii])
+
+    # the random starts: every problem would draw the same numbers from its own generator (same seed), so they are
+    # drawn once and scaled by each radius
+    rng = np.random.default_rng(seed)
     n_rand = max(restarts - 2, 0)
     n_grad_rand = n_rand // 4
     n_screen = n_rand - n_grad_rand
-    pieces = [torch.zeros((1, n, d), dtype=torch.float64, device=dev)]
+    pieces = [torch.zeros((K, 1, n, d), dtype=torch.float64, device=dev)]
     if restarts >= 2:
-        pieces.append(r * _direction(grad_at(np.zeros((1, n, d))), norm))
+        g = grad_at(torch.zeros((K, n, d), dtype=torch.float64, device=dev), 1)
+        pieces.append((per_row(radii, 1) * _direction(g, norm))[:, None])
     if n_grad_rand:
-        X = _random_starts(rng, n_grad_rand, n, d, r, norm, vertex=False)
-        pieces.append(r * _direction(grad_at(X), norm))
+        X = scaled(_unit_starts(rng, n_grad_rand, n, d, norm, vertex=False))
+        pieces.append((per_row(radii, n_grad_rand) * _direction(grad_at(X, n_grad_rand), norm))
+                      .reshape(K, n_grad_rand, n, d))
     if n_screen:  # the best of `screen` random vertices / interior points (one batched evaluation)
         k = max(screen, n_screen)
-        cand = np.empty((k, n, d))
-        _random_starts(rng, k - k // 2, n, d, r, norm, vertex=True, out=cand[:k - k // 2])
-        _random_starts(rng, k // 2, n, d, r, norm, vertex=False, out=cand[k - k // 2:])
-        cand = T(cand)
+        cand = scaled(np.concatenate([_unit_starts(rng, k - k // 2, n, d, norm, vertex=True),
+                                      _unit_starts(rng, k // 2, n, d, norm, vertex=False)]))
         with torch.no_grad():
-            v = head(cand)
-        pieces.append(cand[torch.argsort(-v, stable=True)[:n_screen]])
+            v = head(cand, k)
+        cand, v = cand.reshape(K, k, n, d), v.reshape(K, k)
+        pieces.append(torch.stack([cand[u][torch.argsort(-v[u], stable=True)[:n_screen]] for u in range(K)]))
     if starts is not None:
-        pieces.append(T(starts).reshape(-1, n, d))
-    delta = _project(torch.cat(pieces), r, norm)
+        pieces.append(torch.stack([T(s).reshape(-1, n, d) for s in starts]))
+    S = sum(p.shape[1] for p in pieces)  # starts per problem; rows of problem u: u S .. (u + 1) S - 1
+    r_rows = per_row(radii, S) if K > 1 else radii[0]  # one radius: a number (torch's clamp to numbers is faster)
+    delta = _project(torch.cat(pieces, dim=1).reshape(K * S, n, d), r_rows, norm)
 
-    best_val = torch.full((delta.shape[0],), -torch.inf, dtype=torch.float64, device=dev)
+    best_val = torch.full((K * S,), -torch.inf, dtype=torch.float64, device=dev)
     best_delta = delta.clone()
 
-    def record(val: torch.Tensor, point: torch.Tensor):
-        nonlocal best_val
-        improved = val > best_val
-        best_val = torch.where(improved, val, best_val)
-        best_delta[improved] = point[improved]
+    def record(val: torch.Tensor, point: torch.Tensor, rows: torch.Tensor | None = None):
+        """Keep each row's best value and point; rows: the rows `val` and `point` are of (None: all)."""
+        nonlocal best_val, best_delta
+        if rows is None:
+            improved = val > best_val
+            best_val = torch.where(improved, val, best_val)
+            best_delta[improved] = point[improved]
+            return
+        improved = val > best_val[rows]
+        best_val = best_val.index_copy(0, rows, torch.where(improved, val, best_val[rows]))
+        best_delta = best_delta.index_copy(0, rows, torch.where(improved[:, None, None], point, best_delta[rows]))
 
     # phase 1: steepest-ascent steps of decaying length (explores, crosses the ball quickly)
     n1 = steps - int(polish_fraction * steps)
     for k in range(n1):
-        val = head(delta.requires_grad_(True))
-        (grad,) = torch.autograd.grad(val.sum(), delta)
-        delta = delta.detach()
+        x = delta.clone().requires_grad_(True)
+        val = head(x, S)
         record(val.detach(), delta)
+        (grad,) = torch.autograd.grad(val.sum(), x)
         eta = step_size * final_step_ratio ** (k / max(n1 - 1, 1))
-        delta = _project_step(delta, _direction(grad, norm).mul_(eta * r), r, norm)
-    # phase 2: monotone projected gradient ascent from each start's best point, adaptive step. The candidate is
-    # evaluated with its gradient: an accepted candidate is the next point, so its value and gradient are the next
-    # step's (each start's row of the batch is computed on its own), and a rejected one leaves value and gradient
+        delta = _project(delta + (eta * r_rows) * _direction(grad, norm), r_rows, norm)
+    # phase 2: monotone projected gradient ascent from each start's best point, adaptive step; a problem stops
+    # on its own: its rows then stay as they are and leave the batch (`rows`: those of the problems still running)
     delta = best_delta.clone()
-    lr, nominal, history = None, problem.nominal_value(), []
-    n2 = steps - n1
-    x = delta.clone().requires_grad_(True)
-    val = head(x)
-    grad = torch.autograd.grad(val.sum(), x)[0] if n2 else None
-    val = val.detach()
-    for k in range(n2):
+    nominal = T([p.nominal_value() for p in problems])
+    lr, history = None, []
+    rows = None  # None: every row
+    running = torch.ones(K, dtype=torch.bool, device=dev)
+
+    def take(t: torch.Tensor) -> torch.Tensor:
+        return t if rows is None else t[rows]
+
+    def put(full: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
+        return part if rows is None else full.index_copy(0, rows, part)
+
+    for k in range(steps - n1):
+        x = (delta.clone() if rows is None else delta[rows]).requires_grad_(True)
+        val = head(x, S)
+        (grad,) = torch.autograd.grad(val.sum(), x)
+        val, point, r_run = val.detach(), x.detach(), take(r_rows)
         if lr is None:
-            lr = 0.1 * r / grad.abs().amax(dim=(1, 2)).clamp_min(1e-300)
-        x = _project_step(delta, grad * lr[:, None, None], r, norm).requires_grad_(True)
-        vc_graph = head(x)
-        vc, cand = vc_graph.detach(), x.detach()
+            r_col = r_rows[:, 0, 0] if K > 1 else r_rows
+            lr = grad.abs().amax(dim=(1, 2)).clamp_min(1e-300).reciprocal() * (0.1 * r_col)  # 0.1 r / max
+        lr_run = take(lr)
+        cand = _project(point + lr_run[:, None, None] * grad, r_run, norm)
+        with torch.no_grad():
+            vc = head(cand, S)
         ok = vc > val
-        delta = torch.where(ok[:, None, None], cand, delta)
-        lr = torch.where(ok, lr * 1.5, lr * 0.5)
-        record(torch.where(ok, vc, val), delta)
-        stop = k + 1 == n2
+        point = torch.where(ok[:, None, None], cand, point)
+        delta = put(delta, point)
+        lr = put(lr, torch.where(ok, lr_run * 1.5, lr_run * 0.5))
+        record(torch.where(ok, vc, val), point, rows)
         if stop_tol > 0:
             history.append(best_val.clone())
             if len(history) > patience:
-                gain = float((history[-1] - history[-1 - patience]).max())
-                stop = stop or gain <= stop_tol * max(float(best_val.max()) - nominal, 1e-300)
-        val = torch.where(ok, vc, val)
-        if stop:
-            break
-        (grad_c,) = torch.autograd.grad(vc_graph.sum(), x)
-        grad = torch.where(ok[:, None, None], grad_c, grad)
-    record(val, delta)
+                gain = (history[-1] - history[-1 - patience]).reshape(K, S).amax(dim=1)
+                reach = (best_val.reshape(K, S).amax(dim=1) - nominal).clamp_min(1e-300)
+                running = running & ~(gain <= stop_tol * reach)
+                if not bool(running.any()):
+                    break
+                if not bool(running.all()):
+                    rows = torch.nonzero(running.repeat_interleave(S)).flatten()
+    with torch.no_grad():
+        record(head(delta, S), delta)
 
-    # recompute the best few candidates directly, keep the best feasible one (the nominal point is
-    # always feasible: the result is finite even when rounding keeps every candidate outside a tiny ball)
+    best_np, values = best_delta.cpu().numpy().reshape(K, S, n, d), best_val.reshape(K, S)
+    seconds = (time.perf_counter() - t0) / K
+    return [AscentResult(*_best_feasible_point(p, best_np[u], values[u]), "max", values[u].cpu().numpy().copy(),
+                         seconds) for u, p in enumerate(problems)]
+
+
+def _best_feasible_point(problem: HeadProblem, best_np: np.ndarray, best_val: torch.Tensor) -> tuple[float, np.ndarray]:
+    """(value, Z): the best of the few best candidates recomputed directly, feasible (the nominal point is always
+    feasible: the result is finite even when rounding keeps every candidate outside a tiny ball)."""
     value, Z_best = problem.value(problem.Z0), problem.Z0.copy()
-    best_np, order = best_delta.cpu().numpy(), torch.argsort(best_val, descending=True)[:4].tolist()
+    order = torch.argsort(best_val, descending=True)[:4].tolist()
     # inside the ball in exact arithmetic, not only in float64: the float difference Z - Z0 and a norm of d
     # entries err by at most (d + 4) u relative, so a point inside by that margin is inside exactly (the audit
     # checks it in ball arithmetic)
@@ -280,4 +343,4 @@ def best_feasible_ascent(problem: HeadProblem, restarts: int = 16, steps: int = 
                 if v > value:
                     value, Z_best = v, Z
                 break
-    return AscentResult(float(value), Z_best, "max", best_val.cpu().numpy().copy(), time.perf_counter() - t0)
+    return float(value), Z_best

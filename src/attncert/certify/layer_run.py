@@ -2,7 +2,9 @@
 
 `certify_layer_units` runs `run.certify_unit` on each unit of the grid (progress with tqdm; a row that is not
 "ok" is logged, a soundness violation loudly) and collects the certificates of each row for
-`certificate_store.write_certificates`.
+`certificate_store.write_certificates`. The varying-query units that differ only in their radius have their
+warm-started ascents run as one batch (`run.varying_ascents`) when the first of them comes up; each unit's row is
+the one it would get alone.
 """
 from __future__ import annotations
 
@@ -13,16 +15,34 @@ import pandas as pd
 from tqdm import tqdm
 
 from attncert.certify.certificate_store import RowPool, flatten
-from attncert.certify.run import COLUMNS, certify_unit
+from attncert.certify.run import COLUMNS, certify_unit, varying_ascents
 from attncert.head.units import head_problem
+
+
+def _radius_groups(units) -> dict:
+    """{unit: the varying-query units that differ from it only in the radius (itself included), in grid order}."""
+    groups: dict = {}
+    for u in units:
+        if u.mode == "varying":
+            groups.setdefault((u.layer, u.head, u.prompt, u.query_pos, u.norm), []).append(u)
+    return {u: members for members in groups.values() for u in members}
 
 
 def certify_layer_units(arrays: dict, spec, query_positions, units, layer: int, **unit_kw):
     """(table, certificate entries, row pool) of the units; unit_kw go to `certify_unit`."""
     rows, entries, pool = [], {}, RowPool()
+    batched = not unit_kw.get("legacy_ascent", False)
+    groups, ascents, started = _radius_groups(units) if batched else {}, {}, set()
+    ascent_kw = {k: unit_kw[k] for k in ("ascent_restarts", "ascent_steps", "seed", "device") if k in unit_kw}
     for unit in tqdm(units, desc=f"certify layer {layer}", file=sys.stderr, mininterval=5):
+        problem = head_problem(arrays, spec, query_positions, unit)
+        if unit in groups and unit not in started:
+            members = [m for m in groups[unit] if m not in started]
+            started.update(members)
+            ascents.update(zip(members, varying_ascents(
+                [head_problem(arrays, spec, query_positions, m) for m in members], **ascent_kw)))
         certificates: dict = {}
-        row = certify_unit(head_problem(arrays, spec, query_positions, unit), certificates=certificates, **unit_kw)
+        row = certify_unit(problem, certificates=certificates, ascent=ascents.pop(unit, None), **unit_kw)
         if row["status"] != "ok":
             level = logging.ERROR if row["status"] in ("UNSOUND", "error") else logging.WARNING
             logging.log(level, "%s %s: %s", row["status"], unit, row["error"])

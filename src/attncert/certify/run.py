@@ -24,6 +24,10 @@ Columns after `error`:
                         the exact solver (it must not exceed exact_hi; a value above is recorded UNSOUND)
     t_ascent_check_s    its time
 
+Varying query: the warm-started ascents of a unit's radii can run beforehand as one batch
+(`varying_ascents`, each result equal to the unit's own; `t_ascent_s` is then its share of the batch's wall
+time plus its warm start's solve) and be handed to `certify_unit` (`ascent=`).
+
 `legacy_ascent=True` takes the reference path (cold ascent on every unit, full projections, no early
 stop; best_feasible from the ascent) for the cost benchmark (bench/paper_cost.py).
 
@@ -40,7 +44,7 @@ import traceback
 
 import numpy as np
 
-from attncert.certify.best_feasible_ascent import best_feasible_ascent
+from attncert.certify.best_feasible_ascent import AscentResult, best_feasible_ascent, best_feasible_ascents
 from attncert.certify.exact_worst_case import exact_worst_case
 from attncert.certify.first_order_certificate import bilinear_bound, first_order_certificate, score_value_intervals
 from attncert.certify.secant_slack_bound import secant_slack_bound
@@ -73,27 +77,70 @@ def in_check_sample(meta: dict, fraction: float) -> bool:
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2.0**64 < fraction
 
 
+def _ascent_kw(ascent_restarts: int, ascent_steps: int, seed: int, device: str, legacy_ascent: bool = False) -> dict:
+    """The keyword arguments of every ascent of a row (`best_feasible_ascent`)."""
+    kw = dict(restarts=ascent_restarts, steps=ascent_steps, seed=seed, sense="max", device=device)
+    if not legacy_ascent:
+        kw.update(stop_tol=ASCENT_STOP_TOL, patience=ASCENT_PATIENCE)
+    else:
+        kw["fused"] = False
+    return kw
+
+
+@dataclasses.dataclass(frozen=True)
+class PrecomputedAscent:
+    """A varying-query unit's warm-started ascent, run beforehand (`varying_ascents`)."""
+    result: AscentResult
+    seconds: float  # the unit's share of the batch's wall time plus its warm start's exact solve
+
+
+def varying_ascents(problems: list[HeadProblem], *, ascent_restarts: int = 6, ascent_steps: int = 100, seed: int = 0,
+                    device: str = "cpu") -> list[PrecomputedAscent | None]:
+    """The warm-started ascents of varying-query units that differ only in their radius, as one batch
+    (`best_feasible_ascents`): what `certify_unit` would compute for each. A unit whose warm start fails gets
+    None, and so does every unit if the batch fails: `certify_unit` then runs (and records) its own."""
+    warm = []
+    for p in problems:
+        try:
+            res = exact_worst_case(dataclasses.replace(p, mode="fixed"), sense="max")
+            warm.append((res.witness - p.Z0, res.seconds))
+        except Exception:  # noqa: BLE001 - the unit's own run repeats it and records the failure in its row
+            warm.append(None)
+    out: list[PrecomputedAscent | None] = [None] * len(problems)
+    ready = [i for i, w in enumerate(warm) if w is not None]
+    if not ready:
+        return out
+    try:
+        results = best_feasible_ascents([problems[i] for i in ready], starts=[warm[i][0][None] for i in ready],
+                                        **_ascent_kw(ascent_restarts, ascent_steps, seed, device))
+    except Exception:  # noqa: BLE001 - as above
+        return out
+    for i, res in zip(ready, results):
+        out[i] = PrecomputedAscent(res, res.seconds + warm[i][1])
+    return out
+
+
 def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 6, ascent_steps: int = 100, seed: int = 0,
                  second_order: bool = True, tight: bool = True, ascent_check_fraction: float = 0.05,
-                 device: str = "cpu", legacy_ascent: bool = False, certificates: dict | None = None) -> dict:
+                 device: str = "cpu", legacy_ascent: bool = False, certificates: dict | None = None,
+                 ascent: PrecomputedAscent | None = None) -> dict:
     """One row of the certification table (see the module docstring).
 
     certificates: if a dict is given, it is filled with what certifies each number of the row, for a checker
     that trusts no solver (`certificate_store`): the reduction, the first-order intervals, the exact solver's
     witness, and the weak-duality certificate (program, repaired dual, map to g) of each second-order value.
+    ascent: the unit's warm-started ascent from `varying_ascents` (varying query, not legacy_ascent), used as is.
     """
     resolve_device(device)  # a missing GPU stops the job with one line, it is not a per-unit failure
+    if ascent is not None and (problem.mode != "varying" or legacy_ascent):
+        raise ValueError("a precomputed ascent is for a varying-query unit without legacy_ascent")
     row = {k: math.nan for k in COLUMNS}
     row.update(problem.meta)
     row.update(n_tokens=problem.n, radius=problem.radius, norm=problem.norm, mode=problem.mode,
                solver="", status="ok", error="", exact_status="", best_feasible_from="")
     failures = []
     warm = []  # the fixed-query maximiser, a start for the varying-query ascent
-    ascent_kw = dict(restarts=ascent_restarts, steps=ascent_steps, seed=seed, sense="max", device=device)
-    if not legacy_ascent:
-        ascent_kw.update(stop_tol=ASCENT_STOP_TOL, patience=ASCENT_PATIENCE)
-    else:
-        ascent_kw["fused"] = False
+    ascent_kw = _ascent_kw(ascent_restarts, ascent_steps, seed, device, legacy_ascent)
 
     def attempt(name, fn):
         try:
@@ -135,10 +182,14 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 6, ascent_steps
             certificates["first_order"] = {"l": l, "u": u, "W": W, "beta": np.float64(beta)}
 
     def run_ascent():
-        starts, t_warm = (warm[0][0][None], warm[0][1]) if warm else (None, 0.0)
-        res = best_feasible_ascent(problem, starts=starts, **ascent_kw)  # t_ascent_s includes the warm start's solve
-        row.update(best_feasible=res.value, t_ascent_s=res.seconds + t_warm,
-                   best_feasible_from="ascent_warm" if warm else "ascent")
+        if ascent is not None:
+            res, seconds, warmed = ascent.result, ascent.seconds, True
+        else:
+            starts, t_warm = (warm[0][0][None], warm[0][1]) if warm else (None, 0.0)
+            res = best_feasible_ascent(problem, starts=starts, **ascent_kw)
+            seconds, warmed = res.seconds + t_warm, bool(warm)  # t_ascent_s includes the warm start's solve
+        row.update(best_feasible=res.value, t_ascent_s=seconds,
+                   best_feasible_from="ascent_warm" if warmed else "ascent")
         if certificates is not None:  # the attained point, so that a checker can confirm best_feasible
             certificates["best_feasible"] = {"witness": np.asarray(res.Z, dtype=np.float64)}
 
@@ -187,7 +238,7 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 6, ascent_steps
     attempt("first_order", run_first)
     if problem.mode == "fixed":
         attempt("exact", run_exact)
-    elif not legacy_ascent:
+    elif not legacy_ascent and ascent is None:
         attempt("warm_start", run_warm_start)
     if legacy_ascent or problem.mode == "varying" or not math.isfinite(row["best_feasible"]):
         attempt("ascent", run_ascent)
