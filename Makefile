@@ -23,8 +23,14 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 
 setup: $(VENV)/.installed
 
-run: setup
-	$(BIN)/snakemake --cores all
+# data/logs/make_run.timing: `setup S run R rc C` (wall seconds of the set-up and of the pipeline, its exit code);
+# `python -m attncert.paper_comparison.readme_results --timing data/logs/make_run.timing` records a fresh clone's
+# run in data/reference_run.json and the README
+run:
+	@t0=$$(date +%s.%N); $(MAKE) --no-print-directory setup || exit $$?; t1=$$(date +%s.%N); \
+	$(BIN)/snakemake --cores all; rc=$$?; t2=$$(date +%s.%N); mkdir -p data/logs; \
+	awk -v a=$$t0 -v b=$$t1 -v c=$$t2 -v rc=$$rc 'BEGIN { printf "setup %.1f run %.1f rc %d\n", b - a, c - b, rc }' \
+	  > data/logs/make_run.timing; exit $$rc
 
 test: setup
 	$(BIN)/ruff check .
