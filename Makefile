@@ -15,10 +15,23 @@ export TRANSFORMERS_VERBOSITY := error
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.installed: $(BIN)/python pyproject.toml
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet torch==2.13.0
+# The install: uv (the one on PATH, else bootstrapped from PyPI into $(VENV)/.uv, outside the venv's packages), with
+# pip's own index settings (`pip config list`: find-links, index URLs, constraints; uv reads none of them) and
+# pip's choice among indexes (the best version anywhere); pip itself when uv is missing or fails, or INSTALLER=pip.
+# Both give the same packages and versions (`pip freeze`), torch the CPU wheel 2.13.0.
+INSTALLER ?= uv
+PIP_INSTALL = $(BIN)/pip install --quiet --upgrade pip && $(BIN)/pip install --quiet torch==2.13.0 && \
 	$(BIN)/pip install --quiet -e ".[test]"
+UV_INSTALL = test "$(INSTALLER)" = uv && \
+	uv=$$(command -v uv || { $(BIN)/pip install --quiet --target $(VENV)/.uv uv >&2 && echo $(VENV)/.uv/bin/uv; }) && \
+	opts=$$($(BIN)/pip config list | sed -n "s/^[^.]*\.\(find-links\|extra-index-url\|index-url\|constraint\)='\(.*\)'$$/\1 \2/p" | \
+	  sort -u | while read -r key values; do for v in $$values; do printf -- '--%s %s ' "$$key" "$$v"; done; done) && \
+	echo "uv pip install $$opts" && \
+	$$uv pip install --quiet --python $(BIN)/python --compile-bytecode --index-strategy unsafe-best-match $$opts \
+	  --upgrade-package pip pip torch==2.13.0 -e ".[test]"
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	@$(UV_INSTALL) || { echo "installing with pip (INSTALLER=$(INSTALLER), or uv missing or failed)"; $(PIP_INSTALL); }
 	touch $@
 
 setup: $(VENV)/.installed
