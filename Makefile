@@ -1,6 +1,6 @@
 # Two entry points for a fresh machine (see README):
 #   make run        set up .venv and run the whole pipeline on the embedded default (snakemake --cores all)
-#   make test       set up .venv, ruff (the linter), then the whole test suite (what CI runs)
+#   make test       set up .venv, ruff (the linter), then the whole test suite on 2 workers (what CI runs)
 #   make test-fast  the same without the slow end-to-end tests and the SLURM cluster test (markers `slow`, `cluster`), for daily work
 #   make archive [ARGS="--configfile ..."] [OUT=FILE]   a finished run as archives/MODEL_minip-GRID.tar.gz
 #   make unarchive ARCHIVE=FILE                        unpack one into this clone (docs/sharing_a_run.md)
@@ -45,9 +45,10 @@ run:
 	awk -v a=$$t0 -v b=$$t1 -v c=$$t2 -v rc=$$rc 'BEGIN { printf "setup %.1f run %.1f rc %d\n", b - a, c - b, rc }' \
 	  > data/logs/make_run.timing; exit $$rc
 
+# -n 2: two pytest-xdist workers, one per core of the 2-core machine the README assumes
 test: setup
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2
 
 test-fast: setup
 	$(BIN)/ruff check .
