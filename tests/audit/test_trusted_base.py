@@ -36,6 +36,8 @@ ALLOWED = {
     "attncert.paper_comparison", "attncert.paper_comparison.claims", "attncert.paper_comparison.paper_comparison",
     "attncert.paper_comparison.readme_results", "attncert.paper_comparison.sentence_tally",
     "attncert.paper_comparison.verdict",
+    # the README's run-time sentence, rendered from data/reference_run.json's record (pandas and text only)
+    "attncert.reporting.run_cost", "attncert.reporting.duration_text",
     # the tables' wording (headers in words, legends) and the noise floor they mark: text and pandas only
     "attncert.reporting.table_legend", "attncert.reporting.noise_floor", "attncert.certify.table_legend",
     "attncert.block.table_legend",

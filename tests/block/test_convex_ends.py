@@ -32,7 +32,7 @@ def _slope(fn, c, z):
     return mpmath.diff(fn, mpmath.mpf(z)) - mpmath.diff(fn, mpmath.mpf(c))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(name=st.sampled_from(sorted(CURVES)), log_c=st.floats(-3, 2), rel_w=st.floats(1e-6, 1.5),
        t=st.floats(-1.0, 1.0), order=st.sampled_from([1, 3]), floored=st.booleans())
 def test_end_point_bounds_hold_inside_the_range(name, log_c, rel_w, t, order, floored):

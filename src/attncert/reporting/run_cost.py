@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from attncert.reporting.run_overview import duration
+from attncert.reporting.duration_text import duration
 
 KEYS = ("wall_seconds", "setup_seconds", "cpu_seconds", "job_seconds", "jobs", "cores")
 

@@ -21,6 +21,7 @@ import yaml
 
 from attncert.integrity.file_integrity import atomic_path, sidecar_path
 from attncert.integrity.intermediate_check import verify_intermediate
+from attncert.reporting.duration_text import duration
 from attncert.reporting.report_pages import markdown_html
 
 #: the verdicts in the order the papers' tallies give them (attncert.paper_comparison.verdict.KINDS)
@@ -161,12 +162,6 @@ def overview(config_path, benchmarks, verdicts, audit, configfiles=(), overrides
     return Overview(model=config["model"], configfiles=[str(f) for f in configfiles], overrides=dict(overrides or {}),
                     config_path=Path(config_path).as_posix(), grid=grid_rows(config), times=job_times(benchmarks),
                     verdicts=verdict_tally(verdicts), audit=audit_tally(audit))
-
-
-def duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.2f} h"
 
 
 def _counts(counts: dict[str, int]) -> str:
