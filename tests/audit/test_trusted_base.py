@@ -2,6 +2,7 @@
 inside a function, followed through attncert's own modules) is on this list, and none is a solver, torch, or the
 code that solves."""
 import ast
+import shutil
 import sys
 from pathlib import Path
 
@@ -61,15 +62,15 @@ FORBIDDEN = {
 }
 
 
-def module_file(name: str) -> Path | None:
-    base = SRC / Path(*name.split("."))
+def module_file(name: str, src: Path = SRC) -> Path | None:
+    base = src / Path(*name.split("."))
     for p in (base.with_suffix(".py"), base / "__init__.py"):
         if p.is_file():
             return p
     return None
 
 
-def imports_of(path: Path, name: str) -> set[str]:
+def imports_of(path: Path, name: str, src: Path = SRC) -> set[str]:
     out = set()
     pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text())):
@@ -81,14 +82,14 @@ def imports_of(path: Path, name: str) -> set[str]:
                 parts = pkg.split(".")
                 base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
             out.add(base)
-            out.update(f"{base}.{a.name}" for a in node.names if module_file(f"{base}.{a.name}"))
+            out.update(f"{base}.{a.name}" for a in node.names if module_file(f"{base}.{a.name}", src))
     return out
 
 
-def reached() -> tuple[set[str], set[str]]:
-    """(attncert modules, third-party top-level modules) reachable from attncert.audit."""
+def reached(src: Path = SRC) -> tuple[set[str], set[str]]:
+    """(attncert modules, third-party top-level modules) reachable from attncert.audit (of the tree `src`)."""
     todo = [f"attncert.audit.{p.stem}" if p.stem != "__init__" else "attncert.audit"
-            for p in (SRC / "attncert" / "audit").glob("*.py")]
+            for p in (src / "attncert" / "audit").glob("*.py")]
     seen, third = set(), set()
     while todo:
         name = todo.pop()
@@ -97,15 +98,15 @@ def reached() -> tuple[set[str], set[str]]:
         seen.add(name)
         parts = name.split(".")
         todo += [".".join(parts[:k]) for k in range(1, len(parts))]  # parent packages run their __init__
-        path = module_file(name)
+        path = module_file(name, src)
         if path is None:
             continue
-        for imp in imports_of(path, name):
+        for imp in imports_of(path, name, src):
             if imp.split(".")[0] == "attncert":
                 todo.append(imp)
             elif imp and imp.split(".")[0] not in sys.stdlib_module_names and imp != "__future__":
                 third.add(imp.split(".")[0])
-    return {m for m in seen if module_file(m)}, third
+    return {m for m in seen if module_file(m, src)}, third
 
 
 def test_checker_reaches_only_the_trusted_base():
@@ -121,12 +122,12 @@ def test_checker_reaches_only_the_trusted_base():
         sorted(third)
 
 
-def test_the_scan_sees_a_forbidden_import(tmp_path, monkeypatch):
-    """The scan itself can fail: a module importing a solver inside a function is caught."""
-    bad = SRC / "attncert" / "audit" / "_scan_probe.py"
-    bad.write_text("def f():\n    import clarabel\n    from attncert.certify.dinkelbach import x\n")
-    try:
-        mods, third = reached()
-        assert "clarabel" in third and "attncert.certify.dinkelbach" in mods
-    finally:
-        bad.unlink()
+def test_the_scan_sees_a_forbidden_import(tmp_path):
+    """The scan itself can fail: a module importing a solver inside a function is caught (in a copy of the source
+    tree, so that a test running beside this one never sees the probe)."""
+    shutil.copytree(SRC / "attncert", tmp_path / "attncert", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "attncert" / "audit" / "_scan_probe.py").write_text(
+        "def f():\n    import clarabel\n    from attncert.certify.dinkelbach import x\n")
+    mods, third = reached(tmp_path)
+    assert "clarabel" in third and "attncert.certify.dinkelbach" in mods
+    assert "clarabel" not in reached()[1]
