@@ -1,14 +1,16 @@
 """Profile the `long_context_certify` job (workflow/scripts/long_context_certify.py) outside Snakemake.
 
-    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 PYTHONPATH=src python -m bench.profile_long_context \
+    python -m bench.profile_long_context \
         --npz data/long_context/all-MiniLM-L6-v2/layer_tokens.npz --lengths 512 --modes varying --heads 0 \
         --tag before --csv /tmp/lc_before.csv
 
 Builds the units with the rule's params (workflow/config/default.yaml: long_context, certify.ascent_*, seeds),
 restricted to the given lengths / modes / heads, certifies them with `certify_long_context` under cProfile, and
 writes the top 30 functions by cumulative and by own time, and the per-unit seconds of each part, to
-bench/results/profiles/long_context_certify-{tag}.txt (with this command line); --csv keeps the rows for a
+bench/results/profiles/long_context_certify-{tag}[-quick].txt (with this command line); --csv keeps the rows for a
 before/after comparison. The machine may be loaded: absolute seconds are noisy, shares within one profile are not.
+The summary is also written to `profile_long_context[-quick].md` / `.json` (bench/common.py; --quick: length 64,
+head 0). One BLAS/OpenMP thread and one torch thread, as the rule.
 """
 from __future__ import annotations
 
@@ -20,7 +22,12 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from bench import common
+
+common.single_threaded_blas()
+
+REPO = common.REPO
+QUICK = {"lengths": "64", "heads": "0"}
 
 
 def problems_of(args):
@@ -40,7 +47,7 @@ def problems_of(args):
     return problems, kw
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--npz", required=True, help="the job's input, data/long_context/{model}/layer_tokens.npz")
     ap.add_argument("--config", default=str(REPO / "workflow/config/default.yaml"))
@@ -50,7 +57,10 @@ def main() -> None:
     ap.add_argument("--tag", default="before")
     ap.add_argument("--csv", default="", help="also write the rows here")
     ap.add_argument("--out", default=str(REPO / "bench/results/profiles"))
-    args = ap.parse_args()
+    return ap
+
+
+def main(args) -> dict:
 
     import torch
     torch.set_num_threads(1)  # the rule's threads: 1
@@ -76,11 +86,14 @@ def main() -> None:
         lines += [f"\n=== top 30 by {key} ===", s.getvalue()]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"long_context_certify-{args.tag}.txt"
+    path = out / f"{common.result_name(f'long_context_certify-{args.tag}', args)}.txt"
     path.write_text("\n".join(lines))
     print("\n".join(lines[:4]))
     print(f"written {path}")
+    return {"units": len(problems), "wall_seconds": wall, "profile": path,
+            "seconds_per_part": {f"{n} {m}": v for (n, m), v in
+                                 df.groupby(["length", "mode"])[parts].sum().to_dict("index").items()}}
 
 
 if __name__ == "__main__":
-    main()
+    common.run("profile_long_context", main, common.parse(build_parser(), QUICK))

@@ -1,14 +1,15 @@
 """Profile one `minip_train` job (workflow/scripts/minip_train.py) outside Snakemake: its phases and a cProfile.
 
-    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 PYTHONPATH=src python -m bench.profile_minip_train \
+    python -m bench.profile_minip_train \
         --setting witness --model r8 --tag before
 
 Phases timed (wall seconds, one process): importing the script's modules (torch among them), building the
 witness family, and each seed's run (`run_witness` / `run_scaling`, the same calls with the same params as the
 rule: `minip.sweep.run_params` of workflow/config/default.yaml). The runs are then repeated under cProfile
 and the top 30 functions by cumulative and by own time written to
-bench/results/profiles/minip_train-{setting}-{model}-{tag}.txt (with this command line). The machine may be
-loaded: the absolute seconds are noisy, the shares within one profile are not.
+bench/results/profiles/minip_train-{setting}-{model}-{tag}[-quick].txt (with this command line), and the phases to
+`profile_minip_train[-quick].md` / `.json` (bench/common.py; --quick: seed 0 only). The machine may be
+loaded: the absolute seconds are noisy, the shares within one profile are not. One BLAS/OpenMP thread, as the rule.
 """
 from __future__ import annotations
 
@@ -23,10 +24,15 @@ import pstats  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+from bench import common  # noqa: E402
+
+common.single_threaded_blas()
+
+REPO = common.REPO
+QUICK = {"seeds": "0"}
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--setting", default="witness")
     ap.add_argument("--model", default="r8")
@@ -34,7 +40,10 @@ def main() -> None:
     ap.add_argument("--config", default=str(REPO / "workflow/config/default.yaml"))
     ap.add_argument("--tag", default="before")
     ap.add_argument("--out", default=str(REPO / "bench/results/profiles"))
-    args = ap.parse_args()
+    return ap
+
+
+def main(args) -> dict:
 
     t0 = time.perf_counter()
     import torch  # noqa: F401 - what the job imports, timed
@@ -88,11 +97,15 @@ def main() -> None:
     text = "\n".join(lines)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"minip_train-{args.setting}-{args.model}-{args.tag}.txt"
+    path = out / f"{common.result_name(f'minip_train-{args.setting}-{args.model}-{args.tag}', args)}.txt"
     path.write_text(text)
     print("\n".join(lines[:5 + len(seeds)]))
     print(f"written {path}")
+    return {"setting": args.setting, "model": args.model, "import_seconds": t_import, "family_seconds": t_family,
+            "seeds": {seed: {"seconds": rec["seconds"], "error": rec.get("error", rec.get("error_ood")),
+                             "final_loss": rec["final_loss"]} for seed, rec in zip(seeds, records)},
+            "profile": path}
 
 
 if __name__ == "__main__":
-    main()
+    common.run("profile_minip_train", main, common.parse(build_parser(), QUICK))
