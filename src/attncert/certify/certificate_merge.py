@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attncert.certify.certificate_store import SHARED, CertificateFile, write_certificates
+from attncert.certify.certificate_store import SHARED, CertificateFile, RowPool, write_certificates
 
 
 class _JoinedPool:
@@ -55,13 +55,7 @@ class _JoinedPool:
             self.shared.append(a)
         return self.array_ids[key]
 
-    def arrays(self) -> dict[str, np.ndarray]:
-        """The entries `RowPool.arrays` writes, in its order."""
-        lengths = np.asarray([d.size for d in self.data], dtype=np.int64)
-        shared = {f"arrays/{k}": a for k, a in enumerate(self.shared)}
-        return shared | {"pool/data": np.concatenate(self.data) if self.data else np.zeros(0),
-                         "pool/indices": np.concatenate(self.indices) if self.indices else np.zeros(0, np.int32),
-                         "pool/indptr": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)}
+    arrays = RowPool.arrays     # the entries RowPool writes, in its order (the same shared, data, indices lists)
 
 
 def merged_entries(paths: list[str | Path], rows_per_file: list[int]) -> dict[str, np.ndarray]:
