@@ -19,6 +19,7 @@ import argparse
 import cProfile
 import io
 import pstats
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--data", type=Path, default=Path("data"), help="a finished run's data/ directory (read only)")
     ap.add_argument("--model", default="all-MiniLM-L6-v2")
     ap.add_argument("--layer", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=Path("/tmp/profile_layer_jobs"), help="the job's outputs")
+    ap.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "profile_layer_jobs",
+                    help="the job's outputs (default: under the system temporary directory)")
     ap.add_argument("--part", default=None, help="label of the result file (e.g. before, after)")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--heads", type=int, nargs="+", default=None, help="only these heads (default: the run's)")

@@ -2,7 +2,7 @@
 
     python -m bench.profile_long_context \
         --npz data/long_context/all-MiniLM-L6-v2/layer_tokens.npz --lengths 512 --modes varying --heads 0 \
-        --tag before --csv /tmp/lc_before.csv
+        --tag before --csv lc_before.csv
 
 Builds the units with the rule's params (workflow/config/default.yaml: long_context, certify.ascent_*, seeds),
 restricted to the given lengths / modes / heads, certifies them with `certify_long_context` under cProfile, and
