@@ -368,3 +368,28 @@ def test_a_failed_audit_names_the_command_that_regenerates_each_failing_output()
         assert line in step, step
     assert step.count("data/certify/m/layer3.csv") == 1
     assert "Next step" not in summary_markdown([rec("certify", 3, "pass")], "m", 1.0, [3])
+
+
+@pytest.mark.parametrize("forgery", ["missing", "nan", "shape"])
+def test_a_missing_or_malformed_softmax_shift_fails_pieces(forgery, gpt2_files, tmp_path):
+    cert = dict(gpt2_files[3])
+    shift = cert.pop("softmax_shift")
+    if forgery == "nan":
+        shift = shift.copy()
+        shift[0, 0] = np.nan
+        cert["softmax_shift"] = shift
+    elif forgery == "shape":
+        cert["softmax_shift"] = shift[:, :-1]
+    recs = _audit(_write(tmp_path, gpt2_files, certificate=cert))
+    assert len(recs) == 4 * len(gpt2_files[2]) and {(r["status"], r["check"]) for r in recs} == {("fail", "pieces")}
+
+
+def test_a_forged_softmax_shift_is_re_derived_not_trusted(bert_files, tmp_path):
+    """The shift is a free parameter of the decomposition: the audit rebuilds the bound with the file's shift, so a
+    wild one (the stored duals no longer fit, the rest grows) fails every finite number; a +inf one stays true."""
+    cert = {**bert_files[3], "softmax_shift": 1e3 * (bert_files[3]["softmax_shift"] + 1.0)}
+    recs = _audit(_write(tmp_path, bert_files, certificate=cert))
+    fails = _by(recs, "fail")
+    expected = _finite(bert_files[2], ("certificate_f", "certificate_g", "certificate_f_neg", "certificate_g_neg"))
+    assert expected and {(str(r["head"]), float(r["radius"]), r["number"]) for r in fails} == expected
+    assert {r["check"] for r in fails} <= {"dual_pd", "sum"}

@@ -188,3 +188,45 @@ def test_cubic_model_bounds_g_beyond_its_quadratic_and_needs_each_piece(tiny):
         assert torch.all(fourth <= rest + rounding + 1e-12 * g.abs()), r
         without_rest |= bool((fourth > rounding + 1e-12 * g.abs()).any())
     assert without_cubic and without_rest
+
+
+def _denominator(G):
+    """The var of the softmax denominators sum_k E_k (the input of the 1/x node)."""
+    from attncert.block.map import RECIPROCAL
+    (op,) = [op for op in G.ops if op.kind == "unary" and op.curve is RECIPROCAL]
+    return G.vars[op.inputs[0]]
+
+
+def test_the_weighted_mean_shift_stills_the_softmax_denominator(tiny):
+    """With c_h the softmax-weighted mean of the score Jacobian rows, D = sum_j exp(s_j - m_h - c_h . xi) has no
+    first-order motion (its Jacobian is rounding); with no shift it moves with every score."""
+    tr, C, cv, _ = tiny
+    rho = torch.tensor([0.0, RADII[-1]], dtype=DT)
+    G, _ = block_graph(tr, C, rho)
+    G0, _ = block_graph(tr, C, rho, torch.zeros(tr.n_heads, tr.d, dtype=DT))
+    moved, still = _denominator(G0).J.abs().sum(-1), _denominator(G).J.abs().sum(-1)
+    assert float(moved.min()) > 1e-6
+    assert float((still / moved).max()) < 1e-12
+
+
+@pytest.mark.parametrize("kind", ["zero", "random", "large"])
+def test_any_softmax_shift_gives_a_sound_certificate(tiny, kind):
+    """Softmax is the same function for every linear score shift c_h, so the certificate built on any shift bounds f
+    and g at sampled points and ascent maxima (the weighted mean is the tight choice, not the sound one)."""
+    tr, C, cv, cert = tiny
+    gen = torch.Generator().manual_seed(11)
+    scale = {"zero": 0.0, "random": 1.0, "large": 30.0}[kind]
+    shift = scale * torch.randn(tr.n_heads, tr.d, dtype=DT, generator=gen)
+    other = certify_transition(tr, C.numpy(), cv.g0.numpy(), cv.gradient.numpy(), RADII, shift=shift)
+    assert np.array_equal(other.stored["softmax_shift"], shift.numpy())
+    for ri, r in enumerate(RADII):
+        delta = _points(tr, r, n=200, seed=ri)
+        g = specification_values(tr, C, delta).detach().numpy()
+        f = g - cv.g0.numpy() - (delta @ cv.gradient.T).numpy()
+        assert np.all(f <= other.certificate_f[:, ri]) and np.all(-f <= other.certificate_f_neg[:, ri])
+        assert np.all(g <= other.certificate_g[:, ri]) and np.all(-g <= other.certificate_g_neg[:, ri])
+    assert np.all(_ascent_max(tr, C, cv) <= other.certificate_f)
+    if kind != "zero":
+        return
+    # the weighted mean is at least as tight as no shift at the largest radius on these blocks
+    assert np.all(cert.certificate_f[:, -1] <= other.certificate_f[:, -1] * (1 + 1e-9))

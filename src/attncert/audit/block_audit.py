@@ -15,7 +15,9 @@ dual of that radius and sense, g0 the table's g(0) and G the stored gradient tha
 
 provided diag(y) - (s H0 + 2 r' P) is positive definite (then 1/2 u^T (s H0 + 2 r' P) u <= 1/2 sum y on the box);
 beyond is +inf where a coefficient of P or the rest is not finite (the enclosure reaches a singularity). The file's
-y and G are free parameters: any values give a valid bound, so nothing the file says is trusted. Checks, in order,
+y, G and softmax_shift (the softmax's linear score shift c_h (heads, d) the map's decomposition E_j = exp(s_j - m_h -
+c_h . delta) over sum_k E_k uses: the same function for every c_h) are free parameters: any values give a valid bound,
+so nothing the file says is trusted. Checks, in order,
 per reported number:
 
 * completeness: the table exists with every column, each unit of the configuration's grid (transitions, heads of
@@ -25,7 +27,8 @@ per reported number:
   table fails: the specification rows need its `spec_seed`);
 * weights: the extraction files of layers L and L + 1 pass their sidecars and the pieces can be re-derived;
 * pieces: the stored dual of the row's radius and the number's sense is finite, nonnegative and the file's duals
-  have the shape (radii, heads, d) of its `radii` and `heads`; G is finite of shape (heads, d);
+  have the shape (radii, heads, d) of its `radii` and `heads`; G is finite of shape (heads, d); softmax_shift is
+  finite of shape (heads of block L, d);
 * dual_pd: diag(y) - (s H0 + 2 r' P) positive definite, proved by a float Cholesky of A - c I with Rump's shift
   c = 2 gamma_{n+2} / (1 - gamma_{n+2}) tr(A) (Rump 2006, "Verification of positive definiteness");
 * sum: the right-hand side above evaluated in float64 with every operation's rounding bounded (gamma_k); the
@@ -206,6 +209,7 @@ def _rederive(root: Path, model: str, L: int, rows: list[dict], cfg: BlockAuditC
         file_radii = [float(x) for x in np.asarray(z["radii"], dtype=np.float64).reshape(-1)]
         duals = {s: np.asarray(z[f"y_{s}"], dtype=np.float64) for s, _, _ in SENSES}
         G = np.asarray(z["G"], float)
+        shift = np.asarray(z["softmax_shift"], dtype=np.float64)
     except (KeyError, ValueError, TypeError) as e:
         return "pieces", f"the certificate file lacks an array or holds a malformed one ({type(e).__name__}: {e})"
     if len(set(heads)) != len(heads):
@@ -220,7 +224,12 @@ def _rederive(root: Path, model: str, L: int, rows: list[dict], cfg: BlockAuditC
     g0 = {int(row["head"]): _float(row.get("g0", "")) for row in rows}
     try:
         C = specification_rows(nxt["W_V"], nxt["W_O"], L + 1, heads, cfg.prompt, cfg.query_position, cfg.spec_seed)
-        p = rederived_pieces(a, nxt, cfg.prompt, cfg.query_position, C, radii)
+    except (KeyError, ValueError, IndexError) as e:
+        return "weights", f"the block map cannot be rebuilt from the extraction files ({type(e).__name__}: {e})"
+    if shift.shape != (int(np.asarray(a["W_Q"]).shape[0]), C.shape[1]) or not bool(np.isfinite(shift).all()):
+        return "pieces", f"the certificate file's softmax_shift is not a finite (heads, d) array (shape {shift.shape})"
+    try:
+        p = rederived_pieces(a, nxt, cfg.prompt, cfg.query_position, C, radii, shift)
     except (KeyError, ValueError, IndexError) as e:
         return "weights", f"the block map cannot be rebuilt from the extraction files ({type(e).__name__}: {e})"
     g0v = np.array([g0.get(h, math.nan) for h in heads])

@@ -34,8 +34,9 @@ def _layer_norm(E: Enclosure, x, gain, bias, eps):
     return E.linear([(n, np.diag(gain))], bias)
 
 
-def block_output(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarray, rho: np.ndarray):
-    """(enclosure, g's affine form) of the transition a -> nxt over the radii rho."""
+def block_output(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarray, rho: np.ndarray, shift: np.ndarray):
+    """(enclosure, g's affine form) of the transition a -> nxt over the radii rho; `shift` (H, d) the softmax's
+    linear score shift c_h (read from the certificate file: any finite value gives a valid decomposition)."""
     gpt2 = bool(a["causal"])
     ln = {p: (np.asarray(arr[f"{p}_gain"], float), np.asarray(arr[f"{p}_bias"], float), float(arr[f"{p}_eps"]))
           for p, arr in (("ln_attn", a), ("ln", a))}
@@ -78,7 +79,12 @@ def block_output(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarray, 
                 A_fixed[h * n + j, cols] = V0[j, h]
     s_raw = E.linear([(q, Kq), (p, Sp)])
     s = E.linear([(s_raw, np.eye(H * n) * (1.0 / math.sqrt(dh)))])
-    t = E.linear([(s, np.eye(H * n))], np.repeat(-s.c.reshape(H, n).max(-1), n))
+    # the softmax of scores shifted by m_h + c_h . xi (the same weights for any c_h; block/certificate.py)
+    if shift.shape != (H, d) or not bool(np.isfinite(shift).all()):
+        raise ValueError(f"the softmax shift is not a finite ({H}, {d}) array (shape {shift.shape})")
+    xi = E.linear([(x, np.eye(d))], -x0[position])
+    t = E.linear([(s, np.eye(H * n)), (xi, -np.ascontiguousarray(np.repeat(shift, n, axis=0).T))],
+                 np.repeat(-s.c.reshape(H, n).max(-1), n))
     Ex = E.unary(t, "exp")
     S = np.kron(np.eye(H), np.ones((n, 1)))
     Dinv = E.unary(E.linear([(Ex, S)]), "reciprocal")
@@ -95,15 +101,16 @@ def block_output(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarray, 
     return E, E.linear([(F, np.ascontiguousarray(C.T))])
 
 
-def rederived_pieces(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarray, radii) -> dict:
+def rederived_pieces(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarray, radii, shift) -> dict:
     """What the certificate's bound needs (block/certificate.py states the bound), at the radii r raised to
-    r_t = r (1 + 4 u) as the stage's: c, J (g(0), grad g(0) as floats), e0, a0 (their rounding), H0 (m, d, d) and
+    r_t = r (1 + 4 u) as the stage's, with the softmax shift `shift` (H, d) of the certificate file: c, J (g(0), grad g(0) as floats), e0, a0 (their rounding), H0 (m, d, d) and
     its rounding bound h_round (m,), the cubic form P (m, d, d) with P_rounding (m,) and P_finite (m,), and
     rest (R, m): the Taylor model's fourth-order rest and the output's rounding beyond e0 + a0 r."""
     radii = np.asarray(radii, dtype=np.float64)
     rho = np.concatenate([[0.0], radii]) * (1 + 4 * U)
     with np.errstate(over="ignore", invalid="ignore"):      # an enclosure that reaches a singularity gives +inf
-        E, g = block_output(a, nxt, prompt, position, np.asarray(C, dtype=np.float64), rho)
+        E, g = block_output(a, nxt, prompt, position, np.asarray(C, dtype=np.float64), rho,
+                            np.asarray(shift, dtype=np.float64))
         lam = np.concatenate([g.R, np.zeros((g.R.shape[0], E.eps.shape[1] - g.R.shape[1]))], 1)
         H0, h_round = centre_hessian(E, [lam[:, nd.cols[0]:nd.cols[1]] for nd in E.nodes])
         cm = cubic_model(E, g)

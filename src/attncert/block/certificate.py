@@ -58,8 +58,21 @@ def _layer_norm(G: Graph, x: Var, p: LayerNormParams) -> Var:
     return G.linear([(n, torch.diag(p.gain))], p.bias)
 
 
-def block_graph(tr: BlockTransition, C: torch.Tensor, rho: torch.Tensor) -> tuple[Graph, Var]:
-    """The graph of g = C F(x0 + xi e_i) with Taylor models over ||xi||_inf <= rho (B,)."""
+def softmax_shift(s: Var, heads: int) -> torch.Tensor:
+    """(H, d) the softmax-weighted mean of each head's score Jacobian rows, c_h = sum_j a_hj(0) J_{s_hj}.
+
+    Softmax is invariant to a common shift of its scores, so E_j = exp(s_j - m_h - c_h . xi) over
+    D = sum_k E_k gives the same weights for any c_h. This one makes D's linear part sum_j E_j (J_{s_j} - c_h) . xi
+    vanish (up to rounding) and the exps' input ranges r ||J_{s_j} - c_h||_1 small where the weights are: the 1/D
+    node then has no first-order motion, so its quadratic and cubic pieces, which the Taylor model bounds node by
+    node, vanish with it. Any c_h gives a sound certificate; the audit reads it from the certificate file."""
+    a0 = torch.softmax(s.c.reshape(heads, -1), -1)
+    return torch.einsum("hj,hjd->hd", a0, s.J.reshape(heads, a0.shape[1], -1))
+
+
+def block_graph(tr: BlockTransition, C: torch.Tensor, rho: torch.Tensor, shift=None) -> tuple[Graph, Var]:
+    """The graph of g = C F(x0 + xi e_i) with Taylor models over ||xi||_inf <= rho (B,); `shift` (H, d): the
+    softmax's linear score shift c_h (`softmax_shift`), the weighted mean of the score Jacobians when None."""
     d, H, dh = tr.d, tr.n_heads, tr.d_head
     n, iq = len(tr.keys), tr.query_index
     G = Graph(d, rho)
@@ -80,10 +93,13 @@ def block_graph(tr: BlockTransition, C: torch.Tensor, rho: torch.Tensor) -> tupl
                 Kq[cols, h * n + j] = tr.K0[j, h]
     s_raw = G.linear([(q, Kq), (p, Sp)])
     s = G.linear([(s_raw, torch.eye(H * n, dtype=DTYPE) * (1.0 / math.sqrt(dh)))])
-    # softmax per head with a constant shift m_h (the largest centre score): a_j = E_j / sum_k E_k,
-    # E_j = exp(s_j - m_h) (the same function as map.forward's 1 / (1 + sum exp(s_k - s_j)), well scaled)
-    shift = -s.c.reshape(H, n).amax(-1).repeat_interleave(n)
-    t = G.linear([(s, torch.eye(H * n, dtype=DTYPE))], shift)
+    # softmax per head h of scores shifted by m_h + c_h . xi: a_j = E_j / sum_k E_k, E_j = exp(s_j - m_h - c_h . xi)
+    # (the same function as map.forward's 1 / (1 + sum exp(s_k - s_j)) for any shift), m_h the largest centre score
+    c_h = softmax_shift(s, H) if shift is None else torch.as_tensor(shift, dtype=DTYPE)
+    G.softmax_shift = c_h
+    xi = G.linear([(x, torch.eye(d, dtype=DTYPE))], -tr.x0[tr.position])          # xi itself (value 0 at the centre)
+    m_h = -s.c.reshape(H, n).amax(-1).repeat_interleave(n)
+    t = G.linear([(s, torch.eye(H * n, dtype=DTYPE)), (xi, -c_h.repeat_interleave(n, 0).T.contiguous())], m_h)
     E = G.unary(t, EXP)
     S = torch.zeros(H * n, H, dtype=DTYPE)
     for h in range(H):
@@ -250,22 +266,24 @@ def f_and_g_bounds(sign: float, c, grad_l1, off_g0, e0, a0, off_grad, r_t, beyon
 def certificate_file_arrays(cert: "BlockCertificate", heads: list) -> dict:
     """One transition's stored certificate as arrays for an npz (`heads`: the table's head of each row of C): the
     verified SDP duals y_pos / y_neg (R, m, d) of +-H0 + 2 r P per radius, the stage's float g0 and G
-    (f = g - g0 - G . delta) and the radii. Everything else the bound uses is re-derived from the weights by the
+    (f = g - g0 - G . delta), the softmax's linear score shift (H, d) the graph was built with (`softmax_shift`;
+    any shift gives a sound bound) and the radii. Everything else the bound uses is re-derived from the weights by the
     audit."""
     return {**{k: np.asarray(v) for k, v in cert.stored.items()}, "heads": np.asarray(heads, dtype=np.int64)}
 
 
 def certify_transition(tr: BlockTransition, C, g0, grad, radii, sdp_iterations: int = 10,
-                       model_options: dict | None = None) -> BlockCertificate:
+                       model_options: dict | None = None, shift=None) -> BlockCertificate:
     """Sound bounds on max f and max g over ||delta||_inf <= r for every row of C and radius r: the cubic Taylor
     model (block/taylor_model.py) with one verified SDP dual of +-H0 + 2 r P per radius and sense
-    (`model_options`: `cubic_model`'s switches, for the ablation bench)."""
+    (`model_options`: `cubic_model`'s switches, for the ablation bench; `shift`: the softmax's linear score shift
+    (H, d), `softmax_shift`'s weighted mean when None; any shift is sound)."""
     Ct = torch.as_tensor(np.asarray(C, dtype=np.float64), dtype=DTYPE)
     g0 = torch.as_tensor(np.asarray(g0, dtype=np.float64), dtype=DTYPE)
     grad = torch.as_tensor(np.asarray(grad, dtype=np.float64), dtype=DTYPE)
     radii = np.asarray(radii, dtype=np.float64)
     rho_t = torch.as_tensor(np.concatenate([[0.0], radii]) * (1 + 4 * U), dtype=DTYPE)   # t r (real) <= rho (float)
-    G, gv = block_graph(tr, Ct, rho_t)
+    G, gv = block_graph(tr, Ct, rho_t, shift)
     H0, h_round = centre_hessian(G, G.centre_adjoints(gv))
     cm = cubic_model(G, gv, Ct.shape[0], **(model_options or {}))
     # g(delta) = c + J delta + sum_n lambda_n nu_n(delta) + err exactly, |err| <= cerr + jerrJ rho + jerr max |nu|:
@@ -278,7 +296,8 @@ def certify_transition(tr: BlockTransition, C, g0, grad, radii, sdp_iterations: 
     off_grad = inflate((gv.J - grad).abs().sum(-1) * (1 + 2 * U))           # (m,)
     grad_l1 = gv.J.abs().sum(-1)
     _, yP = sdp_box_upper(2.0 * cm.P, 1)                                    # a start for the joint duals
-    stored = {"radii": radii.copy(), "g0": g0.numpy().copy(), "G": grad.numpy().copy()}
+    stored = {"radii": radii.copy(), "g0": g0.numpy().copy(), "G": grad.numpy().copy(),
+              "softmax_shift": G.softmax_shift.numpy().copy()}
     out, parts = {}, {}
     for sense, sign in (("pos", 1.0), ("neg", -1.0)):
         bH, yH = sdp_box_upper(sign * H0, sdp_iterations)

@@ -230,6 +230,7 @@ class Graph:
         self.ops: list[Op] = []
         self.eps = torch.zeros(self.B, 0, dtype=DTYPE)     # value noise bounds (B, n_nodes)
         self.beta = torch.zeros(self.B, 0, dtype=DTYPE)    # derivative noise bounds (B, n_nodes)
+        self.softmax_shift: torch.Tensor | None = None      # (H, d) set by block_graph (block/certificate.py)
 
     @property
     def n_nodes(self) -> int:
