@@ -137,8 +137,8 @@ def test_reported_certificate_is_the_second_order_one_and_sound(family, tiny_gpt
 
 
 def _beyond_quadratic(tr, C, r, seed):
-    """Sampled delta (points, vertices, and the ascent's iterates on +-(f - q)) with |g - g(0) - grad . delta -
-    1/2 delta^T H0 delta| at each (n, m), and the Taylor model's pieces at r."""
+    """Sampled delta (points, vertices, and the ascent's iterates on +-(f - q)) with g - g(0) - grad . delta -
+    1/2 delta^T H0 delta at each (n, m), and the Taylor model's pieces at r (the rest per sense, (2, 1, m))."""
     from attncert.block.certificate import centre_hessian
     from attncert.block.taylor_model import cubic_model
 
@@ -147,11 +147,11 @@ def _beyond_quadratic(tr, C, r, seed):
     cm = cubic_model(G, gv, C.shape[0])
     delta = _points(tr, r, n=150, seed=seed)
     g = specification_values(tr, C, delta).detach()
-    beyond = (g - gv.c - delta @ gv.J.T - 0.5 * torch.einsum("nd,mde,ne->nm", delta, H0, delta)).abs()
+    beyond = g - gv.c - delta @ gv.J.T - 0.5 * torch.einsum("nd,mde,ne->nm", delta, H0, delta)
     u = delta / r
     cubic = r ** 3 * (torch.einsum("nd,mde,ne->nm", u, cm.P, u) + cm.P_rounding)
     rounding = 0.5 * r * r * h_round + gv.e[0] + gv.a[0] * r
-    return beyond, cubic, cm.rest[1].unsqueeze(0), rounding.unsqueeze(0), delta
+    return beyond, cubic, cm.rest[:, 1].unsqueeze(1), rounding.unsqueeze(0), delta
 
 
 def _third_order_term(tr, C, delta):
@@ -167,26 +167,27 @@ def _third_order_term(tr, C, delta):
 
 
 def test_cubic_model_bounds_g_beyond_its_quadratic_and_needs_each_piece(tiny):
-    """|g - g(0) - grad . delta - 1/2 delta^T H0 delta| <= r^3 u^T P u + rest + rounding at sampled points of the box
-    (block/taylor_model.py) at every radius, and each piece is needed: without the cubic form the bound fails at some
-    point, and the rest is what bounds g beyond its exact third-order Taylor polynomial (which exceeds the
+    """+-(g - g(0) - grad . delta - 1/2 delta^T H0 delta) <= r^3 u^T P u + rest(+-) + rounding at sampled points of
+    the box (block/taylor_model.py) at every radius, and each piece is needed: without the cubic form the bound fails
+    at some point, and the rest is what bounds g beyond its exact third-order Taylor polynomial (which exceeds the
     rounding alone at some point)."""
     tr, C, cv, _ = tiny
     without_cubic = without_rest = False
     for k, r in enumerate([1e-3, 1e-2, 3e-2, 0.1]):
-        beyond, cubic, rest, rounding, delta = _beyond_quadratic(tr, C, r, seed=20 + k)
-        if not torch.isfinite(rest).all():
+        beyond, cubic, (up, down), rounding, delta = _beyond_quadratic(tr, C, r, seed=20 + k)
+        if not (torch.isfinite(up).all() and torch.isfinite(down).all()):
             continue
-        assert torch.all(beyond <= cubic + rest + rounding), r
-        without_cubic |= bool((beyond > rest + rounding).any())
+        assert torch.all(beyond <= cubic + up + rounding) and torch.all(-beyond <= cubic + down + rounding), r
+        without_cubic |= bool((beyond > up + rounding).any() or (-beyond > down + rounding).any())
         G, gv = block_graph(tr, C, torch.tensor([0.0], dtype=DT))
         H0 = torch.func.hessian(lambda x: specification_values(tr, C, x))(torch.zeros(tr.d, dtype=DT))
         d = delta[:12]
         g = specification_values(tr, C, d).detach()
         fourth = (g - gv.c - d @ gv.J.T - 0.5 * torch.einsum("nd,mde,ne->nm", d, H0, d)
-                  - _third_order_term(tr, C, d).detach()).abs()
-        assert torch.all(fourth <= rest + rounding + 1e-12 * g.abs()), r
-        without_rest |= bool((fourth > rounding + 1e-12 * g.abs()).any())
+                  - _third_order_term(tr, C, d).detach())
+        assert torch.all(fourth <= up + rounding + 1e-12 * g.abs()), r
+        assert torch.all(-fourth <= down + rounding + 1e-12 * g.abs()), r
+        without_rest |= bool((fourth.abs() > rounding + 1e-12 * g.abs()).any())
     assert without_cubic and without_rest
 
 

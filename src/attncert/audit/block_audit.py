@@ -5,9 +5,9 @@ in numpy, without the stage's code (`block_rederive` builds the pieces again).
 The certificate's claim, per (transition, head), sense s = +-1 and radius r (block/certificate.py and
 block/taylor_model.py state it; docs/block_residual.md): with c / J the re-derived output form's float value and
 Jacobian (g(delta) = c + J delta + sum_n lambda_n nu_n + err, |err| <= e0 + a0 r' + the part in Rest), H0 the
-re-derived centre Hessian (rounding h_round), P the re-derived cubic form of
-the Taylor model (rounding P_rounding) and Rest its fourth-order rest at r' = r (1 + 4 u) >= r, y the stored SDP
-dual of that radius and sense, g0 the table's g(0) and G the stored gradient that define f = g - g0 - G . delta,
+re-derived centre Hessian (rounding h_round), P the re-derived cubic form of the Taylor model (rounding
+P_rounding) and Rest its fourth-order rest of sense s at r' = r (1 + 4 u) >= r, y the stored SDP dual of that radius
+and sense, g0 the table's g(0) and G the stored gradient that define f = g - g0 - G . delta,
 
     beyond = r'^2 [1/2 sum y + 1/2 h_round + r' P_rounding] + Rest
     max s f <= max(s (c - g0) + e0, 0) + (||J - G||_1 + a0) r' + beyond
@@ -149,7 +149,7 @@ def recomputed_bounds(p: dict, duals: dict, G: np.ndarray, g0: np.ndarray, radii
         half = np.full((m, R), math.inf)                                                # >= 1/2 sum y
         if y.shape == (R, m, d):
             half = np.where(ok, _up(0.5 * y.sum(-1).T, d), math.inf)
-        beyond = _up(_up(_up(half + rounding, 1) * r2[None, :], 1) + p["rest"].T, 1)
+        beyond = _up(_up(_up(half + rounding, 1) * r2[None, :], 1) + p["rest"][0 if sign > 0 else 1].T, 1)
         beyond = np.where(p["P_finite"][:, None] & ~np.isnan(beyond), beyond, math.inf)
         off = _add_up(sign * c, -sign * g0)                                             # >= s (c - g0)
         base = np.maximum(_add_up(off, _up(e0, 0)), 0.0)[:, None]

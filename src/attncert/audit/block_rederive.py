@@ -103,9 +103,11 @@ def block_output(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarray, 
 
 def rederived_pieces(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarray, radii, shift) -> dict:
     """What the certificate's bound needs (block/certificate.py states the bound), at the radii r raised to
-    r_t = r (1 + 4 u) as the stage's, with the softmax shift `shift` (H, d) of the certificate file: c, J (g(0), grad g(0) as floats), e0, a0 (their rounding), H0 (m, d, d) and
-    its rounding bound h_round (m,), the cubic form P (m, d, d) with P_rounding (m,) and P_finite (m,), and
-    rest (R, m): the Taylor model's fourth-order rest and the output's rounding beyond e0 + a0 r."""
+    r_t = r (1 + 4 u) as the stage's, with the softmax shift `shift` (H, d) of the certificate file: c, J (g(0),
+    grad g(0) as floats), e0, a0 (their rounding), H0 (m, d, d) and its rounding bound h_round (m,), the cubic form
+    P (m, d, d) with P_rounding (m,) and P_finite (m,), and
+    rest (2, R, m): the Taylor model's fourth-order rest per sense (+g, -g) and the output's rounding beyond
+    e0 + a0 r."""
     radii = np.asarray(radii, dtype=np.float64)
     rho = np.concatenate([[0.0], radii]) * (1 + 4 * U)
     with np.errstate(over="ignore", invalid="ignore"):      # an enclosure that reaches a singularity gives +inf
@@ -117,4 +119,4 @@ def rederived_pieces(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarr
     # g(delta) = c + J delta + sum_n lambda_n nu_n + err: the nodes' rounding is in the rest, e0 and a0 are the
     # output form's own (cerr, and jerrJ: its Jacobian row's)
     return {"c": g.c, "J": g.J, "e0": g.cerr, "a0": g.jerrJ, "H0": H0, "h_round": h_round, "P": cm.P,
-            "P_rounding": cm.P_rounding, "P_finite": cm.P_finite, "rest": cm.rest[1:]}
+            "P_rounding": cm.P_rounding, "P_finite": cm.P_finite, "rest": cm.rest[:, 1:]}

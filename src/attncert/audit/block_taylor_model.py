@@ -12,14 +12,17 @@ In short, with lambda_n = R_g[:, n] the centre adjoints of g = C F, every node i
     |cubic| <= rho^3 u^T P u,   P = sum_n c_n j_n j_n^T  (u = delta / rho),
     c_n = 1/2 |phi''(c_n)| ||kappa_n||_1 + |lambda_n| |phi'''(c_n)| s_n / 6        (unary n, on its input's j)
           1/2 ||kappa_n||_1 t_n,  1/2 ||kappa_n||_1 / t_n,  t_n = s_y / s_x         (product n, on j_x and j_y),
-    |rest| <= sum_n |lambda_n| own_n + sum_k (Cmax_k + Rest_k) rho ||kappa_k||_1 + jerr_g max |nu|,
+    +-rest <= sum_n |lambda_n| own_n + sum_k (Cmax_k + Rest_k) rho ||kappa_k||_1 + jerr_g max |nu|,
 
 own_n a node's fourth-order terms without p (t + e) (those sum, signed, to sum_k (Cu_k + Rest_k)(kappa_k . delta): the
 "moved" term), with its rounding terms; a product with a broadcast factor (identical rows of one input: LayerNorm's
 1/sigma, the softmax's 1/sum, the query's own attention weight) keeps the common factor out of its quadratic part
 (one l1 norm per group, `shared_factor_sum`) and bounds its output term (Delta_x - p_x)(Delta_y - p_y) through the
 lambda-weighted rows of R_x. Every bound is a float sum of nonnegative terms raised by `inflate`; an infinite piece
-(a singularity reached over the box) stays +inf (NaN, from 0 * inf or inf - inf, reads as +inf).
+(a singularity reached over the box) stays +inf (NaN, from 0 * inf or inf - inf, reads as +inf). The rest is bounded
+per sense s = +-1: a unary node's 1/2 phi''(c) (Delta - p)^2 enters with the weight (s lambda phi''(c))^+ (plus the
+float phi''s error), and for exp, 1/z and z^(-1/2) the excess phi - T3 >= 0 with (s lambda)^+; the rest of own_n with
+|lambda_n|.
 """
 from __future__ import annotations
 
@@ -41,8 +44,8 @@ class CubicModel:
     P: np.ndarray              # (m, d, d) float, the cubic part's form (rows with a non-finite coefficient: zeros)
     P_rounding: np.ndarray     # (m,) bound on max_u |u^T (P - P_exact) u| over the box
     P_finite: np.ndarray       # (m,) bool
-    rest: np.ndarray           # (B, m) bound on the rest over ||delta||_inf <= rho_b and the output's rounding
-                               # beyond e0 + a0 rho (+inf where not bounded)
+    rest: np.ndarray           # (2, B, m) per sense (+g, -g): bound on the rest over ||delta||_inf <= rho_b
+                               # and the output's rounding beyond e0 + a0 rho (+inf where not bounded)
 
 
 def _padded(R: np.ndarray, n: int) -> np.ndarray:
@@ -165,7 +168,7 @@ class _Walk:
 
 
 def _unary(walk: _Walk, nd, lam_n, kn_n):
-    """(q, cu, rest, output term (B, m), P pairs) of a unary node."""
+    """(q, cu, rest, output term (2, B, m) per sense, P pairs) of a unary node."""
     (z,) = nd.inputs
     H, T, E, D1, w = walk.parts(z)
     sp = inflate(z.s[None, :] * walk.r1)                               # |p|
@@ -182,7 +185,21 @@ def _unary(walk: _Walk, nd, lam_n, kn_n):
                   + m4 + rnd)
     rest = inflate(own + d2 * sp * (T + E))
     coef = inflate(0.5 * d2 * kn_n + np.abs(lam_n) * d3 * z.s / 6.0)
-    return q, cu, rest, inflate(own @ np.abs(lam_n).T), [(coef, z.J)]
+    # the output's share per sense s: 1/2 phi''(c) (Delta - p)^2 has phi''(c)'s sign and, for the convex curves,
+    # phi - T3 >= 0 has +'s: only s lambda phi'' > 0 (s lambda > 0) can raise s g
+    alam = np.abs(lam_n)
+    d2s = CURVES[nd.curve][2](z.c)
+    slack = alam * np.abs(d2s) * (2 * FN_ULPS * U)
+    convex = ends is not None
+    others = inflate(d2 * sp * zr + d3 * D1 * (w * w + w * sp + sp * sp) / 6.0 + (0.0 if convex else m4) + rnd)
+    h2 = 0.5 * D1 * D1
+    terms = []
+    for sign in (1.0, -1.0):
+        t = inflate(others @ alam.T) + inflate(h2 @ inflate(np.maximum(sign * lam_n * d2s, 0.0) + slack).T)
+        if convex:
+            t = t + inflate(m4 @ inflate(np.maximum(sign * lam_n, 0.0)).T)
+        terms.append(_inf_for_nan(inflate(t)))
+    return q, cu, rest, np.stack(terms), [(coef, z.J)]
 
 
 def _product(walk: _Walk, i: int, nd, lam_n, kn_n):
@@ -231,7 +248,7 @@ def cubic_model(enc: Enclosure, out: Var) -> CubicModel:
     m, d = lam.shape[0], enc.d
     kn = kappa_norms(enc, lam)
     walk = _Walk(enc)
-    own_out = np.zeros((enc.B, m))
+    own_out = np.zeros((2, enc.B, m))          # per sense (+g, -g)
     pairs = []
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         for i, nd in enumerate(enc.nodes):

@@ -306,7 +306,7 @@ def certify_transition(tr: BlockTransition, C, g0, grad, radii, sdp_iterations: 
             r_t = rho_t[ri + 1]
             M = sign * H0 + 2.0 * r_t * cm.P
             _, y = sdp_box_upper(M, JOINT_SDP_STEPS, D0=yH, candidate=yH + r_t * yP)
-            beyond = beyond_linear(y, r_t, h_round, cm.P_rounding, cm.P_finite, cm.rest[ri + 1])
+            beyond = beyond_linear(y, r_t, h_round, cm.P_rounding, cm.P_finite, cm.rest[0 if sign > 0 else 1, ri + 1])
             f, g = f_and_g_bounds(sign, gv.c, grad_l1, off_g0, e0, a0, off_grad, r_t, beyond)
             ys.append(y)
             fs.append(f)

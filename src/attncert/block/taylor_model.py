@@ -40,9 +40,11 @@ and enters the output as sum_n |lambda_n| Restmax_n, except where signs can be k
 p_n (t_n + e_n) sum to sum_k (Cu_k + Rest_k)(kappa_k . delta) (bounded with ||kappa_k||_1, like the cubic part), and
 a product with a broadcast factor y (LayerNorm's 1/sigma, the softmax's 1/sum, the query's own attention weight)
 has sum_{i in g} R_{v i} p_{x i} p_{y g} = p_{y g} (sum_{i in g} R_{v i} j_{x i}) . delta: one l1 norm per group
-instead of a sum of absolute values. The certificate (block/certificate.py) is then
+instead of a sum of absolute values. The rest is bounded per sense s = +-1 of g: a unary node's 1/2 phi''(c) (h + t +
+e)^2 has phi''(c)'s sign and the convex curves' phi - T3 is >= 0, so those enter s g only with the positive parts of
+s lambda_n phi''(c_n) and s lambda_n (`signed_unary_terms`). The certificate (block/certificate.py) is then
 
-    max (+-f) <= base + lin + r^2 [1/2 max_u u^T (+-H0 + 2 r P) u + rounding(H0, P)] + Rest_out,
+    max (+-f) <= base + lin + r^2 [1/2 max_u u^T (+-H0 + 2 r P) u + rounding(H0, P)] + Rest_out(+-),
 
 the maximum bounded by one verified SDP dual per radius and sense.
 """
@@ -103,7 +105,8 @@ class CubicModel:
     P: torch.Tensor              # (m, d, d) float, the cubic part's form (rows with a non-finite coefficient: zeros)
     P_rounding: torch.Tensor     # (m,) bound on max_u |u^T (P - P_exact) u| over the box
     P_finite: torch.Tensor       # (m,) bool
-    rest: torch.Tensor           # (B, m) bound on |sum_n lambda_n rest_n| + the output's rounding beyond e0 + a0 rho
+    rest: torch.Tensor           # (2, B, m) per sense (+g, -g): bound on +-sum_n lambda_n rest_n + the output's
+                                 # rounding beyond e0 + a0 rho
     coefficients: list           # per nonlinear op: [(coef (m, N), J (N, d)), ...] (for measurement)
 
 
@@ -151,6 +154,27 @@ def kappa_norms(G: Graph, lam: torch.Tensor, signed: bool = True) -> torch.Tenso
     return inflate(inflate(norms) + inflate(g * err) * 2.0)
 
 
+def signed_unary_terms(op, z, lam_n: torch.Tensor, terms: dict, convex: bool, D1: torch.Tensor) -> torch.Tensor:
+    """(2, B, m) the output's share sum_n lambda_n own_n of a unary node's rest terms `terms`, per sense s = +-1.
+
+    1/2 phi''(c) (Delta - p)^2 has the sign of phi''(c) (its float value errs by FN_ULPS u relatively), and for the
+    convex exp, 1/z and z^(-1/2) the excess phi - T3 over the cubic Taylor polynomial is >= 0: in s g they raise
+    the bound only where s lambda phi''(c) > 0 (s lambda > 0), so they enter with those positive parts; the other
+    terms with |lambda|."""
+    d2s = op.curve.d2(z.c)
+    l = lam_n.abs()
+    slack = l * d2s.abs() * (2 * FN_ULPS * U)
+    others = inflate(sum(v for k, v in terms.items() if k != "h2" and not (convex and k == "m4")))
+    h2 = 0.5 * D1 * D1
+    out = []
+    for sign in (1.0, -1.0):
+        t = inflate(others @ l.T) + inflate(h2 @ inflate((sign * lam_n * d2s).clamp_min(0.0) + slack).T)
+        if convex:
+            t = t + inflate(terms["m4"] @ inflate((sign * lam_n).clamp_min(0.0)).T)
+        out.append(inflate(t))
+    return torch.stack(out)
+
+
 def broadcast_groups(v) -> list | None:
     """The groups of identical rows of v (value, Jacobian and noise rows), if v has fewer distinct rows than
     entries (a broadcast, as LayerNorm's 1 / sigma and the softmax's 1 / sum): a list of index tensors; else None."""
@@ -176,12 +200,13 @@ def factored_products(G: Graph) -> dict:
 
 
 def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_rest: bool = True,
-                signed_kappa: bool = True) -> CubicModel:
+                signed_kappa: bool = True, signed_rest: bool = True) -> CubicModel:
     """The cubic form P and the rest over the graph's radii (module docstring). The switches (each sound either way;
     for the ablation bench): `shared_factors` takes a broadcast factor out of the products' quadratic parts
     (LayerNorm's 1/sigma, the softmax's 1/sum and the query's own weight), `kappa_rest` bounds the nodes' fourth-order
     terms p (t + e) through kappa instead of node by node, `signed_kappa` forms kappa (else ||kappa_k||_1 is bounded
-    by a sum of absolute values over the later nodes)."""
+    by a sum of absolute values over the later nodes), `signed_rest` bounds the rest per sense with the signs of the
+    unary nodes' squared terms (`signed_unary_terms`; with `kappa_rest`)."""
     B, m, nK = G.B, H0_rows, G.n_nodes
     rho = G.rho
     lam = pad_columns(gv.R, nK)                                                  # (m, nK)
@@ -190,7 +215,7 @@ def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_r
     Cmax = torch.zeros(B, nK, dtype=DTYPE)
     Rest = torch.zeros(B, nK, dtype=DTYPE)
     numax = torch.zeros(B, nK, dtype=DTYPE)
-    own_out = torch.zeros(B, m, dtype=DTYPE)
+    own_sense = torch.zeros(2, B, m, dtype=DTYPE)
     coefficients = []
     r1 = rho.unsqueeze(1)
     factored = factored_products(G) if shared_factors else {}
@@ -271,6 +296,8 @@ def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_r
             own = inflate(sum(terms.values())) if kappa_rest else rest
             coef = inflate(0.5 * d2 * kn[:, lo:hi] + l * d3 * z.s / 6.0)     # (m, N) on (j . u)^2
             terms_out = None
+            if kappa_rest and signed_rest:
+                terms_out = signed_unary_terms(op, z, lam[:, lo:hi], terms, ends is not None, D1)
             coefficients.append([(coef, z.J)])
         else:
             x, y = _node_inputs(G, op)
@@ -315,13 +342,13 @@ def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_r
         if op.out not in factored:
             Qplain[:, lo:hi] = q
         Rest[:, lo:hi] = torch.nan_to_num(rest, nan=math.inf, posinf=math.inf)
-        own_term = inflate(own @ l.T) if terms_out is None else terms_out
-        own_out += torch.nan_to_num(own_term, nan=math.inf, posinf=math.inf)
+        own_term = inflate(own @ l.T) if terms_out is None else terms_out     # (B, m), or (2, B, m) per sense
+        own_sense += torch.nan_to_num(own_term, nan=math.inf, posinf=math.inf)
         numax[:, lo:hi] = torch.minimum(inflate(q + cu + Rest[:, lo:hi]), G.eps[:, lo:hi])
     # the output: sum_n lambda_n rest_n = sum_n lambda_n own_n + sum_k (Cu_k + Rest_k)(kappa_k . delta), plus the
     # output form's rounding on the nodes' excess (jerr max |nu|)
-    moved = inflate(inflate((Cmax + Rest) * r1) @ kn.T) if kappa_rest else torch.zeros_like(own_out)
-    rest_out = inflate(own_out + moved + gv.jerr.unsqueeze(0) * numax.amax(-1, keepdim=True))   # (B, m)
+    moved = inflate(inflate((Cmax + Rest) * r1) @ kn.T) if kappa_rest else torch.zeros(B, m, dtype=DTYPE)
+    rest_out = inflate(own_sense + moved + gv.jerr.unsqueeze(0) * numax.amax(-1, keepdim=True))   # (2, B, m)
     rest_out = torch.nan_to_num(rest_out, nan=math.inf, posinf=math.inf)
     P = torch.zeros(m, G.d, G.d, dtype=DTYPE)
     absum = torch.zeros(m, dtype=DTYPE)
