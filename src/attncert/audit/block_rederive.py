@@ -66,6 +66,7 @@ def block_output(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarray, 
     k = E.linear([(u, W["W_K"])], b["b_K"])
     v = E.linear([(u, W["W_V"])], b["b_V"])
     p = E.product(q, k)
+    p_node = len(E.nodes) - 1
     Kq, Sp = np.zeros((d, H * n)), np.zeros((d, H * n))
     Sel, A_fixed = np.zeros((H * n, d)), np.zeros((H * n, d))
     for h in range(H):
@@ -89,6 +90,9 @@ def block_output(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarray, 
     S = np.kron(np.eye(H), np.ones((n, 1)))
     Dinv = E.unary(E.linear([(Ex, S)]), "reciprocal")
     att = E.product(Ex, E.linear([(Dinv, np.ascontiguousarray(S.T))]))
+    att_node = len(E.nodes) - 1
+    E.softmax_groups.append((att_node - 2, att_node - 1, att_node, H, n))      # exp, 1/D, weights
+    E.bilinear_groups.append((p_node, H, dh))
     pv = E.product(E.linear([(att, Sel)]), v)
     o = E.linear([(att, A_fixed), (pv, np.eye(d))])
     y = E.linear([(x, np.eye(d)), (o, W_O)], b_O)

@@ -34,6 +34,7 @@ import numpy as np
 from attncert.audit.block_curves import (CURVES, FN_ULPS, U, fourth_bound, inflate, taylor_excess_at_ends,
                                          third_derivative)
 from attncert.audit.block_enclosure import Enclosure, Var
+from attncert.audit.block_grouped_quadratic import score_groups
 from attncert.head.rounding import gamma
 
 KAPPA_COLUMNS = 512        # columns of kappa formed at once (memory: KAPPA_COLUMNS x d floats)
@@ -125,6 +126,8 @@ class _Walk:
         self.r1 = enc.rho[:, None]
         self.r2 = inflate(enc.rho * enc.rho)[:, None]
         self.factored = factored_products(enc)
+        self.softmaxes, self.bilinears = score_groups(enc)
+        self.in_group = {i for sg in self.softmaxes for i in sg.nodes} | {bg.node for bg in self.bilinears}
 
     def rounding(self, v) -> np.ndarray:
         """(B, N) bound on |err_v|: cerr + jerrJ rho + jerr max |nu| over the nodes so far."""
@@ -146,13 +149,30 @@ class _Walk:
             err += sy * (np.abs(Rg) @ x.s[idx])
         return inflate(inflate(total) + gamma(x.J.shape[0] + self.enc.d + 4) * err)
 
+    def node_by_node(self, Rv: np.ndarray, i: int) -> np.ndarray:
+        """(B, rows) node i's columns present in Rv bounded node by node (a broadcast factor taken out)."""
+        lo, hi = self.enc.nodes[i].cols
+        top = min(hi, Rv.shape[1])
+        if i in self.factored and top == hi:
+            return self.r2 * self.shared_factor_sum(Rv, i)[None, :]
+        return self.Q[:, lo:top] @ np.abs(Rv[:, lo:top]).T
+
     def quadratic(self, Rv: np.ndarray) -> np.ndarray:
-        """(B, rows) bound on |Rv Q| (the quadratic part of the rows' values; factored products' columns signed)."""
+        """(B, rows) bound on |Rv Q| (the quadratic part of the rows' values; factored products' columns signed, the
+        softmax and query-key groups as one form where smaller)."""
         n = Rv.shape[1]
         Hv = self.Q_plain[:, :n] @ np.abs(Rv).T
         for i in self.factored:
-            if self.enc.nodes[i].cols[1] <= n:
+            if self.enc.nodes[i].cols[1] <= n and i not in self.in_group:
                 Hv = Hv + self.r2 * self.shared_factor_sum(Rv, i)[None, :]
+        for sg in self.softmaxes:
+            node = sum(self.node_by_node(Rv, i) for i in sg.nodes if self.enc.nodes[i].cols[0] < n)
+            if sg.cols[2][1] <= n:
+                node = np.minimum(node, self.r2 * sg.bound(Rv)[None, :])
+            Hv = Hv + node
+        for bg in self.bilinears:
+            if bg.cols[1] <= n:
+                Hv = Hv + np.minimum(self.node_by_node(Rv, bg.node), bg.bound(Rv, self.Q, self.r2))
         return inflate(Hv)
 
     def parts(self, v: Var):
@@ -259,7 +279,7 @@ def cubic_model(enc: Enclosure, out: Var) -> CubicModel:
                 q, cu, rest, out_term, p = _product(walk, i, nd, lam[:, lo:hi], kn[:, lo:hi])
             pairs += p
             walk.Q[:, lo:hi], walk.Cu[:, lo:hi] = q, cu
-            if i not in walk.factored:
+            if i not in walk.factored and i not in walk.in_group:
                 walk.Q_plain[:, lo:hi] = q
             walk.Rest[:, lo:hi] = _inf_for_nan(rest)
             own_out = own_out + _inf_for_nan(out_term)

@@ -57,6 +57,7 @@ import torch
 
 from attncert.block.enclosure import (_GELU_D3, FN_ULPS, U, Graph, _gelu_sups, inflate, pad_columns,
                                       taylor_excess_at_ends)
+from attncert.block.grouped_quadratic import score_groups
 from attncert.block.map import DTYPE, EXP, RECIPROCAL, RSQRT, SQUARE, ScalarCurve
 from attncert.head.rounding import gamma
 
@@ -200,13 +201,14 @@ def factored_products(G: Graph) -> dict:
 
 
 def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_rest: bool = True,
-                signed_kappa: bool = True, signed_rest: bool = True) -> CubicModel:
+                signed_kappa: bool = True, signed_rest: bool = True, grouped: bool = True) -> CubicModel:
     """The cubic form P and the rest over the graph's radii (module docstring). The switches (each sound either way;
     for the ablation bench): `shared_factors` takes a broadcast factor out of the products' quadratic parts
     (LayerNorm's 1/sigma, the softmax's 1/sum and the query's own weight), `kappa_rest` bounds the nodes' fourth-order
     terms p (t + e) through kappa instead of node by node, `signed_kappa` forms kappa (else ||kappa_k||_1 is bounded
     by a sum of absolute values over the later nodes), `signed_rest` bounds the rest per sense with the signs of the
-    unary nodes' squared terms (`signed_unary_terms`; with `kappa_rest`)."""
+    unary nodes' squared terms (`signed_unary_terms`; with `kappa_rest`), `grouped` bounds the quadratic parts
+    through a softmax and a head's query-key products as one group where smaller (block/grouped_quadratic.py)."""
     B, m, nK = G.B, H0_rows, G.n_nodes
     rho = G.rho
     lam = pad_columns(gv.R, nK)                                                  # (m, nK)
@@ -219,8 +221,10 @@ def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_r
     coefficients = []
     r1 = rho.unsqueeze(1)
     factored = factored_products(G) if shared_factors else {}
-    fops = [op for op in G.ops if op.out in factored]
-    Qplain = torch.zeros(B, nK, dtype=DTYPE)       # Qmax with the factored products' columns left out
+    softmaxes, bilinears = score_groups(G) if grouped else ([], [])
+    in_group = {op.out for sg in softmaxes for op in sg.ops} | {bg.op.out for bg in bilinears}
+    fops = [op for op in G.ops if op.out in factored and op.out not in in_group]
+    Qplain = torch.zeros(B, nK, dtype=DTYPE)       # Qmax without the factored products' and the groups' columns
     r2 = inflate(rho * rho)
 
     def shared_factor_sum(Rv, op):
@@ -248,6 +252,13 @@ def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_r
                 err += sy[g] * (Rg.abs() @ x.s[idx])
         return inflate(inflate(total) + gamma(x.J.shape[0] + G.d + 4) * err)
 
+    def node_by_node(Rv, op):
+        """(B, rows) the node-by-node bound of op's columns present in Rv (a broadcast factor taken out)."""
+        lo, hi = op.cols[0], min(op.cols[1], Rv.shape[1])
+        if op.out in factored and hi == op.cols[1]:
+            return r2.unsqueeze(1) * shared_factor_sum(Rv, op).unsqueeze(0)
+        return Qmax[:, lo:hi] @ Rv[:, lo:hi].abs().T
+
     def quadratic_part(Rv):
         """(B, rows) bound on |R_v Q| (the quadratic part of the rows' values)."""
         n = Rv.shape[1]
@@ -255,6 +266,14 @@ def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_r
         for op in fops:
             if op.cols[1] <= n:
                 Hv = Hv + r2.unsqueeze(1) * shared_factor_sum(Rv, op).unsqueeze(0)
+        for sg in softmaxes:
+            node = sum(node_by_node(Rv, op) for op in sg.ops if op.cols[0] < n)
+            if sg.ops[2].cols[1] <= n:
+                node = torch.minimum(node, r2.unsqueeze(1) * sg.bound(Rv).unsqueeze(0))
+            Hv = Hv + node
+        for bg in bilinears:
+            if bg.op.cols[1] <= n:
+                Hv = Hv + torch.minimum(node_by_node(Rv, bg.op), bg.bound(Rv, Qmax, r2))
         return inflate(Hv)
 
     def rounding(v):
@@ -339,7 +358,7 @@ def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_r
                 terms_out = None
             coefficients.append([(inflate(0.5 * k * t * (1 + 4 * U)), x.J), (inflate(0.5 * k / t * (1 + 4 * U)), y.J)])
         Qmax[:, lo:hi], Cmax[:, lo:hi] = q, cu
-        if op.out not in factored:
+        if op.out not in factored and op.out not in in_group:
             Qplain[:, lo:hi] = q
         Rest[:, lo:hi] = torch.nan_to_num(rest, nan=math.inf, posinf=math.inf)
         own_term = inflate(own @ l.T) if terms_out is None else terms_out     # (B, m), or (2, B, m) per sense
