@@ -13,7 +13,8 @@ Facets for the solve (linf): per token the `near` consecutive edges on each side
 optimum (`facets.vertex_dinkelbach`) and a global sigma grid; after a solve, tokens whose atoms U/lam, V/(tau-lam)
 lie above the boundary of P get the edges under them (cutting planes, at most `rounds` solves; every round's
 bound is sound, the smallest is kept). Each solve's dual is also refined by the outer-approximation LPs of
-`token_solve.refined_solutions` (supporting cuts of the cones, HiGHS); every LP's dual is bounded as well.
+`token_solve.refined_solutions` (supporting cuts of the cones, HiGHS; in the token family only where the
+interior-point dual is inexact, `token_family._refines`); every LP's dual is bounded as well.
 
 Few kept tokens (at most JOINT_MAX) and a wide weight band (R_s >= JOINT_RS), a family solve whose interior-point
 rungs all failed, or a family that fell back: the joint token program's bound (the path below FAMILY_ABOVE) is

@@ -5,19 +5,32 @@ is E_lj times one universal program of the scalar w = wt_j - t (its value offset
 do not depend on E_lj or t (all tokens of a fixed query share h = R_s and P; the data errors differ by ~1e-13).
 So the duals of all n tokens come from G << n solved token programs: G values of w (at the tokens with the
 largest weight bounds, for each t of the pass, and spread over the range), solved together as G independent
-blocks (tau = 1), each scaled by the weight share its dual carries (`_block_scale`) and its dual scaled back; the
-outer-approximation LPs of `token_solve.refined_solutions` refine the duals on the unscaled blocks, and their last
-point gives the values Psi(w) of the grid. With Psi(w) the token program's
+blocks (tau = 1), each scaled by the weight share its dual carries (`_block_scale`) and its dual scaled back; where
+the interior-point dual is inexact (`_refines`) the outer-approximation LPs of `token_solve.refined_solutions`
+refine the duals on the unscaled blocks, and their last point gives the values Psi(w) of the grid (otherwise the
+solver's point does). With Psi(w) the token program's
 optimum (convex, increasing, slope 1 + kappa lam), F(t) = sum_j E_lj Psi(wt_j - t) is convex and decreasing and
 the relaxation's multiplier is its root: the first pass (t = 0) gives the root of the interpolated F; later passes
 solve a Newton step from the left of the root and a chord (or midpoint) step from its right, until the Newton
-step times the weight band is small against the dual gap (FAMILY_PASSES at most). Token j's dual at a solved t is
+step times the weight band is small against |bound - t| or against the bound's margin below the first-order bound
+(FAMILY_PASSES at most). Token j's dual at a solved t is
 E_lj times its grid point's dual (heavy tokens) or the linear interpolation of its two neighbours' (a convex
 combination of points of K^* is in K^*); the solver's and the best refined dual are
 both used, each at its own t and at the normalization multiplier of `support_bound.best_multiplier`. The bound is
 computed from each dual by `support_bound.bound_from_dual`, sound for any dual (the family decides only how tight
-it is), and the smallest is kept. Cost: 2 to FAMILY_PASSES (typically 3) solves of G token programs, O(n) per root
-step, O(n d) per bound.
+it is), and the smallest is kept.
+
+Facets (linf): the first pass places them by cutting planes (`token_solve.cutting_plane_rounds`, from a window
+around each w's estimated vertex). Psi(w) is one program of w, so its atoms U/lam, V/(tau - lam) move with w: a
+later pass starts from the edges under the atoms of the last pass's two grid points around each of its w (and
+CARRY_WIDTH neighbours; `_carried`) and solves with at most CARRY_ROUNDS rounds. Only atoms of a solve that ended
+"optimal" are carried; otherwise the pass starts afresh. Which facets a solve is given decides only how tight its
+dual is, never whether the bound is sound.
+
+Cost: 2 to FAMILY_PASSES (typically 2) solves of G token programs (the first with up to `rounds` cutting-plane
+rounds, later ones CARRY_ROUNDS), O(n) per root step, O(n d) per bound. On the GPT-2-sized units of
+`bench/bench_second_order.py` (--unit-ns) the carried facets with one round end tighter than three fresh rounds,
+and the LPs' duals of a linf solve that ended optimal never gave the smaller bound (they cost 40% of the time).
 """
 from __future__ import annotations
 
@@ -30,6 +43,8 @@ from attncert.certify.second_order.relaxation.rows import weight_coefficients
 from attncert.certify.second_order.fixed_query.support_bound import best_multiplier, bound_from_dual, unit_generators
 from attncert.certify.second_order.fixed_query.token_program import LAM, UW, VW, build_program
 from attncert.certify.second_order.fixed_query.token_solve import (
+    QUICK,
+    atom_edges,
     cutting_plane_rounds,
     edge_window,
     refined_solutions,
@@ -40,9 +55,16 @@ FAMILY_ABOVE = 48  # more kept tokens than this: duals from the one-parameter fa
 FAMILY_TOP = 64  # grid points placed at the w of the tokens with the largest weight bounds ...
 FAMILY_SPREAD = 32  # ... and spread evenly over the range of w
 FAMILY_PASSES = 6  # solves of the grid at most: at t = 0, at the interpolated root, then bracketing steps
-FAMILY_GAIN = 0.5  # another pass while the Newton step, times the weight band Ehat, exceeds this x (bound - t),
+FAMILY_GAIN = 0.5  # another pass while the Newton step, times the weight band Ehat, exceeds this x |bound - t|,
 FAMILY_STALL = 0.01  # ... unless the bound is below the first-order one and the last pass lowered it by at most
-FAMILY_FLOOR = 1e-6  # this x (bound - t), or the Newton step times Ehat is at most this x the first-order bound
+FAMILY_FLOOR = 1e-6  # this x |bound - t|, or the Newton step times Ehat is at most this x the first-order bound
+FAMILY_SHARE = 1e-3  # ... or at most this x the bound's margin below the first-order bound (t from the facets'
+#                      Psi can lie above the bound, so the gap is taken in absolute value)
+CARRY = True  # later passes start from the last pass's atoms (`_carried`; False: every pass cuts afresh)
+CARRY_WIDTH = 2  # ... the edges under them and this many on either side
+CARRY_ROUNDS = 1  # ... solved with at most this many cutting-plane rounds
+QUICK_FIRST = True  # linf grid solves try `token_solve.QUICK` (no iterative refinement) before the ladder
+REFINE_OPTIMAL_LINF = False  # refine linf grid solves that ended optimal as well (`_refines`; benchmarks compare)
 BLOCK_FLOOR = 1e-4  # weight scale of a grid block at least this x 1 / (1 + |w| / typical) (`_block_scale`)
 
 
@@ -119,7 +141,7 @@ def _unit_scale(prog, El):
     return replace(prog, c=c)
 
 
-def _solve_tokens(D, upper_cone, mono, geometry, norm, ladder, near, grid, rounds, log):
+def _solve_tokens(D, upper_cone, mono, geometry, norm, ladder, near, grid, rounds, log, carried=None):
     """Solve the (independent, tau = 1) token programs of D; returns (prog, [z, refined z] at E_l = 1 (None when
     no solve converged and the LPs from the last dual iterate failed too; the refined one only when its LP
     succeeds), per-token primal values at E_l = 1 (the last LP's point when there is one), their slopes
@@ -132,20 +154,25 @@ def _solve_tokens(D, upper_cone, mono, geometry, norm, ladder, near, grid, round
     k = weight_coefficients(D.A, np.full(D.A.size, D.R_s), D.eps_s, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w, mono)
     if norm == "l2":
         prog = build_program(D, upper_cone, mono, ellipse=geometry, k=k, fix_tau=True)
-        _, _, x, z, lg = solve_program(prog, ladder, iterate=True)
+        status, _, x, z, lg = solve_program(prog, ladder, iterate=True)
         log += lg
     else:
         chain, hs, hw, hb = geometry
-        edges = _vertex_edges(D, chain, (D.w0 - D.g0) / D.rho_o, near, grid)
-        for prog, _, _, _, x, z, lg in cutting_plane_rounds(D, upper_cone, mono, edges, (hs, hw, hb), chain, ladder,
-                                                            rounds, k=k, fix_tau=True, iterate=True):
+        if carried is None:
+            edges = _vertex_edges(D, chain, (D.w0 - D.g0) / D.rho_o, near, grid)
+        else:  # the sigma bounds, the global grid and the carried edges in place of the vertex window
+            base = edge_window(np.zeros(D.A.size, dtype=np.int64), chain, 0, grid)
+            edges = _distinct(np.concatenate([base, np.clip(carried, -2, chain.d - 1) + 2], axis=1))
+        quick = ((QUICK,) if QUICK_FIRST else ()) + tuple(ladder)
+        for prog, _, status, _, x, z, lg in cutting_plane_rounds(D, upper_cone, mono, edges, (hs, hw, hb), chain,
+                                                                 quick, rounds, k=k, fix_tau=True, iterate=True):
             log += lg
     if z is None:
-        return prog, None, None, None
+        return prog, None, None, None, None
     z1 = _unscaled(prog, z, k["El"])
-    refined = refined_solutions(_unit_scale(prog, k["El"]), z1)
+    refined = refined_solutions(_unit_scale(prog, k["El"]), z1) if _refines(norm, D, status) else []
     if x is None and not refined:  # no solve converged and the LPs from its last iterate failed
-        return prog, None, None, None
+        return prog, None, None, None, None
     if refined:  # the LP's point is more accurate than an interior-point solve that ends optimal_inaccurate
         x = refined[-1][0]
         gens_v = unit_generators(D, norm)
@@ -154,7 +181,42 @@ def _solve_tokens(D, upper_cone, mono, geometry, norm, ladder, near, grid, round
                                                       offer=False)[0])]
     lam, Uw, Vw = x[prog.var(LAM)], x[prog.var(UW)], x[prog.var(VW)]
     psi = k["wt"] * (1.0 + k["kappa"] * lam) + (k["c_V"] * Vw + k["c_U"] * Uw) / k["El"]
-    return prog, [z1] + refined, psi, 1.0 + k["kappa"] * lam
+    atoms = atom_edges(prog, x, D, geometry[0]) if norm != "l2" and status == "optimal" else None
+    return prog, [z1] + refined, psi, 1.0 + k["kappa"] * lam, atoms
+
+
+def _refines(norm: str, D, status: str) -> bool:
+    """Whether the outer-approximation LPs refine a grid solve that ended with `status`: where the interior-point
+    dual is inexact (an attempt that did not end "optimal", or none converged: its last iterate), the deviation form
+    of near-degenerate half-widths and the ellipse of l2 balls (`token_solve.refined_solutions`), or always with
+    REFINE_OPTIMAL_LINF. Either way every dual is only a candidate, bounded by `support_bound`."""
+    return REFINE_OPTIMAL_LINF or norm == "l2" or bool(D.deviation) or status != "optimal"
+
+
+def _distinct(edges: np.ndarray) -> np.ndarray:
+    """Each row's distinct entries, sorted, padded to the longest row with repeats of its first entry (a repeated
+    facet row is the same half-plane: it changes no bound, only the size of the program)."""
+    e = np.sort(edges, axis=1)
+    new = np.concatenate([np.ones((e.shape[0], 1), dtype=bool), np.diff(e, axis=1) > 0], axis=1)
+    width = int(new.sum(axis=1).max())
+    order = np.argsort(~new, axis=1, kind="stable")  # each row's distinct entries first, in order
+    out = np.take_along_axis(e, order, axis=1)[:, :width]
+    return np.where(np.arange(width)[None, :] < new.sum(axis=1)[:, None], out, out[:, :1])
+
+
+def _carried(gw: np.ndarray, previous, width: int) -> np.ndarray | None:
+    """(G, 4 (2 width + 1)) edges for grid points gw from the last pass's (grid, atom edges): the edges under the
+    atoms of the two grid points around each w, each with `width` neighbours on either side (None on the first
+    pass, and for l2). Psi(w) is one program of w, so its atoms move with w: where the last pass's cutting planes
+    ended is where this pass's start (its solve is a bound like any other whatever facets it is given)."""
+    if previous is None or previous[1] is None:
+        return None
+    g_old, atoms = previous
+    j, j1, _ = _bracket(g_old, gw)
+    near = np.concatenate([atoms[j], atoms[j1]], axis=1)  # (G, 4)
+    off = np.arange(-width, width + 1)
+    out = np.where(near[:, :, None] >= 0, near[:, :, None] + off[None, None, :], -2)
+    return out.reshape(gw.size, -1)
 
 
 def _root(El: np.ndarray, wt: np.ndarray, grid_w: np.ndarray, psi: np.ndarray, lo: float, hi: float) -> float:
@@ -257,15 +319,20 @@ def family_bound(D, upper_cone, mono, geometry, gens, norm, ladder, near, grid, 
     left = right = None  # (t, F, grid, psi, dpsi) of the solved t nearest the root on each side (F > 0: left)
     ts = [0.0]
     last = offered = None  # the last pass's solve; (t, solve) of the last candidate computed
+    previous = None  # (grid, atom edges) of the last pass (linf): the facets the next pass starts from
     before = math.inf
     for p in range(FAMILY_PASSES):
         gw = _grid(wt, El * k["Ehat"], ts, span)
         scale = _block_scale(gw, wt, El, ts, typical)
-        prog_v, z_v, psi, dpsi = _solve_tokens(_virtual_data(D, gw, scale), upper_cone, mono, geometry, norm,
-                                               ladder, near, grid, rounds, log)
+        carried = _carried(gw, previous, CARRY_WIDTH) if CARRY else None
+        prog_v, z_v, psi, dpsi, atoms = _solve_tokens(_virtual_data(D, gw, scale), upper_cone, mono, geometry,
+                                                      norm, ladder, near, grid,
+                                                      rounds if carried is None else min(rounds, CARRY_ROUNDS),
+                                                      log, carried)
         if z_v is None:
             break
         last = (gw, prog_v, z_v)
+        previous = (gw, atoms)
         for t_p in ts:
             F = float(El @ _interp(wt - t_p, gw, psi))
             if F > 0 and (left is None or t_p > left[0]):
@@ -282,10 +349,12 @@ def family_bound(D, upper_cone, mono, geometry, gens, norm, ladder, near, grid, 
         # F is convex and decreasing: a Newton step from the left stays left of the root, the chord between the two
         # sides lands right of it; both are solved in the next pass (the bound is best at or just right of the root)
         step = abs(_newton(El, wt, t, gw, psi, dpsi) - t)
-        settled = bound < ceiling and (before - bound <= FAMILY_STALL * (bound - t)
-                                       or step * band <= FAMILY_FLOOR * abs(ceiling))
+        resolution = abs(bound - t)
+        settled = bound < ceiling and (before - bound <= FAMILY_STALL * resolution
+                                       or step * band <= FAMILY_FLOOR * abs(ceiling)
+                                       or step * band <= FAMILY_SHARE * (ceiling - bound))
         before = bound
-        if not math.isfinite(bound) or (step * band > FAMILY_GAIN * (bound - t) and not settled):
+        if not math.isfinite(bound) or (step * band > FAMILY_GAIN * resolution and not settled):
             ts = []
             if left is not None:
                 ts.append(_newton(El, wt, left[0], *left[2:]))

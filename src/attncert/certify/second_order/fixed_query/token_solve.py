@@ -23,6 +23,10 @@ _BASE = dict(_CLARABEL_BASE, tol_gap_abs=1e-8, tol_gap_rel=1e-8, tol_feas=1e-8)
 LADDER = (dict(_BASE, max_step_fraction=0.9),
           dict(_BASE, max_step_fraction=0.75),
           dict(_BASE, max_step_fraction=0.6, equilibrate_enable=False))
+# a rung without Clarabel's iterative refinement of the KKT solves (40% less time per iteration), tried first by the
+# token family's linf grid solves (`token_family._solve_tokens`); an attempt that does not end "optimal" is refined
+# by the outer-approximation LPs there, one that does not converge goes on to LADDER's rungs
+QUICK = dict(_BASE, max_step_fraction=0.9, iterative_refinement_enable=False)
 NEAR = 4  # consecutive edges on each side of the estimated vertex (linf)
 GRID = 7  # global sigma grid of edges (linf)
 ROUNDS = 3  # solves with cutting planes (linf)
@@ -233,23 +237,41 @@ def solve_program(prog: Program, ladder=LADDER, iterate: bool = False):
     return (log[-1][1] if log else "not_run"), math.nan, None, last, log
 
 
-def cuts(prog: Program, x: np.ndarray, D, chain, edges: np.ndarray) -> tuple[np.ndarray, float]:
-    """Edges under the atoms U/lam, V/(tau - lam) that lie above the boundary of P; and their weighted height."""
+def _atoms(prog: Program, x: np.ndarray, D, chain):
+    """Per atom U/lam and V/(tau - lam) of each token: (weight, mass, sigma in chain units, unit omega, defined)."""
     tau = x[0]
     lam = x[prog.var(LAM)]
-    new_cols, total = [], 0.0
+    out = []
     for mass, s_col, w_col, weight in ((lam, US, UW, np.abs(prog.c[prog.var(UW)])),
                                        (tau - lam, VS, VW, np.abs(prog.c[prog.var(VW)]))):
         ok = mass > 1e-12 * max(tau, 1e-300)
         sig = np.where(ok, x[prog.var(s_col)] / np.where(ok, mass, 1.0), 0.0) * D.R_s
         om = np.where(ok, x[prog.var(w_col)] / np.where(ok, mass, 1.0), 0.0)
-        sig = np.clip(sig, -chain.R_s, chain.R_s)
+        out.append((weight, mass, np.clip(sig, -chain.R_s, chain.R_s), om, ok))
+    return out
+
+
+def cuts(prog: Program, x: np.ndarray, D, chain, edges: np.ndarray) -> tuple[np.ndarray, float]:
+    """Edges under the atoms U/lam, V/(tau - lam) that lie above the boundary of P; and their weighted height."""
+    new_cols, total = [], 0.0
+    for weight, mass, sig, om, ok in _atoms(prog, x, D, chain):
         height = om - np.interp(sig, chain.sigma, chain.omega) / D.rho_w
         above = ok & (height > VIOLATION)
         e = np.clip(np.searchsorted(chain.sigma, sig, side="right") - 1, 0, chain.d - 1)
         new_cols.append(np.where(above, e, edges[:, 0]))
         total += float(np.sum(np.where(above, weight * mass * height, 0.0)))
     return np.stack(new_cols, axis=1), total
+
+
+def atom_edges(prog: Program, x: np.ndarray, D, chain) -> np.ndarray:
+    """(n, 2): the edge of the upper chain under each token's atoms U/lam and V/(tau - lam) at the solution x
+    (-2 where an atom's mass is ~0: the sigma bound row once the caller adds 2), above P or not: where the
+    cutting planes ended, the facets a solve at nearby value offsets needs (`token_family`)."""
+    cols = []
+    for _, _, sig, _, ok in _atoms(prog, x, D, chain):
+        e = np.clip(np.searchsorted(chain.sigma, sig, side="right") - 1, 0, chain.d - 1)
+        cols.append(np.where(ok, e, -2))
+    return np.stack(cols, axis=1)
 
 
 def cutting_plane_rounds(D, upper_cone: bool, mono: int, edges: np.ndarray, facets: tuple, chain, ladder=LADDER,
