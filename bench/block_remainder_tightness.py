@@ -14,11 +14,15 @@ construction), per radius r, medians over the rows:
    delta) found by multi-start sign ascent of +-(f - q) from the stage's ascent starts (a LOWER bound on
    sup |f - q|), and (SDP quadratic + found) / ascent, the ratio a certificate with the exact beyond-quadratic part
    would reach.
-2. Ablation (each variant is still a sound certificate; the switches of `block.taylor_model.cubic_model`): without
-   the shared broadcast factors (LayerNorm's 1/sigma, the softmax's 1/sum, the query's own weight taken out of
-   the products' quadratic parts), without the fourth-order terms p (t + e) moved into kappa (node by node
-   instead), without both, with |kappa_k| bounded by absolute values (no signs: the cubic form node by node),
-   without all three; and the integral-remainder certificate this one replaced ("before", from the committed
+2. Ablation (each variant is still a sound certificate; the switches of `block.taylor_model.cubic_model` and the
+   softmax shift of `block.certificate.block_graph`): without the grouped quadratic parts (the softmax's exps, 1/D
+   and weights, and a head's query-key products, bounded as one form), without the signed rest (per sense), with
+   the softmax scores shifted by a constant only (no linear c_h . xi), without all three (the previous
+   certificate); then, on the previous certificate, without the shared broadcast factors (LayerNorm's 1/sigma,
+   the softmax's 1/sum, the query's own weight taken out of the products' quadratic parts), without the
+   fourth-order terms p (t + e) moved into kappa (node by node instead), with |kappa_k| bounded by absolute values
+   (no signs: the cubic form node by node), without those three; and the integral-remainder certificate this one
+   replaced ("before", from the committed
    result of commit 630d70224eec: same construction, rows, radii and ascent settings).
 
     .venv/bin/python -m bench.block_remainder_tightness [--quick] [--models all-MiniLM-L6-v2 random-gpt2]
@@ -69,10 +73,19 @@ def beyond_quadratic(tr, Ct, g0, G, H0, radii, starts, steps: int):
     return np.stack(out)
 
 
-VARIANTS = {"full": {}, "no shared factors": {"shared_factors": False}, "no kappa rest": {"kappa_rest": False},
-            "neither": {"shared_factors": False, "kappa_rest": False},
-            "kappa unsigned (node-by-node cubic)": {"signed_kappa": False},
-            "none of the three": {"shared_factors": False, "kappa_rest": False, "signed_kappa": False}}
+ZERO_SHIFT = "zero softmax shift"     # a variant key: the softmax scores shifted by a constant only
+VARIANTS = {"full": {}, "no grouped quadratic parts (softmax, query-key)": {"grouped": False},
+            "no signed rest": {"signed_rest": False}, "no linear softmax shift": {ZERO_SHIFT: True},
+            "none of these three (the previous certificate)": {"grouped": False, "signed_rest": False,
+                                                               ZERO_SHIFT: True},
+            "previous, no shared factors": {"shared_factors": False, **{"grouped": False, "signed_rest": False,
+                                                                        ZERO_SHIFT: True}},
+            "previous, no kappa rest": {"kappa_rest": False, "grouped": False, ZERO_SHIFT: True},
+            "previous, kappa unsigned (node-by-node cubic)": {"signed_kappa": False, "grouped": False,
+                                                              "signed_rest": False, ZERO_SHIFT: True},
+            "previous, none of shared factors, kappa rest, signed kappa": {
+                "shared_factors": False, "kappa_rest": False, "signed_kappa": False, "grouped": False,
+                ZERO_SHIFT: True}}
 BEFORE_COMMIT = "ccd30cf"      # the commit that holds the integral-remainder certificate's result
 
 
@@ -105,8 +118,11 @@ def run(args) -> dict:
         Ct, g0, G = centre(tr, C)
         certs, seconds = {}, {}
         for label, options in VARIANTS.items():
+            options = dict(options)
+            shift = torch.zeros(tr.n_heads, tr.d, dtype=torch.float64) if options.pop(ZERO_SHIFT, False) else None
             t0 = time.process_time()
-            certs[label] = certify_transition(tr, C, g0.numpy(), G.numpy(), radii, model_options=options)
+            certs[label] = certify_transition(tr, C, g0.numpy(), G.numpy(), radii, model_options=options,
+                                              shift=shift)
             seconds[label] = time.process_time() - t0
         cert = certs["full"]
         starts = ascent_starts(cert.H0, args.starts)
