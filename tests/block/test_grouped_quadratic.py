@@ -106,3 +106,37 @@ def test_the_softmax_group_is_below_the_node_by_node_sum_where_the_denominator_m
     x, y = (G.vars[i] for i in A.inputs)
     node += Rv[:, A.cols[0]:A.cols[1]].abs() @ (x.s * y.s)
     assert float(torch.median(sg.bound(Rv) / node)) < 1.0
+
+
+def test_the_formed_centre_hessian_bounds_a_few_rows_quadratic_part(graph):
+    """quadratic_part_box: for a few random rows R_v over every node, sum_k R_vk Q_k(delta) (each node's centre
+    quadratic piece evaluated directly) lies within rho^2 times the bound at sampled points; the audit's numpy
+    version gives the same bound on its own enclosure's floats (within the two implementations' raises)."""
+    from attncert.audit.block_enclosure import quadratic_part_box as audit_box
+    from attncert.block.centre_hessian import quadratic_part_box
+
+    tr, C, G, r = graph
+    Rv = _rows(G, G.n_nodes, 7)
+    bound = r * r * quadratic_part_box(G, Rv)
+    for delta in _deltas(tr.d, r, 8, n=100):
+        total = torch.zeros(Rv.shape[0], dtype=DT)
+        for op in G.ops:
+            if op.kind == "unary":
+                z = G.vars[op.inputs[0]]
+                piece = 0.5 * op.curve.d2(z.c) * (z.J @ delta) ** 2
+            elif op.kind == "product":
+                x, y = (G.vars[i] for i in op.inputs)
+                piece = (x.J @ delta) * (y.J @ delta)
+            else:
+                continue
+            total += Rv[:, op.cols[0]:op.cols[1]] @ piece
+        assert torch.all(total.abs() <= bound * (1 + 1e-9))
+    from types import SimpleNamespace as NS
+
+    nodes = []
+    for op in G.ops:
+        if op.kind == "linear":
+            continue
+        ins = tuple(NS(c=G.vars[j].c.numpy(), J=G.vars[j].J.numpy(), s=G.vars[j].s.numpy()) for j in op.inputs)
+        nodes.append(NS(kind=op.kind, cols=op.cols, inputs=ins, curve=op.curve.name if op.curve else None))
+    np.testing.assert_allclose(audit_box(NS(nodes=nodes), Rv.numpy()), quadratic_part_box(G, Rv).numpy(), rtol=1e-8)

@@ -170,3 +170,14 @@ def centre_hessian(enc: Enclosure, lam0: list):
         H, absum = H + term, absum + ab
     H = 0.5 * (H + H.transpose(0, 2, 1))
     return H, inflate(gamma(count + 16) * absum)
+
+
+def quadratic_part_box(enc: Enclosure, Rv: np.ndarray) -> np.ndarray:
+    """(rows,) with rho^2 times it bounding |sum_k R_vk Q_k(delta)| over the box: 1/2 (sum_ij |H_v,ij| + rounding),
+    H_v the rows' centre Hessian over the nodes whose columns Rv has (block/centre_hessian.py)."""
+    n = Rv.shape[1]
+    lam = [Rv[:, nd.cols[0]:nd.cols[1]] for nd in enc.nodes if nd.cols[1] <= n]
+    if not lam:
+        return np.zeros(Rv.shape[0])
+    H, rounding = centre_hessian(enc, lam)
+    return inflate(0.5 * inflate(inflate(np.abs(H).sum((-1, -2))) + rounding))

@@ -33,10 +33,11 @@ import numpy as np
 
 from attncert.audit.block_curves import (CURVES, FN_ULPS, U, fourth_bound, inflate, taylor_excess_at_ends,
                                          third_derivative)
-from attncert.audit.block_enclosure import Enclosure, Var
+from attncert.audit.block_enclosure import Enclosure, Var, quadratic_part_box
 from attncert.audit.block_grouped_quadratic import score_groups
 from attncert.head.rounding import gamma
 
+HESSIAN_ROWS = 16          # quadratic parts of at most this many rows also bounded through their centre Hessians
 KAPPA_COLUMNS = 512        # columns of kappa formed at once (memory: KAPPA_COLUMNS x d floats)
 
 
@@ -173,6 +174,8 @@ class _Walk:
         for bg in self.bilinears:
             if bg.cols[1] <= n:
                 Hv = Hv + np.minimum(self.node_by_node(Rv, bg.node), bg.bound(Rv, self.Q, self.r2))
+        if Rv.shape[0] <= HESSIAN_ROWS:                  # few rows: their centre Hessians, formed
+            Hv = np.minimum(Hv, self.r2 * quadratic_part_box(self.enc, Rv)[None, :])
         return inflate(Hv)
 
     def parts(self, v: Var):

@@ -34,8 +34,9 @@ import numpy as np
 import torch
 
 from attncert.block.box_qp import top_eigenpairs
-from attncert.block.enclosure import FN_ULPS, U, Graph, Var, inflate
+from attncert.block.enclosure import U, Graph, Var, inflate
 from attncert.block.map import DTYPE, EXP, RECIPROCAL, RSQRT, SQUARE, BlockTransition, LayerNormParams
+from attncert.block.centre_hessian import centre_hessian
 from attncert.block.taylor_model import cubic_model
 from attncert.head.rounding import gamma
 
@@ -129,35 +130,6 @@ def block_graph(tr: BlockTransition, C: torch.Tensor, rho: torch.Tensor, shift=N
     F = _layer_norm(G, y2, tr.ln_out)
     g = G.linear([(F, C.T.contiguous())])
     return G, g
-
-
-# --------------------------------------------------------------------------------------------------
-# Hessian at the centre and its variation over the box
-# --------------------------------------------------------------------------------------------------
-def centre_hessian(G: Graph, lam0: list) -> tuple[torch.Tensor, torch.Tensor]:
-    """(H0 (m, d, d) float, its rounding bound on the box: max_u |u^T (H0 - H_exact) u| / 1 for ||u|| <= 1)."""
-    H = None
-    absum = None
-    count = 0
-    for op in G.ops:
-        if op.kind == "linear":
-            continue
-        l0 = lam0[op.out]                                            # (m, N)
-        if op.kind == "unary":
-            z = G.vars[op.inputs[0]]
-            A = l0 * op.curve.d2(z.c)
-            term = torch.einsum("mn,nd,ne->mde", A, z.J, z.J)
-            ab = (A.abs() * z.s ** 2).sum(-1) * (1.0 + FN_ULPS * U)
-        else:
-            x, y = (G.vars[i] for i in op.inputs)
-            half = torch.einsum("mn,nd,ne->mde", l0, x.J, y.J)
-            term = half + half.transpose(-1, -2)
-            ab = 2.0 * (l0.abs() * x.s * y.s).sum(-1)
-        count += l0.shape[1]
-        H = term if H is None else H + term
-        absum = ab if absum is None else absum + ab
-    H = 0.5 * (H + H.transpose(-1, -2))
-    return H, inflate(gamma(count + 16) * absum)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -40,9 +40,13 @@ and enters the output as sum_n |lambda_n| Restmax_n, except where signs can be k
 p_n (t_n + e_n) sum to sum_k (Cu_k + Rest_k)(kappa_k . delta) (bounded with ||kappa_k||_1, like the cubic part), and
 a product with a broadcast factor y (LayerNorm's 1/sigma, the softmax's 1/sum, the query's own attention weight)
 has sum_{i in g} R_{v i} p_{x i} p_{y g} = p_{y g} (sum_{i in g} R_{v i} j_{x i}) . delta: one l1 norm per group
-instead of a sum of absolute values. The rest is bounded per sense s = +-1 of g: a unary node's 1/2 phi''(c) (h + t +
-e)^2 has phi''(c)'s sign and the convex curves' phi - T3 is >= 0, so those enter s g only with the positive parts of
-s lambda_n phi''(c_n) and s lambda_n (`signed_unary_terms`). The certificate (block/certificate.py) is then
+instead of a sum of absolute values. The quadratic parts through a softmax and through a head's query-key products are
+bounded as one form each (block/grouped_quadratic.py), and those of at most HESSIAN_ROWS rows (1/sigma's and 1/D's
+inputs, the lambda-weighted rows of a broadcast product) also through their formed centre Hessians,
+1/2 (sum_ij |H_v,ij| + rounding) (block/centre_hessian.py). The rest is bounded per sense s = +-1 of g: a unary
+node's 1/2 phi''(c) (h + t + e)^2 has phi''(c)'s sign and the convex curves' phi - T3 is >= 0, so those enter s g
+only with the positive parts of s lambda_n phi''(c_n) and s lambda_n (`signed_unary_terms`). The certificate
+(block/certificate.py) is then
 
     max (+-f) <= base + lin + r^2 [1/2 max_u u^T (+-H0 + 2 r P) u + rounding(H0, P)] + Rest_out(+-),
 
@@ -55,6 +59,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attncert.block.centre_hessian import quadratic_part_box
 from attncert.block.enclosure import (_GELU_D3, FN_ULPS, U, Graph, _gelu_sups, inflate, pad_columns,
                                       taylor_excess_at_ends)
 from attncert.block.grouped_quadratic import score_groups
@@ -62,6 +67,7 @@ from attncert.block.map import DTYPE, EXP, RECIPROCAL, RSQRT, SQUARE, ScalarCurv
 from attncert.head.rounding import gamma
 
 KAPPA_BLOCK = 512      # columns of kappa formed at once (memory: m x block x d floats)
+HESSIAN_ROWS = 16      # quadratic parts of at most this many rows also bounded through their formed centre Hessians
 
 
 def third_derivative(curve: ScalarCurve, c: torch.Tensor) -> torch.Tensor:
@@ -201,14 +207,16 @@ def factored_products(G: Graph) -> dict:
 
 
 def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_rest: bool = True,
-                signed_kappa: bool = True, signed_rest: bool = True, grouped: bool = True) -> CubicModel:
+                signed_kappa: bool = True, signed_rest: bool = True, grouped: bool = True,
+                hessian_rows: bool = True) -> CubicModel:
     """The cubic form P and the rest over the graph's radii (module docstring). The switches (each sound either way;
     for the ablation bench): `shared_factors` takes a broadcast factor out of the products' quadratic parts
     (LayerNorm's 1/sigma, the softmax's 1/sum and the query's own weight), `kappa_rest` bounds the nodes' fourth-order
     terms p (t + e) through kappa instead of node by node, `signed_kappa` forms kappa (else ||kappa_k||_1 is bounded
     by a sum of absolute values over the later nodes), `signed_rest` bounds the rest per sense with the signs of the
     unary nodes' squared terms (`signed_unary_terms`; with `kappa_rest`), `grouped` bounds the quadratic parts
-    through a softmax and a head's query-key products as one group where smaller (block/grouped_quadratic.py)."""
+    through a softmax and a head's query-key products as one group where smaller (block/grouped_quadratic.py),
+    `hessian_rows` those of at most HESSIAN_ROWS rows through their formed centre Hessians where smaller."""
     B, m, nK = G.B, H0_rows, G.n_nodes
     rho = G.rho
     lam = pad_columns(gv.R, nK)                                                  # (m, nK)
@@ -274,6 +282,8 @@ def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_r
         for bg in bilinears:
             if bg.op.cols[1] <= n:
                 Hv = Hv + torch.minimum(node_by_node(Rv, bg.op), bg.bound(Rv, Qmax, r2))
+        if hessian_rows and Rv.shape[0] <= HESSIAN_ROWS:     # few rows: their centre Hessians, formed
+            Hv = torch.minimum(Hv, r2.unsqueeze(1) * quadratic_part_box(G, Rv).unsqueeze(0))
         return inflate(Hv)
 
     def rounding(v):
