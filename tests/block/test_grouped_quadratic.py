@@ -1,7 +1,8 @@
-"""The grouped bounds of the quadratic parts (block/grouped_quadratic.py, audit/block_grouped_quadratic.py) on tiny
-random blocks: for random rows R_v and sampled points of the box, the softmax group's sum_k R_vk Q_k(delta) and the
-query-key group's lie within rho^2 times the bound; the audit's numpy implementation gives the same bound; and where
-the softmax's denominator moves, the group's bound on the MLP inputs is below the node-by-node sum."""
+"""The bounds of the quadratic parts beyond node by node (block/grouped_quadratic.py, block/centre_hessian.py and the
+signed unary sums of block/taylor_model.py, with the audit's numpy versions) on tiny random blocks: for random rows
+R_v and sampled points of the box, the query-key group's sum, a few rows' whole quadratic part and a unary op's
+signed sum lie within their bounds; the audit's implementations give the same bounds; the signed sum is below the
+absolute one on the block output's rows."""
 import numpy as np
 import pytest
 import torch
@@ -9,7 +10,6 @@ import torch
 from attncert.audit.block_grouped_quadratic import score_groups as audit_groups
 from attncert.block.certificate import block_graph
 from attncert.block.grouped_quadratic import score_groups
-from attncert.block.map import EXP, RECIPROCAL
 
 from tiny_blocks import tiny_block  # tests/tiny_blocks.py
 
@@ -36,26 +36,9 @@ def _deltas(d, r, seed, n=300):
                       torch.sign(torch.randn(n, d, dtype=DT, generator=gen)) * r])
 
 
-def test_the_softmax_group_bounds_its_quadratic_pieces_at_sampled_points(graph):
-    tr, C, G, r = graph
-    (sg,), _ = score_groups(G)
-    E, D, A = sg.ops
-    t, Dv = G.vars[E.inputs[0]], G.vars[D.inputs[0]]
-    x, y = (G.vars[i] for i in A.inputs)
-    Rv = _rows(G, A.cols[1], 1)
-    bound = r * r * sg.bound(Rv)
-    for delta in _deltas(tr.d, r, 2):
-        pieces = torch.cat([0.5 * EXP.d2(t.c) * (t.J @ delta) ** 2,
-                            0.5 * RECIPROCAL.d2(Dv.c) * (Dv.J @ delta) ** 2,
-                            (x.J @ delta) * (y.J @ delta)])
-        cols = torch.cat([torch.arange(*E.cols), torch.arange(*D.cols), torch.arange(*A.cols)])
-        total = Rv[:, cols] @ pieces
-        assert torch.all(total.abs() <= bound * (1 + 1e-9)), (total.abs() / bound).max()
-
-
 def test_the_query_key_group_bounds_its_products_at_sampled_points(graph):
     tr, C, G, r = graph
-    _, (bg,) = score_groups(G)
+    (bg,) = score_groups(G)
     x, y = (G.vars[i] for i in bg.op.inputs)
     lo, hi = bg.op.cols
     Rv = _rows(G, hi, 3)
@@ -69,43 +52,42 @@ def test_the_query_key_group_bounds_its_products_at_sampled_points(graph):
         assert torch.all(total.abs() <= bound * (1 + 1e-9))
 
 
-def test_the_audit_computes_the_same_group_bounds(graph):
-    """The audit's numpy softmax group, given the stage's float nodes, agrees with the stage's bound (within their
-    different raises: the formulas alone are compared; the audit's own enclosure is compared by the audit tests)."""
+def test_the_audit_computes_the_same_query_key_bounds(graph):
+    """The audit's numpy query-key group, given the stage's float nodes, agrees with the stage's bound."""
     from types import SimpleNamespace as NS
 
     tr, C, G, r = graph
-    soft, bil = score_groups(G)
-    (E, D, A) = soft[0].ops
-    Rv = _rows(G, A.cols[1], 5)
-    stage = soft[0].bound(Rv).numpy()
+    (bg,) = score_groups(G)
+    lo, hi = bg.op.cols
+    Rv = _rows(G, hi, 5)
+    Q = torch.zeros(1, hi, dtype=DT)
+    x, y = (G.vars[i] for i in bg.op.inputs)
+    Q[:, lo:hi] = x.s * y.s * r * r
+    stage = bg.bound(Rv, Q, torch.tensor([r * r], dtype=DT)).numpy()
+    ins = tuple(NS(c=v.c.numpy(), J=v.J.numpy(), s=v.s.numpy()) for v in (x, y))
+    fake = NS(nodes=[NS(cols=bg.op.cols, inputs=ins)], bilinear_groups=[(0, bg.H, bg.w)])
+    (abg,) = audit_groups(fake)
+    np.testing.assert_allclose(abg.bound(Rv.numpy(), Q.numpy(), np.array([[r * r]])), stage, rtol=1e-8)
 
-    def var(v):
-        return NS(c=v.c.numpy(), J=v.J.numpy(), s=v.s.numpy())
-    nodes = {i: NS(cols=op.cols, inputs=tuple(var(G.vars[j]) for j in op.inputs))
-             for i, op in enumerate([E, D, A])}
-    fake = NS(nodes=nodes, softmax_groups=[(0, 1, 2, soft[0].H, soft[0].n)], bilinear_groups=[])
-    (asg,), _ = audit_groups(fake)
-    np.testing.assert_allclose(asg.bound(Rv.numpy()), stage, rtol=1e-8)
 
-
-def test_the_softmax_group_is_below_the_node_by_node_sum_where_the_denominator_moves(graph):
-    """Without the linear score shift (block_graph's `shift` zero) the softmax's denominator moves with every score,
-    and its exps', 1/D's and weights' pieces cancel through the MLP's inputs (what the GELU's rest squares): the
-    grouped form's bound is below the sum of the nodes' own bounds there."""
-    tr, C, _, r = graph
-    G, _ = block_graph(tr, C, torch.tensor([0.0, r], dtype=DT), torch.zeros(tr.n_heads, tr.d, dtype=DT))
-    (sg,), _ = score_groups(G)
-    E, D, A = sg.ops
+def test_signed_unary_quadratic_parts_bound_the_mlp_output_and_beat_the_absolute_sum(graph):
+    """A unary op's pieces 1/2 phi''(c_k) p_k^2 have the sign of phi''(c_k): through a later value v,
+    sum_k R_vk Q_k lies in [-N_v, P_v] (the negative and positive parts' sums with the nodes' Qmax) at sampled points
+    of the box; for the block output's rows through the GELU layer, max(P, N) is below sum_k |R_vk| Qmax_k."""
+    tr, C, G, r = graph
     (gelu,) = [op for op in G.ops if op.kind == "unary" and op.curve is tr.activation]
-    Rv = G.vars[gelu.inputs[0]].R
-    node = torch.zeros(Rv.shape[0], dtype=DT)
-    for op in (E, D):
-        z = G.vars[op.inputs[0]]
-        node += Rv[:, op.cols[0]:op.cols[1]].abs() @ (0.5 * op.curve.d2(z.c).abs() * z.s ** 2)
-    x, y = (G.vars[i] for i in A.inputs)
-    node += Rv[:, A.cols[0]:A.cols[1]].abs() @ (x.s * y.s)
-    assert float(torch.median(sg.bound(Rv) / node)) < 1.0
+    z = G.vars[gelu.inputs[0]]
+    lo, hi = gelu.cols
+    later = [v for v in G.vars if v.R.shape[1] >= hi][-1]
+    Rv = later.R[:, lo:hi]
+    d2 = gelu.curve.d2(z.c)
+    q = 0.5 * d2.abs() * (z.s * r) ** 2
+    Rs = Rv * torch.sign(d2)
+    P, N = Rs.clamp_min(0) @ q, (-Rs).clamp_min(0) @ q
+    for delta in _deltas(tr.d, r, 9):
+        total = Rv @ (0.5 * d2 * (z.J @ delta) ** 2)
+        assert torch.all(total <= P * (1 + 1e-9)) and torch.all(-total <= N * (1 + 1e-9))
+    assert float(torch.median(torch.maximum(P, N) / (Rv.abs() @ q))) < 1.0
 
 
 def test_the_formed_centre_hessian_bounds_a_few_rows_quadratic_part(graph):

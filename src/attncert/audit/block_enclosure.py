@@ -64,7 +64,6 @@ class Enclosure:
         self.eps = np.zeros((self.B, 0))
         self.beta = np.zeros((self.B, 0))
         self.nodes: list[Node] = []
-        self.softmax_groups: list = []     # (exp, 1/D, weights node indices, heads, keys) per softmax
         self.bilinear_groups: list = []    # (query-key product node index, heads, head width) per score product
 
     def _maxes(self):

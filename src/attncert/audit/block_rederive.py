@@ -90,8 +90,6 @@ def block_output(a: dict, nxt: dict, prompt: int, position: int, C: np.ndarray, 
     S = np.kron(np.eye(H), np.ones((n, 1)))
     Dinv = E.unary(E.linear([(Ex, S)]), "reciprocal")
     att = E.product(Ex, E.linear([(Dinv, np.ascontiguousarray(S.T))]))
-    att_node = len(E.nodes) - 1
-    E.softmax_groups.append((att_node - 2, att_node - 1, att_node, H, n))      # exp, 1/D, weights
     E.bilinear_groups.append((p_node, H, dh))
     pv = E.product(E.linear([(att, Sel)]), v)
     o = E.linear([(att, A_fixed), (pv, np.eye(d))])

@@ -127,8 +127,11 @@ class _Walk:
         self.r1 = enc.rho[:, None]
         self.r2 = inflate(enc.rho * enc.rho)[:, None]
         self.factored = factored_products(enc)
-        self.softmaxes, self.bilinears = score_groups(enc)
-        self.in_group = {i for sg in self.softmaxes for i in sg.nodes} | {bg.node for bg in self.bilinears}
+        self.bilinears = score_groups(enc)
+        self.in_group = {bg.node for bg in self.bilinears}
+        # a unary node's quadratic piece 1/2 phi''(c) p^2 has the sign of phi''(c): summed with signs (`quadratic`)
+        self.signs = {i: np.sign(CURVES[nd.curve][2](nd.inputs[0].c)) for i, nd in enumerate(enc.nodes)
+                      if nd.kind == "unary"}
 
     def rounding(self, v) -> np.ndarray:
         """(B, N) bound on |err_v|: cerr + jerrJ rho + jerr max |nu| over the nodes so far."""
@@ -150,30 +153,26 @@ class _Walk:
             err += sy * (np.abs(Rg) @ x.s[idx])
         return inflate(inflate(total) + gamma(x.J.shape[0] + self.enc.d + 4) * err)
 
-    def node_by_node(self, Rv: np.ndarray, i: int) -> np.ndarray:
-        """(B, rows) node i's columns present in Rv bounded node by node (a broadcast factor taken out)."""
-        lo, hi = self.enc.nodes[i].cols
-        top = min(hi, Rv.shape[1])
-        if i in self.factored and top == hi:
-            return self.r2 * self.shared_factor_sum(Rv, i)[None, :]
-        return self.Q[:, lo:top] @ np.abs(Rv[:, lo:top]).T
-
     def quadratic(self, Rv: np.ndarray) -> np.ndarray:
-        """(B, rows) bound on |Rv Q| (the quadratic part of the rows' values; factored products' columns signed, the
-        softmax and query-key groups as one form where smaller)."""
+        """(B, rows) bound on |Rv Q| (the quadratic part of the rows' values): the unary nodes' pieces with the signs
+        of phi'' (max of the positive and the negative sums), factored products' columns signed, a head's query-key
+        products as one form where smaller, at most HESSIAN_ROWS rows through their formed centre Hessians too."""
         n = Rv.shape[1]
         Hv = self.Q_plain[:, :n] @ np.abs(Rv).T
+        for i, sgn in self.signs.items():
+            lo, hi = self.enc.nodes[i].cols
+            if hi <= n:
+                Rs = Rv[:, lo:hi] * sgn
+                q = self.Q[:, lo:hi]
+                slack = (2 * FN_ULPS * U) * (q @ np.abs(Rv[:, lo:hi]).T)
+                Hv = Hv + inflate(np.maximum(q @ np.maximum(Rs, 0.0).T, q @ np.maximum(-Rs, 0.0).T) + slack)
         for i in self.factored:
             if self.enc.nodes[i].cols[1] <= n and i not in self.in_group:
                 Hv = Hv + self.r2 * self.shared_factor_sum(Rv, i)[None, :]
-        for sg in self.softmaxes:
-            node = sum(self.node_by_node(Rv, i) for i in sg.nodes if self.enc.nodes[i].cols[0] < n)
-            if sg.cols[2][1] <= n:
-                node = np.minimum(node, self.r2 * sg.bound(Rv)[None, :])
-            Hv = Hv + node
         for bg in self.bilinears:
             if bg.cols[1] <= n:
-                Hv = Hv + np.minimum(self.node_by_node(Rv, bg.node), bg.bound(Rv, self.Q, self.r2))
+                lo, hi = bg.cols
+                Hv = Hv + np.minimum(self.Q[:, lo:hi] @ np.abs(Rv[:, lo:hi]).T, bg.bound(Rv, self.Q, self.r2))
         if Rv.shape[0] <= HESSIAN_ROWS:                  # few rows: their centre Hessians, formed
             Hv = np.minimum(Hv, self.r2 * quadratic_part_box(self.enc, Rv)[None, :])
         return inflate(Hv)
@@ -282,7 +281,7 @@ def cubic_model(enc: Enclosure, out: Var) -> CubicModel:
                 q, cu, rest, out_term, p = _product(walk, i, nd, lam[:, lo:hi], kn[:, lo:hi])
             pairs += p
             walk.Q[:, lo:hi], walk.Cu[:, lo:hi] = q, cu
-            if i not in walk.factored and i not in walk.in_group:
+            if i not in walk.factored and i not in walk.in_group and i not in walk.signs:
                 walk.Q_plain[:, lo:hi] = q
             walk.Rest[:, lo:hi] = _inf_for_nan(rest)
             own_out = own_out + _inf_for_nan(out_term)

@@ -108,7 +108,6 @@ def block_graph(tr: BlockTransition, C: torch.Tensor, rho: torch.Tensor, shift=N
     D = G.linear([(E, S)])
     Dinv = G.unary(D, RECIPROCAL)
     a = G.product(E, G.linear([(Dinv, S.T.contiguous())]))
-    G.softmax_groups.append((E.index, Dinv.index, a.index, H, n))
     G.bilinear_groups.append((p.index, H, dh))
     A_fixed = torch.zeros(H * n, d, dtype=DTYPE)
     Sel = torch.zeros(H * n, d, dtype=DTYPE)

@@ -231,7 +231,6 @@ class Graph:
         self.eps = torch.zeros(self.B, 0, dtype=DTYPE)     # value noise bounds (B, n_nodes)
         self.beta = torch.zeros(self.B, 0, dtype=DTYPE)    # derivative noise bounds (B, n_nodes)
         self.softmax_shift: torch.Tensor | None = None      # (H, d) set by block_graph (block/certificate.py)
-        self.softmax_groups: list = []     # (exp, 1/D, weights var indices, heads, keys) per softmax
         self.bilinear_groups: list = []    # (query-key product var index, heads, head width) per score product
 
     @property

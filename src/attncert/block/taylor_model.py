@@ -40,8 +40,10 @@ and enters the output as sum_n |lambda_n| Restmax_n, except where signs can be k
 p_n (t_n + e_n) sum to sum_k (Cu_k + Rest_k)(kappa_k . delta) (bounded with ||kappa_k||_1, like the cubic part), and
 a product with a broadcast factor y (LayerNorm's 1/sigma, the softmax's 1/sum, the query's own attention weight)
 has sum_{i in g} R_{v i} p_{x i} p_{y g} = p_{y g} (sum_{i in g} R_{v i} j_{x i}) . delta: one l1 norm per group
-instead of a sum of absolute values. The quadratic parts through a softmax and through a head's query-key products are
-bounded as one form each (block/grouped_quadratic.py), and those of at most HESSIAN_ROWS rows (1/sigma's and 1/D's
+instead of a sum of absolute values. A unary op's quadratic pieces 1/2 phi''(c_k) p_k^2 have the signs of phi''(c_k),
+so they enter a value v as max(sum_k (R_vk sgn_k)^+ Qmax_k, sum_k (R_vk sgn_k)^- Qmax_k) (the positive and negative
+sums cannot both be reached); a head's query-key products are bounded as one form (block/grouped_quadratic.py), and
+the quadratic parts of at most HESSIAN_ROWS rows (1/sigma's and 1/D's
 inputs, the lambda-weighted rows of a broadcast product) also through their formed centre Hessians,
 1/2 (sum_ij |H_v,ij| + rounding) (block/centre_hessian.py). The rest is bounded per sense s = +-1 of g: a unary
 node's 1/2 phi''(c) (h + t + e)^2 has phi''(c)'s sign and the convex curves' phi - T3 is >= 0, so those enter s g
@@ -208,15 +210,16 @@ def factored_products(G: Graph) -> dict:
 
 def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_rest: bool = True,
                 signed_kappa: bool = True, signed_rest: bool = True, grouped: bool = True,
-                hessian_rows: bool = True) -> CubicModel:
+                hessian_rows: bool = True, signed_quadratic: bool = True) -> CubicModel:
     """The cubic form P and the rest over the graph's radii (module docstring). The switches (each sound either way;
     for the ablation bench): `shared_factors` takes a broadcast factor out of the products' quadratic parts
     (LayerNorm's 1/sigma, the softmax's 1/sum and the query's own weight), `kappa_rest` bounds the nodes' fourth-order
     terms p (t + e) through kappa instead of node by node, `signed_kappa` forms kappa (else ||kappa_k||_1 is bounded
     by a sum of absolute values over the later nodes), `signed_rest` bounds the rest per sense with the signs of the
     unary nodes' squared terms (`signed_unary_terms`; with `kappa_rest`), `grouped` bounds the quadratic parts
-    through a softmax and a head's query-key products as one group where smaller (block/grouped_quadratic.py),
-    `hessian_rows` those of at most HESSIAN_ROWS rows through their formed centre Hessians where smaller."""
+    through a head's query-key products as one form where smaller (block/grouped_quadratic.py), `hessian_rows` those
+    of at most HESSIAN_ROWS rows through their formed centre Hessians where smaller, `signed_quadratic` sums the unary
+    ops' quadratic pieces with the signs of phi''."""
     B, m, nK = G.B, H0_rows, G.n_nodes
     rho = G.rho
     lam = pad_columns(gv.R, nK)                                                  # (m, nK)
@@ -229,8 +232,9 @@ def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_r
     coefficients = []
     r1 = rho.unsqueeze(1)
     factored = factored_products(G) if shared_factors else {}
-    softmaxes, bilinears = score_groups(G) if grouped else ([], [])
-    in_group = {op.out for sg in softmaxes for op in sg.ops} | {bg.op.out for bg in bilinears}
+    bilinears = score_groups(G) if grouped else []
+    in_group = {bg.op.out for bg in bilinears}
+    signed_unary = []          # (op, sign of phi'' (N,)) of the unary ops whose quadratic parts enter with signs
     fops = [op for op in G.ops if op.out in factored and op.out not in in_group]
     Qplain = torch.zeros(B, nK, dtype=DTYPE)       # Qmax without the factored products' and the groups' columns
     r2 = inflate(rho * rho)
@@ -260,28 +264,24 @@ def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_r
                 err += sy[g] * (Rg.abs() @ x.s[idx])
         return inflate(inflate(total) + gamma(x.J.shape[0] + G.d + 4) * err)
 
-    def node_by_node(Rv, op):
-        """(B, rows) the node-by-node bound of op's columns present in Rv (a broadcast factor taken out)."""
-        lo, hi = op.cols[0], min(op.cols[1], Rv.shape[1])
-        if op.out in factored and hi == op.cols[1]:
-            return r2.unsqueeze(1) * shared_factor_sum(Rv, op).unsqueeze(0)
-        return Qmax[:, lo:hi] @ Rv[:, lo:hi].abs().T
-
     def quadratic_part(Rv):
         """(B, rows) bound on |R_v Q| (the quadratic part of the rows' values)."""
         n = Rv.shape[1]
         Hv = Qplain[:, :n] @ Rv.abs().T
+        for op, sgn in signed_unary:
+            lo, hi = op.cols
+            if hi <= n:
+                Rs = Rv[:, lo:hi] * sgn
+                q = Qmax[:, lo:hi]
+                slack = (2 * FN_ULPS * U) * (q @ Rv[:, lo:hi].abs().T)
+                Hv = Hv + inflate(torch.maximum(q @ Rs.clamp_min(0.0).T, q @ (-Rs).clamp_min(0.0).T) + slack)
         for op in fops:
             if op.cols[1] <= n:
                 Hv = Hv + r2.unsqueeze(1) * shared_factor_sum(Rv, op).unsqueeze(0)
-        for sg in softmaxes:
-            node = sum(node_by_node(Rv, op) for op in sg.ops if op.cols[0] < n)
-            if sg.ops[2].cols[1] <= n:
-                node = torch.minimum(node, r2.unsqueeze(1) * sg.bound(Rv).unsqueeze(0))
-            Hv = Hv + node
         for bg in bilinears:
             if bg.op.cols[1] <= n:
-                Hv = Hv + torch.minimum(node_by_node(Rv, bg.op), bg.bound(Rv, Qmax, r2))
+                lo, hi = bg.op.cols
+                Hv = Hv + torch.minimum(Qmax[:, lo:hi] @ Rv[:, lo:hi].abs().T, bg.bound(Rv, Qmax, r2))
         if hessian_rows and Rv.shape[0] <= HESSIAN_ROWS:     # few rows: their centre Hessians, formed
             Hv = torch.minimum(Hv, r2.unsqueeze(1) * quadratic_part_box(G, Rv).unsqueeze(0))
         return inflate(Hv)
@@ -368,7 +368,9 @@ def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_r
                 terms_out = None
             coefficients.append([(inflate(0.5 * k * t * (1 + 4 * U)), x.J), (inflate(0.5 * k / t * (1 + 4 * U)), y.J)])
         Qmax[:, lo:hi], Cmax[:, lo:hi] = q, cu
-        if op.out not in factored and op.out not in in_group:
+        if op.kind == "unary" and signed_quadratic and op.out not in in_group:
+            signed_unary.append((op, torch.sign(op.curve.d2(G.vars[op.inputs[0]].c))))
+        elif op.out not in factored and op.out not in in_group:
             Qplain[:, lo:hi] = q
         Rest[:, lo:hi] = torch.nan_to_num(rest, nan=math.inf, posinf=math.inf)
         own_term = inflate(own @ l.T) if terms_out is None else terms_out     # (B, m), or (2, B, m) per sense
