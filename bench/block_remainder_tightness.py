@@ -16,9 +16,9 @@ construction), per radius r, medians over the rows:
    would reach.
 2. Ablation (each variant is still a sound certificate; the switches of `block.taylor_model.cubic_model` and the
    softmax shift of `block.certificate.block_graph`): without the formed centre Hessians of a few rows, without
-   the grouped quadratic parts (the softmax's exps, 1/D
-   and weights, and a head's query-key products, bounded as one form), without the signed rest (per sense), with
-   the softmax scores shifted by a constant only (no linear c_h . xi), without all four (the previous
+   the signs of the unary ops' quadratic pieces, without a head's query-key products bounded as one form, without
+   the signed rest (per sense), with the softmax scores shifted by a constant only (no linear c_h . xi), without
+   all five (the previous
    certificate); then, on the previous certificate, without the shared broadcast factors (LayerNorm's 1/sigma,
    the softmax's 1/sum, the query's own weight taken out of the products' quadratic parts), without the
    fourth-order terms p (t + e) moved into kappa (node by node instead), with |kappa_k| bounded by absolute values
@@ -75,20 +75,17 @@ def beyond_quadratic(tr, Ct, g0, G, H0, radii, starts, steps: int):
 
 
 ZERO_SHIFT = "zero softmax shift"     # a variant key: the softmax scores shifted by a constant only
+PREVIOUS = {"hessian_rows": False, "signed_quadratic": False, "grouped": False, "signed_rest": False, ZERO_SHIFT: True}
 VARIANTS = {"full": {}, "no formed Hessians of a few rows": {"hessian_rows": False},
-            "no grouped quadratic parts (softmax, query-key)": {"grouped": False},
-            "no signed rest": {"signed_rest": False}, "no linear softmax shift": {ZERO_SHIFT: True},
-            "none of these four (the previous certificate)": {"grouped": False, "signed_rest": False,
-                                                              "hessian_rows": False, ZERO_SHIFT: True},
-            "previous, no shared factors": {"shared_factors": False, **{"grouped": False, "signed_rest": False,
-                                                                        "hessian_rows": False, ZERO_SHIFT: True}},
-            "previous, no kappa rest": {"kappa_rest": False, "grouped": False, "hessian_rows": False, ZERO_SHIFT: True},
-            "previous, kappa unsigned (node-by-node cubic)": {"signed_kappa": False, "grouped": False,
-                                                              "signed_rest": False, "hessian_rows": False,
-                                                              ZERO_SHIFT: True},
+            "no signed unary quadratic parts": {"signed_quadratic": False},
+            "no query-key group": {"grouped": False}, "no signed rest": {"signed_rest": False},
+            "no linear softmax shift": {ZERO_SHIFT: True},
+            "none of these five (the previous certificate)": PREVIOUS,
+            "previous, no shared factors": {**PREVIOUS, "shared_factors": False},
+            "previous, no kappa rest": {**PREVIOUS, "kappa_rest": False},
+            "previous, kappa unsigned (node-by-node cubic)": {**PREVIOUS, "signed_kappa": False},
             "previous, none of shared factors, kappa rest, signed kappa": {
-                "shared_factors": False, "kappa_rest": False, "signed_kappa": False, "grouped": False,
-                "hessian_rows": False, ZERO_SHIFT: True}}
+                **PREVIOUS, "shared_factors": False, "kappa_rest": False, "signed_kappa": False}}
 BEFORE_COMMIT = "ccd30cf"      # the commit that holds the integral-remainder certificate's result
 
 

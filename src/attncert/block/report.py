@@ -326,9 +326,9 @@ CERTIFICATE_NOTES = [
     table_legend.UNIT_NOTE,
     "The second-order block certificate: a cubic Taylor model of the block map (the centre quadratic plus a signed "
     "cubic form r³uᵀPu, maximized jointly by one verified SDP dual of ±H0 + 2rP per radius, and a fourth-order rest "
-    "bounded per sense; the softmax's scores shifted by their weighted mean motion c_h·δ, its quadratic pieces and "
-    "each head's query-key products bounded as one form; block/certificate.py, block/taylor_model.py, "
-    "block/grouped_quadratic.py).",
+    "bounded per sense; the softmax's scores shifted by their weighted mean motion c_h·δ, the quadratic pieces summed "
+    "with their signs, a few rows' quadratic parts through their formed Hessians; block/certificate.py, "
+    "block/taylor_model.py).",
     "The certificate columns of units.csv (certificate_f, certificate_g and their negations) are the second-order "
     "certificate's alone, each re-derived from the weights by attncert audit; CROWN and α-CROWN are baselines "
     "beside it, never a certificate.",
