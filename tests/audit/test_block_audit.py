@@ -3,7 +3,7 @@ them (extraction files, the block table, the stored duals of +-H0 + 2 r P per ra
 column passes, its re-derived bound within the stage's cross slack, and each forgery fails the right check: a lowered
 number or one without its beyond-quadratic part (`sum`), an edited, scaled or another radius's dual (`dual_pd` or
 `sum`), a dual with a NaN or a negative entry or of the old (heads, d) shape (`pieces`), a reported number that is not
-its bound (`reported`), a finite certificate hidden as +inf (`reported`), an edited weight with its sidecar rewritten
+its bound (`reported`), a certificate hidden as +inf (`reported`), an edited weight with its sidecar rewritten
 (`sum`), an edited weight without it (`weights`), another configuration's specification seed, a repeated, deleted or
 foreign unit, a missing column, table or certificate file (`completeness`, `columns`, `certificate_file`), a
 truncated certificate file, an unreadable cell; without a configuration the table fails."""
@@ -77,8 +77,8 @@ def _by(records, status=None, check=None):
 
 
 def _second_order_row(df, column="certificate_f"):
-    """The first row whose certificate in `column` is finite (the smallest radius)."""
-    return int(np.flatnonzero(np.isfinite(df[column].to_numpy()))[0])
+    """The first row whose certificate in `column` is the Taylor model's (not the output LayerNorm's range cap)."""
+    return int(np.flatnonzero(~df[column.replace("certificate_", "from_range_")].to_numpy(bool))[0])
 
 
 @pytest.mark.parametrize("family", ["gpt2", "bert"])
@@ -88,9 +88,13 @@ def test_every_certificate_number_passes_and_none_is_left_unchecked(family, requ
     recs = _audit(_write(tmp_path, files))
     assert len(recs) == 4 * len(df) and len(_by(recs, "pass")) == len(recs)
     cols = ["certificate_f", "certificate_g", "certificate_f_neg", "certificate_g_neg"]
-    n_inf = int(np.isinf(df[cols].to_numpy()).sum())
-    assert len(_by(recs, "pass", "infinite")) == n_inf            # +inf only where the weights give +inf too
-    assert len(_by(recs, "pass", "weights+pieces+dual_pd+sum")) == 4 * len(df) - n_inf > 0
+    assert np.isfinite(df[cols].to_numpy()).all() and not _by(recs, check="infinite")   # the range cap is finite
+    n_range = int(df[[c.replace("certificate_", "from_range_") for c in cols]].to_numpy(bool).sum())
+    assert 0 < n_range < 4 * len(df)                               # r = 1 is beyond the Taylor model, 1e-3 is not
+    assert len(_by(recs, "pass", "weights+layer_norm_range")) == n_range
+    assert len(_by(recs, "pass", "weights+pieces+dual_pd+sum")) == 4 * len(df) - n_range
+    for r in _by(recs, "pass", "weights+layer_norm_range"):       # the stage's cap is the audit's, raised by 2^-40
+        assert 0 <= r["margin"] <= 1e-8 * abs(r["reported"]), r
     assert not [c for c in df.columns if c.endswith("_source")]      # no label decides what is checked
     # the bound re-derived from the weights lies below the stage's number by at least the stage's cross slack
     # (2^-40 |g(0)|, thousands of units in the last place: no BLAS thread count moves a verdict) and within a
@@ -140,10 +144,11 @@ def test_an_edited_dual_fails_dual_pd(gpt2_files, tmp_path):
                                                                                          "certificate_g"}
 
 
-def _finite(df, numbers) -> set:
-    """{(head, radius, number)} of the table's finite certificates among `numbers`."""
+def _taylor(df, numbers) -> set:
+    """{(head, radius, number)} of the table's certificates among `numbers` that the Taylor model decides (not the
+    output LayerNorm's range cap, which needs no dual)."""
     return {(str(row["head"]), float(row["radius"]), k) for _, row in df.iterrows() for k in numbers
-            if np.isfinite(row[k])}
+            if not row[k.replace("certificate_", "from_range_")]}
 
 
 def test_another_radius_dual_fails_dual_pd_or_sum(bert_files, tmp_path):
@@ -155,18 +160,18 @@ def test_another_radius_dual_fails_dual_pd_or_sum(bert_files, tmp_path):
     y[[0, 1]] = y[[1, 0]]
     cert["y_pos"] = y
     fails = _by(_audit(_write(tmp_path, bert_files, certificate=cert)), "fail")
-    expected = {u for u in _finite(bert_files[2], ("certificate_f", "certificate_g")) if u[1] in RADII[:2]}
+    expected = {u for u in _taylor(bert_files[2], ("certificate_f", "certificate_g")) if u[1] in RADII[:2]}
     assert len(expected) == 8 and {(str(r["head"]), float(r["radius"]), r["number"]) for r in fails} == expected
     assert {r["check"] for r in fails} <= {"dual_pd", "sum"}
 
 
 def test_a_scaled_down_dual_fails_dual_pd(gpt2_files, tmp_path):
-    """Every dual of the negative sense times 0.9: no finite certificate of that sense is proved any more (a +inf
-    one stays true)."""
+    """Every dual of the negative sense times 0.9: no Taylor-model number of that sense is proved any more (the
+    ones the output LayerNorm's range decides need no dual)."""
     cert = {**gpt2_files[3], "y_neg": 0.9 * gpt2_files[3]["y_neg"]}
     recs = _audit(_write(tmp_path, gpt2_files, certificate=cert))
     fails = _by(recs, "fail")
-    expected = _finite(gpt2_files[2], ("certificate_f_neg", "certificate_g_neg"))
+    expected = _taylor(gpt2_files[2], ("certificate_f_neg", "certificate_g_neg"))
     assert expected and {(str(r["head"]), float(r["radius"]), r["number"]) for r in fails} == expected
     assert {r["check"] for r in fails} == {"dual_pd"} and len(fails) == len(expected)
 
@@ -183,12 +188,16 @@ def test_a_nan_in_a_dual_fails_pieces(bert_files, tmp_path):
 
 def test_a_certificate_file_of_the_old_format_fails_pieces(gpt2_files, tmp_path):
     """The integral-remainder certificate's file (one dual (heads, d) per sense for all radii, the remainder's
-    duals, its pieces and kappa) proves nothing the audit re-derives now: every number fails `pieces`."""
+    duals, its pieces and kappa) proves nothing the audit re-derives now: every Taylor-model number fails `pieces`
+    (the output LayerNorm's range caps need no dual and pass)."""
     cert = gpt2_files[3]
     old = {**{k: v for k, v in cert.items() if k not in ("y_pos", "y_neg")}, "y_pos": cert["y_pos"][-1],
            "y_neg": cert["y_neg"][-1], "y_rem": cert["y_pos"], "pieces": np.array(4), "kappa": np.array(1.0)}
     recs = _audit(_write(tmp_path, gpt2_files, certificate=old))
-    assert len(recs) == 4 * len(gpt2_files[2]) and {(r["status"], r["check"]) for r in recs} == {("fail", "pieces")}
+    assert len(recs) == 4 * len(gpt2_files[2])
+    taylor = _taylor(gpt2_files[2], ("certificate_f", "certificate_g", "certificate_f_neg", "certificate_g_neg"))
+    assert {(str(r["head"]), float(r["radius"]), r["number"]) for r in _by(recs, "fail", "pieces")} == taylor
+    assert {r["check"] for r in _by(recs, "pass")} == {"weights+layer_norm_range"}
 
 
 @pytest.mark.parametrize("number", ["certificate_f", "certificate_g", "certificate_f_neg", "certificate_g_neg"])
@@ -236,7 +245,9 @@ def test_an_edited_weight_is_re_derived_and_fails(gpt2_files, tmp_path):
 
 def test_another_specification_seed_fails(gpt2_files, tmp_path):
     recs = _audit(_write(tmp_path, gpt2_files), BlockAuditConfig(PROMPT, POSITION, SPEC_SEED + 1))
-    assert _by(recs, "fail") and not [r for r in _by(recs, "pass") if r["check"] != "infinite"]
+    # the rows of another seed: every Taylor-model number fails; a number may still pass as a true bound of the other
+    # rows' g through the output LayerNorm's range, never through the duals
+    assert _by(recs, "fail") and {r["check"] for r in _by(recs, "pass")} <= {"weights+layer_norm_range"}
 
 
 def test_without_a_configuration_the_table_fails(gpt2_files, tmp_path):
@@ -386,10 +397,48 @@ def test_a_missing_or_malformed_softmax_shift_fails_pieces(forgery, gpt2_files, 
 
 def test_a_forged_softmax_shift_is_re_derived_not_trusted(bert_files, tmp_path):
     """The shift is a free parameter of the decomposition: the audit rebuilds the bound with the file's shift, so a
-    wild one (the stored duals no longer fit, the rest grows) fails every finite number; a +inf one stays true."""
+    wild one (the stored duals no longer fit, the rest grows) fails every Taylor-model number."""
     cert = {**bert_files[3], "softmax_shift": 1e3 * (bert_files[3]["softmax_shift"] + 1.0)}
     recs = _audit(_write(tmp_path, bert_files, certificate=cert))
     fails = _by(recs, "fail")
-    expected = _finite(bert_files[2], ("certificate_f", "certificate_g", "certificate_f_neg", "certificate_g_neg"))
+    expected = _taylor(bert_files[2], ("certificate_f", "certificate_g", "certificate_f_neg", "certificate_g_neg"))
     assert expected and {(str(r["head"]), float(r["radius"]), r["number"]) for r in fails} == expected
     assert {r["check"] for r in fails} <= {"dual_pd", "sum"}
+
+
+def test_a_range_capped_number_needs_no_dual_but_fails_below_the_cap(gpt2_files, tmp_path):
+    """A number the output LayerNorm's range decides passes with every dual zeroed (the cap is re-derived from the
+    weights, the rows, g0 and G alone); lowered by 1e-6 of itself it is no longer the cap, and the Taylor model's
+    bound (+inf or above the cap there) does not prove it: `sum` or `dual_pd`."""
+    df = gpt2_files[2].copy()
+    i = int(np.flatnonzero(df["from_range_f"].to_numpy(bool))[0])
+    cert = {**gpt2_files[3], "y_pos": np.zeros_like(gpt2_files[3]["y_pos"])}
+    recs = _audit(_write(tmp_path / "a", gpt2_files, certificate=cert))
+    assert [r["check"] for r in recs if r["row"] == i and r["number"] == "certificate_f"] == \
+        ["weights+layer_norm_range"]
+    for col in ("certificate_f", "second_order_certificate_f"):
+        df.loc[i, col] = df.loc[i, col] * (1 - 1e-6)
+    fails = _by(_audit(_write(tmp_path / "b", gpt2_files, df=df)), "fail")
+    assert [(r["row"], r["number"]) for r in fails] == [(i, "certificate_f")]
+    assert fails[0]["check"] in ("sum", "dual_pd")
+
+
+def test_a_forged_gradient_moves_the_range_cap_of_f_not_g(gpt2_files, tmp_path):
+    """G is a free parameter of f = g - g0 - G . delta: the cap of f holds r ||G||_1, so a file whose G is doubled
+    makes every range-capped number of f fall below the cap re-derived with that G (the cap of g does not move)."""
+    cert = {**gpt2_files[3], "G": 2.0 * gpt2_files[3]["G"]}
+    recs = _audit(_write(tmp_path, gpt2_files, certificate=cert))
+    df = gpt2_files[2]
+
+    def capped(k):
+        return {(str(row["head"]), float(row["radius"])) for _, row in df.iterrows() if row[f"from_range_{k}"]}
+
+    def checks(k, units):
+        return {r["check"] for r in recs if r["number"] == f"certificate_{k}"
+                and (str(r["head"]), float(r["radius"])) in units}
+
+    assert capped("f") and capped("g")
+    assert checks("g", capped("g")) == {"weights+layer_norm_range"}
+    assert "weights+layer_norm_range" not in checks("f", capped("f"))
+    assert {r["status"] for r in recs if r["number"] == "certificate_f"
+            and (str(r["head"]), float(r["radius"])) in capped("f")} == {"fail"}

@@ -37,6 +37,11 @@ per reported number:
   columns, never a certificate) and must equal its `second_order_certificate_*`; a +inf passes only where the
   bound re-derived from the weights is +inf too (a table may not hide a finite certificate). No label of the
   table is read to decide what is checked.
+* layer_norm_range (checked first, after `reported`): the stage caps every number by the output LayerNorm's range
+  (block/layer_norm_range.py), re-derived here from layer L + 1's LayerNorm, the specification rows, g0 and G
+  (audit/block_layer_norm_range.py): max s g <= s c . beta + sqrt(d) ||P (c gamma)||_2, max s f <= that - s g0 +
+  r' ||G||_1. A number at or above it passes whatever the duals say; that cap is finite for finite weights, so
+  a +inf number fails `reported`.
 """
 from __future__ import annotations
 
@@ -48,6 +53,7 @@ from pathlib import Path
 
 import numpy as np
 
+from attncert.audit.block_layer_norm_range import f_range, g_range
 from attncert.audit.block_rederive import rederived_pieces
 from attncert.head.rounding import UNIT_ROUNDOFF as U
 from attncert.head.rounding import gamma
@@ -233,7 +239,16 @@ def _rederive(root: Path, model: str, L: int, rows: list[dict], cfg: BlockAuditC
     except (KeyError, ValueError, IndexError) as e:
         return "weights", f"the block map cannot be rebuilt from the extraction files ({type(e).__name__}: {e})"
     g0v = np.array([g0.get(h, math.nan) for h in heads])
-    return recomputed_bounds(p, duals, G, g0v, radii), heads, radii
+    rec = recomputed_bounds(p, duals, G, g0v, radii)
+    try:
+        g_up = g_range(C, nxt["ln_gain"], nxt["ln_bias"])                          # (2, m)
+    except (KeyError, ValueError) as e:
+        return "weights", f"the output LayerNorm cannot be read from the extraction file ({type(e).__name__}: {e})"
+    f_up = f_range(g_up, g0v, G, np.asarray(radii, dtype=np.float64) * (1 + 4 * U))  # (2, m, R)
+    for k, (_, _, suffix) in enumerate(SENSES):
+        rec[f"range_f{suffix}"] = f_up[k]
+        rec[f"range_g{suffix}"] = np.repeat(g_up[k][:, None], len(radii), 1)
+    return rec, heads, radii
 
 
 REQUIRED = ("transition", "head", "prompt", "position", "radius", "g0",
@@ -251,6 +266,13 @@ def _row_check(row: dict, k: str, rec: dict, h: int, ri: int) -> tuple[str, str,
     if not reported == second:
         return "fail", "reported", f"reported {reported!r} is not the row's second-order certificate {second!r}", \
             math.nan
+    cap = float(rec[f"range_{k}"][h, ri])
+    if np.isfinite(cap):
+        if reported == math.inf:
+            return "fail", "reported", (f"reported +inf, but the output LayerNorm's range re-derived from the weights "
+                                        f"bounds it by {cap!r}"), math.nan
+        if reported >= cap:
+            return "pass", "weights+layer_norm_range", "", reported - cap
     if not bool(rec[f"pieces{suffix}"][h, ri]):
         return "fail", "pieces", ("the stored dual of this radius and sense, or the gradient G, is negative, not "
                                   "finite or of the wrong shape"), math.nan

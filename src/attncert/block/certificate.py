@@ -23,7 +23,9 @@ node's rounding, err the output form's own):
     certificate_f = (c - g0) + r ||J - G||_1 + r^2 [1/2 sum y + rounding] + Rest(r) + |err|,
 certificate_g bounds max g:  c + r ||J||_1 + the same beyond-linear bound + |err|.
 Where an enclosure reaches a singularity (LayerNorm's 1/sqrt input or the softmax's 1/sum reaching 0 over the
-box) a piece is +inf and so is the certificate: never a finite number without a bound behind it.
+box) a piece is +inf and so is the Taylor model's bound: never a finite number without a bound behind it. Every
+number is then capped by the output LayerNorm's range (block/layer_norm_range.py: s c . beta + sqrt(d) ||P (c gamma)||
+for g, finite at any radius); `parts["from_range_f"]` (and _g, _f_neg, _g_neg) marks the numbers the cap decides.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ from attncert.block.box_qp import top_eigenpairs
 from attncert.block.enclosure import U, Graph, Var, inflate
 from attncert.block.map import DTYPE, EXP, RECIPROCAL, RSQRT, SQUARE, BlockTransition, LayerNormParams
 from attncert.block.centre_hessian import centre_hessian
+from attncert.block.layer_norm_range import f_range, layer_norm_range
 from attncert.block.taylor_model import cubic_model
 from attncert.head.rounding import gamma
 
@@ -288,9 +291,19 @@ def certify_transition(tr: BlockTransition, C, g0, grad, radii, sdp_iterations: 
             beyonds.append(beyond)
         stored[f"y_{sense}"] = torch.stack(ys).numpy().copy()
         out[sense] = [torch.stack(v, -1).numpy() for v in (fs, gs, quads, beyonds)]
+    # the output LayerNorm's range caps each number (finite for any input; block/layer_norm_range.py)
+    g_cap = layer_norm_range(Ct, tr.ln_out)                                  # (2, m)
+    f_cap = f_range(g_cap, g0, grad, rho_t[1:])                              # (2, m, R)
+    capped = {}
+    for k, (sense, suffix) in enumerate((("pos", ""), ("neg", "_neg"))):
+        caps = (f_cap[k].numpy(), g_cap[k].numpy()[:, None].repeat(len(radii), 1))
+        capped[sense] = tuple(np.minimum(taylor, cap) for taylor, cap in zip(out[sense][:2], caps))
+        for name, taylor, cap in zip("fg", out[sense][:2], caps):
+            parts[f"from_range_{name}{suffix}"] = ~(taylor <= cap)
     parts.update({"quadratic": out["pos"][2], "remainder": np.maximum(out["pos"][3] - out["pos"][2], 0.0),
-                  "beyond_linear": out["pos"][3], "quadratic_neg": out["neg"][2]})
-    return BlockCertificate(radii=radii, certificate_f=out["pos"][0], certificate_g=out["pos"][1],
-                            certificate_f_neg=out["neg"][0], certificate_g_neg=out["neg"][1], parts=parts,
+                  "beyond_linear": out["pos"][3], "quadratic_neg": out["neg"][2],
+                  "taylor_f": out["pos"][0], "range_f": f_cap[0].numpy()})
+    return BlockCertificate(radii=radii, certificate_f=capped["pos"][0], certificate_g=capped["pos"][1],
+                            certificate_f_neg=capped["neg"][0], certificate_g_neg=capped["neg"][1], parts=parts,
                             stored=stored, H0=H0.numpy())
 

@@ -244,8 +244,13 @@ def figure_certificate_vs_radius(df: pd.DataFrame, claims: list, pdf: str, png: 
         n_inf = int((~np.isfinite(g["second_order_certificate_f"])).sum())
         if n_inf:
             infinite.append(f"{n_inf} of {len(g)} at r = {r:g}")
-    if infinite:
-        ax.text(0.02, 0.6, f"{cert} +inf (not drawn):\n" + "\n".join(infinite), transform=ax.transAxes,
+    capped = [f"{int(g['from_range_f'].astype(bool).sum())} of {len(g)} at r = {r:g}"
+              for r in radii for g in [df[np.isclose(df["radius"], r)]]
+              if "from_range_f" in g and g["from_range_f"].astype(bool).any()]
+    notes = ([f"{cert} +inf (not drawn):"] + infinite if infinite else []) + \
+        (["capped by the output LayerNorm's range:"] + capped if capped else [])
+    if notes:
+        ax.text(0.02, 0.6, "\n".join(notes), transform=ax.transAxes,
                 ha="left", va="top", fontsize=style.FONT["note"], color=style.method_color("certificate"),
                 bbox=dict(facecolor="white", edgecolor="none", alpha=0.85, pad=1.5))
     ax.axhline(1.0, color="k", lw=0.8, label="ascent maximum (a lower bound on max f)")

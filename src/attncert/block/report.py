@@ -315,6 +315,7 @@ def certificate_table(df: pd.DataFrame) -> pd.DataFrame:
             "certificate_gap_g_over_linear": _median(g["certificate_gap_g"]),
             "crown_gap_g_over_linear": _median(g["crown_gap_g"]),
             "second_order_not_finite": int((~np.isfinite(g["second_order_certificate_f"])).sum()),
+            "from_layer_norm_range": int(g["from_range_f"].astype(bool).sum()) if "from_range_f" in g else 0,
             "second_order_below_crown": int((g["second_order_certificate_f"] < g["crown_upper"]).sum()),
             "violations": int((~(g["certificate_f"] >= g["ascent_max"])).sum()),
             "cpu_seconds_per_unit_certificate": float(cert_s), "cpu_seconds_per_unit_crown": float(crown_s),
@@ -328,7 +329,9 @@ CERTIFICATE_NOTES = [
     "cubic form r³uᵀPu, maximized jointly by one verified SDP dual of ±H0 + 2rP per radius, and a fourth-order rest "
     "bounded per sense; the softmax's scores shifted by their weighted mean motion c_h·δ, the quadratic pieces summed "
     "with their signs, a few rows' quadratic parts through their formed Hessians; block/certificate.py, "
-    "block/taylor_model.py).",
+    "block/taylor_model.py). Each number is capped by the output LayerNorm's range (s c·β + √d‖P(c∘γ)‖₂ on g, "
+    "plus r‖∇g(0)‖₁ on f; finite whatever the radius, block/layer_norm_range.py): where the Taylor model's enclosures "
+    "blow up (scores moving by O(1) over the box) the cap is the certificate, counted per radius.",
     "The certificate columns of units.csv (certificate_f, certificate_g and their negations) are the second-order "
     "certificate's alone, each re-derived from the weights by attncert audit; CROWN and α-CROWN are baselines "
     "beside it, never a certificate.",

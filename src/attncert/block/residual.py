@@ -380,8 +380,8 @@ def analyze_transition(tr: BlockTransition, C: np.ndarray, radii, *, qp_starts: 
                               sdp_iterations=sdp_iterations)
     if keep is not None:                      # the caller stores what certifies the bounds
         keep["certificate"] = cert
-    # the reported bounds are the second-order certificate's alone (+inf where an enclosure reaches a
-    # singularity): CROWN's bounds are the baseline columns crown_upper, crown_lower, never a certificate
+    # the reported bounds are the block certificate's alone (the Taylor model's, capped by the output LayerNorm's
+    # range): CROWN's bounds are the baseline columns crown_upper, crown_lower, never a certificate
     reported = {"f": cert.certificate_f, "g": cert.certificate_g, "f_neg": cert.certificate_f_neg,
                 "g_neg": cert.certificate_g_neg}
     t0 = tick("certificate", t0)
@@ -415,6 +415,7 @@ def analyze_transition(tr: BlockTransition, C: np.ndarray, radii, *, qp_starts: 
                 "second_order_certificate_g": float(cert.certificate_g[h, ri]),
                 "second_order_certificate_f_neg": float(cert.certificate_f_neg[h, ri]),
                 "second_order_certificate_g_neg": float(cert.certificate_g_neg[h, ri]),
+                **{f"from_range_{k}": bool(cert.parts[f"from_range_{k}"][h, ri]) for k in ("f", "g", "f_neg", "g_neg")},
                 "certificate_quadratic": float(cert.parts["quadratic"][h, ri]),
                 "certificate_remainder": float(cert.parts["remainder"][h, ri]),
                 "per_op_sum": float(S[h]) * r2, "per_op_sum_softmax_one_op": float(S_soft[h]) * r2,

@@ -67,6 +67,9 @@ CERTIFICATE = {
     "second_order_not_finite": Column("units with an infinite certificate",
                                       "units where an enclosure reaches a singularity (the rsqrt input's range "
                                       "reaching 0): the certificate is +inf"),
+    "from_layer_norm_range": Column("units capped by the output LayerNorm's range",
+                                    "units whose bound on max f is the output LayerNorm's range (finite at any "
+                                    "radius) because the Taylor model's is larger there"),
     "second_order_below_crown": Column("units where the certificate beats CROWN",
                                        "units whose certificate bound is below CROWN's"),
     "violations": Column("violations", "units whose certificate lies below the ascent maximum or is nan (must be 0)"),
