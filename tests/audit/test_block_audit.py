@@ -442,3 +442,56 @@ def test_a_forged_gradient_moves_the_range_cap_of_f_not_g(gpt2_files, tmp_path):
     assert "weights+layer_norm_range" not in checks("f", capped("f"))
     assert {r["status"] for r in recs if r["number"] == "certificate_f"
             and (str(r["head"]), float(r["radius"])) in capped("f")} == {"fail"}
+
+
+@pytest.mark.parametrize("forgery", ["missing", "negative", "nan_t", "nan_v", "shape"])
+def test_a_missing_or_malformed_rank_one_term_fails_pieces(forgery, bert_files, tmp_path):
+    """The rank-one term (t (R, m) >= 0 along v (m, d)) of every dual is read as a free parameter: missing, negative,
+    NaN or misshapen, every Taylor-model number of that sense fails `pieces` (the range caps need none)."""
+    cert = dict(bert_files[3])
+    t, v = cert["t_pos"].copy(), cert["v_pos"].copy()
+    if forgery == "missing":
+        del cert["t_pos"], cert["v_pos"]
+    elif forgery == "negative":
+        t[:] = -1e-9
+    elif forgery == "nan_t":
+        t[:, 0] = np.nan
+    elif forgery == "nan_v":
+        v[:, 0] = np.nan
+    else:
+        v = v[:, :-1]
+    if forgery != "missing":
+        cert["t_pos"], cert["v_pos"] = t, v
+    fails = _by(_audit(_write(tmp_path, bert_files, certificate=cert)), "fail")
+    expected = _taylor(bert_files[2], ("certificate_f", "certificate_g"))
+    if forgery == "nan_t":         # head 0's weights only
+        expected = {u for u in expected if u[0] == "0"}
+    if forgery == "missing":       # without t_pos the file lacks an array: every number fails, the caps too
+        assert {r["check"] for r in fails} == {"pieces"} and len(fails) == 4 * len(bert_files[2])
+        return
+    assert expected and {(str(r["head"]), float(r["radius"]), r["number"]) for r in fails} == expected
+    assert {r["check"] for r in fails} == {"pieces"}
+
+
+@pytest.mark.parametrize("forgery", ["t_zero", "t_half", "v_other"])
+def test_a_forged_rank_one_term_fails_dual_pd_or_sum(forgery, gpt2_files, tmp_path):
+    """diag(y) + t v v^T - M is re-checked with the file's t and v: a dual whose rank-one term is dropped, halved or
+    turned to another direction no longer proves positive definiteness where the term carried weight (or, where it
+    still does, its bound is not the reported one); nothing passes that the true pieces do not prove."""
+    cert = dict(gpt2_files[3])
+    t, v = cert["t_neg"].copy(), cert["v_neg"].copy()
+    if forgery == "t_zero":
+        t[:] = 0.0
+    elif forgery == "t_half":
+        t = 0.5 * t
+    else:
+        v = np.roll(v, 1, axis=-1)
+    cert["t_neg"], cert["v_neg"] = t, v
+    recs = _audit(_write(tmp_path, gpt2_files, certificate=cert))
+    weighted = {(str(h), float(r)) for ri, r in enumerate(RADII) for h, tt in zip((0, 1), gpt2_files[3]["t_neg"][ri])
+                if tt > 0}
+    taylor = _taylor(gpt2_files[2], ("certificate_f_neg", "certificate_g_neg"))
+    expected = {u for u in taylor if (u[0], u[1]) in weighted}
+    fails = _by(recs, "fail")
+    assert expected and expected <= {(str(r["head"]), float(r["radius"]), r["number"]) for r in fails}
+    assert {r["check"] for r in fails} <= {"dual_pd", "sum"}

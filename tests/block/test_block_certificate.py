@@ -101,6 +101,31 @@ def test_sdp_box_upper_covers_every_vertex_and_is_verified():
     assert not bool(verified_pd(-torch.eye(3, dtype=DT).unsqueeze(0))[0])
 
 
+def test_the_rank_one_dual_covers_every_vertex_and_beats_the_diagonal_dual_where_one_direction_dominates():
+    """diag(y) + t v v^T - M verified PSD => 1/2 u^T M u <= 1/2 (sum y + t ||v||_1^2) on the box: above every vertex
+    for any v (the top eigenvector or a random one); on a spiked matrix (one direction dominating, as the centre
+    Hessians' box maxima are) below the diagonal dual; with t = 0 forced it is the diagonal dual."""
+    from attncert.block.certificate import RANK_ONE_STEP, rank_one_box_upper
+
+    gen = torch.Generator().manual_seed(1)
+    n = 10
+    A = torch.randn(6, n, n, dtype=DT, generator=gen)
+    noise = 0.3 * 0.5 * (A + A.transpose(-1, -2))
+    w = torch.randn(6, n, dtype=DT, generator=gen)
+    M = noise + 10.0 * torch.einsum("pi,pj->pij", w, w) / n                   # spiked
+    V = torch.tensor(list(itertools.product([-1.0, 1.0], repeat=n)), dtype=DT)
+    brute = 0.5 * torch.einsum("vd,pde,ve->pv", V, M, V).amax(-1)
+    top = torch.linalg.eigh(M)[1][..., -1]
+    diag, _ = sdp_box_upper(M, iterations=20)
+    for v in (top, torch.randn(6, n, dtype=DT, generator=gen)):
+        bound, y, t = rank_one_box_upper(M, v, 20)
+        assert torch.all(brute <= bound) and torch.all(t >= 0) and torch.all(torch.isfinite(bound))
+        assert torch.all(verified_pd(torch.diag_embed(y) + t.view(-1, 1, 1) * torch.einsum("pi,pj->pij", v, v) - M))
+    bound, _, t = rank_one_box_upper(M, top, 20)
+    assert torch.all(t > 0) and torch.all(bound < diag) and torch.all(bound <= 1.01 * brute)
+    assert RANK_ONE_STEP > 0
+
+
 @pytest.mark.parametrize("family", ["gpt2", "bert"])
 def test_reported_certificate_is_the_second_order_one_and_sound(family, tiny_gpt2_dir, tiny_bert_dir):
     """The stage's certificate columns are the block certificate alone (the Taylor model's bound capped by the

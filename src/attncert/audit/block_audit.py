@@ -107,13 +107,14 @@ def _add_up(a, b):
     return s + U * np.abs(s) + TINY
 
 
-def proved_positive_definite(A: np.ndarray) -> bool:
-    """A (n, n) symmetric float matrix proved positive definite: Cholesky of A - c I succeeds (Rump's shift)."""
+def proved_positive_definite(A: np.ndarray, margin: float = 0.0) -> bool:
+    """A (n, n) symmetric float matrix proved positive definite: Cholesky of A - c I succeeds (Rump's shift), c raised
+    by `margin` (a bound on the distance, in the spectral norm, from A to the exact matrix it stands for)."""
     n = A.shape[-1]
-    if not np.isfinite(A).all():
+    if not (np.isfinite(A).all() and np.isfinite(margin)):
         return False
     g = gamma(n + 2)
-    c = 2.0 * (g / (1.0 - g)) * np.abs(np.diagonal(A)).sum() * (1 + 1e-6) + 1e-280
+    c = 2.0 * (g / (1.0 - g)) * np.abs(np.diagonal(A)).sum() * (1 + 1e-6) + 1e-280 + margin
     try:
         np.linalg.cholesky(A - c * np.eye(n))
     except np.linalg.LinAlgError:
@@ -128,12 +129,29 @@ def _duals_ok(y: np.ndarray, shape: tuple) -> np.ndarray:
     return (np.isfinite(y).all(-1) & (y >= 0).all(-1)).T
 
 
+def _rank_one_ok(t: np.ndarray, v: np.ndarray, R: int, m: int, d: int) -> np.ndarray:
+    """(heads, R) bool: the rank-one weight t (R, m) finite and nonnegative, its direction v (m, d) finite."""
+    if t.shape != (R, m) or v.shape != (m, d):
+        return np.zeros((m, R), dtype=bool)
+    return (np.isfinite(t) & (t >= 0)).T & np.isfinite(v).all(-1)[:, None]
+
+
+def rank_one_margin(M: np.ndarray, y: np.ndarray, t: float, v: np.ndarray) -> float:
+    """A bound on ||A_float - A||_2 for A = diag(y) - M + t v v^T formed in float (4 roundings per entry):
+    gamma_4 ||diag|y| + |M| + t |v| |v|^T||_F, outward."""
+    big = np.abs(M) + abs(t) * np.outer(np.abs(v), np.abs(v))
+    big[np.diag_indices_from(big)] += np.abs(y)
+    n = big.shape[0]
+    return _up(gamma(4) * _up(math.sqrt(_up((big * big).sum(), n * n + 1)), 2), 2)
+
+
 @np.errstate(over="ignore", invalid="ignore")       # an infinite piece (a singularity reached) gives +inf
-def recomputed_bounds(p: dict, duals: dict, G: np.ndarray, g0: np.ndarray, radii) -> dict:
+def recomputed_bounds(p: dict, duals: dict, G: np.ndarray, g0: np.ndarray, radii, rank_one: dict | None = None) -> dict:
     """(m, R) upper bounds of each number's right-hand side from the re-derived pieces `p` (`rederived_pieces` at
     the radii), the stored duals per sense (`duals[s]` (R, m, d): the dual of each radius, in the order of `radii`),
-    G (m, d) and g0 (m,); with (m, R) dual checks per sense (`pd`, `pd_neg`) and piece checks (`pieces`,
-    `pieces_neg`)."""
+    their rank-one terms (`rank_one[s]` = (t (R, m), v (m, d)): diag(y) + t v v^T - M positive definite, bound
+    1/2 (sum y + t ||v||_1^2)), G (m, d) and g0 (m,); with (m, R) dual checks per sense (`pd`, `pd_neg`) and piece
+    checks (`pieces`, `pieces_neg`)."""
     radii = np.asarray(radii, dtype=np.float64)
     J, c, e0, a0, H0, P = (p[k] for k in ("J", "c", "e0", "a0", "H0", "P"))
     m, d = J.shape
@@ -147,14 +165,19 @@ def recomputed_bounds(p: dict, duals: dict, G: np.ndarray, g0: np.ndarray, radii
     out = {}
     for sense, sign, suffix in SENSES:
         y = np.asarray(duals[sense], dtype=np.float64)
-        ok = _duals_ok(y, (R, m, d))                                                     # (m, R)
+        t, v = (np.asarray(a, dtype=np.float64) for a in (rank_one or {}).get(sense, (np.zeros((R, m)),
+                                                                                       np.zeros((m, d)))))
+        ok = _duals_ok(y, (R, m, d)) & _rank_one_ok(t, v, R, m, d)                       # (m, R)
         pd = np.zeros((m, R), dtype=bool)
         for h, ri in zip(*np.nonzero(ok)):
             M = sign * H0[h] + (2.0 * r_t[ri]) * P[h]
-            pd[h, ri] = proved_positive_definite(np.diag(y[ri, h]) - M)
-        half = np.full((m, R), math.inf)                                                # >= 1/2 sum y
-        if y.shape == (R, m, d):
-            half = np.where(ok, _up(0.5 * y.sum(-1).T, d), math.inf)
+            A = np.diag(y[ri, h]) - M + t[ri, h] * np.outer(v[h], v[h])
+            pd[h, ri] = proved_positive_definite(A, rank_one_margin(M, y[ri, h], t[ri, h], v[h]))
+        half = np.full((m, R), math.inf)                                      # >= 1/2 (sum y + t ||v||_1^2)
+        if ok.any():
+            L = _up(np.abs(v).sum(-1) ** 2, d + 2)                                      # (m,) >= ||v||_1^2
+            with np.errstate(invalid="ignore", over="ignore"):
+                half = np.where(ok, _up(0.5 * _up(y.sum(-1).T + _up(t.T * L[:, None], 1), d + 1), 1), math.inf)
         beyond = _up(_up(_up(half + rounding, 1) * r2[None, :], 1) + p["rest"][0 if sign > 0 else 1].T, 1)
         beyond = np.where(p["P_finite"][:, None] & ~np.isnan(beyond), beyond, math.inf)
         off = _add_up(sign * c, -sign * g0)                                             # >= s (c - g0)
@@ -214,6 +237,8 @@ def _rederive(root: Path, model: str, L: int, rows: list[dict], cfg: BlockAuditC
         heads = [int(h) for h in np.asarray(z["heads"]).reshape(-1)]
         file_radii = [float(x) for x in np.asarray(z["radii"], dtype=np.float64).reshape(-1)]
         duals = {s: np.asarray(z[f"y_{s}"], dtype=np.float64) for s, _, _ in SENSES}
+        rank_one = {s: (np.asarray(z[f"t_{s}"], dtype=np.float64), np.asarray(z[f"v_{s}"], dtype=np.float64))
+                    for s, _, _ in SENSES}
         G = np.asarray(z["G"], float)
         shift = np.asarray(z["softmax_shift"], dtype=np.float64)
     except (KeyError, ValueError, TypeError) as e:
@@ -227,6 +252,8 @@ def _rederive(root: Path, model: str, L: int, rows: list[dict], cfg: BlockAuditC
     pick = [file_radii.index(r) for r in radii]
     duals = {s: y[pick] if y.ndim == 3 and y.shape[:2] == (len(file_radii), len(heads)) else np.zeros(0)
              for s, y in duals.items()}
+    rank_one = {s: (t[pick] if t.ndim == 2 and t.shape[0] == len(file_radii) else np.zeros(0), v)
+                for s, (t, v) in rank_one.items()}
     g0 = {int(row["head"]): _float(row.get("g0", "")) for row in rows}
     try:
         C = specification_rows(nxt["W_V"], nxt["W_O"], L + 1, heads, cfg.prompt, cfg.query_position, cfg.spec_seed)
@@ -239,7 +266,7 @@ def _rederive(root: Path, model: str, L: int, rows: list[dict], cfg: BlockAuditC
     except (KeyError, ValueError, IndexError) as e:
         return "weights", f"the block map cannot be rebuilt from the extraction files ({type(e).__name__}: {e})"
     g0v = np.array([g0.get(h, math.nan) for h in heads])
-    rec = recomputed_bounds(p, duals, G, g0v, radii)
+    rec = recomputed_bounds(p, duals, G, g0v, radii, rank_one)
     try:
         g_up = g_range(C, nxt["ln_gain"], nxt["ln_bias"])                          # (2, m)
     except (KeyError, ValueError) as e:

@@ -12,10 +12,12 @@ so that, for each sense s = +-1,
 
 * g(0), grad g(0), H0: the graph's float values at rho = 0 with their rounding errors (e0, a0); H0 = sum_n A_n j_n
   j_n^T in float, its rounding bounded by gamma_K sum |A_n| s_n^2 (`centre_hessian`); P's rounding likewise.
-* max over the box of 1/2 u^T M u, M = s H0 + 2 r P: the diagonal SDP dual, 1/2 sum y for diag(y) - M positive
-  semidefinite, checked by a floating-point Cholesky factorization of diag(y) - M - c I (Rump 2006, "Verification
-  of positive definiteness": success implies positive definite for the stated c). y starts from the dual of s H0
-  and takes a few subgradient steps; nothing but the Cholesky check makes it valid.
+* max over the box of 1/2 u^T M u, M = s H0 + 2 r P: the SDP dual with one rank-one term, 1/2 (sum y + t ||v||_1^2)
+  for diag(y) + t v v^T - M positive semidefinite (v the top eigenvector of s H0, `rank_one_box_upper`; t = 0 is the
+  diagonal dual), checked by a floating-point Cholesky factorization of diag(y) + t v v^T - M - c I (Rump 2006,
+  "Verification of positive definiteness": success implies positive definite for the stated c, here raised by the
+  rounding of forming the matrix). (y, t) start from the dual of s H0 and take a few subgradient steps; nothing but
+  the Cholesky check makes them valid.
 
 certificate_f bounds max f with f = g - g0 - G . delta for the stage's own float (g0, G) (the ascent's f), from
 the output's float form g(delta) = c + J delta + sum_n lambda_n nu_n(delta) + err (exact; the rest holds every
@@ -45,6 +47,7 @@ from attncert.head.rounding import gamma
 
 CROSS_SLACK = 2.0 ** -40   # relative raise of e0 and a0 (see certify_transition)
 JOINT_SDP_STEPS = 1        # subgradient steps on +-H0 + 2 r P from the dual of +-H0 (3 give the same medians)
+RANK_ONE_STEP = 0.2        # the rank-one weight's subgradient step, a fraction of v^T M v (0.3 and 20 steps: the same)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -195,6 +198,73 @@ def sdp_box_upper(M: torch.Tensor, iterations: int = 12, D0: torch.Tensor | None
     return inflate(0.5 * y.sum(-1)), y
 
 
+def rank_one_margin(M: torch.Tensor, y: torch.Tensor, t: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """(P,) a bound on ||A_float - A||_2 for A = diag(y) - M + t v v^T formed in float (each entry 4 roundings):
+    gamma_4 ||diag|y| + |M| + t |v| |v|^T||_F."""
+    big = torch.diag_embed(y.abs()) + M.abs() + t.abs().view(-1, 1, 1) * torch.einsum("pi,pj->pij", v.abs(), v.abs())
+    return inflate(gamma(4) * torch.linalg.matrix_norm(big) * (1 + gamma(big.shape[-1] ** 2 + 2)))
+
+
+def rank_one_box_upper(M: torch.Tensor, v: torch.Tensor, iterations: int, D0: torch.Tensor | None = None,
+                       t0: torch.Tensor | None = None, candidate: tuple | None = None):
+    """Sound upper bound of max over u in [-1,1]^n of 1/2 u^T M u (M (P, n, n) float, symmetric) through the SDP dual
+    with one rank-one term along v (P, n):
+
+        diag(y) + t v v^T - M positive semidefinite, y >= 0, t >= 0   =>   u^T M u <= sum y + t (v . u)^2
+                                                                          <= sum y + t ||v||_1^2   on the box.
+
+    t = 0 is the diagonal dual (`sdp_box_upper`). With v the top eigenvector of M the rank-one term pays for the
+    direction that dominates the maximum at its exact box maximum ((v . u)^2 <= ||v||_1^2, attained at u = sign v),
+    which the diagonal dual overpays (by up to pi / 2 for a rank-one M). (D, t) take projected subgradient steps on
+    1/2 (sum max(D + mu, 0) + t ||v||_1^2), mu = lambda_max(M - t v v^T - diag D): one eigenpair per step, as without t.
+    `candidate` (y, t) is taken where its value is smaller. Only the check makes (y, t) valid: a float Cholesky of
+    diag(y) - M + t v v^T minus Rump's shift and the rounding of forming that matrix (`rank_one_margin`); y is raised
+    until it passes. Returns (bound (P,), y (P, n), t (P,))."""
+    P, n, _ = M.shape
+    L = inflate(v.abs().sum(-1) ** 2 * (1 + gamma(n + 2)))             # >= ||v||_1^2
+    vv = torch.einsum("pi,pj->pij", v, v)
+    D = torch.diagonal(M, dim1=-2, dim2=-1).clone() if D0 is None else D0.clone()
+    t = torch.zeros(P, dtype=DTYPE) if t0 is None else t0.clone()
+    scale = torch.einsum("pi,pij,pj->p", v, M, v).abs() + 1e-300        # t's step scale: v^T M v
+    best_val = torch.full((P,), math.inf, dtype=DTYPE)
+    best_y, best_t = torch.zeros(P, n, dtype=DTYPE), torch.zeros(P, dtype=DTYPE)
+    step = torch.linalg.matrix_norm(M) / n
+    for it in range(iterations):
+        mu, top = top_eigenpairs(M - t.view(-1, 1, 1) * vv - torch.diag_embed(D))
+        y = torch.clamp(D + mu.unsqueeze(-1), min=0.0)
+        val = 0.5 * (y.sum(-1) + t * L)
+        better = val < best_val
+        best_val = torch.where(better, val, best_val)
+        best_y = torch.where(better.unsqueeze(-1), y, best_y)
+        best_t = torch.where(better, t, best_t)
+        active = (D + mu.unsqueeze(-1) > 0).to(DTYPE)
+        n_active = active.sum(-1)
+        sub = active - n_active.unsqueeze(-1) * top ** 2
+        D = D - (step / math.sqrt(it + 1)).unsqueeze(-1) * sub / sub.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+        slope = L - n_active * (v * top).sum(-1) ** 2                   # 2 d val / dt
+        t = (t - RANK_ONE_STEP * scale / math.sqrt(it + 1) * torch.sign(slope)).clamp_min(0.0)
+    if candidate is not None:
+        cy, ct = candidate
+        take = 0.5 * (cy.sum(-1) + ct * L) < best_val
+        best_y = torch.where(take.unsqueeze(-1), cy, best_y)
+        best_t = torch.where(take, ct, best_t)
+    tau = (1e-12 * torch.linalg.matrix_norm(M)).unsqueeze(-1) + 1e-300
+    y = best_y + tau
+    ok = torch.zeros(P, dtype=torch.bool)
+    eye = torch.eye(n, dtype=DTYPE)
+    for _ in range(60):
+        A = torch.diag_embed(y) - M + best_t.view(-1, 1, 1) * vv
+        c = psd_shift(A) + rank_one_margin(M, y, best_t, v)
+        _, info = torch.linalg.cholesky_ex(A - c.view(-1, 1, 1) * eye)
+        ok = ok | (info == 0)
+        if bool(ok.all()):
+            break
+        tau = torch.where(ok.unsqueeze(-1), tau, 4.0 * tau)
+        y = torch.where(ok.unsqueeze(-1), y, best_y + tau)
+    y = torch.where(ok.unsqueeze(-1), y, torch.full_like(y, math.inf))
+    return inflate(0.5 * (y.sum(-1) + best_t * L)), y, best_t
+
+
 # --------------------------------------------------------------------------------------------------
 # The certificate of one transition
 # --------------------------------------------------------------------------------------------------
@@ -216,11 +286,14 @@ def _not_finite_is_inf(v: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num(v, nan=math.inf, posinf=math.inf)
 
 
-def beyond_linear(y: torch.Tensor, r_t: torch.Tensor, h_round, P_rounding, P_finite, rest) -> torch.Tensor:
+def beyond_linear(y: torch.Tensor, r_t: torch.Tensor, h_round, P_rounding, P_finite, rest,
+                  rank_one: torch.Tensor | None = None) -> torch.Tensor:
     """(m,) bound on max over the box of sign (1/2 delta^T H delta + cubic + rest) at radius r_t (a float >= r):
-    r^2 [1/2 sum y + 1/2 h_round + r P_rounding] + rest, y the verified dual of sign H0 + 2 r P."""
+    r^2 [1/2 (sum y + t ||v||_1^2) + 1/2 h_round + r P_rounding] + rest, (y, t, v) the verified dual of
+    sign H0 + 2 r P (`rank_one_box_upper`; `rank_one` (m,) >= t ||v||_1^2, none for the diagonal dual)."""
     r2 = inflate(r_t * r_t)
-    inner = inflate(0.5 * y.sum(-1) + 0.5 * h_round + inflate(r_t * P_rounding))
+    dual = y.sum(-1) if rank_one is None else y.sum(-1) + rank_one
+    inner = inflate(0.5 * dual + 0.5 * h_round + inflate(r_t * P_rounding))
     out = inflate(inflate(inner * r2) + rest)
     return torch.where(P_finite, _not_finite_is_inf(out), torch.full_like(out, math.inf))
 
@@ -241,7 +314,8 @@ def f_and_g_bounds(sign: float, c, grad_l1, off_g0, e0, a0, off_grad, r_t, beyon
 
 def certificate_file_arrays(cert: "BlockCertificate", heads: list) -> dict:
     """One transition's stored certificate as arrays for an npz (`heads`: the table's head of each row of C): the
-    verified SDP duals y_pos / y_neg (R, m, d) of +-H0 + 2 r P per radius, the stage's float g0 and G
+    verified SDP duals y_pos / y_neg (R, m, d) of +-H0 + 2 r P per radius with their rank-one terms t_pos / t_neg
+    (R, m) along v_pos / v_neg (m, d), the stage's float g0 and G
     (f = g - g0 - G . delta), the softmax's linear score shift (H, d) the graph was built with (`softmax_shift`;
     any shift gives a sound bound) and the radii. Everything else the bound uses is re-derived from the weights by the
     audit."""
@@ -249,11 +323,12 @@ def certificate_file_arrays(cert: "BlockCertificate", heads: list) -> dict:
 
 
 def certify_transition(tr: BlockTransition, C, g0, grad, radii, sdp_iterations: int = 10,
-                       model_options: dict | None = None, shift=None) -> BlockCertificate:
+                       model_options: dict | None = None, shift=None, rank_one: bool = True) -> BlockCertificate:
     """Sound bounds on max f and max g over ||delta||_inf <= r for every row of C and radius r: the cubic Taylor
     model (block/taylor_model.py) with one verified SDP dual of +-H0 + 2 r P per radius and sense
     (`model_options`: `cubic_model`'s switches, for the ablation bench; `shift`: the softmax's linear score shift
-    (H, d), `softmax_shift`'s weighted mean when None; any shift is sound)."""
+    (H, d), `softmax_shift`'s weighted mean when None; any shift is sound; `rank_one` False: the diagonal SDP dual
+    alone, v = 0)."""
     Ct = torch.as_tensor(np.asarray(C, dtype=np.float64), dtype=DTYPE)
     g0 = torch.as_tensor(np.asarray(g0, dtype=np.float64), dtype=DTYPE)
     grad = torch.as_tensor(np.asarray(grad, dtype=np.float64), dtype=DTYPE)
@@ -276,20 +351,27 @@ def certify_transition(tr: BlockTransition, C, g0, grad, radii, sdp_iterations: 
               "softmax_shift": G.softmax_shift.numpy().copy()}
     out, parts = {}, {}
     for sense, sign in (("pos", 1.0), ("neg", -1.0)):
-        bH, yH = sdp_box_upper(sign * H0, sdp_iterations)
-        ys, fs, gs, quads, beyonds = [], [], [], [], []
+        _, v = top_eigenpairs(sign * H0)                                    # the rank-one direction of this sense
+        v = v if rank_one else torch.zeros_like(v)
+        L = inflate(v.abs().sum(-1) ** 2 * (1 + gamma(v.shape[-1] + 2)))   # >= ||v||_1^2
+        bH, yH, tH = rank_one_box_upper(sign * H0, v, sdp_iterations)
+        ys, ts, fs, gs, quads, beyonds = [], [], [], [], [], []
         for ri in range(len(radii)):
             r_t = rho_t[ri + 1]
             M = sign * H0 + 2.0 * r_t * cm.P
-            _, y = sdp_box_upper(M, JOINT_SDP_STEPS, D0=yH, candidate=yH + r_t * yP)
-            beyond = beyond_linear(y, r_t, h_round, cm.P_rounding, cm.P_finite, cm.rest[0 if sign > 0 else 1, ri + 1])
+            _, y, t = rank_one_box_upper(M, v, JOINT_SDP_STEPS, D0=yH, t0=tH, candidate=(yH + r_t * yP, tH))
+            beyond = beyond_linear(y, r_t, h_round, cm.P_rounding, cm.P_finite, cm.rest[0 if sign > 0 else 1, ri + 1],
+                                   rank_one=inflate(t * L))
             f, g = f_and_g_bounds(sign, gv.c, grad_l1, off_g0, e0, a0, off_grad, r_t, beyond)
             ys.append(y)
+            ts.append(t)
             fs.append(f)
             gs.append(g)
             quads.append(inflate(bH * inflate(r_t * r_t)))
             beyonds.append(beyond)
         stored[f"y_{sense}"] = torch.stack(ys).numpy().copy()
+        stored[f"t_{sense}"] = torch.stack(ts).numpy().copy()                # (R, m)
+        stored[f"v_{sense}"] = v.numpy().copy()                             # (m, d)
         out[sense] = [torch.stack(v, -1).numpy() for v in (fs, gs, quads, beyonds)]
     # the output LayerNorm's range caps each number (finite for any input; block/layer_norm_range.py)
     g_cap = layer_norm_range(Ct, tr.ln_out)                                  # (2, m)
