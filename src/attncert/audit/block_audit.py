@@ -9,11 +9,12 @@ re-derived centre Hessian (rounding h_round), P the re-derived cubic form of the
 P_rounding) and Rest its fourth-order rest of sense s at r' = r (1 + 4 u) >= r, y the stored SDP dual of that radius
 and sense, g0 the table's g(0) and G the stored gradient that define f = g - g0 - G . delta,
 
-    beyond = r'^2 [1/2 sum y + 1/2 h_round + r' P_rounding] + Rest
+    beyond = r'^2 [1/2 (sum y + t ||v||_1^2) + 1/2 h_round + r' P_rounding] + Rest
     max s f <= max(s (c - g0) + e0, 0) + (||J - G||_1 + a0) r' + beyond
     max s g <= s c + e0 + a0 r' + ||J||_1 r' + beyond
 
-provided diag(y) - (s H0 + 2 r' P) is positive definite (then 1/2 u^T (s H0 + 2 r' P) u <= 1/2 sum y on the box);
+provided diag(y) + t v v^T - (s H0 + 2 r' P) is positive definite (then 1/2 u^T (s H0 + 2 r' P) u <= 1/2 (sum y +
+t (v . u)^2) <= 1/2 (sum y + t ||v||_1^2) on the box; (t, v) the dual's rank-one term, t = 0 the diagonal dual);
 beyond is +inf where a coefficient of P or the rest is not finite (the enclosure reaches a singularity). The file's
 y, G and softmax_shift (the softmax's linear score shift c_h (heads, d) the map's decomposition E_j = exp(s_j - m_h -
 c_h . delta) over sum_k E_k uses: the same function for every c_h) are free parameters: any values give a valid bound,
@@ -27,10 +28,12 @@ per reported number:
   table fails: the specification rows need its `spec_seed`);
 * weights: the extraction files of layers L and L + 1 pass their sidecars and the pieces can be re-derived;
 * pieces: the stored dual of the row's radius and the number's sense is finite, nonnegative and the file's duals
-  have the shape (radii, heads, d) of its `radii` and `heads`; G is finite of shape (heads, d); softmax_shift is
+  have the shape (radii, heads, d) of its `radii` and `heads`; its rank-one weight t_{sense} (radii, heads) finite
+  and nonnegative, its direction v_{sense} (heads, d) finite; G is finite of shape (heads, d); softmax_shift is
   finite of shape (heads of block L, d);
-* dual_pd: diag(y) - (s H0 + 2 r' P) positive definite, proved by a float Cholesky of A - c I with Rump's shift
-  c = 2 gamma_{n+2} / (1 - gamma_{n+2}) tr(A) (Rump 2006, "Verification of positive definiteness");
+* dual_pd: A = diag(y) + t v v^T - (s H0 + 2 r' P) positive definite, proved by a float Cholesky of A - c I with
+  Rump's shift c = 2 gamma_{n+2} / (1 - gamma_{n+2}) tr(A) (Rump 2006, "Verification of positive definiteness")
+  raised by gamma_4 ||diag|y| + |M| + t |v||v|^T||_F, the rounding of forming A;
 * sum: the right-hand side above evaluated in float64 with every operation's rounding bounded (gamma_k); the
   table's `second_order_certificate_*` must be at least that;
 * reported: the table's `certificate_*` is the second-order certificate alone (CROWN's bounds are baseline
