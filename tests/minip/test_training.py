@@ -215,6 +215,74 @@ def test_foreach_adam_matches_torch_adam_bit_for_bit():
     assert all(torch.equal(p, q) for p, q in zip(*trained))
 
 
+def test_training_stream_draws_the_batches_one_draw_per_step_would():
+    """The scaling runs' batches, drawn several steps at a time, are those of one `sample_sequences` call per
+    step on the same generator (and their targets), across chunk boundaries and a short last chunk."""
+    import torch
+
+    from attncert.minip.pools import sample_sequences, split_pool
+    from attncert.minip.task import minip_targets
+    from attncert.minip.training import _TrainingStream
+
+    pool = split_pool(10, 0.25, 4096, 0).train  # 768 tokens: not a power of two (rejection sampling)
+    steps, batch, length = 23, 5, 3
+    stream = _TrainingStream(pool, batch, length, steps, np.random.default_rng(7), torch.device("cpu"))
+    stream.CHUNK = 4
+    rng = np.random.default_rng(7)
+    for step in range(steps):
+        X, T = stream(step)
+        ref = sample_sequences(pool, batch, length, rng)
+        assert X.dtype == T.dtype == torch.float32
+        assert torch.equal(X, torch.as_tensor(ref, dtype=torch.float32))
+        assert torch.equal(T, torch.as_tensor(minip_targets(ref), dtype=torch.float32))
+    assert X.untyped_storage().data_ptr() != stream.X.untyped_storage().data_ptr()  # its own memory, not a view
+
+
+def test_backward_helper_gives_the_gradients_of_loss_backward():
+    import torch
+
+    from attncert.minip.models import build_model
+    from attncert.minip.training import _backward
+
+    fam = witness_family(8, 3, 0)
+    X = torch.as_tensor(fam.sequences, dtype=torch.float32)
+    T = torch.as_tensor(fam.targets, dtype=torch.float32)
+    torch.manual_seed(0)
+    model = build_model("kernel", fam.bits, 2, 16, 4)
+    grads = []
+    for backward in (lambda loss: loss.backward(), _backward):
+        model.zero_grad(set_to_none=True)
+        backward(torch.mean((model(X) - T) ** 2))
+        grads.append([p.grad.clone() for p in model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*grads))
+
+
+@pytest.mark.parametrize("B,N,p", [(1, 1, 5), (7, 2, 22), (128, 2, 36), (128, 3, 22), (128, 3, 32), (190, 3, 40),
+                                   (256, 3, 36), (2048, 3, 28), (33, 3, 44), (128, 3, 45), (16, 4, 8)])
+def test_attention_product_is_bmm_bit_for_bit(B, N, p):
+    """The heads' w @ v (a sum of products where torch's bmm sums term by term; bmm itself elsewhere, e.g.
+    N * N * p >= 400 or N > 3) gives the bits of `w @ v`, and the gradients of bmm's backward."""
+    import torch
+
+    from attncert.minip.models import attention_product
+
+    gen = torch.Generator().manual_seed(B * 1000 + N * 100 + p)
+    for scale in (1.0, 30.0):
+        logits = scale * torch.randn(B, N, N, generator=gen)
+        v0 = torch.randn(B, N, p, generator=gen) * 3
+        v0[..., : p // 2] = (v0[..., : p // 2] > 0).float()  # raw 0/1 bits beside learned values
+        g = torch.randn(B, N, p, generator=gen)
+        out = []
+        for product in (lambda w, v: w @ v, attention_product):
+            lg = logits.clone().requires_grad_(True)
+            v = v0.clone().requires_grad_(True)
+            o = product(torch.softmax(lg, dim=-1), v)
+            o.backward(g)
+            out.append((o.detach(), lg.grad, v.grad))
+        for a, b in zip(*out):
+            assert torch.equal(a, b)
+
+
 def test_training_does_not_import_torch_dynamo():
     """A short job's start-up: the training loop must not pull in torch._dynamo (about 1.4 CPU-s)."""
     import subprocess

@@ -22,6 +22,49 @@ from torch import nn
 
 NONNEGATIVITY = "exp"
 
+# torch's CPU bmm multiplies (B, n, k) by (B, k, p) with a plain loop when k * n * p < 400 (ATen's
+# bmm_out_or_baddbmm_): each entry is summed in float from 0, one term after the other, k = 0, 1, ...
+# The attention product w @ v of a head (n = k = N, the sequence length; p = m + value_dim) takes that
+# path, and so does w^T @ grad in its backward. For k <= MAX_TERMS, the broadcast products summed over k
+# (`_sum_of_products`) add the same float products in the same order from 0 (ATen's sum adds fewer than
+# four terms one after the other), so they give the same bits, in about half the time at these sizes.
+# tests/minip/test_training.py checks this bit for bit, forward and backward, over the sizes in use.
+_NAIVE_BMM_LIMIT = 400
+MAX_TERMS = 3
+
+
+def _sum_of_products(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """(B, n, k) x (B, k, p) -> (B, n, p): sum_k a[:, :, k] b[:, k, :], the terms added in order from 0."""
+    return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2)
+
+
+class _AttentionProduct(torch.autograd.Function):
+    """w @ v with torch's bmm backward (grad_w = grad @ v^T, grad_v = w^T @ grad), the products with k = N
+    terms computed by `_sum_of_products`; only where `attention_product` allows it."""
+
+    @staticmethod
+    def forward(ctx, w, v):
+        ctx.save_for_backward(w, v)
+        return _sum_of_products(w, v)
+
+    @staticmethod
+    def backward(ctx, grad):
+        w, v = ctx.saved_tensors
+        grad_w = grad.bmm(v.transpose(1, 2)) if ctx.needs_input_grad[0] else None
+        grad_v = _sum_of_products(w.transpose(1, 2), grad) if ctx.needs_input_grad[1] else None
+        return grad_w, grad_v
+
+
+def attention_product(w: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """`w @ v` for attention weights w (B, N, N) and values v (B, N, p), bit for bit. On the CPU in float32
+    with N <= MAX_TERMS and N * N * p < 400 (where torch's bmm sums term by term) it is computed as a sum
+    of products, forward and backward; otherwise it is `w @ v`."""
+    _, n, k = w.shape if w.dim() == 3 else (0, 0, 0)
+    if (w.device.type == "cpu" and w.dtype == v.dtype == torch.float32 and v.dim() == 3 and n == k
+            and 0 < k <= MAX_TERMS and k * n * v.shape[-1] < _NAIVE_BMM_LIMIT):
+        return _AttentionProduct.apply(w, v)
+    return w @ v
+
 
 class _Head(nn.Module):
     def __init__(self, bits: int, hidden: int, value_dim: int, score_sizes: list[int], depth: int = 1):
@@ -38,10 +81,17 @@ class _Head(nn.Module):
         raise NotImplementedError
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: (B, N, m) float 0/1 -> predictions (B, N)."""
-        a, b, v, A, c = self.maps(torch.cat([self.encoder(x), x], dim=-1)).split(self.sizes, dim=-1)
+        """x: (B, N, m) float 0/1 -> predictions (B, N).
+
+        The submodules' `forward` methods are called directly, not through `Module.__call__` (whose hook
+        handling costs a few microseconds a call, a few percent of a training step of these small heads):
+        no hooks are registered on them, and the operations are the same."""
+        h = x
+        for layer in self.encoder:
+            h = layer.forward(h)
+        a, b, v, A, c = self.maps.forward(torch.cat([h, x], dim=-1)).split(self.sizes, dim=-1)
         w = torch.softmax(self.log_weights(a, b), dim=-1)
-        o = w @ torch.cat([x, v], dim=-1)
+        o = attention_product(w, torch.cat([x, v], dim=-1))
         return (A * o).sum(-1) + c.squeeze(-1)
 
 

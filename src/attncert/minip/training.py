@@ -62,23 +62,27 @@ class ForeachAdam:
     """`torch.optim.Adam(params, lr=lr, foreach=True)` with its defaults (betas (0.9, 0.999), eps 1e-8,
     no weight decay, no amsgrad), without the `torch.optim.Optimizer` base class.
 
-    `step` calls the update that `torch.optim.Adam.step` calls for these settings,
-    `torch.optim.adam._multi_tensor_adam`, with the same arguments and the same state (step counters as
-    CPU scalars of `_get_scalar_dtype()`, zero moments), so the parameters after every step are bit for
-    bit those of `torch.optim.Adam` (tests/minip/test_training.py). Why not Adam itself: constructing a
-    `torch.optim.Optimizer` imports `torch._dynamo`, about 1.4 CPU-seconds per process, which is a
-    quarter of a short Min-IP training job; nothing here needs it.
+    `step` makes the calls that `torch.optim.Adam.step` makes for these settings
+    (`torch.optim.adam._multi_tensor_adam`, capturable=False: the same `torch._foreach_*` calls in the same
+    order, with the same arguments computed the same way), so the parameters after every step are bit for
+    bit those of `torch.optim.Adam` (tests/minip/test_training.py). It leaves out the per-step bookkeeping
+    around them, a tenth of a step of these small heads: grouping the tensors by device and dtype (one
+    group here), and a tensor step counter per parameter, which Adam increments and reads back as a Python
+    float (the count, kept here as that float; the bias corrections, equal for all parameters, are
+    computed once). Why not Adam itself:
+    constructing a `torch.optim.Optimizer` imports `torch._dynamo`, about 1.4 CPU-seconds per process,
+    which is a quarter of a short Min-IP training job; nothing here needs it.
     """
 
     def __init__(self, params, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
-        from torch.optim.optimizer import _get_scalar_dtype
-
         self.params = list(params)
+        if any(torch.is_complex(p) or p.is_sparse for p in self.params):
+            raise RuntimeError("ForeachAdam: real dense parameters only")
         self.param_groups = [{"lr": lr}]  # `_cosine_lr` sets the learning rate here, as on an optimizer
         self.betas, self.eps = betas, eps
         self.exp_avgs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
         self.exp_avg_sqs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
-        self.state_steps = [torch.tensor(0.0, dtype=_get_scalar_dtype(), device="cpu") for _ in self.params]
+        self.steps = 0.0  # Adam's `state["step"]`, as `_get_value` reads it (a float32 count: exact here)
 
     def zero_grad(self) -> None:
         for p in self.params:
@@ -86,32 +90,85 @@ class ForeachAdam:
 
     @torch.no_grad()
     def step(self) -> None:
-        from torch.optim.adam import _multi_tensor_adam
+        params = self.params
+        grads = [p.grad for p in params]
+        if any(g is None or g.is_sparse for g in grads):  # Adam would skip such a parameter; ours all train
+            raise RuntimeError("ForeachAdam: every parameter needs a dense gradient")
+        beta1, beta2 = self.betas
+        lr = self.param_groups[0]["lr"]
+        self.steps += 1.0
+        # _multi_tensor_adam, capturable=False, no weight decay, no amsgrad, not maximize:
+        torch._foreach_lerp_(self.exp_avgs, grads, 1 - beta1)
+        torch._foreach_mul_(self.exp_avg_sqs, beta2)
+        torch._foreach_addcmul_(self.exp_avg_sqs, grads, grads, 1 - beta2)
+        bias_correction1 = 1 - beta1 ** self.steps
+        bias_correction2 = 1 - beta2 ** self.steps
+        step_size = (lr / bias_correction1) * -1
+        bias_correction2_sqrt = bias_correction2 ** 0.5
+        exp_avg_sq_sqrt = torch._foreach_sqrt(self.exp_avg_sqs)
+        torch._foreach_div_(exp_avg_sq_sqrt, [bias_correction2_sqrt] * len(params))
+        torch._foreach_add_(exp_avg_sq_sqrt, self.eps)
+        torch._foreach_addcdiv_(params, self.exp_avgs, exp_avg_sq_sqrt, [step_size] * len(params))
 
-        if any(p.grad is None for p in self.params):  # Adam would skip such a parameter; ours all train
-            raise RuntimeError("ForeachAdam: every parameter needs a gradient")
-        if any(torch.is_complex(p) or p.grad.is_sparse for p in self.params):
-            raise RuntimeError("ForeachAdam: real dense parameters only")
-        _multi_tensor_adam(self.params, [p.grad for p in self.params], self.exp_avgs, self.exp_avg_sqs, [],
-                           self.state_steps, None, None, amsgrad=False, has_complex=False,
-                           beta1=self.betas[0], beta2=self.betas[1], lr=self.param_groups[0]["lr"],
-                           weight_decay=0, eps=self.eps, maximize=False, capturable=False,
-                           differentiable=False, decoupled_weight_decay=False)
+
+_ENGINE = getattr(torch.autograd.Variable, "_execution_engine", None)  # what torch.autograd.backward calls
+
+
+def _backward(loss: torch.Tensor) -> None:
+    """`loss.backward()` for a scalar loss, without `torch.autograd.backward`'s argument handling (about 45 us
+    of a 2 ms step on the machine measured): the call into the autograd engine that it makes, with the same
+    seed gradient (`torch.ones_like(loss)`), no retained graph, gradients accumulated into `.grad`. The
+    engine is the same, so the gradients are the same (tests/minip/test_training.py)."""
+    if _ENGINE is None:  # a torch without this attribute: the public call
+        loss.backward()
+        return
+    _ENGINE.run_backward((loss,), (torch.ones_like(loss, memory_format=torch.preserve_format),), False, False, (),
+                        allow_unreachable=True, accumulate_grad=True)
 
 
 def _fit(model, batches, steps: int, lr: float, desc: str) -> float:
     opt = ForeachAdam(model.parameters(), lr=lr)
-    loss_value = float("nan")
+    loss = None
     for step in tqdm(range(steps), desc=desc, mininterval=5.0, leave=False):
         X, T = batches(step)
         _cosine_lr(opt, lr, step, steps)
         pred = model(X)
         loss = torch.mean((pred - T) ** 2)
         opt.zero_grad()
-        loss.backward()
+        _backward(loss)
         opt.step()
-        loss_value = float(loss.detach())
-    return loss_value
+    return float("nan") if loss is None else float(loss.detach())  # the last step's loss
+
+
+class _TrainingStream:
+    """The training batches of a scaling run: `stream(step)` -> (X, T) float32 tensors on the device, X the
+    `batch` sequences `sample_sequences(pool, batch, length, rng)` of that step and T their targets.
+
+    The batches are drawn `CHUNK` steps at a time: one `rng.integers` call of size (k, batch, length)
+    gives the same indices as k calls of size (batch, length) one after another (numpy's bounded integers
+    consume the bit generator value by value), and the targets are computed per element, so every step
+    sees exactly the batch it saw when drawn alone. Each step's X and T are fresh tensors, as before
+    (the inputs of the matrix products keep their memory alignment). Steps must be asked for in order;
+    no more than `steps` batches are drawn.
+    """
+
+    CHUNK = 64
+
+    def __init__(self, pool: np.ndarray, batch: int, length: int, steps: int, rng: np.random.Generator,
+                 device: torch.device):
+        self.pool, self.batch, self.length, self.steps, self.rng, self.device = pool, batch, length, steps, rng, device
+        self.start, self.X, self.T = 0, torch.zeros(0), torch.zeros(0)
+
+    def __call__(self, step: int):
+        i = step - self.start
+        if i >= len(self.X):
+            self.start, i = step, 0
+            k = min(self.CHUNK, self.steps - step)
+            idx = self.rng.integers(0, len(self.pool), size=(k, self.batch, self.length))
+            X = self.pool[idx]
+            self.X = torch.from_numpy(X.astype(np.float32))
+            self.T = torch.from_numpy(minip_targets(X).astype(np.float32))
+        return self.X[i].to(self.device, copy=True), self.T[i].to(self.device, copy=True)
 
 
 def _setup(seed: int) -> np.random.Generator:
@@ -138,11 +195,7 @@ def run_scaling(*, bits: int, length: int, kind: str, rank: int | None, seed: in
     rng = _setup(seed)
     model = model_on_device(kind, bits, rank, train, dev)
 
-    def batches(_step):
-        X = sample_sequences(pool.train, train.batch, length, rng)
-        return (torch.as_tensor(X, dtype=torch.float32, device=dev),
-                torch.as_tensor(minip_targets(X), dtype=torch.float32, device=dev))
-
+    batches = _TrainingStream(pool.train, train.batch, length, train.steps, rng, dev)
     loss = _fit(model, batches, train.steps, train.lr, f"m={bits} N={length} {kind} r={rank} s={seed}")
     rec = {}
     for split, X in (("iid", X_iid), ("ood", X_ood)):
