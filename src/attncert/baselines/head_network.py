@@ -33,6 +33,8 @@ registered with `BoundModelFactory.register`; the library itself is not modified
   set uses the l2 dual norm for the first layer instead of the set's bounding box. For a box this is
   what the library's IBP computes anyway. Its back-substitution works per token with duplicate rows
   merged (block sparsity of the first layers).
+* `PlainLinear`: the library's `FixedLinear` (the table's FixedLinear) without `nn.Linear`'s random
+  initialisation of the weight it replaces.
 * `BoundPlainLinear`: the library's `BoundLinear` with the back-substitution in eager torch (the
   library's TorchScript version is ~100x slower under autograd on these small matrices).
 * `BoundAlphaExp`, `BoundAlphaPositiveReciprocal`, `BoundAlphaBilinear`: the library's relaxations
@@ -60,11 +62,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch import nn
-from bound_propagation import Exp, FixedLinear, Parallel
+from bound_propagation import Exp, Parallel
 
 from attncert.baselines.op_bilinear import BilinearProduct
 from attncert.baselines.op_convex import PositiveReciprocal
-from attncert.baselines.op_linear import InputLinear
+from attncert.baselines.op_linear import InputLinear, PlainLinear
 from attncert.baselines.registry import head_factory
 from attncert.baselines.relaxation_parameters import DTYPE, set_relaxation_rule
 from attncert.head.fixed_query import fixed_query_reduction
@@ -124,7 +126,7 @@ def _scores_varying(p: HeadProblem, reference: int | None = None) -> nn.Sequenti
     Ssum = np.kron(np.eye(n), np.ones((1, dh))) / np.sqrt(dh)  # (n, n dh)
     M = _score_difference_matrix(n, reference)
     return nn.Sequential(
-        InputLinear(_t(W), _t(b), token_dim=d), BilinearProduct(exact_input=True), FixedLinear(_t(M @ Ssum))
+        InputLinear(_t(W), _t(b), token_dim=d), BilinearProduct(exact_input=True), PlainLinear(_t(M @ Ssum))
     )
 
 
@@ -152,7 +154,7 @@ def _attention_reciprocal(p: HeadProblem) -> nn.Sequential:
     n = p.n
     scores = _scores_fixed(p) if p.mode == "fixed" else _scores_varying(p)
     row_sum = np.kron(np.eye(n), np.ones((1, n)))  # D_j = sum_k E_{jk}, E_{jj} = exp(0) = 1
-    return nn.Sequential(scores, Exp(), FixedLinear(_t(row_sum)), PositiveReciprocal(floor=1.0))
+    return nn.Sequential(scores, Exp(), PlainLinear(_t(row_sum)), PositiveReciprocal(floor=1.0))
 
 
 def _attention_auto_lirpa(p: HeadProblem) -> nn.Sequential:
@@ -161,9 +163,9 @@ def _attention_auto_lirpa(p: HeadProblem) -> nn.Sequential:
     n = p.n
     m = int(np.argmax(_nominal_scores(p)))
     scores = _scores_fixed(p, m) if p.mode == "fixed" else _scores_varying(p, m)
-    identity = FixedLinear(_t(np.eye(n)))
-    inverse_sum = nn.Sequential(FixedLinear(_t(np.ones((1, n)))), PositiveReciprocal(floor=1.0),
-                                FixedLinear(_t(np.ones((n, 1)))))
+    identity = PlainLinear(_t(np.eye(n)))
+    inverse_sum = nn.Sequential(PlainLinear(_t(np.ones((1, n)))), PositiveReciprocal(floor=1.0),
+                                PlainLinear(_t(np.ones((n, 1)))))
     return nn.Sequential(scores, Exp(), Parallel(identity, inverse_sum), BilinearProduct(exact_input=False))
 
 
@@ -187,12 +189,12 @@ def head_network(problem: HeadProblem, specifications: np.ndarray | None = None,
     n, m = problem.n, C.shape[0]
     weights = _attention_reciprocal(problem) if softmax == "reciprocal" else _attention_auto_lirpa(problem)
     tile = np.tile(np.eye(n), (m, 1))  # (m n, n)
-    attention = nn.Sequential(*weights, FixedLinear(_t(tile)))
+    attention = nn.Sequential(*weights, PlainLinear(_t(tile)))
     readout = np.kron(np.eye(m), np.ones((1, n)))  # g_o = sum_j y_{o,j}
     return nn.Sequential(
         Parallel(attention, _value_reads(problem, C)),
         BilinearProduct(exact_input=False),
-        FixedLinear(_t(readout)),
+        PlainLinear(_t(readout)),
     )
 
 

@@ -8,6 +8,8 @@ the intermediate bounds of every layer can be optimized as well as the last one.
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 from torch import nn
 from bound_propagation.bounds import LinearBounds
@@ -72,27 +74,37 @@ class PerObjectiveParameters:
         self._parameters_by_key = {}
 
 
+_PARAMETERIZED: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
+
+
+def _parameterized(root: nn.Module) -> tuple:
+    """The parameterized relaxations of a bound network, in `root.modules()` order. A bound network's modules are
+    fixed once it is built, so the walk over them is made once per network (alpha-CROWN sets the key of every
+    relaxation twice per stage)."""
+    found = _PARAMETERIZED.get(root)
+    if found is None:
+        found = _PARAMETERIZED[root] = tuple(m for m in root.modules() if isinstance(m, PerObjectiveParameters))
+    return found
+
+
 def set_relaxation_rule(root: nn.Module, rule: str) -> None:
     """Select the CROWN relaxation rule ("mid" or "auto_lirpa", see RELAXATION_RULES) of every
     parameterized relaxation in a bound network; alpha-CROWN starts from the same choice."""
     if rule not in RELAXATION_RULES:
         raise ValueError(f"relaxation rule must be one of {RELAXATION_RULES}; got {rule!r}")
-    for m in root.modules():
-        if isinstance(m, PerObjectiveParameters):
-            m.relaxation_rule = rule
+    for m in _parameterized(root):
+        m.relaxation_rule = rule
 
 
 def set_alpha_key(root: nn.Module, key) -> None:
-    for m in root.modules():
-        if isinstance(m, PerObjectiveParameters):
-            m.alpha_key = key
+    for m in _parameterized(root):
+        m.alpha_key = key
 
 
 def alpha_parameters(root: nn.Module, key) -> list[torch.Tensor]:
     out = []
-    for m in root.modules():
-        if isinstance(m, PerObjectiveParameters):
-            out.extend(m.parameters_for(key))
+    for m in _parameterized(root):
+        out.extend(m.parameters_for(key))
     return out
 
 

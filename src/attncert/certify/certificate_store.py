@@ -230,6 +230,7 @@ def write_certificates(path: str | Path, entries: dict[str, np.ndarray], pool: R
     if pool is not None:
         entries.update(pool.arrays())
     entries["format_version"] = np.int64(FORMAT_VERSION)
+    headers: dict = {}
     with atomic_path(path) as tmp:
         with zipfile.ZipFile(tmp, "w", compression=compression) as zf:
             for key, value in entries.items():
@@ -237,16 +238,32 @@ def write_certificates(path: str | Path, entries: dict[str, np.ndarray], pool: R
                 if value.dtype == np.float64 and value.size >= 16:
                     shape = np.asarray(value.shape, dtype=np.int64)
                     value = np.ascontiguousarray(value).reshape(-1).view(np.uint8).reshape(-1, 8).T.copy()
-                    _write_member(zf, key + SHUFFLED, shape, compression)
-                _write_member(zf, key, value, compression)
+                    _write_member(zf, key + SHUFFLED, shape, compression, headers)
+                _write_member(zf, key, value, compression, headers)
 
 
-def _write_member(zf: zipfile.ZipFile, key: str, value: np.ndarray, compression: int) -> None:
+def _npy_bytes(value: np.ndarray, headers: dict | None = None) -> bytes:
+    """The .npy file of `value`, as `np.lib.format.write_array` writes it (allow_pickle=False). headers: the npy
+    headers seen so far by (dtype, shape): a C-ordered array of plain dtype whose header is known is that header
+    and its data bytes (what write_array writes for it), without numpy's header formatting per member."""
+    plain = (headers is not None and value.flags.c_contiguous and not value.dtype.hasobject
+             and value.dtype.fields is None and value.dtype.subdtype is None)
+    key = (value.dtype.str, value.shape) if plain else None
+    if key is not None and key in headers:
+        return headers[key] + value.tobytes()
     buf = io.BytesIO()
     np.lib.format.write_array(buf, value, allow_pickle=False)
+    out = buf.getvalue()
+    if key is not None:
+        headers[key] = out[:len(out) - value.nbytes]
+    return out
+
+
+def _write_member(zf: zipfile.ZipFile, key: str, value: np.ndarray, compression: int,
+                  headers: dict | None = None) -> None:
     info = zipfile.ZipInfo(key + ".npy", date_time=(1980, 1, 1, 0, 0, 0))  # no clock: same data, same bytes
     info.compress_type = compression
-    zf.writestr(info, buf.getvalue())
+    zf.writestr(info, _npy_bytes(value, headers))
 
 
 PROGRAM_FIELDS = ("c", "A_rows", "A_shape", "b", "dims", "lo", "hi", "z", "data_rel_err", "affine")

@@ -26,7 +26,8 @@ Columns after `error`:
 
 Varying query: the warm-started ascents of a unit's radii can run beforehand as one batch
 (`varying_ascents`, each result equal to the unit's own; `t_ascent_s` is then its share of the batch's wall
-time plus its warm start's solve) and be handed to `certify_unit` (`ascent=`).
+time plus its warm start's solve) and be handed to `certify_unit` (`ascent=`). The warm start is the exact solve of
+the fixed query at the same radius: the fixed-query unit's own solve when the caller has it (`exact_out=`).
 
 `legacy_ascent=True` takes the reference path (cold ascent on every unit, full projections, no early
 stop; best_feasible from the ascent) for the cost benchmark (bench/paper_cost.py).
@@ -95,14 +96,19 @@ class PrecomputedAscent:
 
 
 def varying_ascents(problems: list[HeadProblem], *, ascent_restarts: int = 6, ascent_steps: int = 100, seed: int = 0,
-                    device: str = "cpu") -> list[PrecomputedAscent | None]:
+                    device: str = "cpu", fixed_exact: list | None = None) -> list[PrecomputedAscent | None]:
     """The warm-started ascents of varying-query units that differ only in their radius, as one batch
     (`best_feasible_ascents`): what `certify_unit` would compute for each. A unit whose warm start fails gets
-    None, and so does every unit if the batch fails: `certify_unit` then runs (and records) its own."""
+    None, and so does every unit if the batch fails: `certify_unit` then runs (and records) its own.
+
+    fixed_exact: per problem, None or the `exact_worst_case` result (sense "max") of its fixed-query problem (the
+    same problem with mode "fixed"), already computed by the caller (the fixed-query unit of the same radius):
+    its warm start, taken as it is instead of solving it again (the solver is deterministic: the same witness)."""
     warm = []
-    for p in problems:
+    for k, p in enumerate(problems):
         try:
-            res = exact_worst_case(dataclasses.replace(p, mode="fixed"), sense="max")
+            res = fixed_exact[k] if fixed_exact is not None and fixed_exact[k] is not None else \
+                exact_worst_case(dataclasses.replace(p, mode="fixed"), sense="max")
             warm.append((res.witness - p.Z0, res.seconds))
         except Exception:  # noqa: BLE001 - the unit's own run repeats it and records the failure in its row
             warm.append(None)
@@ -123,13 +129,15 @@ def varying_ascents(problems: list[HeadProblem], *, ascent_restarts: int = 6, as
 def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 6, ascent_steps: int = 100, seed: int = 0,
                  second_order: bool = True, tight: bool = True, ascent_check_fraction: float = 0.05,
                  device: str = "cpu", legacy_ascent: bool = False, certificates: dict | None = None,
-                 ascent: PrecomputedAscent | None = None) -> dict:
+                 ascent: PrecomputedAscent | None = None, exact_out: list | None = None) -> dict:
     """One row of the certification table (see the module docstring).
 
     certificates: if a dict is given, it is filled with what certifies each number of the row, for a checker
     that trusts no solver (`certificate_store`): the reduction, the first-order intervals, the exact solver's
     witness, and the weak-duality certificate (program, repaired dual, map to g) of each second-order value.
     ascent: the unit's warm-started ascent from `varying_ascents` (varying query, not legacy_ascent), used as is.
+    exact_out: if a list is given, a fixed-query unit appends its `exact_worst_case` result to it (a warm start for
+    the varying-query unit of the same radius: `varying_ascents`'s fixed_exact).
     """
     resolve_device(device)  # a missing GPU stops the job with one line, it is not a per-unit failure
     if ascent is not None and (problem.mode != "varying" or legacy_ascent):
@@ -155,6 +163,8 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 6, ascent_steps
 
     def run_exact():
         res = exact_worst_case(problem, sense="max")
+        if exact_out is not None:
+            exact_out.append(res)
         row.update(exact_lo=res.lo, exact_hi=res.hi, value_spread=res.value_spread, t_exact_s=res.seconds,
                    exact_status=res.status)
         if certificates is not None:  # the witness as its perturbation (compresses well) when Z0 + delta is Z

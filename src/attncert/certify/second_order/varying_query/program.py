@@ -11,6 +11,7 @@ import numpy as np
 
 from attncert.certify.second_order.relaxation.rows import (ellipse_matrix, polygon_constraints, softmax_bounds,
                                                       weight_parameters)
+from attncert.certify.second_order.dual_bound.compiled import assign
 from attncert.certify.second_order.varying_query.data import VaryingData
 from attncert.head.rounding import UNIT_ROUNDOFF
 
@@ -73,6 +74,10 @@ def query_budget(Vt: np.ndarray, norm: str, S: np.ndarray) -> np.ndarray:
     sum_k g_k x_k^2 <= sum_k g_k on the box (g = the column norms of B, exact for one row: ||v||_1^2) and
     <= max_k g_k on the ball (g = 1: lambda_max(B B^T)). Capped by |S| (each |etahat_j| <= 1); rounded up.
     """
+    key = (norm, Vt.shape, Vt.dtype.str, np.ascontiguousarray(Vt).tobytes(), S.shape, S.dtype.str,
+           np.ascontiguousarray(S).tobytes())
+    if key in _BUDGETS:
+        return _BUDGETS[key].copy()
     out = np.empty(S.shape[0])
     for i, row in enumerate(S):
         B = Vt[row > 0]
@@ -85,7 +90,16 @@ def query_budget(Vt: np.ndarray, norm: str, S: np.ndarray) -> np.ndarray:
             G = B @ B.T
             val = (float(np.linalg.eigvalsh(G)[-1]) + 64.0 * _U * (B.shape[1] + 10) * float(np.trace(G))) * (1.0 + 1e-9)
         out[i] = min(val + 1e-12, float(B.shape[0]))
+    if len(_BUDGETS) >= _BUDGETS_KEPT:
+        _BUDGETS.pop(next(iter(_BUDGETS)))
+    _BUDGETS[key] = out.copy()
     return out
+
+
+#: `query_budget`'s last results by their exact inputs (the paper-like and the tight program of a unit have the same
+#: data, so the second gets the first's budgets: the same numbers, computed once)
+_BUDGETS: dict = {}
+_BUDGETS_KEPT = 4
 
 
 def build_factored_program(n: int, d: int, norm: str, K: int, mono: int, second: bool, upper_cone: bool):
@@ -190,19 +204,23 @@ def set_factored_parameters(P: dict, D: VaryingData):
     El, Ehat, _, _ = weight_parameters(P, D.A - Hf, hk, D.eps, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w)
     wt = (D.w0 + D.eps_w - D.g0) / D.rho_o
     wt = wt + 4.0 * _U * (np.abs(D.w0) + D.eps_w + abs(D.g0)) / D.rho_o + 4.0 * _U * np.abs(wt)
-    P["c_base"].value = El * wt + 4.0 * _U * El * np.abs(wt) + 1e-300
-    P["n_base"].value = El
+    # `assign`: the values cvxpy's setter would store, without its per-assignment projection check
+    assign(P["c_base"], El * wt + 4.0 * _U * El * np.abs(wt) + 1e-300)
+    assign(P["n_base"], El)
     kb = np.expm1(2.0 * Hf)
-    P["kb"].value, P["hb"].value = kb[:m], Hf[:m]
+    assign(P["kb"], kb[:m])
+    assign(P["hb"], Hf[:m])
     act = D.active
-    P["ks"].value = D.scales[:, 0] * act[:, 0] / hk
-    P["kbb"].value = D.scales[:, 3] * act[:, 3] / hk
-    P["ib"].value = act[:, 3] * (1.0 + 4.0 * _U)
-    P["Pe"].value, P["Pq"].value = D.Vt[:m], D.Vt[m:]
+    assign(P["ks"], D.scales[:, 0] * act[:, 0] / hk)
+    assign(P["kbb"], D.scales[:, 3] * act[:, 3] / hk)
+    assign(P["ib"], act[:, 3] * (1.0 + 4.0 * _U))
+    assign(P["Pe"], D.Vt[:m])
+    assign(P["Pq"], D.Vt[m:])
     if "Lb" in P:
-        P["Sb"].value = budget_subsets(m, np.argsort(-D.A[:m], kind="stable"))
-        P["Lb"].value = query_budget(D.Vt[:m], D.norm, P["Sb"].value)
-        P["qa"].value, P["qb"].value, P["qc"].value = quadratic_rows(Hf[:m])
+        assign(P["Sb"], budget_subsets(m, np.argsort(-D.A[:m], kind="stable")))
+        assign(P["Lb"], query_budget(D.Vt[:m], D.norm, P["Sb"].value))
+        for name, rows in zip(("qa", "qb", "qc"), quadratic_rows(Hf[:m])):
+            assign(P[name], rows)
     if "G" in P:
         P["G"].value, P["cs"].value = ellipse_matrix(D.u_s, D.u_w, D.radius, D.scales[0, 0], D.rho_w)
         P["Gq"].value, P["csq"].value = ellipse_matrix(D.u_q, D.u_w, D.radius, D.scales[-1, 0], D.rho_w)
