@@ -372,7 +372,7 @@ def certify_transition(tr: BlockTransition, C, g0, grad, radii, sdp_iterations: 
         stored[f"y_{sense}"] = torch.stack(ys).numpy().copy()
         stored[f"t_{sense}"] = torch.stack(ts).numpy().copy()                # (R, m)
         stored[f"v_{sense}"] = v.numpy().copy()                             # (m, d)
-        out[sense] = [torch.stack(v, -1).numpy() for v in (fs, gs, quads, beyonds)]
+        out[sense] = [torch.stack(xs, -1).numpy() for xs in (fs, gs, quads, beyonds)]
     # the output LayerNorm's range caps each number (finite for any input; block/layer_norm_range.py)
     g_cap = layer_norm_range(Ct, tr.ln_out)                                  # (2, m)
     f_cap = f_range(g_cap, g0, grad, rho_t[1:])                              # (2, m, R)
