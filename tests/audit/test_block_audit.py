@@ -495,3 +495,15 @@ def test_a_forged_rank_one_term_fails_dual_pd_or_sum(forgery, gpt2_files, tmp_pa
     fails = _by(recs, "fail")
     assert expected and expected <= {(str(r["head"]), float(r["radius"]), r["number"]) for r in fails}
     assert {r["check"] for r in fails} <= {"dual_pd", "sum"}
+
+
+def test_the_audit_forms_the_same_rows_hessians_as_the_stage_at_every_width():
+    """The formed centre Hessians are limited by width (d > 512: only single rows); the audit's own rule must pick
+    the same rows as the stage's, or a wide model's certificate would fail `sum` (the audit looser) or pass on
+    pieces the stage did not use."""
+    from attncert.audit import block_taylor_model as audit_tm
+    from attncert.block.taylor_model import hessian_row_limit
+
+    for d in (16, 384, 512, 513, 768, 1024):
+        audit = audit_tm.HESSIAN_ROWS if d <= 512 else audit_tm.HESSIAN_ROWS_WIDE
+        assert audit == hessian_row_limit(d)

@@ -38,6 +38,7 @@ from attncert.audit.block_grouped_quadratic import score_groups
 from attncert.head.rounding import gamma
 
 HESSIAN_ROWS = 16          # quadratic parts of at most this many rows also bounded through their centre Hessians
+HESSIAN_ROWS_WIDE = 1      # ... at widths d > 512 (the stage's `hessian_row_limit`: formed Hessians cost ~d^3)
 KAPPA_COLUMNS = 512        # columns of kappa formed at once (memory: KAPPA_COLUMNS x d floats)
 
 
@@ -173,7 +174,7 @@ class _Walk:
             if bg.cols[1] <= n:
                 lo, hi = bg.cols
                 Hv = Hv + np.minimum(self.Q[:, lo:hi] @ np.abs(Rv[:, lo:hi]).T, bg.bound(Rv, self.Q, self.r2))
-        if Rv.shape[0] <= HESSIAN_ROWS:                  # few rows: their centre Hessians, formed
+        if Rv.shape[0] <= (HESSIAN_ROWS if self.enc.d <= 512 else HESSIAN_ROWS_WIDE):   # few rows: formed Hessians
             Hv = np.minimum(Hv, self.r2 * quadratic_part_box(self.enc, Rv)[None, :])
         return inflate(Hv)
 

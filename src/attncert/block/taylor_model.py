@@ -44,7 +44,8 @@ instead of a sum of absolute values. A unary op's quadratic pieces 1/2 phi''(c_k
 so they enter a value v as max(sum_k (R_vk sgn_k)^+ Qmax_k, sum_k (R_vk sgn_k)^- Qmax_k) (the positive and negative
 sums cannot both be reached); a head's query-key products are bounded as one form (block/grouped_quadratic.py), and
 the quadratic parts of at most HESSIAN_ROWS rows (1/sigma's and 1/D's
-inputs, the lambda-weighted rows of a broadcast product) also through their formed centre Hessians,
+inputs, the lambda-weighted rows of a broadcast product; at d > 512 only 1/sigma's single rows, `hessian_row_limit`)
+also through their formed centre Hessians,
 1/2 (sum_ij |H_v,ij| + rounding) (block/centre_hessian.py). The rest is bounded per sense s = +-1 of g: a unary
 node's 1/2 phi''(c) (h + t + e)^2 has phi''(c)'s sign and the convex curves' phi - T3 is >= 0, so those enter s g
 only with the positive parts of s lambda_n phi''(c_n) and s lambda_n (`signed_unary_terms`). The certificate
@@ -70,6 +71,13 @@ from attncert.head.rounding import gamma
 
 KAPPA_BLOCK = 512      # columns of kappa formed at once (memory: m x block x d floats)
 HESSIAN_ROWS = 16      # quadratic parts of at most this many rows also bounded through their formed centre Hessians
+HESSIAN_ROWS_WIDE = 1  # ... at widths d > HESSIAN_WIDE_D: a formed Hessian costs ~d^3 (8x at d = 768), and there
+HESSIAN_WIDE_D = 512   # the 1/D and lambda-weighted rows bought <= 1.5 % for 30 % of the certificate's CPU (bench)
+
+
+def hessian_row_limit(d: int) -> int:
+    """The most rows whose quadratic parts are also bounded through their formed centre Hessians at width d."""
+    return HESSIAN_ROWS if d <= HESSIAN_WIDE_D else HESSIAN_ROWS_WIDE
 
 
 def third_derivative(curve: ScalarCurve, c: torch.Tensor) -> torch.Tensor:
@@ -282,7 +290,7 @@ def cubic_model(G: Graph, gv, H0_rows: int, shared_factors: bool = True, kappa_r
             if bg.op.cols[1] <= n:
                 lo, hi = bg.op.cols
                 Hv = Hv + torch.minimum(Qmax[:, lo:hi] @ Rv[:, lo:hi].abs().T, bg.bound(Rv, Qmax, r2))
-        if hessian_rows and Rv.shape[0] <= HESSIAN_ROWS:     # few rows: their centre Hessians, formed
+        if hessian_rows and Rv.shape[0] <= hessian_row_limit(G.d):     # few rows: their centre Hessians, formed
             Hv = torch.minimum(Hv, r2.unsqueeze(1) * quadratic_part_box(G, Rv).unsqueeze(0))
         return inflate(Hv)
 
