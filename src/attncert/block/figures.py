@@ -244,9 +244,9 @@ def figure_certificate_vs_radius(df: pd.DataFrame, claims: list, pdf: str, png: 
         n_inf = int((~np.isfinite(g["second_order_certificate_f"])).sum())
         if n_inf:
             infinite.append(f"{n_inf} of {len(g)} at r = {r:g}")
-    capped = [f"{int(g['from_range_f'].astype(bool).sum())} of {len(g)} at r = {r:g}"
+    capped = [f"{int(g['from_range_f'].fillna(False).astype(bool).sum())} of {len(g)} at r = {r:g}"
               for r in radii for g in [df[np.isclose(df["radius"], r)]]
-              if "from_range_f" in g and g["from_range_f"].astype(bool).any()]
+              if "from_range_f" in g and g["from_range_f"].fillna(False).astype(bool).any()]
     notes = ([f"{cert} +inf (not drawn):"] + infinite if infinite else []) + \
         (["capped by the output LayerNorm's range:"] + capped if capped else [])
     if notes:

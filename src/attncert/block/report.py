@@ -315,7 +315,8 @@ def certificate_table(df: pd.DataFrame) -> pd.DataFrame:
             "certificate_gap_g_over_linear": _median(g["certificate_gap_g"]),
             "crown_gap_g_over_linear": _median(g["crown_gap_g"]),
             "second_order_not_finite": int((~np.isfinite(g["second_order_certificate_f"])).sum()),
-            "from_layer_norm_range": int(g["from_range_f"].astype(bool).sum()) if "from_range_f" in g else 0,
+            "from_layer_norm_range": (int(g["from_range_f"].fillna(False).astype(bool).sum())
+                                      if "from_range_f" in g else 0),
             "second_order_below_crown": int((g["second_order_certificate_f"] < g["crown_upper"]).sum()),
             "violations": int((~(g["certificate_f"] >= g["ascent_max"])).sum()),
             "cpu_seconds_per_unit_certificate": float(cert_s), "cpu_seconds_per_unit_crown": float(crown_s),
