@@ -376,8 +376,7 @@ def analyze_transition(tr: BlockTransition, C: np.ndarray, radii, *, qp_starts: 
         crown = crown_lo = np.full((len(radii), m), np.nan)
         crown_status = f"crown_error: {type(e).__name__}: {e}"
     t0 = tick("crown", t0)
-    cert = certify_transition(tr, Ct.numpy(), cv.g0.numpy(), cv.gradient.numpy(), radii,
-                              sdp_iterations=sdp_iterations)
+    cert = certify_transition(tr, Ct.numpy(), cv.g0.numpy(), cv.gradient.numpy(), radii, sdp_iterations=sdp_iterations)
     if keep is not None:                      # the caller stores what certifies the bounds
         keep["certificate"] = cert
     # the reported bounds are the block certificate's alone (the Taylor model's, capped by the output LayerNorm's
