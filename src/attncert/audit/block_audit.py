@@ -56,6 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
+from attncert.audit.block_curves import up as _up
 from attncert.audit.block_layer_norm_range import f_range, g_range
 from attncert.audit.block_rederive import rederived_pieces
 from attncert.head.rounding import UNIT_ROUNDOFF as U
@@ -97,11 +98,6 @@ class BlockAuditConfig:
                    tuple(float(r) for r in b.get("radii", ())),
                    None if transitions is None else tuple(int(t) for t in transitions),
                    None if heads is None else tuple(int(h) for h in heads))
-
-
-def _up(x, k: int):
-    """An upper bound of the exact value of a nonnegative float expression of k rounded operations."""
-    return x * (1.0 + gamma(k + 1)) + TINY
 
 
 def _add_up(a, b):

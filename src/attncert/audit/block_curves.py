@@ -28,6 +28,7 @@ import numpy as np
 from scipy.special import erf
 
 from attncert.head.rounding import UNIT_ROUNDOFF as U
+from attncert.head.rounding import gamma
 
 FN_ULPS = 8.0
 INFLATE = 2e-10
@@ -35,6 +36,11 @@ _SQRT2 = math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _K = math.sqrt(2.0 / math.pi)
 _A = 0.044715
+
+
+def up(x, k: int):
+    """An upper bound of the exact value of a nonnegative float expression of k rounded operations."""
+    return x * (1.0 + gamma(k + 1)) + 1e-300
 
 
 def inflate(x):

@@ -13,14 +13,11 @@ import math
 
 import numpy as np
 
+from attncert.audit.block_curves import up as _up
 from attncert.head.rounding import UNIT_ROUNDOFF as U
 from attncert.head.rounding import gamma
 
 TINY = 1e-300
-
-
-def _up(x, k: int):
-    return x * (1.0 + gamma(k + 1)) + TINY
 
 
 def g_range(C: np.ndarray, gain: np.ndarray, bias: np.ndarray) -> np.ndarray:

@@ -158,44 +158,13 @@ def verified_pd(A: torch.Tensor) -> torch.Tensor:
 
 def sdp_box_upper(M: torch.Tensor, iterations: int = 12, D0: torch.Tensor | None = None,
                   candidate: torch.Tensor | None = None):
-    """Sound upper bound of max over u in [-1,1]^n of 1/2 u^T M u (M (P, n, n) float, symmetric).
-
-    For y with diag(y) - M positive semidefinite and y >= 0: u^T M u <= u^T diag(y) u <= sum y. y is found by
-    projected subgradient steps on D (y = D + lambda_max(M - D)), or is `candidate` (P, n) where that is smaller,
-    then raised until diag(y) - M passes `verified_pd`. Returns (bound (P,), y (P, n))."""
+    """Sound upper bound of max over u in [-1,1]^n of 1/2 u^T M u (M (P, n, n) float, symmetric): the diagonal SDP
+    dual, 1/2 sum y for y >= 0 with diag(y) - M positive semidefinite (u^T M u <= u^T diag(y) u <= sum y), i.e.
+    `rank_one_box_upper` without a rank-one direction (v = 0, t = 0). Returns (bound (P,), y (P, n))."""
     P, n, _ = M.shape
-    D = torch.diagonal(M, dim1=-2, dim2=-1).clone() if D0 is None else D0.clone()
-    best_val = torch.full((P,), math.inf, dtype=DTYPE)
-    best_y = torch.zeros(P, n, dtype=DTYPE)
-    norm = torch.linalg.matrix_norm(M)                      # Frobenius (>= spectral): step size and offset only
-    step = norm / n
-    for it in range(iterations):
-        mu, top = top_eigenpairs(M - torch.diag_embed(D))
-        y = torch.clamp(D + mu.unsqueeze(-1), min=0.0)
-        val = 0.5 * y.sum(-1)
-        better = val < best_val
-        best_val = torch.where(better, val, best_val)
-        best_y = torch.where(better.unsqueeze(-1), y, best_y)
-        active = (D + mu.unsqueeze(-1) > 0).to(DTYPE)
-        v2 = top ** 2
-        sub = active - active.sum(-1, keepdim=True) * v2
-        D = D - (step / math.sqrt(it + 1)).unsqueeze(-1) * sub / sub.norm(dim=-1, keepdim=True).clamp_min(1e-300)
-    if candidate is not None:
-        take = 0.5 * candidate.sum(-1) < best_val
-        best_y = torch.where(take.unsqueeze(-1), candidate, best_y)
-    tau = (1e-12 * norm).unsqueeze(-1) + 1e-300
-    y = best_y + tau
-    ok = torch.zeros(P, dtype=torch.bool)
-    for _ in range(60):
-        A = torch.diag_embed(y) - M
-        ok_now = verified_pd(A)
-        ok = ok | ok_now
-        if bool(ok.all()):
-            break
-        tau = torch.where(ok.unsqueeze(-1), tau, 4.0 * tau)
-        y = torch.where(ok.unsqueeze(-1), y, best_y + tau)
-    y = torch.where(ok.unsqueeze(-1), y, torch.full_like(y, math.inf))
-    return inflate(0.5 * y.sum(-1)), y
+    cand = None if candidate is None else (candidate, torch.zeros(P, dtype=DTYPE))
+    bound, y, _ = rank_one_box_upper(M, torch.zeros(P, n, dtype=DTYPE), iterations, D0=D0, candidate=cand)
+    return bound, y
 
 
 def rank_one_margin(M: torch.Tensor, y: torch.Tensor, t: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
