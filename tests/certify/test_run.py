@@ -166,23 +166,24 @@ def test_legacy_path_runs_the_cold_ascent_everywhere():
 
 def test_varying_tight_number_is_the_smaller_of_the_two_certified_bounds(monkeypatch):
     """Where the tight relaxation's solve ends above the paper-like one (solver tolerance), the varying query's
-    tight number is the paper-like one with its certificate, as the fixed query's already is; where it ends below,
-    it is its own."""
-    import attncert.certify.run as run
+    tight number is the paper-like one and the stored certificate proves it, as for the fixed query; where it ends
+    below, it is its own."""
+    import attncert.certify.second_order.certificate as certificate
 
-    real = run.second_order_certificate
+    real = certificate._solve
 
-    def raised(problem, **kw):  # the tight solve lands above the paper-like one (a weaker, still sound bound)
-        res = real(problem, **kw)
-        return dataclasses.replace(res, value=res.value + 1.0) if kw.get("upper_cone") else res
+    def raised(problem, geo, path, tight, *args):  # the tight solve lands above the paper-like one (still sound)
+        res = real(problem, geo, path, tight, *args)
+        return dataclasses.replace(res, value=res.value + 1.0) if tight else res
 
     p = random_head_problem(np.random.default_rng(3), d=6, d_head=3, n=5, radius=0.05, mode="varying")
-    monkeypatch.setattr(run, "second_order_certificate", raised)
+    monkeypatch.setattr(certificate, "_solve", raised)
     certs: dict = {}
     row = certify_unit(p, ascent_restarts=2, ascent_steps=20, certificates=certs)
     assert row["second_order_tight"] == row["second_order"]
-    assert certs["second_order_tight"] is certs["second_order"]
-    monkeypatch.setattr(run, "second_order_certificate", real)
+    kept = certs["second_order_tight"]
+    assert kept["kind"] == "dual" and kept["cert"].value <= row["second_order_tight"]
+    monkeypatch.setattr(certificate, "_solve", real)
     certs = {}
     row = certify_unit(p, ascent_restarts=2, ascent_steps=20, certificates=certs)
     assert row["second_order_tight"] <= row["second_order"]

@@ -159,7 +159,7 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 6, ascent_steps
 
     row["nominal"] = problem.nominal_value()
     geo = None  # the unit's reduced geometry (`run_first`), handed to the certificates
-    paper = None  # the fixed query's paper-like solve (`run_second`), the tight variant's partner
+    paper = None  # the unit's paper-like solve (`run_second`), the tight variant's partner
 
     def run_exact():
         res = exact_worst_case(problem, sense="max")
@@ -217,8 +217,7 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 6, ascent_steps
     def run_second():
         nonlocal paper
         with recording_duals() as rec:
-            if problem.mode == "fixed":
-                paper = paper_like_solve(problem, geometry=geo)
+            paper = paper_like_solve(problem, geometry=geo)
             res = second_order_certificate(problem, sense="max", geometry=geo, paper_like=paper)
         keep_dual("second_order", rec, res.value)
         row.update(second_order=res.value, t_second_s=res.seconds, solver=res.solver)
@@ -232,12 +231,6 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 6, ascent_steps
         row.update(second_order_tight=res.value, t_second_tight_s=res.seconds)
         if res.fallback:
             failures.append(f"second_order_tight: fallback to first order ({res.status})")
-        # the varying query, like the fixed one (its paper_like): the tight number is the smaller of the two
-        # certified bounds, the paper-like one's certificate kept with it (any valid relaxation's dual certifies it)
-        if problem.mode == "varying" and row["second_order"] < row["second_order_tight"]:
-            row["second_order_tight"] = row["second_order"]
-            if certificates is not None and "second_order" in certificates:
-                certificates["second_order_tight"] = certificates["second_order"]
 
     def run_secant():
         if math.isfinite(row["exact_hi"]):

@@ -48,11 +48,38 @@ def test_the_kept_dual_proves_the_returned_number(path):
 
 
 @settings(max_examples=12, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
-@given(st.integers(0, 10_000), st.sampled_from([4, 20, 56]), st.floats(-6.0, -0.5), st.sampled_from(["linf", "l2"]))
-def test_tight_not_above_paper_like_on_random_heads(seed, n, log_r, norm):
-    problem = random_head_problem(np.random.default_rng(seed), d=5, d_head=3, n=n, radius=10 ** log_r, norm=norm)
+@given(st.integers(0, 10_000), st.sampled_from([4, 20, 56]), st.floats(-6.0, -0.5), st.sampled_from(["linf", "l2"]),
+       st.sampled_from(["fixed", "varying"]))
+def test_tight_not_above_paper_like_on_random_heads(seed, n, log_r, norm, mode):
+    """Both query modes, both paths of each (the varying query's long path above 16 tokens)."""
+    problem = random_head_problem(np.random.default_rng(seed), d=5, d_head=3, n=n, radius=10 ** log_r, norm=norm,
+                                  mode=mode)
     for sense in ("max", "min"):
         paper = second_order_certificate(problem, sense=sense)
         tight = second_order_certificate(problem, sense=sense, upper_cone=True)
         assert math.isfinite(tight.value)
         assert (tight.value <= paper.value) if sense == "max" else (tight.value >= paper.value)
+
+
+@pytest.mark.parametrize("n", [5, 20])
+def test_varying_kept_dual_proves_the_tight_number(n, monkeypatch):
+    """The varying query (factored path at 5 tokens, long path at 20): a tight solve that ends above the paper-like
+    bound returns the paper-like number, and the tight call's dual record holds a certificate of it."""
+    import dataclasses
+
+    import attncert.certify.second_order.certificate as certificate
+
+    real = certificate._solve
+
+    def raised(problem, geo, path, tight, *args):
+        res = real(problem, geo, path, tight, *args)
+        return dataclasses.replace(res, value=res.value + 1.0) if tight else res
+
+    monkeypatch.setattr(certificate, "_solve", raised)
+    problem = random_head_problem(np.random.default_rng(n), d=6, d_head=3, n=n, radius=0.01, mode="varying")
+    with recording_duals() as rec_p:
+        paper = second_order_certificate(problem)
+    with recording_duals() as rec_t:
+        tight = second_order_certificate(problem, upper_cone=True)
+    assert tight.value == paper.value and "paper-like bound is smaller" in tight.status
+    assert rec_p.best is not None and rec_t.best is not None and rec_t.best.value <= tight.value

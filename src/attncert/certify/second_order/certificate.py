@@ -5,11 +5,12 @@ SEPARABLE_ABOVE attended keys `separable`, the same relaxation at a cost linear 
 varying-query one (`factored`; above VARYING_LONG_ABOVE tokens `varying_query.long`); sense "min" bounds
 min g = -max(-g) with the negated specification.
 
-Fixed query, tight variant: the tight relaxation ((C0)-(C5)) is a subset of the paper-like one ((C0)-(C4)), so
-every sound bound of the paper-like relaxation is also a sound bound of the tight one's optimum (and of max g).
+Tight variant, either query mode: the tight relaxation ((C0)-(C5)) is a subset of the paper-like one ((C0)-(C4)),
+so every sound bound of the paper-like relaxation is also a sound bound of the tight one's optimum (and of max g).
 Solves end at different points, and the tight solve can end looser (the upper cone (C5) is ill-conditioned at
-small half-widths, and the long-context duals are interpolated). `fixed_query_certificate` therefore returns
-the smaller of the two bounds for the tight variant, on both paths. The paper-like solve of a unit
+small half-widths, the long-context duals are interpolated, and on the varying query's long path the tight solve
+at small radii stops further from its optimum). The tight variant therefore returns the smaller of the two bounds,
+on every path. The paper-like solve of a unit
 (`paper_like_solve`: its result and its kept certificate) can be passed to the tight call by a caller that
 certifies both variants, so that it is solved once; its kept dual is offered again to the caller's dual record,
 so the certificate stored with a tight number is the dual that proves it.
@@ -42,38 +43,56 @@ VARYING_LONG_ABOVE = 16
 
 @dataclass(frozen=True)
 class PaperLike:
-    """The paper-like fixed-query solve of one unit (before any relabelling) and its kept certificate."""
+    """The paper-like solve of one unit (before any relabelling) and its kept certificate."""
 
     settings: tuple  # (path, monotone points, ladder) it was solved with
     result: SecondOrderResult
     kept: DualCertificate | None
 
 
-def _path(problem: HeadProblem, path: str | None) -> str:
-    path = path or ("separable" if problem.n > SEPARABLE_ABOVE else "fixed")
-    if path not in ("fixed", "separable"):
-        raise ValueError(f"path must be 'fixed' or 'separable'; got {path!r}")
+FIXED_PATHS = ("fixed", "separable")
+VARYING_PATHS = ("varying_factored", "varying_long")
+
+
+def _path(problem: HeadProblem, path: str | None, ladder=None) -> str:
+    """The unit's path: fixed query `fixed` (monolithic) or `separable` (above SEPARABLE_ABOVE attended keys);
+    varying query `varying_factored` or `varying_long` (above VARYING_LONG_ABOVE tokens, with the default
+    ladder: the long path has its own)."""
+    if problem.mode == "varying":
+        path = path or ("varying_long" if problem.n > VARYING_LONG_ABOVE and ladder is None else "varying_factored")
+        valid = VARYING_PATHS
+    else:
+        path = path or ("separable" if problem.n > SEPARABLE_ABOVE else "fixed")
+        valid = FIXED_PATHS
+    if path not in valid:
+        raise ValueError(f"path for a {problem.mode} query must be one of {valid}; got {path!r}")
     return path
 
 
-def _solve_fixed(problem: HeadProblem, geo: ReducedGeometry, path: str, tight: bool, monotone_points: int,
-                 ladder) -> SecondOrderResult:
+def _solve(problem: HeadProblem, geo: ReducedGeometry, path: str, tight: bool, monotone_points: int,
+           ladder) -> SecondOrderResult:
     if path == "separable":
         return second_order_separable(problem, geo, upper_cone=tight, monotone_points=monotone_points)
-    return second_order_fixed(problem, geo, upper_cone=tight, monotone_points=monotone_points,
-                              ladder=ladder or SOLVER_LADDER)
+    if path == "fixed":
+        return second_order_fixed(problem, geo, upper_cone=tight, monotone_points=monotone_points,
+                                  ladder=ladder or SOLVER_LADDER)
+    if path == "varying_long":
+        return second_order_varying_long(problem, geo, upper_cone=tight, monotone_points=monotone_points)
+    return second_order_varying_factored(problem, geo, monotone_points=monotone_points, ladder=ladder,
+                                         upper_cone=tight)
 
 
 def paper_like_solve(problem: HeadProblem, monotone_points: int = MONOTONE_POINTS, ladder=None,
                      path: str | None = None, geometry: ReducedGeometry | None = None) -> PaperLike:
-    """The paper-like relaxation of a fixed-query unit, solved with its own dual record (`fixed_query_certificate`
-    takes it as `paper_like`)."""
-    return _paper_like(problem, reduced_geometry(problem, geometry), _path(problem, path), monotone_points, ladder)
+    """The paper-like relaxation of a unit (either query mode), solved with its own dual record
+    (`fixed_query_certificate` and `second_order_certificate` take it as `paper_like`)."""
+    return _paper_like(problem, reduced_geometry(problem, geometry), _path(problem, path, ladder), monotone_points,
+                       ladder)
 
 
 def _paper_like(problem: HeadProblem, geo: ReducedGeometry, path: str, monotone_points: int, ladder) -> PaperLike:
     with recording_duals() as rec:
-        res = _solve_fixed(problem, geo, path, False, monotone_points, ladder)
+        res = _solve(problem, geo, path, False, monotone_points, ladder)
     return PaperLike((path, monotone_points, ladder), res, rec.best)
 
 
@@ -84,12 +103,15 @@ def fixed_query_certificate(problem: HeadProblem, upper_cone: bool = False, mono
     None: `separable` above SEPARABLE_ABOVE attended keys. The tight variant returns the smaller of its bound and
     the paper-like bound (module docstring). paper_like: this unit's `paper_like_solve` with the same settings,
     if the caller has it (solved here otherwise)."""
-    return _fixed_query(problem, reduced_geometry(problem, geometry), upper_cone, monotone_points, ladder,
-                        _path(problem, path), paper_like)
+    if problem.mode != "fixed":
+        raise ValueError("fixed_query_certificate expects mode='fixed'; use second_order_certificate")
+    return _tight_or_paper_like(problem, reduced_geometry(problem, geometry), upper_cone, monotone_points, ladder,
+                                _path(problem, path), paper_like)
 
 
-def _fixed_query(problem: HeadProblem, geo: ReducedGeometry, upper_cone: bool, monotone_points: int, ladder,
-                 path: str, paper_like: PaperLike | None) -> SecondOrderResult:
+def _tight_or_paper_like(problem: HeadProblem, geo: ReducedGeometry, upper_cone: bool, monotone_points: int, ladder,
+                         path: str, paper_like: PaperLike | None) -> SecondOrderResult:
+    """The paper-like solve, and for the tight variant the smaller of the two certified bounds."""
     computed = paper_like is None
     if computed:
         paper_like = _paper_like(problem, geo, path, monotone_points, ladder)
@@ -100,7 +122,7 @@ def _fixed_query(problem: HeadProblem, geo: ReducedGeometry, upper_cone: bool, m
     paper = replace(paper_like.result, log=list(paper_like.result.log))
     if not upper_cone:
         return paper
-    tight = _solve_fixed(problem, geo, path, True, monotone_points, ladder)
+    tight = _solve(problem, geo, path, True, monotone_points, ladder)
     if paper.value < tight.value:  # the paper-like bound is also a bound of the tight relaxation
         paper.status += "; tight variant: the paper-like bound is smaller"
         paper.seconds = tight.seconds + (paper.seconds if computed else 0.0)
@@ -121,8 +143,9 @@ def second_order_certificate(problem: HeadProblem, sense: str = "max", upper_con
     attempts, in order (None: `solve_ladder.SOLVER_LADDER`; the factored varying program's own
     `FACTORED_LADDER`). The varying query uses the factored program (`varying_query.factored`, above
     VARYING_LONG_ABOVE tokens `varying_query.long`). A fallback whose first-order bound a feasible value attains is
-    relabelled (`attained`: same value, not a fallback). geometry: `reduced_geometry(problem)` and paper_like:
-    `paper_like_solve(problem)` (fixed query), if the caller has them (sense "max" only).
+    relabelled (`attained`: same value, not a fallback). The tight variant returns the smaller of its bound and the
+    paper-like one (module docstring). geometry: `reduced_geometry(problem)` and paper_like:
+    `paper_like_solve(problem)` with the same ladder, if the caller has them (sense "max" only).
     """
     if sense == "min":
         if geometry is not None or paper_like is not None:
@@ -136,13 +159,6 @@ def second_order_certificate(problem: HeadProblem, sense: str = "max", upper_con
     if sense != "max":
         raise ValueError(f"sense must be 'max' or 'min'; got {sense!r}")
     geo = reduced_geometry(problem, geometry)
-    if problem.mode == "fixed":
-        res = _fixed_query(problem, geo, upper_cone, monotone_points, ladder, _path(problem, None), paper_like)
-    elif paper_like is not None:
-        raise ValueError("paper_like is a fixed-query solve; this unit's query varies")
-    elif problem.n > VARYING_LONG_ABOVE and ladder is None:
-        res = second_order_varying_long(problem, geo, upper_cone=upper_cone, monotone_points=monotone_points)
-    else:
-        res = second_order_varying_factored(problem, geo, monotone_points=monotone_points, ladder=ladder,
-                                            upper_cone=upper_cone)
+    res = _tight_or_paper_like(problem, geo, upper_cone, monotone_points, ladder, _path(problem, None, ladder),
+                               paper_like)
     return first_order_attained(problem, res)
