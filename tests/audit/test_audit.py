@@ -550,8 +550,12 @@ def test_long_context_varying_program_is_rebuilt(long_varying_root):
 
 
 @pytest.mark.parametrize("tamper, check", [("lowered", "weak_duality"), ("dual_sign", "dual_cone"),
-                                           ("program_entry", "program"), ("key_direction", "program")])
+                                           ("program_entry", "program"), ("key_direction", "program"),
+                                           ("shift_factor", "program"), ("shift_weight_nan", "program"),
+                                           ("shift_cut_dropped", "program")])
 def test_long_context_varying_tampering_fails(long_varying_root, tmp_path, tamper, check):
+    """Every stored piece the audit rebuilds from: the bound, the dual, the program, the key directions and the
+    moment cut of the query's shift (its factor F, its weights, the cut itself)."""
     root = tmp_path / "data"
     shutil.copytree(long_varying_root, root)
     row = min(_long_rows(root))
@@ -568,6 +572,13 @@ def test_long_context_varying_tampering_fails(long_varying_root, tmp_path, tampe
             elif tamper == "program_entry":
                 rows = e[pre + "A_rows"]
                 e["pool/data"][int(e["pool/indptr"][rows[len(rows) // 2]])] *= 1.0 + 1e-12
+            elif tamper == "shift_factor":
+                F = e[pre + "build/shift_F"]
+                F.flat[int(np.argmax(np.abs(F)))] *= 1.0 + 1e-9
+            elif tamper == "shift_weight_nan":
+                e[pre + "build/shift_w"][0, 0] = np.nan
+            elif tamper == "shift_cut_dropped":
+                del e[pre + "build/shift_w"], e[pre + "build/shift_F"]
             else:
                 key = next(k for k in e if k.startswith(pre + "build/kq"))
                 kq = e[key] if not key.endswith("@shared") else e[f"arrays/{int(e[key])}"]

@@ -29,7 +29,8 @@ One file per layer, next to `layer{L}.csv`; row r of the table owns the keys `r{
                                 fixed query: `FixedRelaxationData` (fixed_program); varying query: the fields of
                                 `VaryingData` before negligible tokens are dropped (path varying_factored:
                                 varying_factored_program; varying_unfactored: varying_program; varying_long:
-                                varying_long_program, with the key-space kq, kbar; u_s, u_w are the
+                                varying_long_program, with the key-space kq, kbar, and the moment cuts of the
+                                query's shift shift_w (cuts x keys), shift_F (cuts x d_h x d_h); u_s, u_w are the
                                 reduction's). A field `name@shared` holds the id of an array stored
                                 once per layer (`arrays/{id}`: p and pbar are the same at every radius)
 
@@ -141,6 +142,12 @@ def _construction_arrays(construction: dict, pool: RowPool) -> dict:
         for j, e in enumerate(edges):
             padded[j, :e.size] = e
         out["build/edges"] = padded
+    cuts = construction.get("shift_cuts")
+    if cuts is not None:  # varying_long: the moment cuts of the query's shift (weights per key, F)
+        out["build/shift_w"] = np.array([w for w, _ in cuts], dtype=np.float64).reshape(
+            (len(cuts), np.size(cuts[0][0])) if cuts else (0, 0))
+        out["build/shift_F"] = np.array([F for _, F in cuts], dtype=np.float64).reshape(
+            (len(cuts), *np.shape(cuts[0][1])) if cuts else (0, 0, 0))
     return out
 
 

@@ -103,7 +103,9 @@ def test_lifted_true_points_are_feasible(norm, upper_cone):
     D = VaryingData(p, reduced_geometry(p), first_order_certificate(p), center="key").drop_negligible()
     assert D.n == p.n
     edges = [np.arange(p.d + 2)] * D.n if norm == "linf" else None  # every half-plane of each chain
-    prog = vlp.build_long_program(D, p.W_Q, upper_cone, MONOTONE_POINTS, True, edges)
+    m = D.n - 1
+    cuts = vl.all_keys_shift_cut(D, p.W_Q) + [(rng.uniform(0, 2, m), rng.standard_normal((3, 3)))]  # any F is valid
+    prog = vlp.build_long_program(D, p.W_Q, upper_cone, MONOTONE_POINTS, True, edges, shift_cuts=cuts)
     for _ in range(40):
         delta = rng.standard_normal(p.Z0.shape)
         if norm == "linf":
@@ -114,6 +116,8 @@ def test_lifted_true_points_are_feasible(norm, upper_cone):
         x = np.zeros(prog.c.size)
         for name, val in _lift(p, D, delta).items():
             x[prog.offsets[name]:prog.offsets[name] + np.size(val)] = val
+        tau, Q = prog.block(x, "tau")[0], prog.block(x, "Q")
+        x[prog.offsets["SC"]:] = [lam * tau - np.dot(w, Q) for lam, (w, _) in zip(prog.cut_lams, cuts)]
         assert np.all(prog.lo <= x) and np.all(x <= prog.hi)
         assert _violation(prog, x) <= 1e-12
         assert D.g0 + D.rho_o * float(-prog.c @ x) >= p.value(p.Z0 + delta) - 1e-12
@@ -127,7 +131,8 @@ def test_bound_holds_for_every_multiplier(norm):
     p = random_head_problem(rng, d=6, d_head=3, n=40, radius=0.05, norm=norm, mode="varying")
     D = VaryingData(p, reduced_geometry(p), first_order_certificate(p), center="key").drop_negligible()
     edges = vl.start_edges(D) if norm == "linf" else None
-    prog = vlp.build_long_program(D, p.W_Q, False, MONOTONE_POINTS, True, edges)
+    cuts = vl.all_keys_shift_cut(D, p.W_Q)
+    prog = vlp.build_long_program(D, p.W_Q, False, MONOTONE_POINTS, True, edges, shift_cuts=cuts)
     _, _, _, z, _ = solve_program(prog, vl.LONG_LADDER)
     best = max(best_feasible_ascent(p, restarts=4, steps=60).value, sampled_max(p, k=16))
     to_g = lambda b: D.g0 + D.rho_o * b + D.tail  # noqa: E731

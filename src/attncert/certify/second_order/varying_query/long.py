@@ -18,9 +18,18 @@ box's width by weak duality, summed to most of the gap (a GPT-2-sized unit with 
 The solver therefore sees every key's columns multiplied by 2^round((A_max - A_j) / ln 2) (`token_scales`), a change
 of variables that keeps the row duals and the primal objective, and its x is scaled back. The certified number is
 weak duality on the unscaled program, which for a given dual is bit for bit the scaled program's (a power of two
-scales every product exactly), so the stored certificate and the audit's rebuild do not depend on it. An attempt
-whose certified bound lies within ACCEPT x |primal| of its primal is used (cutting planes, no further attempt)
-whatever the solver's status: its dual is as good as a converged one.
+scales every product exactly), so the stored certificate and the audit's rebuild do not depend on it.
+
+Attempts (`ATTEMPTS`: solver settings and tau_exp of `build_long_program`) run in order until one's certified bound
+lies within ACCEPT x the first-order gap of its primal, whatever the solver's status (its dual is then as good as a
+converged one); the smallest bound of all is kept. The first-order gap is the scale of what is certified: a
+second-order gap at r = 1e-4 is ~3e-4 of it, so a tolerance relative to |primal| (of the order of the whole
+movement) let the solver's slack exceed the gap itself (GPT-2-sized heads, l2, r = 1e-4, 32 and 64 keys: 3-8x the
+cvxpy program's gap, almost all of it bound - primal). Later rounds (cutting planes) use the attempt with the
+smallest bound.
+
+The moment cut of the query's shift (`shift_moment`) with every key weighted 1 is in every program; linf rounds add
+one weighted by the solved second moments when the solved point violates it (`weighted_shift_cut`).
 
 linf: each token starts with the half-planes of `token_solve.edge_window` around the vertex that the boundary
 Dinkelbach estimate picks (consecutive edges and a sigma grid); after a solve, the edge under every atom
@@ -48,7 +57,8 @@ from attncert.certify.second_order.fixed_query.token_solve import LADDER, edge_w
 from attncert.certify.second_order.varying_query.unfactored import _to_g, prepared_varying
 from attncert.certify.second_order.varying_query.data import VaryingData
 from attncert.certify.second_order.varying_query.long_program import (KEYS_BLOCKS, TOKEN_BLOCKS, build_long_program,
-                                                                 long_chains)
+                                                                    key_lead, long_chains, row_err)
+from attncert.certify.second_order.varying_query.shift_moment import cut_rows, s_lemma_factor
 from attncert.head.problem import HeadProblem
 from attncert.head.reduced_geometry import ReducedGeometry
 
@@ -76,7 +86,8 @@ CUT_STOP = 1e-2  # stop once the atoms above their chains weigh <= this x the pr
 #                  n = 1024 (r = 0.002) takes 2.8 s for a relative gap of 0.0370 against one solve's 0.0374; at
 #                  n = 256 (r = 0.02) three solves give 0.2458 against one solve's 0.2479
 RESCUE_MAX = 64  # tokens at most for the rescue of a fallback by the cvxpy programs (`_rescued`)
-ACCEPT = 1e-3  # an attempt with bound - primal <= ACCEPT x |primal| counts as converged (primal near the gap)
+ACCEPT = 2e-5  # the ladder ends at the first attempt whose bound - primal <= ACCEPT x the first-order gap (`converged`)
+SHIFT_CUT_MIN = 1e-3  # linf rounds add a weighted moment cut of the query's shift violated by more than this (relative)
 MAX_SCALE_EXP = 60  # token scaling: 2^60 at most (keys below e^-60 of the top are dropped beforehand)
 VIOLATION = 1e-9  # an atom this far above its chain (unit value coordinate) gets a cut
 
@@ -99,13 +110,18 @@ def second_order_varying_long(
     if why:
         return settle(math.inf, fo, t0, "varying", no_solve_reason=why)
     edges = start_edges(D) if problem.norm == "linf" else None
+    shift_cuts = all_keys_shift_cut(D, problem.W_Q) if second else []
     best, best_status, primal, gap, log, rounds = math.inf, "not_run", math.nan, math.nan, [], 0
+    unconverged = True  # no attempt of the last round reached ACCEPT
     attempts = [(ladder[r], e) for r, e in ATTEMPTS if r < len(ladder)]
+    fo_obj = (fo - D.g0 - D.tail) / D.rho_o  # the first-order bound in the program's objective units
     for rounds in range(1, (ROUNDS if edges is not None else 1) + 1):
-        for opts, tau_exp in attempts:
-            prog = build_long_program(D, problem.W_Q, upper_cone, monotone_points, second, edges, tau_exp)
+        kept = None  # (bound, attempt, program, x, primal) of this round's smallest bound with a primal point
+        for i, (opts, tau_exp) in enumerate(attempts):
+            prog = build_long_program(D, problem.W_Q, upper_cone, monotone_points, second, edges, tau_exp, shift_cuts)
             key = (D.n, D.d, problem.norm, bool(upper_cone), int(monotone_points), bool(second), int(tau_exp))
-            note_construction(key=key, edges=None if edges is None else [np.array(e) for e in edges])
+            note_construction(key=key, edges=None if edges is None else [np.array(e) for e in edges],
+                              shift_cuts=[(w.copy(), F.copy()) for w, F in shift_cuts])
             status, p_obj, x, z, solve_log = solve_scaled(prog, opts, D)
             bound = math.inf
             if z is not None:
@@ -120,21 +136,64 @@ def second_order_varying_long(
                 best, best_status = val, status
                 primal = _to_g(p_obj, D) if math.isfinite(p_obj) else math.nan
                 gap = best - primal if math.isfinite(primal) else math.nan
-            if x is not None and (status in ("optimal", "optimal_inaccurate")
-                                  or bound - p_obj <= ACCEPT * max(abs(p_obj), 1e-300)):
-                attempts = [(opts, tau_exp)]  # later rounds: the attempt that converged
+            if x is not None and math.isfinite(bound) and (kept is None or bound < kept[0]):
+                kept = (bound, (opts, tau_exp), prog, x, p_obj)
+            if kept is not None and converged(kept[0], kept[4], fo_obj, ACCEPT):
                 break
-            x = None
-        if x is None or edges is None:
+        if kept is None:
+            break
+        unconverged = not converged(kept[0], kept[4], fo_obj, ACCEPT)
+        _, attempt, prog, x, p_obj = kept
+        attempts = [attempt]  # later rounds: the attempt with the smallest bound
+        if edges is None:
             break
         new, excess = cuts(prog, x, D, edges)
-        if excess <= CUT_STOP * max(abs(p_obj), 1e-300) or not any(e.size for e in new):
+        cut = weighted_shift_cut(prog, x, D, problem.W_Q) if second and len(shift_cuts) < 1 + ROUNDS else None
+        if cut is not None:
+            shift_cuts = shift_cuts + [cut]
+        elif excess <= CUT_STOP * max(abs(p_obj), 1e-300) or not any(e.size for e in new):
             break
         edges = [np.union1d(e, a)[:MAX_EDGES] if a.size else e for e, a in zip(edges, new)]
     n_facets = int(max((e.size for e in edges), default=0)) if edges is not None else 0
     res = settle(best, fo, t0, "varying", status=best_status, solver="CLARABEL" if math.isfinite(best) else "none",
                  primal=primal, rounds=rounds, n_facets=n_facets, log=log, dual_gap=gap)
-    return _rescued(problem, geo, res, upper_cone, monotone_points, t0) if res.fallback else res
+    return _rescued(problem, geo, res, upper_cone, monotone_points, t0) if res.fallback or unconverged else res
+
+
+def all_keys_shift_cut(D: VaryingData, W_Q: np.ndarray) -> list:
+    """The moment cut of the query's shift (`shift_moment`) with every key weighted 1 and its S-lemma factor: one
+    second-order cone of d_h + 2 rows. GPT-2-sized heads, l2, r = 0.002, tight: relative gap 0.00076 -> 0.00026
+    (64 keys) and 0.00041 -> 0.00022 (16 keys), as tight as the full d_h x d_h moment matrix (a PSD cone, 40-150x
+    the time); linf: at most 7 % (the box's ellipsoid is loose)."""
+    m = D.n - 1
+    w = np.ones(m)
+    kq_lead = key_lead(D)[:, None] * D.kq[:m]
+    return [(w, s_lemma_factor(D.Vt[:m], W_Q, w, kq_lead, D.norm))]
+
+
+def weighted_shift_cut(prog, x: np.ndarray, D: VaryingData, W_Q: np.ndarray):
+    """A moment cut of the query's shift weighted by the solved second moments (w_j = Q_j / tau, scaled to max 1)
+    with its S-lemma factor, if the solved point violates it by more than SHIFT_CUT_MIN of its right side; else
+    None. linf cutting-plane rounds: at 1,024 keys the relaxation spreads the query factor's second moments over
+    light keys that the 0/1 budgets leave loose."""
+    m = D.n - 1
+    tau, Q, Y = float(prog.block(x, "tau")[0]), prog.block(x, "Q"), prog.block(x, "Y")
+    if not (tau > 0 and m > 0 and np.all(np.isfinite(Q)) and float(np.max(Q)) > 0):
+        return None
+    w = np.clip(Q, 0.0, None) / float(np.max(Q))
+    F = s_lemma_factor(D.Vt[:m], W_Q, w, key_lead(D)[:, None] * D.kq[:m], D.norm)
+    lam = cut_rows(D.Vt[:m], W_Q, w, F, D.norm, row_err(D, W_Q))
+    lhs = tau * float(w @ Q) + float(np.sum((F @ Y) ** 2))
+    return (w, F) if lhs > (1.0 + SHIFT_CUT_MIN) * lam * tau * tau else None
+
+
+def converged(bound: float, p_obj: float, fo_obj: float, tol: float) -> bool:
+    """Is a solve's certified bound within tol x (first-order bound - primal) of its primal (module docstring)?
+    The first-order gap is the scale of what the certificate measures; |primal| where it is not positive."""
+    if not (math.isfinite(bound) and math.isfinite(p_obj)):
+        return False
+    scale = fo_obj - p_obj if math.isfinite(fo_obj) and fo_obj > p_obj else abs(p_obj)
+    return bound - p_obj <= tol * max(scale, 1e-300)
 
 
 def token_scales(prog, D: VaryingData) -> np.ndarray:
@@ -168,9 +227,11 @@ def solve_scaled(prog, opts: dict, D: VaryingData):
 
 def _rescued(problem: HeadProblem, geo: ReducedGeometry, res: SecondOrderResult, upper_cone: bool, monotone_points: int,
              t0: float) -> SecondOrderResult:
-    """A fallback of this program on at most RESCUE_MAX tokens: the cvxpy programs of `factored` (which try
-    the unfactored program in turn: tiny or wide score widths, where this program's solves end above the first-order
-    bound) are another sound attempt; the smaller bound is returned, its status says which."""
+    """A fallback of this program, or a bound no attempt brought within ACCEPT of its primal, on at most RESCUE_MAX
+    tokens: the cvxpy programs of `factored` (which try the unfactored program in turn: tiny or wide score widths,
+    where this program's solves end above the first-order bound or far from their optimum) are another sound
+    attempt; the smaller bound is returned, its status says which. GPT-2-sized heads, l2, r = 1e-4, 32 and 64 keys:
+    every attempt here stops 2-5x the cvxpy program's gap above the ascent (its dual gap, not the relaxation)."""
     if problem.n > RESCUE_MAX:
         return res
     from attncert.certify.second_order.varying_query.factored import second_order_varying_factored

@@ -36,6 +36,7 @@ import scipy.sparse as sp
 from attncert.certify.second_order.relaxation.facets import UpperChainFacets, unit_rows
 from attncert.certify.second_order.relaxation.rows import ellipse_matrix, softmax_bounds, weight_coefficients
 from attncert.certify.second_order.varying_query.data import VaryingData
+from attncert.certify.second_order.varying_query.shift_moment import cut_rows
 from attncert.certify.second_order.varying_query.program import (QUAD_POINTS, budget_subsets, quadratic_rows,
                                                                     widths)
 from attncert.head.projected_ball import projected_ball
@@ -113,9 +114,12 @@ class LongProgram:
     # rows of A whose tau coefficient (column 0) is a query budget -Lambda_S (`_budgets`): an eigenvalue bound
     # computed through BLAS/LAPACK, whose last bits depend on the thread count (`BUDGET_REL_TOL`)
     budget_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    cut_lams: np.ndarray = field(default_factory=lambda: np.zeros(0))  # Lambda' of each shift cut (`shift_moment`)
 
     def block(self, x: np.ndarray, name: str) -> np.ndarray:
         size = {"tau": 1, "W": self.d, "Y": self.dh}.get(name, self.n - 1 if name in KEYS_BLOCKS else self.n)
+        if name == "SC":
+            size = self.c.size - self.offsets["SC"]
         return x[self.offsets[name]:self.offsets[name] + size]
 
 
@@ -184,7 +188,7 @@ class _Assembly:
 
 
 def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: int, second: bool = True,
-                       edges: list | None = None, tau_exp: int = 0) -> LongProgram:
+                       edges: list | None = None, tau_exp: int = 0, shift_cuts=()) -> LongProgram:
     """The program of one unit. D: key-centered `VaryingData` after `drop_negligible` (the query token last);
     edges (linf): per token the indices into `chain_rows` of its half-planes (keys: the keys' chain, the query
     token: its own).
@@ -192,12 +196,22 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
     tau_exp: the program is homogeneous in (tau, x) but for the normalization, so multiplying every lower weight
     bound E_l (and the objective's E_l-proportional coefficients) by F = 2^tau_exp is the same program in the
     variables x / F, with the same optimum and the same certified bounds; a power of two adds no rounding. It
-    only changes what the interior-point solver sees (`varying_query.long.ATTEMPTS`)."""
+    only changes what the interior-point solver sees (`varying_query.long.ATTEMPTS`).
+
+    shift_cuts: pairs (w, F) of `shift_moment` cuts (keys' weights w (m,), F (d_h, d_h)); each adds a column s
+    (block "SC"), the row s = Lambda' tau - sum_j w_j Q_j and the cone ||(2 F Y, s - tau)|| <= s + tau."""
     n, d, m = D.n, D.d, D.n - 1
     dh = W_Q.shape[1]
+    shift_cuts = shift_cut_data(shift_cuts, m, dh) if second else []
     sizes = {"tau": 1, "W": d, "Y": dh} | {k: m for k in KEYS_BLOCKS} | {k: n for k in TOKEN_BLOCKS}
+    sizes["SC"] = len(shift_cuts)
+    cut_err = row_err(D, W_Q) if shift_cuts else None
+    # Lambda' of each cut, at most its plain bound sum w_j + ||F||_F^2 sum_k c_k^2 (|etahat_j| <= 1, |(W_Q^T x)_k| <=
+    # c_k: `_box`'s column norms): elementwise numpy only, so the box of s below has the same bits on every machine
+    plain = [_plain_cut_bound(w, F, W_Q, D.norm) for w, F in shift_cuts]
+    cut_lams = [min(cut_rows(D.Vt[:m], W_Q, w, F, D.norm, cut_err), c) for (w, F), c in zip(shift_cuts, plain)]
     offsets, col = {}, 0
-    for name in ("tau", "W", "Y", *KEYS_BLOCKS, *TOKEN_BLOCKS):
+    for name in ("tau", "W", "Y", *KEYS_BLOCKS, *TOKEN_BLOCKS, "SC"):
         offsets[name], col = col, col + sizes[name]
     nvar = col
     Hf, hk = widths(D)
@@ -219,7 +233,7 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
         "zero", 1, [[("cols", norm_cols[None], -np.concatenate([[El[m]], El[:m], El * k["kappa"]])[None])]], rhs=[1.0]
     )
     R.add("zero", m, [[("bt", -one), tau, ("mu", kb)]])
-    lead = np.where(act[:m, 2] > 0, D.radius / D.scales[:m, 2], 0.0)
+    lead = key_lead(D)
     y_cols = offsets["Y"] + np.tile(np.arange(dh), (m, 1))
     R.add("zero", m, [[("eta", -one), ("cols", y_cols, lead[:, None] * D.kq[:m])]])
     R.add("zero", dh, [[("Y", -one), ("cols", offsets["W"] + np.tile(np.arange(d), (dh, 1)), W_Q.T)]])
@@ -243,9 +257,13 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
         coef = np.zeros((S.shape[0], width))
         for i in range(S.shape[0]):
             c_i = cols_S[rows_S == i]
-            cols[i, :c_i.size], coef[i, :c_i.size] = offsets["Q"] + c_i, -1.0
+            cols[i, :c_i.size], coef[i, :c_i.size] = offsets["Q"] + c_i, -S[i, c_i]
         R.add("nonneg", S.shape[0], [[("cols", np.concatenate([np.zeros((S.shape[0], 1), np.int64), cols], axis=1),
                                        np.concatenate([Lb[:, None], coef], axis=1))]], tag="budget")
+        for i, ((w, _), lam_i) in enumerate(zip(shift_cuts, cut_lams)):  # s_i = Lambda'_i tau - sum_j w_j Q_j
+            R.add("zero", 1, [[("cols", np.concatenate([[0, offsets["SC"] + i], offsets["Q"] + np.arange(m)])[None],
+                                np.concatenate([[lam_i, -1.0], -np.asarray(w, dtype=np.float64)])[None])]],
+                  tag="budget")
         qa, qb, qc = quadratic_rows(Hf[:m])
         for c in range(QUAD_POINTS):
             R.add("nonneg", m, [[("tau", qa[:, c]), ("eta", qb[:, c]), ("Q", qc[:, c]), ("mu", -one)]])
@@ -276,6 +294,12 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
                          [("Vs", Gt[:, 1, 0]), ("Vw", Gt[:, 1, 1])]])
     if second:
         R.add("soc", m, [[("Q", one), tau], [("Q", one), ("tau", -one)], [("eta", 2.0)]])
+        y_row = (offsets["Y"] + np.arange(dh))[None]
+        for i, (_, F) in enumerate(shift_cuts):
+            sc = offsets["SC"] + i
+            R.add("soc", 1, [[("cols", np.array([[sc, 0]]), np.ones((1, 2)))],
+                             [("cols", np.array([[sc, 0]]), np.array([[1.0, -1.0]]))]]
+                  + [[("cols", y_row, 2.0 * F[k][None])] for k in range(dh)])
     # exponential cones: the b level, (C1), (C5)
     R.add("exp", m, [[("eta", Hf[:m]), ("tau", Hf[:m])], [tau], [("bt", one)]])
     R.add("exp", n, [[("SU", k["hU"]), ("SV", k["hV"]), ("base", k["hV"])], [("base", one)],
@@ -293,9 +317,20 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
     c[offsets["Uw"]:offsets["Uw"] + n] -= k["c_U"]
     tau_lo, tau_hi = softmax_bounds(El, El * k["Ehat"] * np.exp(2.0 * Hf))
     lo, hi = _box(D, W_Q, offsets, nvar, tau_lo, tau_hi, Hf, second)
+    for i, cap in enumerate(plain):  # 0 <= s = Lambda' tau - sum_j w_j Q_j <= Lambda' tau_hi at a true point
+        hi[offsets["SC"] + i] = cap * tau_hi * (1.0 + 1e-9)
     budget_rows = np.concatenate(R.tagged.get("budget", [np.zeros(0, dtype=np.int64)]))
     return LongProgram(c, A, b, dims, lo, hi, offsets, n, d, dh, tau_lo, tau_hi,
-                       dict(Uw=np.asarray(k["c_U"]), Vw=np.asarray(k["c_V"])), budget_rows)
+                       dict(Uw=np.asarray(k["c_U"]), Vw=np.asarray(k["c_V"])), budget_rows, np.asarray(cut_lams))
+
+
+def _plain_cut_bound(w: np.ndarray, F: np.ndarray, W_Q: np.ndarray, norm: str) -> float:
+    """sum_j w_j + ||F||_F^2 sum_k c_k^2 >= max_x sum_j w_j etahat_j^2 + ||F W_Q^T x||^2, c_k >= |(W_Q^T x)_k| (the
+    column norms of W_Q dual to the query set), rounded up; numpy reductions only (no BLAS)."""
+    col = np.abs(W_Q).sum(axis=0) if norm == "linf" else np.sqrt((W_Q * W_Q).sum(axis=0))
+    col = col * (1.0 + gamma(W_Q.shape[0] + 4))
+    val = float(np.sum(w)) + float(np.sum(F * F)) * float(np.sum(col * col))
+    return val * (1.0 + gamma(F.size + w.size + col.size + 8)) + 1e-300
 
 
 def _budgets(D: VaryingData, W_Q: np.ndarray, S: np.ndarray) -> np.ndarray:
@@ -305,16 +340,40 @@ def _budgets(D: VaryingData, W_Q: np.ndarray, S: np.ndarray) -> np.ndarray:
 
     m = D.n - 1
     Vt = D.Vt[:m]
-    lead = np.where(D.active[:m, 2] > 0, D.radius / D.scales[:m, 2], 0.0)
-    absq = np.abs(W_Q)
-    row_err = lead * np.array([np.abs(absq @ np.abs(D.kq[j])).sum() if D.norm == "linf"
-                               else np.linalg.norm(absq @ np.abs(D.kq[j])) for j in range(m)]) * gamma(W_Q.shape[1] + 4)
+    err = row_err(D, W_Q)
     out = np.empty(S.shape[0])
     small = S[:-1]
     if small.shape[0]:
-        out[:-1] = query_budget(Vt, D.norm, small) + 3.0 * (small @ row_err)
-    out[-1] = all_keys_budget(Vt, D.norm, row_err)
+        out[:-1] = query_budget(Vt, D.norm, small) + 3.0 * (small @ err)
+    out[-1] = all_keys_budget(Vt, D.norm, err)
     return np.minimum(out, S.sum(axis=1))
+
+
+def key_lead(D: VaryingData) -> np.ndarray:
+    """Per key the factor of its normalized query shift: etahat_j = key_lead_j kq_j . Y / tau."""
+    m = D.n - 1
+    return np.where(D.active[:m, 2] > 0, D.radius / D.scales[:m, 2], 0.0)
+
+
+def shift_cut_data(shift_cuts, m: int, dh: int) -> list:
+    """The (w, F) pairs as float arrays of shapes (m,), (dh, dh), w clipped at 0; ValueError if one is malformed."""
+    out = []
+    for w, F in shift_cuts:
+        w, F = np.asarray(w, dtype=np.float64), np.asarray(F, dtype=np.float64)
+        if w.shape != (m,) or F.shape != (dh, dh) or not (np.all(np.isfinite(w)) and np.all(np.isfinite(F))):
+            raise ValueError(f"a shift cut needs finite weights of shape ({m},) and F of shape ({dh}, {dh})")
+        out.append((np.clip(w, 0.0, None), F))
+    return out
+
+
+def row_err(D: VaryingData, W_Q: np.ndarray) -> np.ndarray:
+    """Per key a bound on |etahat_j - Vt_j . x| over the query set: the float row Vt_j against the program's
+    functional lead_j kq_j . (W_Q^T x)."""
+    m = D.n - 1
+    lead = key_lead(D)
+    absq = np.abs(W_Q)
+    return lead * np.array([np.abs(absq @ np.abs(D.kq[j])).sum() if D.norm == "linf"
+                            else np.linalg.norm(absq @ np.abs(D.kq[j])) for j in range(m)]) * gamma(W_Q.shape[1] + 4)
 
 
 def _facet_rows(R: _Assembly, D: VaryingData, edges: list, offsets: dict, m: int):
