@@ -28,8 +28,9 @@ movement) let the solver's slack exceed the gap itself (GPT-2-sized heads, l2, r
 cvxpy program's gap, almost all of it bound - primal). Later rounds (cutting planes) use the attempt with the
 smallest bound.
 
-The moment cut of the query's shift (`shift_moment`) with every key weighted 1 is in every program; linf rounds add
-one weighted by the solved second moments when the solved point violates it (`weighted_shift_cut`).
+The moment cut of the query's shift (`shift_moment`) with every key weighted 1 is in every program; a linf round
+that adds facets also adds one weighted by the solved second moments when the solved point violates it
+(`weighted_shift_cut`; it never causes a solve of its own).
 
 linf: each token starts with the half-planes of `token_solve.edge_window` around the vertex that the boundary
 Dinkelbach estimate picks (consecutive edges and a sigma grid); after a solve, the edge under every atom
@@ -74,6 +75,10 @@ LONG_LADDER = tuple(dict(o, tol_gap_abs=1e-7, tol_gap_rel=1e-7, tol_feas=1e-7, m
 # 1,024 keys at r = 0.02 (tight variant) every rung at tau_exp 0 stopped at "insufficient progress" after 10 steps;
 # at tau_exp 5 the same rung solved in 54 iterations (2.3 s), the certified bound the same to 1e-4.
 ATTEMPTS = ((0, 0), (0, 5), (1, 0), (2, -5))
+# l2 above RESCUE_MAX tokens: tau_exp 5 first. GPT-2-sized heads, 256 and 1,024 keys, r = 0.002 and 0.02: its bound
+# lay within 1e-6 of its primal (relative) on all 8 units, tau_exp 0's at 4e-5-3e-4. Not at fewer keys: on 32 and
+# 64 keys at r = 1e-4 its solves stop with bound and primal together far above the optimum
+ATTEMPTS_WIDE_L2 = ((0, 5), (0, 0), (1, 0), (2, -5))
 NEAR = 12  # consecutive edges on each side of a token's estimated vertex (linf)
 GRID = 9  # global sigma grid of edges (linf), above GRID_WIDE_UP_TO tokens
 GRID_WIDE, GRID_WIDE_UP_TO = 25, 128  # up to 128 tokens a 25-point grid: on a GPT-2-sized unit with 64 keys (linf,
@@ -113,7 +118,8 @@ def second_order_varying_long(
     shift_cuts = all_keys_shift_cut(D, problem.W_Q) if second else []
     best, best_status, primal, gap, log, rounds = math.inf, "not_run", math.nan, math.nan, [], 0
     unconverged = True  # no attempt of the last round reached ACCEPT
-    attempts = [(ladder[r], e) for r, e in ATTEMPTS if r < len(ladder)]
+    order = ATTEMPTS_WIDE_L2 if problem.norm == "l2" and D.n > RESCUE_MAX else ATTEMPTS
+    attempts = [(ladder[r], e) for r, e in order if r < len(ladder)]
     fo_obj = (fo - D.g0 - D.tail) / D.rho_o  # the first-order bound in the program's objective units
     for rounds in range(1, (ROUNDS if edges is not None else 1) + 1):
         kept = None  # (bound, attempt, program, x, primal) of this round's smallest bound with a primal point
@@ -148,12 +154,11 @@ def second_order_varying_long(
         if edges is None:
             break
         new, excess = cuts(prog, x, D, edges)
-        cut = weighted_shift_cut(prog, x, D, problem.W_Q) if second and len(shift_cuts) < 1 + ROUNDS else None
-        if cut is not None:
-            shift_cuts = shift_cuts + [cut]
-        elif excess <= CUT_STOP * max(abs(p_obj), 1e-300) or not any(e.size for e in new):
+        if excess <= CUT_STOP * max(abs(p_obj), 1e-300) or not any(e.size for e in new):
             break
         edges = [np.union1d(e, a)[:MAX_EDGES] if a.size else e for e, a in zip(edges, new)]
+        cut = weighted_shift_cut(prog, x, D, problem.W_Q) if second else None  # rides along with the facets
+        shift_cuts = shift_cuts + ([cut] if cut is not None else [])
     n_facets = int(max((e.size for e in edges), default=0)) if edges is not None else 0
     res = settle(best, fo, t0, "varying", status=best_status, solver="CLARABEL" if math.isfinite(best) else "none",
                  primal=primal, rounds=rounds, n_facets=n_facets, log=log, dual_gap=gap)
