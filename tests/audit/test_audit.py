@@ -518,11 +518,14 @@ def test_unfactored_varying_program_is_rebuilt(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def long_varying_root(tmp_path_factory):
-    """data/ of a tiny layer whose varying units all take the long-context program (threshold lowered)."""
+    """data/ of a tiny layer whose varying units all take the long-context program (threshold lowered, no rescue by
+    the cvxpy programs)."""
     import attncert.certify.second_order.certificate as sc
+    import attncert.certify.second_order.varying_query.long as vl
 
     mp = pytest.MonkeyPatch()
     mp.setattr(sc, "VARYING_LONG_ABOVE", 1)
+    mp.setattr(vl, "RESCUE_MAX", 0)
     root = tmp_path_factory.mktemp("long") / "data"
     try:
         write_layer(root, 0)

@@ -28,7 +28,8 @@ movement) let the solver's slack exceed the gap itself (GPT-2-sized heads, l2, r
 cvxpy program's gap, almost all of it bound - primal). Later rounds (cutting planes) use the attempt with the
 smallest bound.
 
-The moment cut of the query's shift (`shift_moment`) with every key weighted 1 is in every program; a linf round
+Two moment cuts of the query's shift (`shift_moment`: every key weighted 1, and weighted by its softmax weight) are
+in every program (`all_keys_shift_cut`); a linf round
 that adds facets also adds one weighted by the solved second moments when the solved point violates it
 (`weighted_shift_cut`; it never causes a solve of its own).
 
@@ -166,14 +167,17 @@ def second_order_varying_long(
 
 
 def all_keys_shift_cut(D: VaryingData, W_Q: np.ndarray) -> list:
-    """The moment cut of the query's shift (`shift_moment`) with every key weighted 1 and its S-lemma factor: one
-    second-order cone of d_h + 2 rows. GPT-2-sized heads, l2, r = 0.002, tight: relative gap 0.00076 -> 0.00026
-    (64 keys) and 0.00041 -> 0.00022 (16 keys), as tight as the full d_h x d_h moment matrix (a PSD cone, 40-150x
-    the time); linf: at most 7 % (the box's ellipsoid is loose)."""
+    """The moment cuts of the query's shift (`shift_moment`) in every program, each with its S-lemma factor: every key
+    weighted 1, and every key weighted by its nominal softmax weight relative to the heaviest (e^{A_j - A_max}): two
+    second-order cones of d_h + 2 rows. GPT-2-sized heads (random-gpt2, the context_length bench's units), l2, tight,
+    relative gap with neither / the first / both: 0.00076 / 0.00026 / - at 64 keys (r = 0.002, one head; the full
+    d_h x d_h moment matrix, a PSD cone at 40-150x the time: 0.00025); at 1,024 keys (3 heads, r = 0.002) the second
+    cut takes 0.00042 / 0.00071 / 0.00058 to 0.00039 / 0.00020 / 0.00029 and at r = 0.02 0.0048 / 0.0044 / 0.0028 to
+    0.0034 / 0.0018 / 0.0023. linf: a few per cent (the box's ellipsoid is loose)."""
     m = D.n - 1
-    w = np.ones(m)
     kq_lead = key_lead(D)[:, None] * D.kq[:m]
-    return [(w, s_lemma_factor(D.Vt[:m], W_Q, w, kq_lead, D.norm))]
+    weights = (np.ones(m), np.exp(np.maximum(D.A[:m] - np.max(D.A[:m]), -700.0)))
+    return [(w, s_lemma_factor(D.Vt[:m], W_Q, w, kq_lead, D.norm)) for w in weights]
 
 
 def weighted_shift_cut(prog, x: np.ndarray, D: VaryingData, W_Q: np.ndarray):
