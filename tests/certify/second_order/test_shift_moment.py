@@ -110,3 +110,4 @@ def test_malformed_cuts_are_refused(bad):
         F = np.eye(4)
     with pytest.raises(ValueError, match="shift cut"):
         vlp.build_long_program(D, p.W_Q, False, MONOTONE_POINTS, True, None, shift_cuts=[(w, F)])
+

@@ -210,3 +210,13 @@ def test_token_scaling_leaves_every_dual_bound_unchanged(norm):
         plain, _ = weak_duality_bound(prog.c, prog.A, prog.b, prog.dims, zt, prog.lo, prog.hi)
         scaled, _ = weak_duality_bound(prog.c * f, A_s, prog.b, prog.dims, zt, prog.lo / f, prog.hi / f)
         assert scaled == plain, trial
+
+
+def test_constant_query_factor_gives_finite_rows():
+    """A key whose query factor is constant (H = 0) gets finite quadratic rows (mu <= tau), not 0 / 0."""
+    from attncert.certify.second_order.varying_query.program import quadratic_rows
+
+    qa, qb, qc = quadratic_rows(np.array([0.0, 0.3]))
+    assert np.all(np.isfinite(qa)) and np.all(np.isfinite(qb)) and np.all(np.isfinite(qc))
+    assert np.all(qa[0] == 1.0) and np.all(qb[0] == 0.0) and np.all(qc[0] == 0.0)
+    assert np.all(qc[1] > 0)

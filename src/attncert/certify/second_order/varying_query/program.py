@@ -33,6 +33,8 @@ def quadratic_rows(H: np.ndarray, k: int = QUAD_POINTS) -> tuple[np.ndarray, np.
     convex with minimum 0 on [-1, xi] and has no zero in (xi, 1): q_xi >= f on [-1, 1]. Multiplied by tau
     (t = etahat / tau, E t^2 = Q / tau) and with btilde = tau + kb mu: kb mu <= tau E q_xi - tau. The
     coefficients are rounded up by a margin covering their floating-point error (|t|, E (t - xi)^2 <= 4).
+    A key whose query factor is constant (H = 0, kb = 0: btilde = tau whatever mu is) gets mu <= tau, which mu = 0
+    satisfies, instead of a division by zero.
     """
     H = np.asarray(H, dtype=np.float64)[:, None]
     xi = (-1.0 + 2.0 * np.arange(1, k + 1) / (k + 1))[None, :]
@@ -45,7 +47,10 @@ def quadratic_rows(H: np.ndarray, k: int = QUAD_POINTS) -> tuple[np.ndarray, np.
     b = fp - 2.0 * c * xi
     margin = 16.0 * _U * (np.abs(f) + np.abs(fp * xi) + np.abs(c * xi * xi) + 1.0 + np.abs(b)) + 4e-11 * np.abs(c) \
         + 1e-13 * np.exp(2.0 * H)
-    return (a + margin) / kb, b / kb, c / kb
+    flat = kb <= 0.0
+    safe = np.where(flat, 1.0, kb)
+    return (np.where(flat, 1.0, (a + margin) / safe), np.where(flat, 0.0, b / safe),
+            np.where(flat, 0.0, c / safe))
 
 
 PAIRS_UP_TO = 24  # keys up to which every pair gets a budget row; beyond, the pairs of the TOP_KEYS heaviest
