@@ -38,10 +38,12 @@ BUILD = textwrap.dedent("""
     fields = D.fields()
     D = D.drop_negligible()
     edges = vl.start_edges(D) if norm == "linf" else None
-    prog = vlp.build_long_program(D, p.W_Q, False, MONOTONE_POINTS, True, edges)
+    cuts = vl.all_keys_shift_cut(D, p.W_Q)  # the moment cuts' factors: eigenvectors, thread-dependent bits
+    prog = vlp.build_long_program(D, p.W_Q, False, MONOTONE_POINTS, True, edges, shift_cuts=cuts)
     sp.save_npz(out + "_A.npz", sp.csr_matrix(prog.A))
+    np.save(out + "_box.npy", np.stack([prog.lo, prog.hi, prog.c]))
     with open(out + "_inputs.pkl", "wb") as fh:
-        pickle.dump((fields, p.W_Q, edges), fh)
+        pickle.dump((fields, p.W_Q, edges, cuts), fh)
 """)
 
 
@@ -51,9 +53,9 @@ def _rebuild(prefix: str, norm: str):
     from attncert.certify.second_order.varying_query.data import VaryingData
 
     with open(prefix + "_inputs.pkl", "rb") as fh:  # written by the subprocess above, in this test
-        fields, W_Q, edges = pickle.load(fh)
+        fields, W_Q, edges, cuts = pickle.load(fh)
     D = VaryingData.from_fields(fields).drop_negligible()
-    return vlp.build_long_program(D, W_Q, False, MONOTONE_POINTS, True, edges)
+    return vlp.build_long_program(D, W_Q, False, MONOTONE_POINTS, True, edges, shift_cuts=cuts)
 
 
 @pytest.mark.slow
@@ -66,8 +68,9 @@ def test_program_built_with_two_threads_is_the_one_rebuilt_with_one(tmp_path, no
     with threadpool_limits(1):
         prog = _rebuild(prefix, norm)
     ref = sp.csr_matrix(prog.A)
-    assert prog.budget_rows.size >= 1
+    assert prog.budget_rows.size >= 3 and prog.cut_lams.size == 2  # the budgets and the two moment cuts' rows
     assert same_matrix(stored, ref, prog.budget_rows)
+    assert np.array_equal(np.load(prefix + "_box.npy"), np.stack([prog.lo, prog.hi, prog.c]))  # bit for bit
     # a forger's edits are still refused: one ulp off an entry that is not a budget, a budget lowered too far
     other = stored.copy()
     row = int(np.setdiff1d(np.arange(other.shape[0]), prog.budget_rows)[other.shape[0] // 2])

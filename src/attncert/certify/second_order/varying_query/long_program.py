@@ -36,7 +36,7 @@ import scipy.sparse as sp
 from attncert.certify.second_order.relaxation.facets import UpperChainFacets, unit_rows
 from attncert.certify.second_order.relaxation.rows import ellipse_matrix, softmax_bounds, weight_coefficients
 from attncert.certify.second_order.varying_query.data import VaryingData
-from attncert.certify.second_order.varying_query.shift_moment import cut_rows
+from attncert.certify.second_order.varying_query.shift_moment import cut_rows, plain_cut_bound
 from attncert.certify.second_order.varying_query.program import (QUAD_POINTS, budget_subsets, quadratic_rows,
                                                                     widths)
 from attncert.head.projected_ball import projected_ball
@@ -208,7 +208,7 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
     cut_err = row_err(D, W_Q) if shift_cuts else None
     # Lambda' of each cut, at most its plain bound sum w_j + ||F||_F^2 sum_k c_k^2 (|etahat_j| <= 1, |(W_Q^T x)_k| <=
     # c_k: `_box`'s column norms): elementwise numpy only, so the box of s below has the same bits on every machine
-    plain = [_plain_cut_bound(w, F, W_Q, D.norm) for w, F in shift_cuts]
+    plain = [plain_cut_bound(w, F, W_Q, D.norm) for w, F in shift_cuts]
     cut_lams = [min(cut_rows(D.Vt[:m], W_Q, w, F, D.norm, cut_err), c) for (w, F), c in zip(shift_cuts, plain)]
     offsets, col = {}, 0
     for name in ("tau", "W", "Y", *KEYS_BLOCKS, *TOKEN_BLOCKS, "SC"):
@@ -324,15 +324,6 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
                        dict(Uw=np.asarray(k["c_U"]), Vw=np.asarray(k["c_V"])), budget_rows, np.asarray(cut_lams))
 
 
-def _plain_cut_bound(w: np.ndarray, F: np.ndarray, W_Q: np.ndarray, norm: str) -> float:
-    """sum_j w_j + ||F||_F^2 sum_k c_k^2 >= max_x sum_j w_j etahat_j^2 + ||F W_Q^T x||^2, c_k >= |(W_Q^T x)_k| (the
-    column norms of W_Q dual to the query set), rounded up; numpy reductions only (no BLAS)."""
-    col = np.abs(W_Q).sum(axis=0) if norm == "linf" else np.sqrt((W_Q * W_Q).sum(axis=0))
-    col = col * (1.0 + gamma(W_Q.shape[0] + 4))
-    val = float(np.sum(w)) + float(np.sum(F * F)) * float(np.sum(col * col))
-    return val * (1.0 + gamma(F.size + w.size + col.size + 8)) + 1e-300
-
-
 def _budgets(D: VaryingData, W_Q: np.ndarray, S: np.ndarray) -> np.ndarray:
     """Lambda_S per row of S: the pairs by `query_budget`'s bound (two rows each), the all-keys row by
     `all_keys_budget`; each inflated by the float rows' error against W_Q kq_j."""
@@ -359,7 +350,7 @@ def shift_cut_data(shift_cuts, m: int, dh: int) -> list:
     """The (w, F) pairs as float arrays of shapes (m,), (dh, dh), w clipped at 0; ValueError if one is malformed."""
     out = []
     for w, F in shift_cuts:
-        w, F = np.asarray(w, dtype=np.float64), np.asarray(F, dtype=np.float64)
+        w, F = np.ascontiguousarray(w, dtype=np.float64), np.ascontiguousarray(F, dtype=np.float64)
         if w.shape != (m,) or F.shape != (dh, dh) or not (np.all(np.isfinite(w)) and np.all(np.isfinite(F))):
             raise ValueError(f"a shift cut needs finite weights of shape ({m},) and F of shape ({dh}, {dh})")
         out.append((np.clip(w, 0.0, None), F))

@@ -88,3 +88,12 @@ def s_lemma_factor(Vt: np.ndarray, W_Q: np.ndarray, w: np.ndarray, kq_lead: np.n
     root = np.sqrt(np.clip(kappa[-1] - kappa, 0.0, None))
     Rinv_T = np.linalg.solve(R.T, np.eye(dh))  # R^{-T}
     return (root[:, None] * U.T) @ Rinv_T
+
+
+def plain_cut_bound(w: np.ndarray, F: np.ndarray, W_Q: np.ndarray, norm: str) -> float:
+    """sum_j w_j + ||F||_F^2 sum_k c_k^2 >= max_x sum_j w_j etahat_j^2 + ||F W_Q^T x||^2, c_k >= |(W_Q^T x)_k| (the
+    column norms of W_Q dual to the query set), rounded up; numpy reductions only (no BLAS)."""
+    col = np.abs(W_Q).sum(axis=0) if norm == "linf" else np.sqrt((W_Q * W_Q).sum(axis=0))
+    col = col * (1.0 + gamma(W_Q.shape[0] + 4))
+    val = float(np.sum(w)) + float(np.sum(F * F)) * float(np.sum(col * col))
+    return val * (1.0 + gamma(F.size + w.size + col.size + 8)) + 1e-300
