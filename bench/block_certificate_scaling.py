@@ -9,7 +9,8 @@ first n tokens of the committed passage `data/long_context_passage.txt`:
 * `random-gpt2` (SYNTHETIC: GPT-2 small's shapes, seeded random weights, init std 0.08; not GPT-2; d = 768, pre-LN,
   causal), transition 5 -> 6, query position n - 1 (so the query attends n keys).
 
-Per (model, n): `block.certificate.certify_transition` (the stage's settings: 8 pieces, 10 SDP iterations) and
+Per (model, n): `block.certificate.certify_transition` (the stage's settings: 8 pieces, the SDP duals from the
+mixing method) and
 `block.crown.crown_bounds` (the CROWN pass the stage runs; one call bounds all m rows, upper and lower), each
 --reps times: median seconds per call and per unit (call / m), and the peak resident memory above the call's start
 (the kernel's VmHWM after resetting it through /proc/self/clear_refs, freed heap trimmed first). The ascent
@@ -214,9 +215,12 @@ def ascent_starts(H0, count: int):
 
 
 def eig_scaling(eig_max: int, reps: int) -> list:
-    """Seconds of one dense symmetric eigendecomposition (the SDP dual's step) and one Cholesky (its verification)
-    of a random D x D float64 matrix, D = 384 .. eig_max (doubling)."""
+    """Seconds of one dense symmetric eigendecomposition (the SDP dual's eigenvalue), one Cholesky (its
+    verification) and one sweep of the mixing method (`block.mixing_dual`, the dual's primal) of a random D x D
+    float64 matrix, D = 384 .. eig_max (doubling)."""
     import torch
+
+    from attncert.block.mixing_dual import mixing_factors
 
     out, D = [], 384
     while D <= eig_max:
@@ -225,7 +229,8 @@ def eig_scaling(eig_max: int, reps: int) -> list:
         _, es, _ = measure(lambda: torch.linalg.eigh(A), reps)
         B = A + 4 * math.sqrt(D) * torch.eye(D, dtype=torch.float64)
         _, cs, _ = measure(lambda: torch.linalg.cholesky_ex(B), reps)
-        out.append(dict(D=D, eigh_s=es, cholesky_s=cs))
+        _, ms, _ = measure(lambda: mixing_factors(A.unsqueeze(0), sweeps=1), reps)
+        out.append(dict(D=D, eigh_s=es, cholesky_s=cs, sweep_s=ms))
         D *= 2
     return out
 
@@ -243,7 +248,7 @@ def _median_ratio(a, b) -> float:
     return float(np.median(a[ok] / b[ok])) if ok.any() else math.nan
 
 
-def summarize(data: dict, sdp_iterations: int = 10) -> dict:
+def summarize(data: dict) -> dict:
     rows = data["rows"]
     out = {"exponents_n": {}, "d_ratio": {}, "all_tokens": [], "eig_exponent": math.nan}
     for row in rows:
@@ -273,13 +278,18 @@ def summarize(data: dict, sdp_iterations: int = 10) -> dict:
         out["d_ratio"][a["n"]] = cell
     eig = data["eig"]
     out["eig_exponent"] = _slope([e["D"] for e in eig], [e["eigh_s"] for e in eig])
+    out["sweep_exponent"] = _slope([e["D"] for e in eig], [e.get("sweep_s", math.nan) for e in eig])
     # every token perturbed: perturbation dimension D = n d (estimate from the measured pieces)
-    if eig and math.isfinite(out["eig_exponent"]):
+    if eig and math.isfinite(out["eig_exponent"]) and math.isfinite(out["sweep_exponent"]):
+        from attncert.block.mixing_dual import SWEEPS, WARM_SWEEPS
+
         top = eig[-1]
         for r in rows:
             D = r["n"] * r["d"]
             eig_s = top["eigh_s"] * (D / top["D"]) ** out["eig_exponent"]
-            sdp_s = 2 * r["m"] * sdp_iterations * eig_s          # both senses, every row, every subgradient step
+            sweep_s = top["sweep_s"] * (D / top["D"]) ** out["sweep_exponent"]
+            # both senses, every row: the top eigenvector, the centre's and the radius's dual eigenvalue, the sweeps
+            sdp_s = 2 * r["m"] * (3 * eig_s + (SWEEPS + WARM_SWEEPS) * sweep_s)
             hess_gb = r["m"] * D * D * 8 / 1e9
             graph_s = r["certificate_s"] * r["n"]               # Jacobians n times wider (a lower estimate)
             crown_s = r.get("crown_s", math.nan) * r["n"]     # back-substitution coefficients n times wider (lower)
@@ -295,6 +305,8 @@ def _f(x, fmt=".3g") -> str:
 
 
 def markdown(args, data: dict, summ: dict) -> str:
+    from attncert.block.mixing_dual import SWEEPS, WARM_SWEEPS
+
     lines = [f"Block certificate vs block CROWN: cost against n (keys) and d. One transition per model, the query "
              f"token perturbed, ell_inf r = {args.radius:g}, {args.rows} specification rows (units); prompt "
              f"`{PASSAGE}`. all-MiniLM-L6-v2: transition 2 -> 3, query position 4. random-gpt2 is SYNTHETIC "
@@ -321,14 +333,17 @@ def markdown(args, data: dict, summ: dict) -> str:
                  (("certificate_s", "certificate time"), ("crown_s", "CROWN time"),
                   ("certificate_mb", "certificate memory"), ("crown_mb", "CROWN memory")) if k in c]
         lines.append(f"- n = {n}: " + ", ".join(parts))
-    lines += ["", "Dense symmetric eigendecomposition (the SDP dual's step; d x d per row and step) and Cholesky "
-              "(its verification), one thread: " + ", ".join(f"D = {e['D']}: {_f(e['eigh_s'])} s / "
-                                                             f"{_f(e['cholesky_s'])} s" for e in data["eig"])
-              + f"; fitted exponent of eigh {_f(summ['eig_exponent'], '.2f')}.", "",
+    lines += ["", "Dense symmetric eigendecomposition (the SDP dual's eigenvalue; d x d per row), Cholesky (its "
+              "verification) and one mixing-method sweep (the dual's primal, one matrix), one thread: "
+              + ", ".join(f"D = {e['D']}: {_f(e['eigh_s'])} s / {_f(e['cholesky_s'])} s / "
+                          f"{_f(e.get('sweep_s', math.nan))} s" for e in data["eig"])
+              + f"; fitted exponents {_f(summ['eig_exponent'], '.2f')} (eigh), "
+                f"{_f(summ.get('sweep_exponent', math.nan), '.2f')} (sweep).", "",
               "Every token's residual stream perturbed (D = n d), ESTIMATED, not measured (the certificate's graph "
-              "carries one input token): SDP = 2 senses x rows x 10 steps x eigh(D) extrapolated with the fitted "
-              "exponent; certificate = SDP + the measured call x n (Jacobians n times wider; a lower estimate, the "
-              "node count also grows with the other tokens' LayerNorm/K/V nodes); CROWN = measured call x n (the "
+              f"carries one input token): SDP = 2 senses x rows x (3 eigh(D) + {SWEEPS + WARM_SWEEPS} "
+              "sweeps(D)), each extrapolated with its fitted exponent; certificate = SDP + the measured call x n "
+              "(Jacobians n times wider; a lower estimate, the node count also grows with the other tokens' "
+              "LayerNorm/K/V nodes); CROWN = measured call x n (the "
               "same lower estimate); Hessian = rows x D^2 float64.", "",
               "| model | n | D = n d | certificate s / unit (est.) | of which SDP | CROWN s / unit (est., lower) | "
               "Hessian GB |", "| --- " * 7 + "|"]

@@ -15,11 +15,12 @@ construction), per radius r, medians over the rows:
    sup |f - q|), and (SDP quadratic + found) / ascent, the ratio a certificate with the exact beyond-quadratic part
    would reach.
 2. Ablation (each variant is still a sound certificate; the switches of `block.taylor_model.cubic_model`, the
-   softmax shift of `block.certificate.block_graph` and the SDP dual's rank-one term): without the rank-one term
-   (the diagonal dual alone), without the formed centre Hessians of a few rows, without
+   softmax shift of `block.certificate.block_graph`, how the SDP dual is found): the SDP duals by subgradient steps
+   instead of from the mixing method's primal (`block.mixing_dual`), with and without their rank-one term, without
+   the formed centre Hessians of a few rows, without
    the signs of the unary ops' quadratic pieces, without a head's query-key products bounded as one form, without
    the signed rest (per sense), with the softmax scores shifted by a constant only (no linear c_h . xi), without
-   all six (the previous certificate); then, on the previous certificate, without the shared broadcast factors
+   all seven (the previous certificate); then, on the previous certificate, without the shared broadcast factors
    (LayerNorm's 1/sigma, the softmax's 1/sum, the query's own weight taken out of the products' quadratic parts),
    without the fourth-order terms p (t + e) moved into kappa (node by node instead), with |kappa_k| bounded by
    absolute values (no signs: the cubic form node by node), without those three; and the integral-remainder
@@ -76,14 +77,17 @@ def beyond_quadratic(tr, Ct, g0, G, H0, radii, starts, steps: int):
 
 ZERO_SHIFT = "zero softmax shift"     # a variant key: the softmax scores shifted by a constant only
 NO_RANK_ONE = "no rank-one dual"       # a variant key: the diagonal SDP dual alone
+NO_MIXING = "no mixing dual"           # a variant key: the SDP duals by subgradient steps, not from the primal
 PREVIOUS = {"hessian_rows": False, "signed_quadratic": False, "grouped": False, "signed_rest": False, ZERO_SHIFT: True,
-            NO_RANK_ONE: True}
-VARIANTS = {"full": {}, "no rank-one term in the SDP dual": {NO_RANK_ONE: True},
+            NO_RANK_ONE: True, NO_MIXING: True}
+VARIANTS = {"full": {}, "SDP dual by subgradient steps with a rank-one term (no mixing method)": {NO_MIXING: True},
+            "SDP dual by subgradient steps, diagonal (no mixing, no rank-one term)": {NO_MIXING: True,
+                                                                                   NO_RANK_ONE: True},
             "no formed Hessians of a few rows": {"hessian_rows": False},
             "no signed unary quadratic parts": {"signed_quadratic": False},
             "no query-key group": {"grouped": False}, "no signed rest": {"signed_rest": False},
             "no linear softmax shift": {ZERO_SHIFT: True},
-            "none of these six (the previous certificate)": PREVIOUS,
+            "none of these seven (the previous certificate)": PREVIOUS,
             "previous, no shared factors": {**PREVIOUS, "shared_factors": False},
             "previous, no kappa rest": {**PREVIOUS, "kappa_rest": False},
             "previous, kappa unsigned (node-by-node cubic)": {**PREVIOUS, "signed_kappa": False},
@@ -124,9 +128,10 @@ def run(args) -> dict:
             options = dict(options)
             shift = torch.zeros(tr.n_heads, tr.d, dtype=torch.float64) if options.pop(ZERO_SHIFT, False) else None
             rank_one = not options.pop(NO_RANK_ONE, False)
+            mixing = not options.pop(NO_MIXING, False)
             t0 = time.process_time()
             certs[label] = certify_transition(tr, C, g0.numpy(), G.numpy(), radii, model_options=options,
-                                              shift=shift, rank_one=rank_one)
+                                              shift=shift, rank_one=rank_one, mixing=mixing)
             seconds[label] = time.process_time() - t0
         cert = certs["full"]
         starts = ascent_starts(cert.H0, args.starts)

@@ -50,6 +50,20 @@ def bert_files(tiny_bert_dir):
     return _stage(tiny_bert_dir, "bert")
 
 
+@pytest.fixture(scope="module")
+def gpt2_files_subgradient(tiny_gpt2_dir):
+    """The stage's files with the SDP duals found by subgradient steps (the mixing method off): duals whose rank-one
+    terms carry weight (t > 0), which the mixing method's duals never do (t = 0)."""
+    import functools
+
+    from attncert.block import residual
+    from attncert.block.certificate import certify_transition
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(residual, "certify_transition", functools.partial(certify_transition, mixing=False))
+        return _stage(tiny_gpt2_dir, "gpt2")
+
+
 def _save(path, arrays):
     np.savez_compressed(path, **arrays)
     write_sidecar(path, {"stage": "test", "model": {"name": path.parent.name}})
@@ -474,10 +488,12 @@ def test_a_missing_or_malformed_rank_one_term_fails_pieces(forgery, bert_files, 
 
 
 @pytest.mark.parametrize("forgery", ["t_zero", "t_half", "v_other"])
-def test_a_forged_rank_one_term_fails_dual_pd_or_sum(forgery, gpt2_files, tmp_path):
+def test_a_forged_rank_one_term_fails_dual_pd_or_sum(forgery, gpt2_files_subgradient, tmp_path):
     """diag(y) + t v v^T - M is re-checked with the file's t and v: a dual whose rank-one term is dropped, halved or
     turned to another direction no longer proves positive definiteness where the term carried weight (or, where it
-    still does, its bound is not the reported one); nothing passes that the true pieces do not prove."""
+    still does, its bound is not the reported one); nothing passes that the true pieces do not prove. (Duals with
+    t > 0: the subgradient duals; the stage's mixing-method duals have t = 0, a file may still carry any t.)"""
+    gpt2_files = gpt2_files_subgradient
     cert = dict(gpt2_files[3])
     t, v = cert["t_neg"].copy(), cert["v_neg"].copy()
     if forgery == "t_zero":

@@ -16,8 +16,10 @@ so that, for each sense s = +-1,
   for diag(y) + t v v^T - M positive semidefinite (v the top eigenvector of s H0, `rank_one_box_upper`; t = 0 is the
   diagonal dual), checked by a floating-point Cholesky factorization of diag(y) + t v v^T - M - c I (Rump 2006,
   "Verification of positive definiteness": success implies positive definite for the stated c, here raised by the
-  rounding of forming the matrix). (y, t) start from the dual of s H0 and take a few subgradient steps; nothing but
-  the Cholesky check makes them valid.
+  rounding of forming the matrix). y is read off a near-optimal primal of the SDP (block/mixing_dual.py: the mixing
+  method on X = V V^T, s H0 from random rows, each radius's M warm from the previous factors; t = 0), or, switched
+  off, (y, t) start from the dual of s H0 and take a few subgradient steps; nothing but the Cholesky check makes
+  them valid.
 
 certificate_f bounds max f with f = g - g0 - G . delta for the stage's own float (g0, G) (the ascent's f), from
 the output's float form g(delta) = c + J delta + sum_n lambda_n nu_n(delta) + err (exact; the rest holds every
@@ -42,6 +44,7 @@ from attncert.block.enclosure import U, Graph, Var, inflate
 from attncert.block.map import DTYPE, EXP, RECIPROCAL, RSQRT, SQUARE, BlockTransition, LayerNormParams
 from attncert.block.centre_hessian import centre_hessian
 from attncert.block.layer_norm_range import f_range, layer_norm_range
+from attncert.block.mixing_dual import WARM_SWEEPS, mixing_dual, mixing_factors
 from attncert.block.taylor_model import cubic_model
 from attncert.head.rounding import gamma
 
@@ -186,7 +189,8 @@ def rank_one_box_upper(M: torch.Tensor, v: torch.Tensor, iterations: int, D0: to
     direction that dominates the maximum at its exact box maximum ((v . u)^2 <= ||v||_1^2, attained at u = sign v),
     which the diagonal dual overpays (by up to pi / 2 for a rank-one M). (D, t) take projected subgradient steps on
     1/2 (sum max(D + mu, 0) + t ||v||_1^2), mu = lambda_max(M - t v v^T - diag D): one eigenpair per step, as without t.
-    `candidate` (y, t) is taken where its value is smaller. Only the check makes (y, t) valid: a float Cholesky of
+    `candidate` (y, t), or a list of them, is taken where its value is smaller (with 0 iterations: the candidates
+    alone). Only the check makes (y, t) valid: a float Cholesky of
     diag(y) - M + t v v^T minus Rump's shift and the rounding of forming that matrix (`rank_one_margin`); y is raised
     until it passes. Returns (bound (P,), y (P, n), t (P,))."""
     P, n, _ = M.shape
@@ -212,9 +216,10 @@ def rank_one_box_upper(M: torch.Tensor, v: torch.Tensor, iterations: int, D0: to
         D = D - (step / math.sqrt(it + 1)).unsqueeze(-1) * sub / sub.norm(dim=-1, keepdim=True).clamp_min(1e-300)
         slope = L - n_active * (v * top).sum(-1) ** 2                   # 2 d val / dt
         t = (t - RANK_ONE_STEP * scale / math.sqrt(it + 1) * torch.sign(slope)).clamp_min(0.0)
-    if candidate is not None:
-        cy, ct = candidate
-        take = 0.5 * (cy.sum(-1) + ct * L) < best_val
+    for cy, ct in ([] if candidate is None else candidate if isinstance(candidate, list) else [candidate]):
+        val = 0.5 * (cy.sum(-1) + ct * L)
+        take = val < best_val
+        best_val = torch.where(take, val, best_val)
         best_y = torch.where(take.unsqueeze(-1), cy, best_y)
         best_t = torch.where(take, ct, best_t)
     tau = (1e-12 * torch.linalg.matrix_norm(M)).unsqueeze(-1) + 1e-300
@@ -292,12 +297,13 @@ def certificate_file_arrays(cert: "BlockCertificate", heads: list) -> dict:
 
 
 def certify_transition(tr: BlockTransition, C, g0, grad, radii, sdp_iterations: int = 10,
-                       model_options: dict | None = None, shift=None, rank_one: bool = True) -> BlockCertificate:
+                       model_options: dict | None = None, shift=None, rank_one: bool = True,
+                       mixing: bool = True) -> BlockCertificate:
     """Sound bounds on max f and max g over ||delta||_inf <= r for every row of C and radius r: the cubic Taylor
     model (block/taylor_model.py) with one verified SDP dual of +-H0 + 2 r P per radius and sense
     (`model_options`: `cubic_model`'s switches, for the ablation bench; `shift`: the softmax's linear score shift
     (H, d), `softmax_shift`'s weighted mean when None; any shift is sound; `rank_one` False: the diagonal SDP dual
-    alone, v = 0)."""
+    alone, v = 0; `mixing` False: the duals by subgradient steps alone, not from the mixing method's primal)."""
     Ct = torch.as_tensor(np.asarray(C, dtype=np.float64), dtype=DTYPE)
     g0 = torch.as_tensor(np.asarray(g0, dtype=np.float64), dtype=DTYPE)
     grad = torch.as_tensor(np.asarray(grad, dtype=np.float64), dtype=DTYPE)
@@ -323,12 +329,21 @@ def certify_transition(tr: BlockTransition, C, g0, grad, radii, sdp_iterations: 
         _, v = top_eigenpairs(sign * H0)                                    # the rank-one direction of this sense
         v = v if rank_one else torch.zeros_like(v)
         L = inflate(v.abs().sum(-1) ** 2 * (1 + gamma(v.shape[-1] + 2)))   # >= ||v||_1^2
-        bH, yH, tH = rank_one_box_upper(sign * H0, v, sdp_iterations)
+        no_t = torch.zeros(v.shape[0], dtype=DTYPE)
+        if mixing:                                                          # the primal's dual, no subgradient
+            V = mixing_factors(sign * H0)
+            bH, yH, tH = rank_one_box_upper(sign * H0, v, 0, candidate=(mixing_dual(sign * H0, V), no_t))
+        else:
+            bH, yH, tH = rank_one_box_upper(sign * H0, v, sdp_iterations)
         ys, ts, fs, gs, quads, beyonds = [], [], [], [], [], []
         for ri in range(len(radii)):
             r_t = rho_t[ri + 1]
             M = sign * H0 + 2.0 * r_t * cm.P
-            _, y, t = rank_one_box_upper(M, v, JOINT_SDP_STEPS, D0=yH, t0=tH, candidate=(yH + r_t * yP, tH))
+            candidates, steps = [(yH + r_t * yP, tH)], JOINT_SDP_STEPS
+            if mixing:
+                V = mixing_factors(M, sweeps=WARM_SWEEPS, V0=V)                 # warm: the previous radius's factors
+                candidates, steps = candidates + [(mixing_dual(M, V), no_t)], 0
+            _, y, t = rank_one_box_upper(M, v, steps, D0=yH, t0=tH, candidate=candidates)
             beyond = beyond_linear(y, r_t, h_round, cm.P_rounding, cm.P_finite, cm.rest[0 if sign > 0 else 1, ri + 1],
                                    rank_one=inflate(t * L))
             f, g = f_and_g_bounds(sign, gv.c, grad_l1, off_g0, e0, a0, off_grad, r_t, beyond)

@@ -327,10 +327,10 @@ def certificate_table(df: pd.DataFrame) -> pd.DataFrame:
 CERTIFICATE_NOTES = [
     table_legend.UNIT_NOTE,
     "The second-order block certificate: a cubic Taylor model of the block map (the centre quadratic plus a signed "
-    "cubic form r³uᵀPu, maximized jointly by one verified SDP dual of ±H0 + 2rP per radius with a rank-one term "
-    "along the top eigenvector of ±H0, and a fourth-order rest bounded per sense; the softmax's scores shifted by "
-    "their weighted mean motion c_h·δ, the quadratic pieces summed with their signs, a few rows' quadratic parts "
-    "through their formed Hessians; block/certificate.py, "
+    "cubic form r³uᵀPu, maximized jointly by one verified SDP dual of ±H0 + 2rP per radius, read off a "
+    "near-optimal primal of the SDP found by the mixing method (block/mixing_dual.py), and a fourth-order rest "
+    "bounded per sense; the softmax's scores shifted by their weighted mean motion c_h·δ, the quadratic pieces "
+    "summed with their signs, a few rows' quadratic parts through their formed Hessians; block/certificate.py, "
     "block/taylor_model.py). Each number is capped by the output LayerNorm's range (s c·β + √d‖P(c∘γ)‖₂ on g, "
     "plus r‖∇g(0)‖₁ on f; finite whatever the radius, block/layer_norm_range.py): where the Taylor model's enclosures "
     "blow up (scores moving by O(1) over the box) the cap is the certificate, counted per radius.",
