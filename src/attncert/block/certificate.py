@@ -326,8 +326,10 @@ def certify_transition(tr: BlockTransition, C, g0, grad, radii, sdp_iterations: 
               "softmax_shift": G.softmax_shift.numpy().copy()}
     out, parts = {}, {}
     for sense, sign in (("pos", 1.0), ("neg", -1.0)):
-        _, v = top_eigenpairs(sign * H0)                                    # the rank-one direction of this sense
-        v = v if rank_one else torch.zeros_like(v)
+        if rank_one and not mixing:                                         # the rank-one direction of this sense
+            _, v = top_eigenpairs(sign * H0)
+        else:                                                               # (at the SDP's optimum t = 0: no use)
+            v = torch.zeros(H0.shape[:2], dtype=DTYPE)
         L = inflate(v.abs().sum(-1) ** 2 * (1 + gamma(v.shape[-1] + 2)))   # >= ||v||_1^2
         no_t = torch.zeros(v.shape[0], dtype=DTYPE)
         if mixing:                                                          # the primal's dual, no subgradient
