@@ -117,13 +117,14 @@ def second_order_varying_long(
         return settle(math.inf, fo, t0, "varying", no_solve_reason=why)
     edges = start_edges(D) if problem.norm == "linf" else None
     shift_cuts = all_keys_shift_cut(D, problem.W_Q) if second else []
+    cut_err = None  # row_err(D, W_Q), computed once for the later rounds' weighted cuts
     best, best_status, primal, gap, log, rounds = math.inf, "not_run", math.nan, math.nan, [], 0
     unconverged = True  # no attempt of the last round reached ACCEPT
     order = ATTEMPTS_WIDE_L2 if problem.norm == "l2" and D.n > RESCUE_MAX else ATTEMPTS
     attempts = [(ladder[r], e) for r, e in order if r < len(ladder)]
     fo_obj = (fo - D.g0 - D.tail) / D.rho_o  # the first-order bound in the program's objective units
     for rounds in range(1, (ROUNDS if edges is not None else 1) + 1):
-        kept = None  # (bound, attempt, program, x, primal) of this round's smallest bound with a primal point
+        kept, done = None, False  # (bound, attempt, program, x, primal): the round's smallest bound with a primal point
         for i, (opts, tau_exp) in enumerate(attempts):
             prog = build_long_program(D, problem.W_Q, upper_cone, monotone_points, second, edges, tau_exp, shift_cuts)
             key = (D.n, D.d, problem.norm, bool(upper_cone), int(monotone_points), bool(second), int(tau_exp))
@@ -145,11 +146,12 @@ def second_order_varying_long(
                 gap = best - primal if math.isfinite(primal) else math.nan
             if x is not None and math.isfinite(bound) and (kept is None or bound < kept[0]):
                 kept = (bound, (opts, tau_exp), prog, x, p_obj)
-            if kept is not None and converged(kept[0], kept[4], fo_obj, ACCEPT):
+            done = kept is not None and converged(kept[0], kept[4], fo_obj, ACCEPT)
+            if done:
                 break
         if kept is None:
             break
-        unconverged = not converged(kept[0], kept[4], fo_obj, ACCEPT)
+        unconverged = not done
         _, attempt, prog, x, p_obj = kept
         attempts = [attempt]  # later rounds: the attempt with the smallest bound
         if edges is None:
@@ -158,8 +160,10 @@ def second_order_varying_long(
         if excess <= CUT_STOP * max(abs(p_obj), 1e-300) or not any(e.size for e in new):
             break
         edges = [np.union1d(e, a)[:MAX_EDGES] if a.size else e for e, a in zip(edges, new)]
-        cut = weighted_shift_cut(prog, x, D, problem.W_Q) if second else None  # rides along with the facets
-        shift_cuts = shift_cuts + ([cut] if cut is not None else [])
+        if second:  # a weighted cut rides along with the facets
+            cut_err = row_err(D, problem.W_Q) if cut_err is None else cut_err
+            cut = weighted_shift_cut(prog, x, D, problem.W_Q, cut_err)
+            shift_cuts = shift_cuts + ([cut] if cut is not None else [])
     n_facets = int(max((e.size for e in edges), default=0)) if edges is not None else 0
     res = settle(best, fo, t0, "varying", status=best_status, solver="CLARABEL" if math.isfinite(best) else "none",
                  primal=primal, rounds=rounds, n_facets=n_facets, log=log, dual_gap=gap)
@@ -180,18 +184,18 @@ def all_keys_shift_cut(D: VaryingData, W_Q: np.ndarray) -> list:
     return [(w, s_lemma_factor(D.Vt[:m], W_Q, w, kq_lead, D.norm)) for w in weights]
 
 
-def weighted_shift_cut(prog, x: np.ndarray, D: VaryingData, W_Q: np.ndarray):
+def weighted_shift_cut(prog, x: np.ndarray, D: VaryingData, W_Q: np.ndarray, err: np.ndarray | None = None):
     """A moment cut of the query's shift weighted by the solved second moments (w_j = Q_j / tau, scaled to max 1)
     with its S-lemma factor, if the solved point violates it by more than SHIFT_CUT_MIN of its right side; else
     None. linf cutting-plane rounds: at 1,024 keys the relaxation spreads the query factor's second moments over
-    light keys that the 0/1 budgets leave loose."""
+    light keys that the 0/1 budgets leave loose. `err`: `row_err(D, W_Q)` if the caller has it."""
     m = D.n - 1
     tau, Q, Y = float(prog.block(x, "tau")[0]), prog.block(x, "Q"), prog.block(x, "Y")
     if not (tau > 0 and m > 0 and np.all(np.isfinite(Q)) and float(np.max(Q)) > 0):
         return None
     w = np.clip(Q, 0.0, None) / float(np.max(Q))
     F = s_lemma_factor(D.Vt[:m], W_Q, w, key_lead(D)[:, None] * D.kq[:m], D.norm)
-    lam = cut_rows(D.Vt[:m], W_Q, w, F, D.norm, row_err(D, W_Q))
+    lam = cut_rows(D.Vt[:m], W_Q, w, F, D.norm, row_err(D, W_Q) if err is None else err)
     lhs = tau * float(w @ Q) + float(np.sum((F @ Y) ** 2))
     return (w, F) if lhs > (1.0 + SHIFT_CUT_MIN) * lam * tau * tau else None
 
