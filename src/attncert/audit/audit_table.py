@@ -31,17 +31,15 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from attncert.audit.head_enclosure import LayerFiles
-from attncert.audit.row_audit import NUMBERS, Expect, Outcome, audit_row
-from attncert.audit.long_context_audit import audit_long_context
-from attncert.audit.block_audit import audit_block
-from attncert.audit.model_weights import audit_model_weights, prompts_of
-from attncert.audit.table_recompute import audit_summary_tables
+from attncert.audit.row_audit import NUMBERS, Expect, Outcome
 from attncert.audit.run_configuration import RunConfigurationError, read_run_configuration, run_configuration_path
 from attncert.audit.table_coverage import (AuditInputError, CoverageConfig, block_records, completeness_records,
                                            read_grid_config)
-from attncert.certify.certificate_store import CertificateFile
 from attncert.integrity.intermediate_check import IntermediateError, regenerate_command, verify_intermediate
+
+# Each part's modules are imported where the part runs (one job audits one piece: the block table's needs neither
+# cvxpy nor pandas): head_enclosure, row_audit.audit_row and the certificate format (certification layers),
+# long_context_audit, block_audit, model_weights (weights) and table_recompute (summary tables).
 
 UNIT_COLUMNS = ["layer", "head", "prompt", "query_pos", "radius", "norm", "mode"]
 COLUMNS = [
@@ -112,6 +110,10 @@ def _record(layer: int, r: int, row: dict, o: Outcome) -> dict:
 def audit_layer(root: Path, model: str, layer: int, rows: set[int] | None = None,
                 coverage: CoverageConfig | None = None) -> list[dict]:
     """Every number of the layer's table (rows: a selection; coverage: the configured grid, checked complete)."""
+    from attncert.audit.head_enclosure import LayerFiles
+    from attncert.audit.row_audit import audit_row
+    from attncert.certify.certificate_store import CertificateFile
+
     base = root / "certify" / model
     table = verify_intermediate(base / f"layer{layer}.csv")
     certs = verify_intermediate(base / f"layer{layer}_certificates.npz")
@@ -304,6 +306,9 @@ def audit_certificate_part(root: Path, model: str, part: str, rows: set[int] | N
                            coverage: CoverageConfig | None = None) -> list[dict]:
     """The records of one piece of the certificates part (`certificate_parts`): a layer's table (`audit_layer`),
     the long-context table (`long_context_audit`) or the block table (`block_audit`)."""
+    from attncert.audit.block_audit import audit_block
+    from attncert.audit.long_context_audit import audit_long_context
+
     if part == "long_context":
         return audit_long_context(root, model, coverage.long_context if coverage else None, MALFORMED, _damaged)
     if part == "block":
@@ -351,6 +356,9 @@ def audit_model(root: Path, model: str, layers: list[int], rows: set[int] | None
                   (`table_recompute`).
 
     A row selection audits those rows only. stage_seconds: filled with the seconds each part took."""
+    from attncert.audit.model_weights import audit_model_weights, prompts_of
+    from attncert.audit.table_recompute import audit_summary_tables
+
     times = stage_seconds if stage_seconds is not None else {}
     records: list[dict] = []
     if "certificates" in parts:

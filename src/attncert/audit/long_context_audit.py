@@ -28,7 +28,6 @@ from tqdm import tqdm
 
 from attncert.audit.head_enclosure import HeadEnclosure
 from attncert.audit.row_audit import NUMBERS, Expect, Outcome, audit_row
-from attncert.certify.certificate_store import CertificateFile
 from attncert.head.specification import specification_direction
 from attncert.integrity.intermediate_check import verify_intermediate
 
@@ -173,6 +172,8 @@ def audit_long_context(root: Path, model: str, cfg: LongContextConfig | None, ma
         rows = list(csv.DictReader(fh))
     if cfg is None:
         return _not_covered(rows, NO_CONFIG_REASON)
+    from attncert.certify.certificate_store import CertificateFile  # the format's reader (imports cvxpy)
+
     certs = verify_intermediate(base / "units_certificates.npz")
     files = LongContextFiles(verify_intermediate(base / "layer_tokens.npz"), cfg)
     expect = Expect(True, cfg.tight)

@@ -42,9 +42,7 @@ from attncert.audit.dual_cone import dual_cone_margin
 from attncert.audit.exact_upper import exact_upper_check
 from attncert.audit.first_order_check import enclosure_margin, lp_margin
 from attncert.audit.head_enclosure import PREC, LayerFiles, norm_bound
-from attncert.audit.program_link import program_link
 from attncert.audit.row_consistency import cross_check_row
-from attncert.audit.support_duality import support_bound_upper, support_link
 from attncert.audit.weak_duality import weak_duality_upper
 from attncert.audit.witness_check import ball_margin, witness_tokens
 
@@ -281,6 +279,8 @@ def _second_order(name: str, values: dict, stored: dict | None, first: Outcome, 
         return _fail(name, value, "program", "no stored reduction")
     if kind == "support":
         return _support(name, value, stored, red, radius, norm, mode)
+    from attncert.audit.program_link import program_link  # the builders (cvxpy): imported where a program is
+
     link = program_link(stored, red, radius, norm, mode, head)
     checks = [("program", math.inf if link.margin >= 0 else link.margin, link.why)]
     if link.margin >= 0:
@@ -298,6 +298,8 @@ def _second_order(name: str, values: dict, stored: dict | None, first: Outcome, 
 def _support(name: str, value: float, stored: dict, red: dict, radius: float, norm: str, mode: str) -> Outcome:
     """A support-function certificate (`support_duality`): the token program is the builder's for this row, the
     dual lies in K^*, and the recomputed bound, mapped to g, is at or below the reported value."""
+    from attncert.audit.support_duality import support_bound_upper, support_link
+
     link = support_link(stored, red, radius, norm, mode)
     checks = [("program", math.inf if link.margin >= 0 else link.margin, link.why)]
     if link.margin >= 0:
