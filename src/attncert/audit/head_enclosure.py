@@ -68,6 +68,12 @@ def spectral_bound(W_Q: np.ndarray, W_K: np.ndarray) -> arb:
     return arb(max(top, 0.0)).sqrt()
 
 
+def array_key(a) -> tuple:
+    """A memo key of an array's exact contents (dtype, shape, bytes): equal keys, equal floats."""
+    a = np.asarray(a)
+    return a.dtype.str, a.shape, a.tobytes()
+
+
 class LayerFiles:
     """The extracted arrays and specification vectors of one layer (read once; checked by the caller)."""
 
@@ -113,6 +119,27 @@ class HeadEnclosure:
     @property
     def n(self) -> int:
         return self.Z0.shape[0]
+
+    def memo(self, key: tuple, compute):
+        """compute() once per key for this unit: the rows of a unit (its radii, modes) share the balls their checks
+        derive from the same inputs (key: what the balls depend on, arrays by `array_key`), computed as before."""
+        store = self.__dict__.setdefault("_memo", {})
+        if key not in store:
+            store[key] = compute()
+        return store[key]
+
+    def exact_norm(self, name: str, norm: str) -> arb:
+        """norm_bound of the exact vector `name` (u_s or u_w), once per unit and norm."""
+        return self.memo(("exact_norm", name, norm), lambda: norm_bound(getattr(self, name), norm))
+
+    def float_norm(self, a, norm: str) -> arb:
+        """norm_bound of the float vector a (each float an exact ball), once per distinct a and norm."""
+        return self.memo(("float_norm", norm, array_key(a)), lambda: norm_bound([arb(float(x)) for x in a], norm))
+
+    def difference_norm(self, a, name: str, norm: str) -> arb:
+        """norm_bound of a - the exact vector `name` (u_s or u_w) entrywise, a in floats, once per distinct a."""
+        return self.memo(("difference_norm", name, norm, array_key(a)),
+                         lambda: norm_bound([arb(float(x)) - b for x, b in zip(a, getattr(self, name))], norm))
 
     @cached_property
     def sqrt_dh(self) -> arb:
@@ -187,7 +214,8 @@ class HeadEnclosure:
 
     def key_query_norms(self, norm: str) -> list:
         """||W_Q k0_j||_* per key j: the query's reach into key j's score (sqrt(d_h) ||p*_j||_*)."""
-        return [norm_bound(p, norm) * self.sqrt_dh for p in self.key_query_directions()]
+        return self.memo(("key_query_norms", norm),
+                         lambda: [norm_bound(p, norm) * self.sqrt_dh for p in self.key_query_directions()])
 
     def bilinear_bound(self, norm: str) -> arb:
         """An upper bound on beta = max_{||x||, ||y|| <= 1} x W_Q W_K^T y^T.
@@ -195,6 +223,9 @@ class HeadEnclosure:
         l2: ||W_Q W_K^T||_2. linf (x, y in the unit box): the smaller of sum_h ||W_Q[:, h]||_1 ||W_K[:, h]||_1
         and d ||W_Q W_K^T||_2 (||x||_2 <= sqrt(d) for both).
         """
+        return self.memo(("bilinear", norm), lambda: self._shared_bilinear_bound(norm))
+
+    def _shared_bilinear_bound(self, norm: str) -> arb:
         key = (hashlib.sha256(self.W_Q.tobytes() + self.W_K.tobytes()).hexdigest(), norm)
         if key not in _BILINEAR:
             _BILINEAR[key] = self._bilinear_bound(norm)

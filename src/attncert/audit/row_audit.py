@@ -41,7 +41,7 @@ from flint import arb, ctx
 from attncert.audit.dual_cone import dual_cone_margin
 from attncert.audit.exact_upper import exact_upper_check
 from attncert.audit.first_order_check import enclosure_margin, lp_margin
-from attncert.audit.head_enclosure import PREC, LayerFiles, norm_bound
+from attncert.audit.head_enclosure import PREC, LayerFiles
 from attncert.audit.row_consistency import cross_check_row
 from attncert.audit.weak_duality import weak_duality_upper
 from attncert.audit.witness_check import ball_margin, witness_tokens
@@ -106,13 +106,13 @@ def reduction_margin(head, red: dict, radius: float, norm: str) -> tuple[float, 
     the values)."""
     r = arb(radius)
     worst, where = math.inf, ""
-    for name, exact0, exact_u, s0, u, R, eps in (
-            ("score", head.s0, head.u_s, red["s0"], red["u_s"], red["R_s"], red["eps_s"]),
-            ("value", head.w0, head.u_w, red["w0"], red["u_w"], red["R_w"], red["eps_w"])):
+    for name, exact0, exact_u, s0, u, R, eps, vector in (
+            ("score", head.s0, head.u_s, red["s0"], red["u_s"], red["R_s"], red["eps_s"], "u_s"),
+            ("value", head.w0, head.u_w, red["w0"], red["u_w"], red["R_w"], red["eps_w"], "u_w")):
         if len(u) != len(exact_u) or len(s0) != len(exact0) or len(eps) != len(exact0) or np.size(R) != 1:
             return -math.inf, f"{name} reduction has the wrong size"
-        direction = r * norm_bound([arb(float(a)) - b for a, b in zip(u, exact_u)], norm)
-        half = float((arb(float(R)) - r * norm_bound([arb(float(a)) for a in u], norm)).lower())
+        direction = r * head.difference_norm(u, vector, norm)
+        half = float((arb(float(R)) - r * head.float_norm(u, norm)).lower())
         if not half >= worst:
             worst, where = half, f"{name} half-width"
         for j in range(head.n):
@@ -224,8 +224,7 @@ def _exact(head, ex: dict | None, values: dict, radius: float, norm: str, attain
     if not math.isfinite(hi):
         return out_lo, _fail("exact_hi", hi, "reported", "no finite exact_hi")
     D = Z - head.Z0 if gZ is not None else np.zeros_like(head.Z0)
-    us = np.array([float(x.mid()) for x in head.u_s])
-    uw = np.array([float(x.mid()) for x in head.u_w])
+    us, uw = head.memo(("mids",), lambda: tuple(np.array([float(x.mid()) for x in v]) for v in (head.u_s, head.u_w)))
     chk = exact_upper_check(head.s0, head.w0, head.u_s, head.u_w, radius, norm, hi, np.stack([D @ us, D @ uw], 1))
     return out_lo, _held([("inner_maxima", chk.margin, chk.reason)], "exact_hi", hi)
 
