@@ -83,6 +83,7 @@ class LayerFiles:
         with np.load(spec_npz, allow_pickle=False) as f:
             self.spec, self.query_positions = f["c"], [int(q) for q in f["query_positions"]]
         self._heads: dict = {}
+        self._balls: dict = {}  # the weights' and tokens' balls, shared by the units that read them
 
     def unit_of(self, row: dict) -> "HeadEnclosure":
         """The unit of a row of the certification table."""
@@ -98,7 +99,8 @@ class LayerFiles:
             Z0 = Z[:query_pos + 1] if bool(a["causal"]) else Z
             c = self.spec[head, prompt, self.query_positions.index(query_pos)]
             self._heads[key] = HeadEnclosure(a["W_Q"][head], a["W_K"][head], a["W_V"][head], a["b_Q"][head],
-                                             a["b_K"][head], a["b_V"][head], Z0, query_pos, c)
+                                             a["b_K"][head], a["b_V"][head], Z0, query_pos, c
+                                             ).share_balls(self._balls, head, (prompt, query_pos))
         return self._heads[key]
 
 
@@ -154,6 +156,25 @@ class HeadEnclosure:
         return as_mat(self.W_K)
 
     @cached_property
+    def W_V_balls(self) -> arb_mat:
+        return as_mat(self.W_V)
+
+    @cached_property
+    def Z0_balls(self) -> arb_mat:  # (n, d): the nominal tokens
+        return as_mat(self.Z0)
+
+    def share_balls(self, pool: dict, head_key, tokens_key) -> "HeadEnclosure":
+        """Take the exact balls of the head's weights (keyed by head_key) and of the tokens (by tokens_key) from
+        `pool`, converting them on first use: the units of one head, or of one token set, convert the same floats."""
+        for name in ("W_Q_balls", "W_K_balls", "W_V_balls", "b_Q_balls", "b_K_balls", "Z0_balls"):
+            key = (name, tokens_key if name == "Z0_balls" else head_key)
+            if key in pool:
+                self.__dict__[name] = pool[key]
+            else:
+                pool[key] = getattr(self, name)
+        return self
+
+    @cached_property
     def b_Q_balls(self) -> arb_mat:  # (1, d_h)
         return as_mat(self.b_Q)
 
@@ -163,7 +184,7 @@ class HeadEnclosure:
 
     @cached_property
     def keys(self) -> arb_mat:  # (n, d_h): k0*_j = z_j W_K + b_K, the nominal keys
-        return as_mat(self.Z0) * self.W_K_balls + arb_mat([self.b_K.tolist()] * self.n)
+        return self.Z0_balls * self.W_K_balls + arb_mat([self.b_K.tolist()] * self.n)
 
     @cached_property
     def q0(self) -> arb_mat:  # (1, d_h)
@@ -175,12 +196,12 @@ class HeadEnclosure:
 
     @cached_property
     def s0(self) -> list:
-        bq = column(as_mat(self.b_K) * self.q0.transpose())[0] / self.sqrt_dh
-        return [x + bq for x in column(as_mat(self.Z0) * arb_mat([[x] for x in self.u_s]))]
+        bq = column(self.b_K_balls * self.q0.transpose())[0] / self.sqrt_dh
+        return [x + bq for x in column(self.Z0_balls * arb_mat([[x] for x in self.u_s]))]
 
     @cached_property
     def u_w(self) -> list:
-        return column(as_mat(self.W_V) * as_mat(self.c).transpose())
+        return column(self.W_V_balls * as_mat(self.c).transpose())
 
     @cached_property
     def bias_value(self) -> arb:
@@ -189,7 +210,7 @@ class HeadEnclosure:
 
     @cached_property
     def w0(self) -> list:
-        return [x + self.bias_value for x in column(as_mat(self.Z0) * arb_mat([[x] for x in self.u_w]))]
+        return [x + self.bias_value for x in column(self.Z0_balls * arb_mat([[x] for x in self.u_w]))]
 
     def key_query_directions(self) -> list:
         """p*_j = W_Q k0_j / sqrt(d_h) per token j (k0_j = z_j W_K + b_K), as lists of balls (the query's direction

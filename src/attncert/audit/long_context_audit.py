@@ -82,6 +82,7 @@ class LongContextFiles:
                            or k.startswith("Z_")}
         self.cfg = cfg
         self._units: dict = {}
+        self._balls: dict = {}  # the weights' and tokens' balls, shared by the units that read them
 
     def unit_of(self, row: dict) -> HeadEnclosure:
         """The unit of a long-context row: its length, head and query position, the configuration's layer and seed."""
@@ -94,7 +95,7 @@ class LongContextFiles:
             Z0 = Z[:qp + 1] if bool(a["causal"]) else Z
             c = specification_direction(a["W_O"][h], self.cfg.spec_seed + 1000 * self.cfg.layer + h)
             self._units[(T, h, qp)] = HeadEnclosure(a["W_Q"][h], a["W_K"][h], a["W_V"][h], a["b_Q"][h], a["b_K"][h],
-                                                    a["b_V"][h], Z0, qp, c)
+                                                    a["b_V"][h], Z0, qp, c).share_balls(self._balls, h, (T, qp))
         return self._units[(T, h, qp)]
 
 
