@@ -217,7 +217,7 @@ class HeadEnclosure:
         in key j's score)."""
         if not hasattr(self, "_p"):
             M = self.W_Q_balls * self.keys.transpose()  # (d, n)
-            self._p = [[M[a, j] / self.sqrt_dh for a in range(M.nrows())] for j in range(self.n)]
+            self._p = (M / self.sqrt_dh).transpose().tolist()  # entrywise arb division, as M[a, j] / sqrt(d_h)
         return self._p
 
     def entry_sum_bound(self) -> arb:
