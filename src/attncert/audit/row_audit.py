@@ -41,7 +41,7 @@ from flint import arb, ctx
 from attncert.audit.dual_cone import dual_cone_margin
 from attncert.audit.exact_upper import exact_upper_check
 from attncert.audit.first_order_check import enclosure_margin, lp_margin
-from attncert.audit.head_enclosure import PREC, LayerFiles
+from attncert.audit.head_enclosure import PREC, LayerFiles, array_key
 from attncert.audit.row_consistency import cross_check_row
 from attncert.audit.weak_duality import weak_duality_upper
 from attncert.audit.witness_check import ball_margin, witness_tokens
@@ -203,7 +203,7 @@ def _g_at(head, Z: np.ndarray, mode: str):
     """g at the point Z in balls, or None when Z is not a finite point of the unit's shape."""
     if Z.shape != head.Z0.shape or not np.all(np.isfinite(Z)):
         return None
-    return head.value(Z, mode)
+    return head.memo(("value", mode, array_key(Z)), lambda: head.value(Z, mode))  # a point audited twice: once
 
 
 def _exact(head, ex: dict | None, values: dict, radius: float, norm: str, attained: list):
