@@ -336,9 +336,14 @@ def varying_long_data_from_weights(build: dict, red: dict, head, radius: float, 
         fro = arb(float(np.sqrt((W_Q * W_Q).sum()))) * arb(1.0 + gamma(d * dh + 2))
         reach_of = lambda D: fro * sum((x * x for x in D), arb(0)).sqrt()  # noqa: E731
     du_s = r * head.difference_norm(red["u_s"], "u_s", norm)
+    rows = K0.tolist()
+    keys = [rows[int(o)] for o in order[:-1]]
+    # D_j = (k0*_j - kbar) / sqrt(d_h) - kq_j entrywise (arb_mat's entrywise arb_sub and arb_div, as per entry)
+    Ds = ((arb_mat(keys) - arb_mat([kb] * len(keys))) / head.sqrt_dh - arb_mat(kq[:-1].tolist())).tolist() \
+        if keys else []
     for j in range(n - 1):
         o = int(order[j])
-        D = [(K0[o, k] - kb[k]) / head.sqrt_dh - arb(float(kq[j, k])) for k in range(dh)]
+        D = Ds[j]
         if _lower(arb(float(eps[j])) - abs(head.s0[o] - arb(float(A[j])) - arb(shift)) - du_s - r * reach_of(D)) < 0:
             return f"varying data: score error bound of token {o} too small"
     Kc = arb_mat([[(K0[i, k] - kb[k]) / head.sqrt_dh] for k in range(dh)])
