@@ -6,8 +6,10 @@ Calls `audit_model(DATA, model, layers, coverage=..., parts=("certificates",))` 
 only) and writes PREFIX.txt: the command, the seconds of each part, and the top 30 functions by cumulative and by
 total time; with --records also PREFIX.csv, the records (to compare verdicts and margins before and after).
 --part restricts the profile to one part's function (certify layers, long_context or block) on the same inputs;
---rows N audits only the first N rows of each certify layer (certify part). The summary is also written to
-`profile_audit_certificates[-PART][-quick].md` / `.json` (bench/common.py; --quick: the first rows of layer 0).
+--rows N audits only the first N rows of each certify layer (certify part); --transition L with --part block profiles
+the pipeline's piece `block{L}` alone (that transition's rows; the table's own checks are the piece `block`). The
+summary is also written to `profile_audit_certificates[-PART][-quick].md` / `.json` (bench/common.py; --quick: the
+first rows of layer 0).
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--part", choices=("all", "certify", "long_context", "block"), default="all")
     ap.add_argument("--layers", default=None, help="certify part: comma-separated layers (default: the run's)")
     ap.add_argument("--rows", type=int, default=None, help="certify part: only the first ROWS rows of each layer")
+    ap.add_argument("--transition", type=int, default=None, help="block part: only the piece of this transition")
     ap.add_argument("--no-profile", action="store_true", help="time only (no cProfile overhead)")
     return ap
 
@@ -59,6 +62,8 @@ def main(a) -> dict:
             return [rec for L in layers for rec in audit_layer(root, a.model, L, rows, coverage)]
         if a.part == "long_context":
             return audit_long_context(root, a.model, coverage.long_context, MALFORMED, _damaged)
+        if a.transition is not None:
+            return audit_block(root, a.model, coverage.block, a.transition)
         return block_records(root, a.model) + audit_block(root, a.model, coverage.block)
 
     prof = None if a.no_profile else cProfile.Profile()

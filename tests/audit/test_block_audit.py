@@ -523,3 +523,24 @@ def test_the_audit_forms_the_same_rows_hessians_as_the_stage_at_every_width():
     for d in (16, 384, 512, 513, 768, 1024):
         audit = audit_tm.HESSIAN_ROWS if d <= 512 else audit_tm.HESSIAN_ROWS_WIDE
         assert audit == hessian_row_limit(d)
+
+
+def test_the_table_piece_and_each_transition_piece_joined_are_the_whole_audit(gpt2_files, tmp_path):
+    """The pipeline audits the block table in pieces (the table's own checks with the rows of transitions the
+    configuration does not name, then each configured transition): joined, they are the records of one audit,
+    record for record, for a sound table and for one with a repeated unit and a foreign transition's row."""
+    from attncert.audit.certificate_pieces import certificate_parts
+
+    df = gpt2_files[2]
+    foreign = df.iloc[[0]].copy()
+    foreign["transition"] = 0
+    mixed = __import__("pandas").concat([df, foreign, df.iloc[[1]]], ignore_index=True)
+    for name, table in (("sound", df), ("mixed", mixed)):
+        root, model = _write(tmp_path / name, gpt2_files, df=table)
+        whole = audit_block(root, model, CFG)
+        pieces = audit_block(root, model, CFG, "table") + [
+            rec for L in CFG.transitions for rec in audit_block(root, model, CFG, L)]
+        assert [repr(r) for r in pieces] == [repr(r) for r in whole]
+        assert audit_block(root, model, CFG, 7) == []                     # a transition without rows: no record
+    assert not [r for r in audit_block(root, model, CFG, "table") if r["status"] == "pass"]
+    assert certificate_parts([0], (3, 1)) == ["layer0", "long_context", "block", "block1", "block3"]

@@ -34,9 +34,13 @@ rule run_configuration:
 
 
 # The certificates' part (the costly one), one job per piece as soon as its row tables exist: each certification
-# layer, the long-context table, the block table (attncert.audit.audit_table.certificate_parts); the merge joins
-# their records in the order `attncert audit` writes them; the final audit adds the weights against the checkpoint
-# and the summary tables recomputed from the row tables, and writes audit.csv and audit.md.
+# layer, the long-context table, the block table's own checks, each block transition (its certificates re-derived
+# from the weights; attncert.audit.certificate_pieces); the merge joins their records in the order `attncert audit`
+# writes them; the final audit adds the weights against the checkpoint and the summary tables recomputed from the
+# row tables, and writes audit.csv and audit.md.
+AUDIT_CERTIFICATE_PARTS = AUDIT_CERTIFICATE_PARTS + [f"block{T}" for T in sorted(BLOCK_TRANSITIONS)]  # block.smk's
+
+
 rule audit_certificates:
     input:
         run_config="data/run/{model}/config.yaml",

@@ -102,19 +102,24 @@ def priority_of(rule):
 
 
 # The audit's certificate part, one job per piece (workflow/rules/audit.smk): each certification layer, the
-# long-context table, the block table, in the order `attncert audit` audits them.
+# long-context table, the block table's own checks, in the order `attncert audit` audits them; audit.smk adds one
+# piece per block transition (BLOCK_TRANSITIONS is block.smk's).
 AUDIT_CERTIFICATE_PARTS = [f"layer{L}" for L in LAYERS] + ["long_context", "block"]
 
 
 def audit_part_inputs(wc):
-    """The files one piece of the certificate audit reads (besides the run's recorded configuration)."""
+    """The files one piece of the certificate audit reads (besides the run's recorded configuration): the block
+    table alone for its own checks; the table, one transition's certificates and its two layers' weights for a
+    transition's piece (`block{T}`)."""
     if wc.audit_part == "long_context":
         return [f"data/long_context/{wc.model}/{name}" for name in
                 ("units.csv", "units_certificates.npz", "layer_tokens.npz")] if LC else []
     if wc.audit_part == "block":
-        return ([f"data/block/{wc.model}/units.csv"] if BLOCK_TRANSITIONS else []) + [
-            f"data/block/{wc.model}/transition{T}_certificates.npz" for T in BLOCK_TRANSITIONS] + [
-            f"data/extract/{wc.model}/layer{L}.npz" for L in sorted({k for T in BLOCK_TRANSITIONS for k in (T, T + 1)})]
+        return [f"data/block/{wc.model}/units.csv"] if BLOCK_TRANSITIONS else []
+    if wc.audit_part.startswith("block"):
+        T = int(wc.audit_part.removeprefix("block"))
+        return [f"data/block/{wc.model}/units.csv", f"data/block/{wc.model}/transition{T}_certificates.npz"] + [
+            f"data/extract/{wc.model}/layer{L}.npz" for L in (T, T + 1)]
     layer = wc.audit_part.removeprefix("layer")
     return [f"data/certify/{wc.model}/layer{layer}{suffix}" for suffix in (".csv", "_certificates.npz", "_spec.npz")
             ] + [f"data/extract/{wc.model}/layer{layer}.npz"]

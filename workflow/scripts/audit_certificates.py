@@ -1,6 +1,6 @@
-"""Snakemake entry point: one piece of the audit's certificate part (a certification layer, the long-context table
-or the block table; attncert.audit.audit_table.certificate_parts), every certified number of it re-derived from its
-stored certificate and the weights, written as records for audit_certificates_merge."""
+"""Snakemake entry point: one piece of the audit's certificate part (a certification layer, the long-context table,
+the block table's own checks or one block transition; attncert.audit.certificate_pieces), every certified number
+of it re-derived from its stored certificate and the weights, written as records for audit_certificates_merge."""
 import time
 from pathlib import Path
 

@@ -1,11 +1,11 @@
 """Snakemake entry point: the audit's certificate part, its pieces' records (job audit_certificates, one per
-certification layer, the long-context and the block table) joined in the order `attncert audit` audits them
-(attncert.audit.audit_table.certificate_parts), for the final audit job."""
+certification layer, the long-context table, the block table's own checks and each block transition) joined in
+the order `attncert audit` audits them (attncert.audit.certificate_pieces), for the final audit job."""
 import json
 import sys
 from pathlib import Path
 
-from attncert.audit.audit_table import certificate_parts, join_records, recorded_coverage
+from attncert.audit.audit_table import block_transitions, certificate_parts, join_records, recorded_coverage
 from attncert.audit.table_coverage import AuditInputError
 from attncert.integrity.file_integrity import sidecar_path
 from attncert.integrity.intermediate_check import expect_model_of, regenerate_command, verify_intermediate
@@ -18,10 +18,10 @@ expect_model_of(sm.params)
 model = sm.wildcards.model
 coverage = recorded_coverage(Path("data"), model)
 parts = list(sm.params.parts)
-if parts != certificate_parts(coverage.layers):
+if parts != certificate_parts(coverage.layers, block_transitions(coverage)):
     print(f"attncert: the audit's pieces {parts} are not those of the recorded configuration's layers "
-          f"{coverage.layers}; fix: regenerate it with: snakemake --cores all data/run/{model}/config.yaml "
-          "--forcerun run_configuration", file=sys.stderr)
+          f"{coverage.layers} and block transitions {list(block_transitions(coverage))}; fix: regenerate it with: "
+          f"snakemake --cores all data/run/{model}/config.yaml --forcerun run_configuration", file=sys.stderr)
     sys.exit(1)
 paths = [verify_intermediate(p) for p in sm.input.records]  # a missing or altered piece: one line naming the command
 stage_seconds: dict = {}

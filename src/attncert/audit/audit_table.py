@@ -31,17 +31,16 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from attncert.audit.head_enclosure import LayerFiles
-from attncert.audit.row_audit import NUMBERS, Expect, Outcome, audit_row
-from attncert.audit.long_context_audit import audit_long_context
-from attncert.audit.block_audit import audit_block
-from attncert.audit.model_weights import audit_model_weights, prompts_of
-from attncert.audit.table_recompute import audit_summary_tables
+from attncert.audit.row_audit import NUMBERS, Expect, Outcome
+from attncert.audit.certificate_pieces import block_transitions, certificate_parts, part_stage  # noqa: F401
 from attncert.audit.run_configuration import RunConfigurationError, read_run_configuration, run_configuration_path
 from attncert.audit.table_coverage import (AuditInputError, CoverageConfig, block_records, completeness_records,
                                            read_grid_config)
-from attncert.certify.certificate_store import CertificateFile
 from attncert.integrity.intermediate_check import IntermediateError, regenerate_command, verify_intermediate
+
+# Each part's modules are imported where the part runs (one job audits one piece: the block table's needs neither
+# cvxpy nor pandas): head_enclosure, row_audit.audit_row and the certificate format (certification layers),
+# long_context_audit, block_audit, model_weights (weights) and table_recompute (summary tables).
 
 UNIT_COLUMNS = ["layer", "head", "prompt", "query_pos", "radius", "norm", "mode"]
 COLUMNS = [
@@ -112,6 +111,10 @@ def _record(layer: int, r: int, row: dict, o: Outcome) -> dict:
 def audit_layer(root: Path, model: str, layer: int, rows: set[int] | None = None,
                 coverage: CoverageConfig | None = None) -> list[dict]:
     """Every number of the layer's table (rows: a selection; coverage: the configured grid, checked complete)."""
+    from attncert.audit.head_enclosure import LayerFiles
+    from attncert.audit.row_audit import audit_row
+    from attncert.certify.certificate_store import CertificateFile
+
     base = root / "certify" / model
     table = verify_intermediate(base / f"layer{layer}.csv")
     certs = verify_intermediate(base / f"layer{layer}_certificates.npz")
@@ -287,30 +290,26 @@ def layers_on_disk(root: Path, model: str) -> list[int]:
 PARTS = ("certificates", "weights", "tables")
 
 
-def certificate_parts(layers: list[int]) -> list[str]:
-    """The pieces of the certificates part, in the order `audit_model` audits them (and the pipeline joins their
-    records, `join_records`): one per certification layer (`layer{L}`), then `long_context`, then `block`."""
-    return [f"layer{int(L)}" for L in layers] + ["long_context", "block"]
-
-
-def part_stage(part: str) -> str:
-    """The stage a piece of the certificates part is timed under (`audit_model`'s stage_seconds)."""
-    if part in ("long_context", "block"):
-        return {"long_context": "long-context table", "block": "block table"}[part]
-    return "certification tables"
-
-
 def audit_certificate_part(root: Path, model: str, part: str, rows: set[int] | None = None,
                            coverage: CoverageConfig | None = None) -> list[dict]:
     """The records of one piece of the certificates part (`certificate_parts`): a layer's table (`audit_layer`),
-    the long-context table (`long_context_audit`) or the block table (`block_audit`)."""
+    the long-context table (`long_context_audit`), the block table's own checks with the rows of transitions the
+    configuration does not name (`block`) or one configured transition's rows (`block{L}`; `block_audit`)."""
+    from attncert.audit.block_audit import audit_block
+    from attncert.audit.long_context_audit import audit_long_context
+
     if part == "long_context":
         return audit_long_context(root, model, coverage.long_context if coverage else None, MALFORMED, _damaged)
+    block = coverage.block if coverage else None
     if part == "block":
-        return block_records(root, model) + audit_block(root, model, coverage.block if coverage else None)
+        return block_records(root, model) + audit_block(root, model, block,
+                                                        "table" if block_transitions(coverage) else "all")
+    if part.startswith("block") and part[5:].isdigit() and int(part[5:]) in block_transitions(coverage):
+        return audit_block(root, model, block, int(part[5:]))
     if part.startswith("layer") and part[5:].isdigit():
         return audit_layer(root, model, int(part[5:]), rows, coverage)
-    raise AuditInputError(f"no certificate part {part!r}; fix: name one of layer<L>, long_context, block")
+    raise AuditInputError(f"no certificate part {part!r}; fix: name one of layer<L>, long_context, block, block<L> "
+                          "(L a block transition of the recorded configuration)")
 
 
 def join_records(paths: list[str | Path], out: Path, fix=lambda path: "regenerate it") -> int:
@@ -351,6 +350,9 @@ def audit_model(root: Path, model: str, layers: list[int], rows: set[int] | None
                   (`table_recompute`).
 
     A row selection audits those rows only. stage_seconds: filled with the seconds each part took."""
+    from attncert.audit.model_weights import audit_model_weights, prompts_of
+    from attncert.audit.table_recompute import audit_summary_tables
+
     times = stage_seconds if stage_seconds is not None else {}
     records: list[dict] = []
     if "certificates" in parts:
@@ -362,10 +364,10 @@ def audit_model(root: Path, model: str, layers: list[int], rows: set[int] | None
     config = coverage.config if coverage is not None else {}
     base = Path(root).resolve().parent  # the run's folder: prompts, passage, figures/tables, README
     if "certificates" in parts:
-        for part in ("long_context", "block"):
+        for part in certificate_parts([], block_transitions(coverage)):
             t0 = time.perf_counter()
             records += audit_certificate_part(root, model, part, coverage=coverage)
-            times[part_stage(part)] = time.perf_counter() - t0
+            times[part_stage(part)] = times.get(part_stage(part), 0.0) + time.perf_counter() - t0
     if "weights" in parts and config.get("model"):
         t0 = time.perf_counter()
         try:

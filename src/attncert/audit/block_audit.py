@@ -333,18 +333,24 @@ def _grid(cfg: BlockAuditConfig) -> list[tuple[int, int, float]] | None:
     return [(int(t), int(h), float(r)) for t in cfg.transitions for h in cfg.heads for r in cfg.radii]
 
 
-def audit_block(root: Path, model: str, cfg: BlockAuditConfig | None = None) -> list[dict]:
+def audit_block(root: Path, model: str, cfg: BlockAuditConfig | None = None, piece="all") -> list[dict]:
     """One record per (row, reported number) of the block table, every unit of the configured grid present once
     (a missing, repeated or foreign unit, a missing table, column or certificate file is a failure), or nothing
-    when the run has no block stage (`cfg` None and no table)."""
+    when the run has no block stage (`cfg` None and no table).
+
+    piece: "all" (the table's checks, then the rows of each transition the configuration does not name, then those
+    of each configured transition, in increasing order); "table" (the table's checks and the rows of transitions
+    outside the configuration); a transition L (the rows of L alone: the table's checks are the "table" piece's).
+    The "table" piece and then every configured transition's, joined in that order, are the "all" records."""
     path = root / "block" / model / "units.csv"
+    whole = not isinstance(piece, int)
     if cfg is None:
-        if not path.exists():
+        if not path.exists() or not whole:
             return []
         return [_record("", -1, {}, "table", "fail", "config", NO_CONFIG_REASON)]
     grid = _grid(cfg)
     if not path.exists():
-        if grid == []:
+        if grid == [] or not whole:
             return []
         return [_record("", -1, {}, "table", "fail", "completeness",
                         f"{path} is missing, but the run's configuration has a block grid; fix: regenerate it with: "
@@ -355,12 +361,27 @@ def audit_block(root: Path, model: str, cfg: BlockAuditConfig | None = None) -> 
         columns = list(reader.fieldnames or [])
     missing = [c for c in REQUIRED if c not in columns]
     if missing:
-        return [_record("", -1, {}, "table", "fail", "columns",
-                        f"{path} lacks the column(s) {', '.join(missing)}; fix: regenerate it with: snakemake "
-                        f"--cores all {path}")]
+        return [] if not whole else [_record("", -1, {}, "table", "fail", "columns",
+                                             f"{path} lacks the column(s) {', '.join(missing)}; fix: regenerate it "
+                                             f"with: snakemake --cores all {path}")]
+    out, by_transition = _table_checks(rows, cfg, grid)
+    configured = set(cfg.transitions or ())
+    if not whole:
+        return _transition_records(root, model, piece, by_transition.get(piece, []), cfg)
+    order = sorted(L for L in by_transition if L not in configured)
+    if piece == "all":
+        order += sorted(L for L in by_transition if L in configured)
+    for L in order:
+        out += _transition_records(root, model, L, by_transition[L], cfg)
+    return out
+
+
+def _table_checks(rows: list[dict], cfg: BlockAuditConfig, grid) -> tuple[list[dict], dict]:
+    """(the table's records: unreadable, repeated, foreign and missing units; the rows (r, row) per transition)."""
     out: list[dict] = []
     seen: dict = {}
     by_transition: dict = {}
+    wanted = set(grid) if grid is not None else None
     for r, row in enumerate(rows):
         unit = _unit(row)
         if unit is None:
@@ -370,7 +391,7 @@ def audit_block(root: Path, model: str, cfg: BlockAuditConfig | None = None) -> 
         seen[unit] = seen.get(unit, 0) + 1
         if seen[unit] == 2:
             out.append(_record(unit[0], r, row, "row", "fail", "completeness", "unit repeated"))
-        if grid is not None and unit not in set(grid):
+        if wanted is not None and unit not in wanted:
             out.append(_record(unit[0], r, row, "row", "fail", "completeness", "row not in the configuration's grid"))
         by_transition.setdefault(unit[0], []).append((r, row))
     for unit in grid or []:
@@ -379,29 +400,35 @@ def audit_block(root: Path, model: str, cfg: BlockAuditConfig | None = None) -> 
             out.append(_record(t, -1, {"head": h, "radius": radius, "prompt": cfg.prompt,
                                        "position": cfg.query_position}, "row", "fail", "completeness",
                                "unit of the configuration missing from the table"))
-    for L, items in sorted(by_transition.items()):
-        table_rows = [row for _, row in items]
-        got = _rederive(root, model, L, table_rows, cfg)
-        for r, row in items:
-            for k in NUMBERS:
-                number = f"certificate_{k}"
-                reported = _float(row.get(number, ""))
-                if (str(row.get("prompt", "")).strip(), str(row.get("position", "")).strip()) != \
-                        (str(cfg.prompt), str(cfg.query_position)):
-                    out.append(_record(L, r, row, number, "fail", "config", f"prompt {row.get('prompt')}, position "
-                                       f"{row.get('position')} are not the configuration's block grid ({cfg.prompt}, "
-                                       f"{cfg.query_position})", reported))
-                    continue
-                if len(got) == 2:
-                    out.append(_record(L, r, row, number, "fail", *got, reported))
-                    continue
-                rec, heads, radii = got
-                try:
-                    h = heads.index(int(row["head"]))
-                    ri = next(i for i, x in enumerate(radii) if x == float(row["radius"]))
-                except (ValueError, StopIteration):
-                    out.append(_record(L, r, row, number, "fail", "unit", "head not in the certificate file", reported))
-                    continue
-                status, check, reason, margin = _row_check(row, k, rec, h, ri)
-                out.append(_record(L, r, row, number, status, check, reason, reported, margin=margin))
+    return out, by_transition
+
+
+def _transition_records(root: Path, model: str, L: int, items: list, cfg: BlockAuditConfig) -> list[dict]:
+    """The records of transition L's rows `items` ((r, row) of the table), its certificates re-derived once."""
+    out: list[dict] = []
+    if not items:
+        return out
+    got = _rederive(root, model, L, [row for _, row in items], cfg)
+    for r, row in items:
+        for k in NUMBERS:
+            number = f"certificate_{k}"
+            reported = _float(row.get(number, ""))
+            if (str(row.get("prompt", "")).strip(), str(row.get("position", "")).strip()) != \
+                    (str(cfg.prompt), str(cfg.query_position)):
+                out.append(_record(L, r, row, number, "fail", "config", f"prompt {row.get('prompt')}, position "
+                                   f"{row.get('position')} are not the configuration's block grid ({cfg.prompt}, "
+                                   f"{cfg.query_position})", reported))
+                continue
+            if len(got) == 2:
+                out.append(_record(L, r, row, number, "fail", *got, reported))
+                continue
+            rec, heads, radii = got
+            try:
+                h = heads.index(int(row["head"]))
+                ri = next(i for i, x in enumerate(radii) if x == float(row["radius"]))
+            except (ValueError, StopIteration):
+                out.append(_record(L, r, row, number, "fail", "unit", "head not in the certificate file", reported))
+                continue
+            status, check, reason, margin = _row_check(row, k, rec, h, ri)
+            out.append(_record(L, r, row, number, status, check, reason, reported, margin=margin))
     return out

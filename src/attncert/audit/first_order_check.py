@@ -25,7 +25,7 @@ import math
 import numpy as np
 from flint import arb
 
-from attncert.audit.head_enclosure import HeadEnclosure, norm_bound
+from attncert.audit.head_enclosure import HeadEnclosure
 
 
 def enclosure_margin(head: HeadEnclosure, l: np.ndarray, u: np.ndarray, W: np.ndarray, radius: float, norm: str,
@@ -33,13 +33,13 @@ def enclosure_margin(head: HeadEnclosure, l: np.ndarray, u: np.ndarray, W: np.nd
     """Smallest margin (>= 0: the stored intervals enclose the exact ranges) and where."""
     r = arb(radius)
     if mode == "fixed":
-        reach = [r * norm_bound(head.u_s, norm)] * head.n
+        reach = [r * head.exact_norm("u_s", norm)] * head.n
     else:
         kq = head.key_query_norms(norm)
-        qk = norm_bound(head.u_s, norm) * head.sqrt_dh  # ||W_K q0||_* = sqrt(d_h) ||u_s||_*
+        qk = head.exact_norm("u_s", norm) * head.sqrt_dh  # ||W_K q0||_* = sqrt(d_h) ||u_s||_*
         beta = head.bilinear_bound(norm)
         reach = [(r * a + r * qk + r * r * beta) / head.sqrt_dh for a in kq]
-    wreach = r * norm_bound(head.u_w, norm)
+    wreach = r * head.exact_norm("u_w", norm)
     worst, where = math.inf, ""
     for j in range(head.n):
         for label, m in ((f"score lower end, token {j}", (head.s0[j] - reach[j]) - arb(float(l[j]))),

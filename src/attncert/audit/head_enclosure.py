@@ -68,6 +68,12 @@ def spectral_bound(W_Q: np.ndarray, W_K: np.ndarray) -> arb:
     return arb(max(top, 0.0)).sqrt()
 
 
+def array_key(a) -> tuple:
+    """A memo key of an array's exact contents (dtype, shape, bytes): equal keys, equal floats."""
+    a = np.asarray(a)
+    return a.dtype.str, a.shape, a.tobytes()
+
+
 class LayerFiles:
     """The extracted arrays and specification vectors of one layer (read once; checked by the caller)."""
 
@@ -77,6 +83,7 @@ class LayerFiles:
         with np.load(spec_npz, allow_pickle=False) as f:
             self.spec, self.query_positions = f["c"], [int(q) for q in f["query_positions"]]
         self._heads: dict = {}
+        self._balls: dict = {}  # the weights' and tokens' balls, shared by the units that read them
 
     def unit_of(self, row: dict) -> "HeadEnclosure":
         """The unit of a row of the certification table."""
@@ -92,7 +99,8 @@ class LayerFiles:
             Z0 = Z[:query_pos + 1] if bool(a["causal"]) else Z
             c = self.spec[head, prompt, self.query_positions.index(query_pos)]
             self._heads[key] = HeadEnclosure(a["W_Q"][head], a["W_K"][head], a["W_V"][head], a["b_Q"][head],
-                                             a["b_K"][head], a["b_V"][head], Z0, query_pos, c)
+                                             a["b_K"][head], a["b_V"][head], Z0, query_pos, c
+                                             ).share_balls(self._balls, head, (prompt, query_pos))
         return self._heads[key]
 
 
@@ -114,6 +122,27 @@ class HeadEnclosure:
     def n(self) -> int:
         return self.Z0.shape[0]
 
+    def memo(self, key: tuple, compute):
+        """compute() once per key for this unit: the rows of a unit (its radii, modes) share the balls their checks
+        derive from the same inputs (key: what the balls depend on, arrays by `array_key`), computed as before."""
+        store = self.__dict__.setdefault("_memo", {})
+        if key not in store:
+            store[key] = compute()
+        return store[key]
+
+    def exact_norm(self, name: str, norm: str) -> arb:
+        """norm_bound of the exact vector `name` (u_s or u_w), once per unit and norm."""
+        return self.memo(("exact_norm", name, norm), lambda: norm_bound(getattr(self, name), norm))
+
+    def float_norm(self, a, norm: str) -> arb:
+        """norm_bound of the float vector a (each float an exact ball), once per distinct a and norm."""
+        return self.memo(("float_norm", norm, array_key(a)), lambda: norm_bound([arb(float(x)) for x in a], norm))
+
+    def difference_norm(self, a, name: str, norm: str) -> arb:
+        """norm_bound of a - the exact vector `name` (u_s or u_w) entrywise, a in floats, once per distinct a."""
+        return self.memo(("difference_norm", name, norm, array_key(a)),
+                         lambda: norm_bound([arb(float(x)) - b for x, b in zip(a, getattr(self, name))], norm))
+
     @cached_property
     def sqrt_dh(self) -> arb:
         return arb(self.W_Q.shape[1]).sqrt()
@@ -127,6 +156,25 @@ class HeadEnclosure:
         return as_mat(self.W_K)
 
     @cached_property
+    def W_V_balls(self) -> arb_mat:
+        return as_mat(self.W_V)
+
+    @cached_property
+    def Z0_balls(self) -> arb_mat:  # (n, d): the nominal tokens
+        return as_mat(self.Z0)
+
+    def share_balls(self, pool: dict, head_key, tokens_key) -> "HeadEnclosure":
+        """Take the exact balls of the head's weights (keyed by head_key) and of the tokens (by tokens_key) from
+        `pool`, converting them on first use: the units of one head, or of one token set, convert the same floats."""
+        for name in ("W_Q_balls", "W_K_balls", "W_V_balls", "b_Q_balls", "b_K_balls", "Z0_balls"):
+            key = (name, tokens_key if name == "Z0_balls" else head_key)
+            if key in pool:
+                self.__dict__[name] = pool[key]
+            else:
+                pool[key] = getattr(self, name)
+        return self
+
+    @cached_property
     def b_Q_balls(self) -> arb_mat:  # (1, d_h)
         return as_mat(self.b_Q)
 
@@ -136,7 +184,7 @@ class HeadEnclosure:
 
     @cached_property
     def keys(self) -> arb_mat:  # (n, d_h): k0*_j = z_j W_K + b_K, the nominal keys
-        return as_mat(self.Z0) * self.W_K_balls + arb_mat([self.b_K.tolist()] * self.n)
+        return self.Z0_balls * self.W_K_balls + arb_mat([self.b_K.tolist()] * self.n)
 
     @cached_property
     def q0(self) -> arb_mat:  # (1, d_h)
@@ -148,12 +196,12 @@ class HeadEnclosure:
 
     @cached_property
     def s0(self) -> list:
-        bq = column(as_mat(self.b_K) * self.q0.transpose())[0] / self.sqrt_dh
-        return [x + bq for x in column(as_mat(self.Z0) * arb_mat([[x] for x in self.u_s]))]
+        bq = column(self.b_K_balls * self.q0.transpose())[0] / self.sqrt_dh
+        return [x + bq for x in column(self.Z0_balls * arb_mat([[x] for x in self.u_s]))]
 
     @cached_property
     def u_w(self) -> list:
-        return column(as_mat(self.W_V) * as_mat(self.c).transpose())
+        return column(self.W_V_balls * as_mat(self.c).transpose())
 
     @cached_property
     def bias_value(self) -> arb:
@@ -162,14 +210,14 @@ class HeadEnclosure:
 
     @cached_property
     def w0(self) -> list:
-        return [x + self.bias_value for x in column(as_mat(self.Z0) * arb_mat([[x] for x in self.u_w]))]
+        return [x + self.bias_value for x in column(self.Z0_balls * arb_mat([[x] for x in self.u_w]))]
 
     def key_query_directions(self) -> list:
         """p*_j = W_Q k0_j / sqrt(d_h) per token j (k0_j = z_j W_K + b_K), as lists of balls (the query's direction
         in key j's score)."""
         if not hasattr(self, "_p"):
             M = self.W_Q_balls * self.keys.transpose()  # (d, n)
-            self._p = [[M[a, j] / self.sqrt_dh for a in range(M.nrows())] for j in range(self.n)]
+            self._p = (M / self.sqrt_dh).transpose().tolist()  # entrywise arb division, as M[a, j] / sqrt(d_h)
         return self._p
 
     def entry_sum_bound(self) -> arb:
@@ -187,7 +235,8 @@ class HeadEnclosure:
 
     def key_query_norms(self, norm: str) -> list:
         """||W_Q k0_j||_* per key j: the query's reach into key j's score (sqrt(d_h) ||p*_j||_*)."""
-        return [norm_bound(p, norm) * self.sqrt_dh for p in self.key_query_directions()]
+        return self.memo(("key_query_norms", norm),
+                         lambda: [norm_bound(p, norm) * self.sqrt_dh for p in self.key_query_directions()])
 
     def bilinear_bound(self, norm: str) -> arb:
         """An upper bound on beta = max_{||x||, ||y|| <= 1} x W_Q W_K^T y^T.
@@ -195,6 +244,9 @@ class HeadEnclosure:
         l2: ||W_Q W_K^T||_2. linf (x, y in the unit box): the smaller of sum_h ||W_Q[:, h]||_1 ||W_K[:, h]||_1
         and d ||W_Q W_K^T||_2 (||x||_2 <= sqrt(d) for both).
         """
+        return self.memo(("bilinear", norm), lambda: self._shared_bilinear_bound(norm))
+
+    def _shared_bilinear_bound(self, norm: str) -> arb:
         key = (hashlib.sha256(self.W_Q.tobytes() + self.W_K.tobytes()).hexdigest(), norm)
         if key not in _BILINEAR:
             _BILINEAR[key] = self._bilinear_bound(norm)

@@ -28,7 +28,6 @@ from tqdm import tqdm
 
 from attncert.audit.head_enclosure import HeadEnclosure
 from attncert.audit.row_audit import NUMBERS, Expect, Outcome, audit_row
-from attncert.certify.certificate_store import CertificateFile
 from attncert.head.specification import specification_direction
 from attncert.integrity.intermediate_check import verify_intermediate
 
@@ -83,6 +82,7 @@ class LongContextFiles:
                            or k.startswith("Z_")}
         self.cfg = cfg
         self._units: dict = {}
+        self._balls: dict = {}  # the weights' and tokens' balls, shared by the units that read them
 
     def unit_of(self, row: dict) -> HeadEnclosure:
         """The unit of a long-context row: its length, head and query position, the configuration's layer and seed."""
@@ -95,7 +95,7 @@ class LongContextFiles:
             Z0 = Z[:qp + 1] if bool(a["causal"]) else Z
             c = specification_direction(a["W_O"][h], self.cfg.spec_seed + 1000 * self.cfg.layer + h)
             self._units[(T, h, qp)] = HeadEnclosure(a["W_Q"][h], a["W_K"][h], a["W_V"][h], a["b_Q"][h], a["b_K"][h],
-                                                    a["b_V"][h], Z0, qp, c)
+                                                    a["b_V"][h], Z0, qp, c).share_balls(self._balls, h, (T, qp))
         return self._units[(T, h, qp)]
 
 
@@ -173,6 +173,8 @@ def audit_long_context(root: Path, model: str, cfg: LongContextConfig | None, ma
         rows = list(csv.DictReader(fh))
     if cfg is None:
         return _not_covered(rows, NO_CONFIG_REASON)
+    from attncert.certify.certificate_store import CertificateFile  # the format's reader (imports cvxpy)
+
     certs = verify_intermediate(base / "units_certificates.npz")
     files = LongContextFiles(verify_intermediate(base / "layer_tokens.npz"), cfg)
     expect = Expect(True, cfg.tight)

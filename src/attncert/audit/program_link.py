@@ -50,7 +50,7 @@ import scipy.sparse as sp
 
 from flint import arb
 
-from attncert.audit.head_enclosure import norm_bound
+from attncert.audit.head_enclosure import array_key, norm_bound
 from attncert.certify.certificate_store import VARYING_PATHS
 from attncert.certify.second_order.dual_bound.compiled import DATA_REL_ERR, canonical_program
 from attncert.certify.second_order.relaxation.facets import UpperChainFacets, fill_facets
@@ -281,22 +281,22 @@ def varying_data_from_weights(build: dict, red: dict, head, radius: float, norm:
     u_q = u_s + p[-1]
     shift = float(build["shift"])
     p_exact = head.key_query_directions()  # (n, d) balls: W_Q k0*_j / sqrt(d_h)
-    du_s = r * norm_bound([arb(float(a)) - b for a, b in zip(u_s, head.u_s)], norm)
+    du_s = r * head.difference_norm(u_s, "u_s", norm)
+    pbar_key = array_key(pbar)
     for j in range(n):
         o = int(order[j])
         if j < n - 1:
-            diff = [arb(float(a)) - (pe - arb(float(pb))) for a, pe, pb in zip(p[j], p_exact[o], pbar)]
-            reach = du_s + r * norm_bound(diff, norm)
+            reach = du_s + r * head.memo(("key_direction", o, norm, array_key(p[j]), pbar_key), lambda: norm_bound(
+                [arb(float(a)) - (pe - arb(float(pb))) for a, pe, pb in zip(p[j], p_exact[o], pbar)], norm))
         else:
-            diff = [
-                arb(float(a)) - (us + pe - arb(float(pb))) for a, us, pe, pb in zip(u_q, head.u_s, p_exact[o], pbar)
-            ]
-            reach = r * norm_bound(diff, norm)
+            reach = r * head.memo(("query_direction", o, norm, array_key(u_q), pbar_key), lambda: norm_bound(
+                [arb(float(a)) - (us + pe - arb(float(pb))) for a, us, pe, pb in zip(u_q, head.u_s, p_exact[o], pbar)],
+                norm))
         if _lower(arb(float(eps[j])) - abs(head.s0[o] - arb(float(A[j])) - arb(shift)) - reach) < 0:
             return f"varying data: score error bound of token {o} too small"
     H = build["H"]
     for j in range(n - 1):
-        if _lower(arb(float(H[j])) - r * norm_bound([arb(float(a)) for a in p[j]], norm)) < 0:
+        if _lower(arb(float(H[j])) - r * head.float_norm(p[j], norm)) < 0:
             return f"varying data: H of token {int(order[j])} too small"
     return ""
 
@@ -335,10 +335,15 @@ def varying_long_data_from_weights(build: dict, red: dict, head, radius: float, 
     else:
         fro = arb(float(np.sqrt((W_Q * W_Q).sum()))) * arb(1.0 + gamma(d * dh + 2))
         reach_of = lambda D: fro * sum((x * x for x in D), arb(0)).sqrt()  # noqa: E731
-    du_s = r * norm_bound([arb(float(a)) - b for a, b in zip(red["u_s"], head.u_s)], norm)
+    du_s = r * head.difference_norm(red["u_s"], "u_s", norm)
+    rows = K0.tolist()
+    keys = [rows[int(o)] for o in order[:-1]]
+    # D_j = (k0*_j - kbar) / sqrt(d_h) - kq_j entrywise (arb_mat's entrywise arb_sub and arb_div, as per entry)
+    Ds = ((arb_mat(keys) - arb_mat([kb] * len(keys))) / head.sqrt_dh - arb_mat(kq[:-1].tolist())).tolist() \
+        if keys else []
     for j in range(n - 1):
         o = int(order[j])
-        D = [(K0[o, k] - kb[k]) / head.sqrt_dh - arb(float(kq[j, k])) for k in range(dh)]
+        D = Ds[j]
         if _lower(arb(float(eps[j])) - abs(head.s0[o] - arb(float(A[j])) - arb(shift)) - du_s - r * reach_of(D)) < 0:
             return f"varying data: score error bound of token {o} too small"
     Kc = arb_mat([[(K0[i, k] - kb[k]) / head.sqrt_dh] for k in range(dh)])
@@ -380,9 +385,9 @@ def _varying_common(build: dict, red: dict, head, radius: float, norm: str) -> s
         beta = entry if float(entry.upper()) < float(beta.upper()) else beta
     bb = float(build["bb"])
     checks = [("bilinear bound bb", arb(bb) - r * r * beta / head.sqrt_dh),
-              ("R_s", arb(float(build["R_s"])) - r * norm_bound([arb(float(a)) for a in u_s], norm)),
-              ("R_q", arb(float(build["R_q"])) - r * norm_bound([arb(float(a)) for a in u_q], norm)),
-              ("R_w", arb(float(build["R_w"])) - r * norm_bound([arb(float(a)) for a in u_w], norm))]
+              ("R_s", arb(float(build["R_s"])) - r * head.float_norm(u_s, norm)),
+              ("R_q", arb(float(build["R_q"])) - r * head.float_norm(u_q, norm)),
+              ("R_w", arb(float(build["R_w"])) - r * head.float_norm(u_w, norm))]
     H, h = build["H"], build["h"]
     R = [float(build["R_s"])] * (n - 1) + [float(build["R_q"])]
     for j in range(n):

@@ -41,10 +41,8 @@ from flint import arb, ctx
 from attncert.audit.dual_cone import dual_cone_margin
 from attncert.audit.exact_upper import exact_upper_check
 from attncert.audit.first_order_check import enclosure_margin, lp_margin
-from attncert.audit.head_enclosure import PREC, LayerFiles, norm_bound
-from attncert.audit.program_link import program_link
+from attncert.audit.head_enclosure import PREC, LayerFiles, array_key
 from attncert.audit.row_consistency import cross_check_row
-from attncert.audit.support_duality import support_bound_upper, support_link
 from attncert.audit.weak_duality import weak_duality_upper
 from attncert.audit.witness_check import ball_margin, witness_tokens
 
@@ -108,13 +106,13 @@ def reduction_margin(head, red: dict, radius: float, norm: str) -> tuple[float, 
     the values)."""
     r = arb(radius)
     worst, where = math.inf, ""
-    for name, exact0, exact_u, s0, u, R, eps in (
-            ("score", head.s0, head.u_s, red["s0"], red["u_s"], red["R_s"], red["eps_s"]),
-            ("value", head.w0, head.u_w, red["w0"], red["u_w"], red["R_w"], red["eps_w"])):
+    for name, exact0, exact_u, s0, u, R, eps, vector in (
+            ("score", head.s0, head.u_s, red["s0"], red["u_s"], red["R_s"], red["eps_s"], "u_s"),
+            ("value", head.w0, head.u_w, red["w0"], red["u_w"], red["R_w"], red["eps_w"], "u_w")):
         if len(u) != len(exact_u) or len(s0) != len(exact0) or len(eps) != len(exact0) or np.size(R) != 1:
             return -math.inf, f"{name} reduction has the wrong size"
-        direction = r * norm_bound([arb(float(a)) - b for a, b in zip(u, exact_u)], norm)
-        half = float((arb(float(R)) - r * norm_bound([arb(float(a)) for a in u], norm)).lower())
+        direction = r * head.difference_norm(u, vector, norm)
+        half = float((arb(float(R)) - r * head.float_norm(u, norm)).lower())
         if not half >= worst:
             worst, where = half, f"{name} half-width"
         for j in range(head.n):
@@ -205,7 +203,7 @@ def _g_at(head, Z: np.ndarray, mode: str):
     """g at the point Z in balls, or None when Z is not a finite point of the unit's shape."""
     if Z.shape != head.Z0.shape or not np.all(np.isfinite(Z)):
         return None
-    return head.value(Z, mode)
+    return head.memo(("value", mode, array_key(Z)), lambda: head.value(Z, mode))  # a point audited twice: once
 
 
 def _exact(head, ex: dict | None, values: dict, radius: float, norm: str, attained: list):
@@ -226,8 +224,7 @@ def _exact(head, ex: dict | None, values: dict, radius: float, norm: str, attain
     if not math.isfinite(hi):
         return out_lo, _fail("exact_hi", hi, "reported", "no finite exact_hi")
     D = Z - head.Z0 if gZ is not None else np.zeros_like(head.Z0)
-    us = np.array([float(x.mid()) for x in head.u_s])
-    uw = np.array([float(x.mid()) for x in head.u_w])
+    us, uw = head.memo(("mids",), lambda: tuple(np.array([float(x.mid()) for x in v]) for v in (head.u_s, head.u_w)))
     chk = exact_upper_check(head.s0, head.w0, head.u_s, head.u_w, radius, norm, hi, np.stack([D @ us, D @ uw], 1))
     return out_lo, _held([("inner_maxima", chk.margin, chk.reason)], "exact_hi", hi)
 
@@ -281,6 +278,8 @@ def _second_order(name: str, values: dict, stored: dict | None, first: Outcome, 
         return _fail(name, value, "program", "no stored reduction")
     if kind == "support":
         return _support(name, value, stored, red, radius, norm, mode)
+    from attncert.audit.program_link import program_link  # the builders (cvxpy): imported where a program is
+
     link = program_link(stored, red, radius, norm, mode, head)
     checks = [("program", math.inf if link.margin >= 0 else link.margin, link.why)]
     if link.margin >= 0:
@@ -298,6 +297,8 @@ def _second_order(name: str, values: dict, stored: dict | None, first: Outcome, 
 def _support(name: str, value: float, stored: dict, red: dict, radius: float, norm: str, mode: str) -> Outcome:
     """A support-function certificate (`support_duality`): the token program is the builder's for this row, the
     dual lies in K^*, and the recomputed bound, mapped to g, is at or below the reported value."""
+    from attncert.audit.support_duality import support_bound_upper, support_link
+
     link = support_link(stored, red, radius, norm, mode)
     checks = [("program", math.inf if link.margin >= 0 else link.margin, link.why)]
     if link.margin >= 0:
