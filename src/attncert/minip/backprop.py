@@ -20,8 +20,9 @@ weight enters `linear` transposed, so its gradient is dz^T [h, x] --, `logsumexp
 broadcast operand, `split_with_sizes_backward` = cat, `cat` backward = narrow), on tensors of the same
 shapes and strides, so every float is the same (tests/minip/test_backprop.py checks the gradients bit for
 bit against `loss.backward()`). What it saves is autograd's own work: recording the graph in the forward
-pass and walking it (about 40% of a training step of these small heads). Only the heads of `models` on a
-contiguous float32 batch are handled (`handles`, `batch_ok`); anything else goes through autograd.
+pass and walking it (about a seventh of a training step of these small heads; the kernels take the rest).
+Only the heads of `models` on a contiguous float32 batch are handled (`handles`, `batch_ok`); anything else
+goes through autograd.
 """
 from __future__ import annotations
 

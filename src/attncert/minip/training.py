@@ -3,6 +3,8 @@
 Objective: mean squared error between predictions and targets over all positions, Adam with a
 cosine-decayed learning rate. Deterministic given the seed: `torch.manual_seed(seed)`,
 `torch.set_num_threads(1)`, and a numpy generator seeded with the seed for the data stream.
+The gradients of a step are those of `loss.backward()`, computed by hand where `backprop.handles` the
+head (bit for bit the same, without autograd's graph).
 
 Device (config key `device`, `attncert.configuration.device.resolve_device`): the model is initialized on
 the CPU from the seed, then moved; every batch and evaluation set is created on that device, and
