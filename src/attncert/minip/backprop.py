@@ -20,7 +20,9 @@ weight enters `linear` transposed, so its gradient is dz^T [h, x] --, `logsumexp
 broadcast operand, `split_with_sizes_backward` = cat, `cat` backward = narrow), on tensors of the same
 shapes and strides, so every float is the same (tests/minip/test_backprop.py checks the gradients bit for
 bit against `loss.backward()`). What it saves is autograd's own work: recording the graph in the forward
-pass and walking it (about a seventh of a training step of these small heads; the kernels take the rest).
+pass and walking it, and, run in inference mode, the version counters and view records of every tensor
+(together about a quarter of a training step of these small heads; the kernels take the rest). The
+gradients are inference tensors: Adam reads them, nothing records a graph through them.
 Only the heads of `models` on a contiguous float32 batch are handled (`handles`, `batch_ok`); anything else
 goes through autograd.
 """
@@ -64,7 +66,7 @@ def _linear_grads(layer: nn.Linear, x: torch.Tensor, dz: torch.Tensor, need_inpu
     return dz2.mm(layer.weight).reshape(x.shape) if need_input else None
 
 
-@torch.no_grad()
+@torch.inference_mode()  # no autograd bookkeeping at all (the same kernels: the same floats)
 def loss_and_gradients(model: _Head, X: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
     """L = mean (model(X) - T)^2 (a 0-d tensor); sets every parameter's `.grad` to dL/dparameter, exactly as
     `L.backward()` would after `zero_grad(set_to_none=True)`. Requires `handles(model)` and `batch_ok(X, T)`."""
