@@ -55,13 +55,18 @@ class _AttentionProduct(torch.autograd.Function):
         return grad_w, grad_v
 
 
-def attention_product(w: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """`w @ v` for attention weights w (B, N, N) and values v (B, N, p), bit for bit. On the CPU in float32
-    with N <= MAX_TERMS and N * N * p < 400 (where torch's bmm sums term by term) it is computed as a sum
-    of products, forward and backward; otherwise it is `w @ v`."""
+def sums_term_by_term(w: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether `attention_product(w, v)` is a sum of products: on the CPU in float32 with N <= MAX_TERMS and
+    N * N * p < 400 (where torch's bmm sums term by term)."""
     _, n, k = w.shape if w.dim() == 3 else (0, 0, 0)
-    if (w.device.type == "cpu" and w.dtype == v.dtype == torch.float32 and v.dim() == 3 and n == k
-            and 0 < k <= MAX_TERMS and k * n * v.shape[-1] < _NAIVE_BMM_LIMIT):
+    return (w.device.type == "cpu" and w.dtype == v.dtype == torch.float32 and v.dim() == 3 and n == k
+            and 0 < k <= MAX_TERMS and k * n * v.shape[-1] < _NAIVE_BMM_LIMIT)
+
+
+def attention_product(w: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """`w @ v` for attention weights w (B, N, N) and values v (B, N, p), bit for bit. Where
+    `sums_term_by_term` it is computed as a sum of products, forward and backward; otherwise it is `w @ v`."""
+    if sums_term_by_term(w, v):
         return _AttentionProduct.apply(w, v)
     return w @ v
 

@@ -3,6 +3,8 @@
 Objective: mean squared error between predictions and targets over all positions, Adam with a
 cosine-decayed learning rate. Deterministic given the seed: `torch.manual_seed(seed)`,
 `torch.set_num_threads(1)`, and a numpy generator seeded with the seed for the data stream.
+The gradients of a step are those of `loss.backward()`, computed by hand where `backprop.handles` the
+head (bit for bit the same, without autograd's graph).
 
 Device (config key `device`, `attncert.configuration.device.resolve_device`): the model is initialized on
 the CPU from the seed, then moved; every batch and evaluation set is created on that device, and
@@ -34,6 +36,7 @@ from tqdm import tqdm
 
 from attncert.configuration.device import resolve_device
 
+from .backprop import batch_ok, handles, loss_and_gradients
 from .models import NONNEGATIVITY, build_model
 from .pools import sample_sequences, split_pool
 from .task import max_abs_error, minip_targets, wrong
@@ -62,14 +65,18 @@ class ForeachAdam:
     """`torch.optim.Adam(params, lr=lr, foreach=True)` with its defaults (betas (0.9, 0.999), eps 1e-8,
     no weight decay, no amsgrad), without the `torch.optim.Optimizer` base class.
 
-    `step` makes the calls that `torch.optim.Adam.step` makes for these settings
-    (`torch.optim.adam._multi_tensor_adam`, capturable=False: the same `torch._foreach_*` calls in the same
-    order, with the same arguments computed the same way), so the parameters after every step are bit for
-    bit those of `torch.optim.Adam` (tests/minip/test_training.py). It leaves out the per-step bookkeeping
-    around them, a tenth of a step of these small heads: grouping the tensors by device and dtype (one
-    group here), and a tensor step counter per parameter, which Adam increments and reads back as a Python
-    float (the count, kept here as that float; the bias corrections, equal for all parameters, are
-    computed once). Why not Adam itself:
+    `step` makes the updates that `torch.optim.Adam.step` makes for these settings
+    (`torch.optim.adam._multi_tensor_adam`, capturable=False: the same operations in the same order, with the
+    same arguments computed the same way), so the parameters after every step are bit for bit those of
+    `torch.optim.Adam` (tests/minip/test_training.py). On the CPU each `torch._foreach_*` call there is a loop
+    of the one-tensor operation over the parameters (lerp_, mul_, addcmul_, sqrt, div_, add_, addcdiv_ with
+    a scalar); here the parameters are views into one flat buffer, and so are Adam's two moments, so each
+    update is that operation once on the buffer: elementwise, each entry computed from the same entries by
+    the same arithmetic (the kernels' vector and scalar paths agree; the test compares with torch's Adam on
+    parameter sizes that are not multiples of the vector width). It also leaves out the per-step
+    bookkeeping: grouping the tensors by device and dtype (one group here), and a tensor step counter per
+    parameter, which Adam increments and reads back as a Python float (the count, kept here as that float;
+    the bias corrections, equal for all parameters, are computed once). Why not Adam itself:
     constructing a `torch.optim.Optimizer` imports `torch._dynamo`, about 1.4 CPU-seconds per process,
     which is a quarter of a short Min-IP training job; nothing here needs it.
     """
@@ -78,10 +85,18 @@ class ForeachAdam:
         self.params = list(params)
         if any(torch.is_complex(p) or p.is_sparse for p in self.params):
             raise RuntimeError("ForeachAdam: real dense parameters only")
+        if len({(p.device, p.dtype) for p in self.params}) != 1:
+            raise RuntimeError("ForeachAdam: parameters on one device, of one dtype")
         self.param_groups = [{"lr": lr}]  # `_cosine_lr` sets the learning rate here, as on an optimizer
         self.betas, self.eps = betas, eps
-        self.exp_avgs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
-        self.exp_avg_sqs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
+        with torch.no_grad():
+            self.flat = torch.cat([p.detach().reshape(-1) for p in self.params])
+            offset = 0
+            for p in self.params:  # each parameter becomes a view of its slice of the buffer (same values)
+                p.data = self.flat[offset:offset + p.numel()].view_as(p)
+                offset += p.numel()
+        self.exp_avg = torch.zeros_like(self.flat)
+        self.exp_avg_sq = torch.zeros_like(self.flat)
         self.steps = 0.0  # Adam's `state["step"]`, as `_get_value` reads it (a float32 count: exact here)
 
     def zero_grad(self) -> None:
@@ -90,25 +105,25 @@ class ForeachAdam:
 
     @torch.no_grad()
     def step(self) -> None:
-        params = self.params
-        grads = [p.grad for p in params]
+        grads = [p.grad for p in self.params]
         if any(g is None or g.is_sparse for g in grads):  # Adam would skip such a parameter; ours all train
             raise RuntimeError("ForeachAdam: every parameter needs a dense gradient")
+        grad = torch.cat([g.reshape(-1) for g in grads])
         beta1, beta2 = self.betas
         lr = self.param_groups[0]["lr"]
         self.steps += 1.0
         # _multi_tensor_adam, capturable=False, no weight decay, no amsgrad, not maximize:
-        torch._foreach_lerp_(self.exp_avgs, grads, 1 - beta1)
-        torch._foreach_mul_(self.exp_avg_sqs, beta2)
-        torch._foreach_addcmul_(self.exp_avg_sqs, grads, grads, 1 - beta2)
+        self.exp_avg.lerp_(grad, 1 - beta1)
+        self.exp_avg_sq.mul_(beta2)
+        self.exp_avg_sq.addcmul_(grad, grad, value=1 - beta2)
         bias_correction1 = 1 - beta1 ** self.steps
         bias_correction2 = 1 - beta2 ** self.steps
         step_size = (lr / bias_correction1) * -1
         bias_correction2_sqrt = bias_correction2 ** 0.5
-        exp_avg_sq_sqrt = torch._foreach_sqrt(self.exp_avg_sqs)
-        torch._foreach_div_(exp_avg_sq_sqrt, [bias_correction2_sqrt] * len(params))
-        torch._foreach_add_(exp_avg_sq_sqrt, self.eps)
-        torch._foreach_addcdiv_(params, self.exp_avgs, exp_avg_sq_sqrt, [step_size] * len(params))
+        denom = self.exp_avg_sq.sqrt()
+        denom.div_(bias_correction2_sqrt)
+        denom.add_(self.eps)
+        self.flat.addcdiv_(self.exp_avg, denom, value=step_size)
 
 
 _ENGINE = getattr(torch.autograd.Variable, "_execution_engine", None)  # what torch.autograd.backward calls
@@ -128,14 +143,17 @@ def _backward(loss: torch.Tensor) -> None:
 
 def _fit(model, batches, steps: int, lr: float, desc: str) -> float:
     opt = ForeachAdam(model.parameters(), lr=lr)
+    by_hand = handles(model)
     loss = None
     for step in tqdm(range(steps), desc=desc, mininterval=5.0, leave=False):
         X, T = batches(step)
         _cosine_lr(opt, lr, step, steps)
-        pred = model(X)
-        loss = torch.mean((pred - T) ** 2)
         opt.zero_grad()
-        _backward(loss)
+        if by_hand and batch_ok(X, T):  # the gradients of autograd, bit for bit, without its graph
+            loss = loss_and_gradients(model, X, T)
+        else:
+            loss = torch.mean((model(X) - T) ** 2)
+            _backward(loss)
         opt.step()
     return float("nan") if loss is None else float(loss.detach())  # the last step's loss
 

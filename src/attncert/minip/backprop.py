@@ -1,0 +1,120 @@
+"""The training loss of a head and its gradients, reverse mode written out: bit for bit what autograd gives.
+
+Loss of a head (`models._Head`) on a batch X (B, N, m) with targets T (B, N):
+
+    L = mean_{b,i} (y_bi - t_bi)^2,    dL/dy = (1/(B N)) * 2 (y - t)
+
+and, backwards through the head (notation of `models`; z = the linear layers' outputs, M = B N rows):
+
+    y = <A, o> + c             dA = dy o,          do = dy A,           dc = dy
+    o = w @ [x, v]             dw = do [x, v]^T,   d[x, v] = w^T do     (dv: its last p columns)
+    w = softmax(s)             ds = w * (dw - <dw, w>)                  (`_softmax_backward_data`)
+    s = logsumexp_k(lq + lk)   dlq_ik = sum_j g_ijk,  dlk_jk = sum_i g_ijk,  g_ijk = ds_ij exp(lq_ik + lk_jk - s_ij)
+    s = q k^T  (dense)         dq = ds k,          dk = ds^T q
+    z = [h, x] W^T + b         dW = dz^T [h, x],   db = sum_rows dz,    d[h, x] = dz W
+    h = GELU(z1)               dz1 = dh GELU'(z1)                       (`gelu_backward`)
+
+Every step is the ATen call that autograd's formula for that operation makes (torch's derivatives.yaml and
+FunctionsManual: `mean_backward`, `pow_backward`, `mm_mat1_backward` / `mm_mat2_backward` of `addmm` -- the
+weight enters `linear` transposed, so its gradient is dz^T [h, x] --, `logsumexp_backward`, `sum_to` for a
+broadcast operand, `split_with_sizes_backward` = cat, `cat` backward = narrow), on tensors of the same
+shapes and strides, so every float is the same (tests/minip/test_backprop.py checks the gradients bit for
+bit against `loss.backward()`). What it saves is autograd's own work: recording the graph in the forward
+pass and walking it, and, run in inference mode, the version counters and view records of every tensor
+(together about a quarter of a training step of these small heads; the kernels take the rest). The
+gradients are inference tensors: Adam reads them, nothing records a graph through them.
+Only the heads of `models` on a contiguous float32 batch are handled (`handles`, `batch_ok`); anything else
+goes through autograd.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .models import DenseAttention, KernelAttention, _Head, _sum_of_products, sums_term_by_term
+
+
+def handles(model: nn.Module) -> bool:
+    """Whether `loss_and_gradients` reproduces autograd for this head (on a contiguous float32 batch, `batch_ok`);
+    for any other module use autograd."""
+    if type(model) not in (KernelAttention, DenseAttention):
+        return False
+    layers = list(model.encoder)
+    pairs = all(isinstance(a, nn.Linear) and isinstance(g, nn.GELU) for a, g in zip(layers[::2], layers[1::2]))
+    return (len(layers) % 2 == 0 and pairs
+            and all(p.dtype == torch.float32 and p.requires_grad for p in model.parameters()))
+
+
+def batch_ok(X: torch.Tensor, T: torch.Tensor) -> bool:
+    """A batch `loss_and_gradients` takes: X (B, N, m) contiguous float32, T (B, N) float32."""
+    return X.dim() == 3 and X.dtype == T.dtype == torch.float32 and X.is_contiguous() and T.shape == X.shape[:2]
+
+
+def _linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
+    return F.linear(x, layer.weight, layer.bias)
+
+
+def _linear_grads(layer: nn.Linear, x: torch.Tensor, dz: torch.Tensor, need_input: bool) -> torch.Tensor | None:
+    """z = x W^T + b on the rows of x (B, N, k) (`linear` flattens them: addmm(b, x_2d, W^T)): set W.grad and
+    b.grad, return dx (B, N, k) if asked. addmm's backward: db = sum_to(dz, b), dW^T = (dz^T x)^T (W^T is
+    column-major), dx = dz (W^T)^T."""
+    dz2 = dz.reshape(-1, dz.shape[-1])
+    x2 = x.view(-1, x.shape[-1])
+    layer.bias.grad = dz2.sum_to_size(layer.bias.shape)
+    layer.weight.grad = dz2.t().mm(x2)
+    return dz2.mm(layer.weight).reshape(x.shape) if need_input else None
+
+
+@torch.inference_mode()  # no autograd bookkeeping at all (the same kernels: the same floats)
+def loss_and_gradients(model: _Head, X: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
+    """L = mean (model(X) - T)^2 (a 0-d tensor); sets every parameter's `.grad` to dL/dparameter, exactly as
+    `L.backward()` would after `zero_grad(set_to_none=True)`. Requires `handles(model)` and `batch_ok(X, T)`."""
+    # forward, keeping what the backward reads (autograd's saved tensors)
+    linears = list(model.encoder)[::2]
+    inputs, pre = [], []
+    h = X
+    for layer in linears:
+        inputs.append(h)
+        z = _linear(h, layer)
+        pre.append(z)
+        h = F.gelu(z)
+    hx = torch.cat([h, X], dim=-1)
+    a, b, v, A, c = _linear(hx, model.maps).split(model.sizes, dim=-1)
+    kernel = isinstance(model, KernelAttention)
+    if kernel:
+        scores = a.unsqueeze(-2) + b.unsqueeze(-3)
+        s = torch.logsumexp(scores, dim=-1)
+    else:
+        s = a @ b.transpose(-1, -2)
+    w = torch.softmax(s, dim=-1)
+    xv = torch.cat([X, v], dim=-1)
+    term_by_term = sums_term_by_term(w, xv)
+    o = _sum_of_products(w, xv) if term_by_term else w @ xv
+    d = (A * o).sum(-1) + c.squeeze(-1) - T
+    loss = torch.mean(d ** 2)
+
+    # backward
+    dy = torch.ones_like(loss).expand(d.shape) / d.numel()  # mean_backward
+    dy = dy * (2.0 * d.pow(1.0))                            # pow_backward, exponent 2
+    dp = dy.unsqueeze(-1).expand(A.shape)                   # sum_backward
+    dA, do = dp * o, dp * A
+    dw = do.bmm(xv.transpose(1, 2))
+    dxv = _sum_of_products(w.transpose(1, 2), do) if term_by_term else w.transpose(1, 2).bmm(do)
+    dv = dxv.narrow(-1, X.shape[-1], v.shape[-1])
+    ds = torch._softmax_backward_data(dw, w, -1, torch.float32)
+    if kernel:
+        g = ds.unsqueeze(-1) * (scores - s.unsqueeze(-1)).exp()  # logsumexp_backward
+        da = g.sum_to_size(a.unsqueeze(-2).shape).squeeze(-2)
+        db = g.sum_to_size(b.unsqueeze(-3).shape).squeeze(-3)
+    else:
+        kt = b.transpose(-1, -2)
+        da = ds.bmm(kt.transpose(1, 2))
+        db = a.transpose(1, 2).bmm(ds).transpose(-1, -2)
+    dmaps = torch.cat([da, db, dv, dA, dy.unsqueeze(-1)], dim=-1)  # split_with_sizes_backward
+    dhx = _linear_grads(model.maps, hx, dmaps, need_input=True)
+    dh = dhx.narrow(-1, 0, h.shape[-1])
+    for i in range(len(linears) - 1, -1, -1):
+        dz = torch.ops.aten.gelu_backward(dh, pre[i], approximate=model.encoder[2 * i + 1].approximate)
+        dh = _linear_grads(linears[i], inputs[i], dz, need_input=i > 0)
+    return loss
