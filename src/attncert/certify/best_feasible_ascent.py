@@ -26,7 +26,9 @@ Cost. g reads each token through few directions: the value w_j = z_j . (W_V c) +
 for a fixed query the score s_j = z_j . (W_K q0) / sqrt(d_h) + const, so one product Z [u_s | u_w]
 (d x 2) replaces the (d x d_h) projections (fixed query), and Z [W_K | u_w] (d x (d_h + 1)) plus the
 query's own z_i W_Q replace three of them (varying query). `fused=False` evaluates the three full
-projections (the reference path of the cost benchmark). `stop_tol` ends the
+projections (the reference path of the cost benchmark). A polish step evaluates its candidate with the
+gradient there: a start that accepts it begins the next step with that value and gradient instead of
+recomputing them (the same numbers: the same calls on the same rows). `stop_tol` ends the
 polish phase once no start has gained more than stop_tol x (the best value's distance from the
 nominal value) over `patience` consecutive steps. `device` is resolved by
 `attncert.configuration.device.resolve_device` (default cpu).
@@ -104,8 +106,8 @@ class _TorchHead:
         if self.p.mode == "fixed":
             s = P[..., 0]
         else:
-            q = _joined([zc @ self.WQ + self.bQ for zc in Z[:, self.p.query_index].split(chunk)])
-            s = torch.einsum("bnh,bh->bn", P[..., :-1], q) / self.sq
+            s = _joined([torch.einsum("bnh,bh->bn", Pc[..., :-1], zc @ self.WQ + self.bQ)
+                         for Pc, zc in zip(P.split(chunk), Z[:, self.p.query_index].split(chunk))]) / self.sq
         return (torch.softmax(s, dim=1) * P[..., -1]).sum(1)
 
 
