@@ -26,7 +26,9 @@ Cost. g reads each token through few directions: the value w_j = z_j . (W_V c) +
 for a fixed query the score s_j = z_j . (W_K q0) / sqrt(d_h) + const, so one product Z [u_s | u_w]
 (d x 2) replaces the (d x d_h) projections (fixed query), and Z [W_K | u_w] (d x (d_h + 1)) plus the
 query's own z_i W_Q replace three of them (varying query). `fused=False` evaluates the three full
-projections (the reference path of the cost benchmark). `stop_tol` ends the
+projections (the reference path of the cost benchmark). A polish step evaluates its candidate with the
+gradient there: a start that accepts it begins the next step with that value and gradient instead of
+recomputing them (the same numbers: the same calls on the same rows). `stop_tol` ends the
 polish phase once no start has gained more than stop_tol x (the best value's distance from the
 nominal value) over `patience` consecutive steps. `device` is resolved by
 `attncert.configuration.device.resolve_device` (default cpu).
@@ -104,8 +106,8 @@ class _TorchHead:
         if self.p.mode == "fixed":
             s = P[..., 0]
         else:
-            s = _joined([torch.einsum("bnh,bh->bn", Pc[..., :-1], zc[:, self.p.query_index] @ self.WQ + self.bQ)
-                           for Pc, zc in zip(P.split(chunk), Z.split(chunk))]) / self.sq
+            s = _joined([torch.einsum("bnh,bh->bn", Pc[..., :-1], zc @ self.WQ + self.bQ)
+                         for Pc, zc in zip(P.split(chunk), Z[:, self.p.query_index].split(chunk))]) / self.sq
         return (torch.softmax(s, dim=1) * P[..., -1]).sum(1)
 
 
@@ -236,19 +238,33 @@ def best_feasible_ascents(problems: list[HeadProblem], restarts: int = 16, steps
         X = scaled(_unit_starts(rng, n_grad_rand, n, d, norm, vertex=False))
         pieces.append((per_row(radii, n_grad_rand) * _direction(grad_at(X, n_grad_rand), norm))
                       .reshape(K, n_grad_rand, n, d))
-    if n_screen:  # the best of `screen` random vertices / interior points (one batched evaluation)
+    if n_screen:  # the best of `screen` random vertices / interior points (one batched evaluation per problem)
         k = max(screen, n_screen)
-        cand = scaled(np.concatenate([_unit_starts(rng, k - k // 2, n, d, norm, vertex=True),
-                                      _unit_starts(rng, k // 2, n, d, norm, vertex=False)]))
+        X = T(np.concatenate([_unit_starts(rng, k - k // 2, n, d, norm, vertex=True),
+                              _unit_starts(rng, k // 2, n, d, norm, vertex=False)]))
+        best = []
         with torch.no_grad():
-            v = head(cand, k)
-        cand, v = cand.reshape(K, k, n, d), v.reshape(K, k)
-        pieces.append(torch.stack([cand[u][torch.argsort(-v[u], stable=True)[:n_screen]] for u in range(K)]))
+            for r in radii:
+                cand = r * X
+                best.append(cand[torch.argsort(-head(cand, k), stable=True)[:n_screen]])
+        pieces.append(torch.stack(best))
     if starts is not None:
         pieces.append(torch.stack([T(s).reshape(-1, n, d) for s in starts]))
     S = sum(p.shape[1] for p in pieces)  # starts per problem; rows of problem u: u S .. (u + 1) S - 1
     r_rows = per_row(radii, S) if K > 1 else radii[0]  # one radius: a number (torch's clamp to numbers is faster)
     delta = _project(torch.cat(pieces, dim=1).reshape(K * S, n, d), r_rows, norm)
+
+    def step_projected(delta: torch.Tensor, step: torch.Tensor, problems_in=None) -> torch.Tensor:
+        """_project(delta + step, r, norm) with r the radius of each row's problem, in place in `step`; the rows are
+        those of the problems `problems_in` (None: all), S each, in order. linf: clamped problem by problem to its
+        radius (the same numbers as one clamp to the radius per row: a clamp selects delta + step or a bound)."""
+        step.add_(delta)
+        us = range(K) if problems_in is None else problems_in
+        if norm != "linf" or K == 1:
+            return _project(step, r_rows if problems_in is None else r_rows[rows], norm)
+        for i, u in enumerate(us):
+            step[i * S:(i + 1) * S].clamp_(-radii[u], radii[u])
+        return step
 
     best_val = torch.full((K * S,), -torch.inf, dtype=torch.float64, device=dev)
     best_delta = delta.clone()
@@ -268,12 +284,14 @@ def best_feasible_ascents(problems: list[HeadProblem], restarts: int = 16, steps
     # phase 1: steepest-ascent steps of decaying length (explores, crosses the ball quickly)
     n1 = steps - int(polish_fraction * steps)
     for k in range(n1):
-        x = delta.clone().requires_grad_(True)
+        x = delta.requires_grad_(True)
         val = head(x, S)
+        delta = x.detach()
         record(val.detach(), delta)
         (grad,) = torch.autograd.grad(val.sum(), x)
         eta = step_size * final_step_ratio ** (k / max(n1 - 1, 1))
-        delta = _project(delta + (eta * r_rows) * _direction(grad, norm), r_rows, norm)
+        step = grad.sign_() if norm == "linf" else _direction(grad, norm)
+        delta = step_projected(delta, step.mul_(eta * r_rows))
     # phase 2: monotone projected gradient ascent from each start's best point, adaptive step; a problem stops
     # on its own: its rows then stay as they are and leave the batch (`rows`: those of the problems still running)
     delta = best_delta.clone()
@@ -288,33 +306,46 @@ def best_feasible_ascents(problems: list[HeadProblem], restarts: int = 16, steps
     def put(full: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
         return part if rows is None else full.index_copy(0, rows, part)
 
+    ahead = None  # (value, gradient) at the rows `rows` of delta, carried over from the last step (see below)
+    alive = None  # the problems still running (None: all)
     for k in range(steps - n1):
-        x = (delta.clone() if rows is None else delta[rows]).requires_grad_(True)
-        val = head(x, S)
-        (grad,) = torch.autograd.grad(val.sum(), x)
-        val, point, r_run = val.detach(), x.detach(), take(r_rows)
+        if ahead is None:
+            x = (delta.clone() if rows is None else delta[rows]).requires_grad_(True)
+            val = head(x, S)
+            (grad,) = torch.autograd.grad(val.sum(), x)
+            val, point = val.detach(), x.detach()
+        else:
+            (val, grad), point = ahead, take(delta)
         if lr is None:
             r_col = r_rows[:, 0, 0] if K > 1 else r_rows
             lr = grad.abs().amax(dim=(1, 2)).clamp_min(1e-300).reciprocal() * (0.1 * r_col)  # 0.1 r / max
         lr_run = take(lr)
-        cand = _project(point + lr_run[:, None, None] * grad, r_run, norm)
-        with torch.no_grad():
-            vc = head(cand, S)
+        # the candidate's value with its gradient: a row that accepts it starts the next step there, and this is
+        # the very value and gradient that step would compute (same rows, same calls, row by row)
+        xc = step_projected(point, lr_run[:, None, None] * grad, alive).requires_grad_(True)
+        vc = head(xc, S)
+        (gc,) = torch.autograd.grad(vc.sum(), xc)
+        vc, cand = vc.detach(), xc.detach()
         ok = vc > val
-        point = torch.where(ok[:, None, None], cand, point)
+        point[ok] = cand[ok]  # (point is delta's rows: a copy, or delta itself)
+        grad[ok] = gc[ok]
         delta = put(delta, point)
         lr = put(lr, torch.where(ok, lr_run * 1.5, lr_run * 0.5))
-        record(torch.where(ok, vc, val), point, rows)
+        val = torch.where(ok, vc, val)
+        record(val, point, rows)
+        ahead = (val, grad)
         if stop_tol > 0:
             history.append(best_val.clone())
             if len(history) > patience:
                 gain = (history[-1] - history[-1 - patience]).reshape(K, S).amax(dim=1)
                 reach = (best_val.reshape(K, S).amax(dim=1) - nominal).clamp_min(1e-300)
+                was = int(running.sum())
                 running = running & ~(gain <= stop_tol * reach)
                 if not bool(running.any()):
                     break
-                if not bool(running.all()):
-                    rows = torch.nonzero(running.repeat_interleave(S)).flatten()
+                if int(running.sum()) != was:  # a problem stopped: the next step evaluates the rows left anew
+                    rows, ahead = torch.nonzero(running.repeat_interleave(S)).flatten(), None
+                    alive = torch.nonzero(running).flatten().tolist()
     with torch.no_grad():
         record(head(delta, S), delta)
 
