@@ -64,10 +64,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from bound_propagation import HyperRectangle
 from bound_propagation.bounds import LinearBounds
 
 from attncert.baselines.adam_steps import AdamSteps
+from attncert.baselines.box_input_set import CentredBox
 from attncert.baselines.alpha_convergence import converged, ibp_clip, stage_width
 from attncert.baselines.head_network import bound_head_network
 from attncert.baselines.relaxation_parameters import DTYPE, alpha_parameters, clamp_alpha_parameters, set_alpha_key
@@ -170,7 +170,7 @@ def input_set(norm: str, radii: np.ndarray, n: int, d: int, device: torch.device
     center = torch.zeros(len(r), n * d, dtype=DTYPE, device=device)
     if norm == "linf":
         half = r[:, None].expand_as(center)
-        return HyperRectangle(center - half, center + half)
+        return CentredBox(center - half, center + half)
     if norm == "l2":
         return PerTokenL2Ball(center, r, token_dim=d)
     raise ValueError(f"norm must be 'linf' or 'l2'; got {norm!r}")

@@ -1,0 +1,80 @@
+"""The box input set of the baselines: the library's `HyperRectangle` with the same concretization, formed cheaper.
+
+For the box B = [l, u] (batch row b: lower l_b, upper u_b in R^{n d}) with centre c = (u + l)/2 and half-width
+h = (u - l)/2, the library bounds a linear function A x + a (rows A_o) over B by
+
+    min_B A_o x + a_o = c . A_o - h . |A_o| + a_o,      max_B A_o x + a_o = c . A_o + h . |A_o| + a_o,
+
+as two batched matrix products, c A^T and h |A|^T, recomputing c and h on every call. `CentredBox` computes the
+same numbers with c and h computed once, and for a box centred at 0 (the perturbation sets of the baselines) it
+leaves out c . A_o when h . |A_o| is finite for every row: each product 0 * A_oi is then a (signed) zero, so the
+sum is one and adding it changes no bit of the bound (only, where h . |A_o| = 0 exactly, the sign of a zero).
+A non-finite h . |A_o| (an infinite coefficient: exp overflow) keeps the library's formula, so the 0 * inf = NaN
+of the library is kept as well.
+
+The product h . |A_o| is the library's (the same matrix product on the same operands); its gradient, what
+alpha-CROWN differentiates, is formed by `_HalfWidthSpread` as autograd forms the library's,
+
+    d (h . |A_o|) / d A_oi = sgn(A_oi) (h_i g_o),          g_o the incoming gradient,
+
+each entry one rounded product h_i g_o times a sign, so the same numbers; but in the layout of A (no outer product
+in the transposed layout, no c-term product and no sum of the two, whose c-term is zero). Everything later in the
+backward pass then receives its gradient contiguous instead of transposed.
+"""
+from __future__ import annotations
+
+import torch
+from bound_propagation import HyperRectangle
+
+
+class _HalfWidthSpread(torch.autograd.Function):
+    """(A, h) -> h |A|^T (batch, 1, m) for A (batch, m, N), h (batch, 1, N); gradient for A only."""
+
+    @staticmethod
+    def forward(ctx, slope, half):
+        ctx.save_for_backward(slope, half)
+        return half.matmul(slope.transpose(-1, -2).abs())
+
+    @staticmethod
+    def backward(ctx, grad):
+        slope, half = ctx.saved_tensors
+        return grad.transpose(-1, -2) * half * slope.sgn(), None
+
+
+class CentredBox(HyperRectangle):
+    """[lower, upper] (batch, N) as the library's `HyperRectangle`, centre and half-width computed once."""
+
+    def __init__(self, lower, upper):
+        super().__init__(lower, upper)
+        self._center, self._half = (upper + lower) / 2, (upper - lower) / 2
+        self._zero_center = not bool(torch.any(self._center != 0))
+
+    @property
+    def center(self):
+        return self._center
+
+    def __getitem__(self, item):
+        return CentredBox(self.lower[item], self.upper[item])
+
+    def to(self, *args, **kwargs):
+        return CentredBox(self.lower.to(*args, **kwargs), self.upper.to(*args, **kwargs))
+
+    def _spread(self, slope: torch.Tensor) -> torch.Tensor:
+        half = self._half.unsqueeze(-2)
+        if slope.dim() >= 3 and slope.requires_grad:
+            return _HalfWidthSpread.apply(slope, half)
+        return half.matmul(slope.transpose(-1, -2).abs())
+
+    def _side(self, slope: torch.Tensor, intercept: torch.Tensor, sign: float) -> torch.Tensor:
+        spread = self._spread(slope)
+        if self._zero_center and bool(torch.isfinite(spread).all()):
+            bound = spread if sign > 0 else -spread
+        else:
+            centre = self._center.unsqueeze(-2).matmul(slope.transpose(-1, -2))
+            bound = centre + spread if sign > 0 else centre - spread
+        return bound.squeeze(-2) + intercept
+
+    def concretize(self, linear_bounds):
+        lower = None if linear_bounds.lower is None else self._side(*linear_bounds.lower, -1.0)
+        upper = None if linear_bounds.upper is None else self._side(*linear_bounds.upper, 1.0)
+        return lower, upper
