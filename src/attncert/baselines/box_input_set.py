@@ -28,17 +28,22 @@ from bound_propagation import HyperRectangle
 
 
 class _HalfWidthSpread(torch.autograd.Function):
-    """(A, h) -> h |A|^T (batch, 1, m) for A (batch, m, N), h (batch, 1, N); gradient for A only."""
+    """(A, h) -> h |A|^T (batch, 1, m) for A (batch, m, N), h (batch, 1, N); gradient for A only.
+
+    uniform: h is one number per batch row (h_i = h_1), so h_i g_o is one product per row o, broadcast."""
 
     @staticmethod
-    def forward(ctx, slope, half):
+    def forward(ctx, slope, half, uniform):
         ctx.save_for_backward(slope, half)
+        ctx.uniform = uniform
         return half.matmul(slope.transpose(-1, -2).abs())
 
     @staticmethod
     def backward(ctx, grad):
         slope, half = ctx.saved_tensors
-        return grad.transpose(-1, -2) * half * slope.sgn(), None
+        if ctx.uniform:
+            return slope.sgn().mul_(grad.transpose(-1, -2) * half[..., :1]), None, None
+        return grad.transpose(-1, -2) * half * slope.sgn(), None, None
 
 
 class CentredBox(HyperRectangle):
@@ -48,6 +53,7 @@ class CentredBox(HyperRectangle):
         super().__init__(lower, upper)
         self._center, self._half = (upper + lower) / 2, (upper - lower) / 2
         self._zero_center = not bool(torch.any(self._center != 0))
+        self._uniform = bool(torch.all(self._half == self._half[..., :1])) if self._half.numel() else False
 
     @property
     def center(self):
@@ -62,7 +68,7 @@ class CentredBox(HyperRectangle):
     def _spread(self, slope: torch.Tensor) -> torch.Tensor:
         half = self._half.unsqueeze(-2)
         if slope.dim() >= 3 and slope.requires_grad:
-            return _HalfWidthSpread.apply(slope, half)
+            return _HalfWidthSpread.apply(slope, half, self._uniform)
         return half.matmul(slope.transpose(-1, -2).abs())
 
     def _side(self, slope: torch.Tensor, intercept: torch.Tensor, sign: float) -> torch.Tensor:
