@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from attncert.baselines.linear_bound_baselines import baseline_upper_bounds
 from attncert.baselines.seconds_beside import BESIDE_GROUPS, COLUMN, certificate_seconds
+from attncert.baselines.shared_relaxations import head_upper_bounds
 from attncert.head.problem import HeadProblem
 from attncert.head.units import Unit, head_problem
 from attncert.reporting.unit_tables import UNIT_KEYS, attained_value, below_attained
@@ -55,8 +55,9 @@ def bound_layer(arrays: dict, spec: np.ndarray, qps: list[int], layer: int, grid
         units = [Unit(layer, h, pr, qp, float(r), norm, mode) for r in grid["radii"]]
         problems = [head_problem(arrays, spec, qps, u) for u in units]
         first = len(rows)
+        bounds = head_upper_bounds(problems, methods, device=device, **alpha)  # shared work, same bounds
         for method in methods:
-            for u, res in zip(units, baseline_upper_bounds(problems, method, device=device, **alpha)):
+            for u, res in zip(units, bounds[method]):
                 ref = attained.get((u.layer, u.head, u.prompt, u.query_pos, u.norm, u.mode, round(u.radius, 12)),
                                    np.nan)
                 status = res.status
