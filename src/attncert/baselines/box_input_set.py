@@ -60,7 +60,22 @@ class CentredBox(HyperRectangle):
         return self._center
 
     def __getitem__(self, item):
-        return CentredBox(self.lower[item], self.upper[item])
+        """The box of the coordinates / batch rows `item`: the centre and half-width sliced alike (same numbers);
+        a part of a box centred at 0 is centred at 0, a part of a row's equal half-widths has equal half-widths."""
+        part = CentredBox.__new__(CentredBox)
+        part.lower, part.upper = self.lower[item], self.upper[item]
+        part._center, part._half = self._center[item], self._half[item]
+        part._zero_center = self._zero_center
+        part._uniform = self._uniform and part._half.dim() == self._half.dim() and part._half.numel() > 0
+        return part
+
+    def abs_transposed(self, weight: torch.Tensor) -> torch.Tensor:
+        """|W^T| of a fixed weight W (out, N), as `_spread` forms it, computed once per weight and box."""
+        cache = self.__dict__.setdefault("_abs_transposed", {})
+        hit = cache.get(id(weight))
+        if hit is None or hit[0] is not weight:
+            hit = cache[id(weight)] = (weight, weight.transpose(-1, -2).abs())
+        return hit[1]
 
     def to(self, *args, **kwargs):
         return CentredBox(self.lower.to(*args, **kwargs), self.upper.to(*args, **kwargs))
@@ -69,6 +84,8 @@ class CentredBox(HyperRectangle):
         half = self._half.unsqueeze(-2)
         if slope.dim() >= 3 and slope.requires_grad:
             return _HalfWidthSpread.apply(slope, half, self._uniform)
+        if slope.dim() == 2 and not slope.requires_grad:  # a layer's fixed weight (InputLinear's exact IBP)
+            return half.matmul(self.abs_transposed(slope))
         return half.matmul(slope.transpose(-1, -2).abs())
 
     def _side(self, slope: torch.Tensor, intercept: torch.Tensor, sign: float) -> torch.Tensor:

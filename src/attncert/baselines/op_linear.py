@@ -168,7 +168,7 @@ class BoundInputLinear(BoundPlainLinear):
             acc = acc + A.matmul(mod.bias)
         if mod.token_dim is None:
             return A.matmul(mod.weight), acc
-        if A.requires_grad and mod.at_most_two_tokens:
+        if mod.at_most_two_tokens or not A.requires_grad:  # the same products, without the concatenation
             return _TokenBlockProduct.apply(A, mod), acc
         parts = []
         for rows, inverse, block in zip(mod.token_rows, mod.token_inverse, mod.token_blocks):
