@@ -52,21 +52,24 @@ class CentredBox(HyperRectangle):
     def __init__(self, lower, upper):
         super().__init__(lower, upper)
         self._center, self._half = (upper + lower) / 2, (upper - lower) / 2
-        self._zero_center = not bool(torch.any(self._center != 0))
-        self._uniform = bool(torch.all(self._half == self._half[..., :1])) if self._half.numel() else False
+        self._flags = None  # (centred at 0, one half-width per batch row), read from the data at first use
 
     @property
     def center(self):
         return self._center
 
+    def _zero_center_uniform(self) -> tuple[bool, bool]:
+        if self._flags is None:
+            uniform = bool(torch.all(self._half == self._half[..., :1])) if self._half.numel() else False
+            self._flags = (not bool(torch.any(self._center != 0)), uniform)
+        return self._flags
+
     def __getitem__(self, item):
-        """The box of the coordinates / batch rows `item`: the centre and half-width sliced alike (same numbers);
-        a part of a box centred at 0 is centred at 0, a part of a row's equal half-widths has equal half-widths."""
+        """The box of the coordinates / batch rows `item`: the centre and half-width sliced alike (same numbers)."""
         part = CentredBox.__new__(CentredBox)
         part.lower, part.upper = self.lower[item], self.upper[item]
         part._center, part._half = self._center[item], self._half[item]
-        part._zero_center = self._zero_center
-        part._uniform = self._uniform and part._half.dim() == self._half.dim() and part._half.numel() > 0
+        part._flags = None
         return part
 
     def abs_transposed(self, weight: torch.Tensor) -> torch.Tensor:
@@ -83,14 +86,14 @@ class CentredBox(HyperRectangle):
     def _spread(self, slope: torch.Tensor) -> torch.Tensor:
         half = self._half.unsqueeze(-2)
         if slope.dim() >= 3 and slope.requires_grad:
-            return _HalfWidthSpread.apply(slope, half, self._uniform)
+            return _HalfWidthSpread.apply(slope, half, self._zero_center_uniform()[1])
         if slope.dim() == 2 and not slope.requires_grad:  # a layer's fixed weight (InputLinear's exact IBP)
             return half.matmul(self.abs_transposed(slope))
         return half.matmul(slope.transpose(-1, -2).abs())
 
     def _side(self, slope: torch.Tensor, intercept: torch.Tensor, sign: float) -> torch.Tensor:
         spread = self._spread(slope)
-        if self._zero_center and bool(torch.isfinite(spread).all()):
+        if self._zero_center_uniform()[0] and bool(torch.isfinite(spread).all()):
             bound = spread if sign > 0 else -spread
         else:
             centre = self._center.unsqueeze(-2).matmul(slope.transpose(-1, -2))
