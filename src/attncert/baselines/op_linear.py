@@ -142,7 +142,10 @@ class _TokenBlockProduct(torch.autograd.Function):
             if inverse is not None:  # merge the columns of identical rows first
                 merged = torch.zeros((*A.shape[:-1], block.size(0)), dtype=A.dtype, device=A.device)
                 selected = merged.index_add(-1, inverse, selected)
-            torch.mm(selected.reshape(-1, selected.size(-1)), block, out=rows_out[:, j * d:(j + 1) * d])
+            if block.size(0) == 0:  # a token no row reads: zero columns (mm into `out` would leave them unset)
+                rows_out[:, j * d:(j + 1) * d].zero_()
+            else:
+                torch.mm(selected.reshape(-1, selected.size(-1)), block, out=rows_out[:, j * d:(j + 1) * d])
         return out
 
     @staticmethod
