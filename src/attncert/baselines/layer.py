@@ -41,7 +41,8 @@ def bound_layer(arrays: dict, spec: np.ndarray, qps: list[int], layer: int, grid
     `seconds_beside.BESIDE_GROUPS` fixed-query groups (NaN elsewhere, and everywhere without `certificate`).
 
     grid: heads, prompts, query_positions, norms, modes, radii (lists). All radii of one head and
-    method are bounded in one call of `baseline_upper_bounds`. alpha: its alpha-CROWN keyword
+    method are bounded in one call of `baseline_upper_bounds`, the methods of one head from shared work
+    (`shared_relaxations.head_upper_bounds`: the same bounds bit for bit). alpha: its alpha-CROWN keyword
     arguments (alpha_iterations, alpha_tolerance, alpha_patience, alpha_lr, alpha_betas; config
     baselines.alpha_*); device:
     the torch device (config key `device`).

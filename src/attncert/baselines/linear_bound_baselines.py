@@ -54,8 +54,8 @@ magnitudes involved), not a rigorous interval-arithmetic proof; far below any ga
 Status: "ok"; "nan: ..." (the bound is NaN or infinite, e.g. exp overflow at a huge radius);
 "error: <exception>"; upper is NaN unless ok. All radii of a head are bounded in one call; if it
 raises or leaves a bound non-finite, every radius is retried alone, so a failure stays with its radius.
-`seconds` is the wall time of the call that produced the result divided by the number of results it
-produced (one unless batched), plus the retry's share when retried.
+`seconds` is the wall time of the call that produced the result (with shared work, `shared_relaxations`: the
+method's own share) divided by the number of results it produced, plus the retry's share when retried.
 """
 from __future__ import annotations
 
