@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from attncert.baselines.linear_bound_baselines import baseline_upper_bounds
 from attncert.baselines.seconds_beside import BESIDE_GROUPS, COLUMN, certificate_seconds
+from attncert.baselines.shared_relaxations import head_upper_bounds
 from attncert.head.problem import HeadProblem
 from attncert.head.units import Unit, head_problem
 from attncert.reporting.unit_tables import UNIT_KEYS, attained_value, below_attained
@@ -41,7 +41,8 @@ def bound_layer(arrays: dict, spec: np.ndarray, qps: list[int], layer: int, grid
     `seconds_beside.BESIDE_GROUPS` fixed-query groups (NaN elsewhere, and everywhere without `certificate`).
 
     grid: heads, prompts, query_positions, norms, modes, radii (lists). All radii of one head and
-    method are bounded in one call of `baseline_upper_bounds`. alpha: its alpha-CROWN keyword
+    method are bounded in one call of `baseline_upper_bounds`, the methods of one head from shared work
+    (`shared_relaxations.head_upper_bounds`: the same bounds bit for bit). alpha: its alpha-CROWN keyword
     arguments (alpha_iterations, alpha_tolerance, alpha_patience, alpha_lr, alpha_betas; config
     baselines.alpha_*); device:
     the torch device (config key `device`).
@@ -55,8 +56,9 @@ def bound_layer(arrays: dict, spec: np.ndarray, qps: list[int], layer: int, grid
         units = [Unit(layer, h, pr, qp, float(r), norm, mode) for r in grid["radii"]]
         problems = [head_problem(arrays, spec, qps, u) for u in units]
         first = len(rows)
+        bounds = head_upper_bounds(problems, methods, device=device, **alpha)  # shared work, same bounds
         for method in methods:
-            for u, res in zip(units, baseline_upper_bounds(problems, method, device=device, **alpha)):
+            for u, res in zip(units, bounds[method]):
                 ref = attained.get((u.layer, u.head, u.prompt, u.query_pos, u.norm, u.mode, round(u.radius, 12)),
                                    np.nan)
                 status = res.status

@@ -54,8 +54,8 @@ magnitudes involved), not a rigorous interval-arithmetic proof; far below any ga
 Status: "ok"; "nan: ..." (the bound is NaN or infinite, e.g. exp overflow at a huge radius);
 "error: <exception>"; upper is NaN unless ok. All radii of a head are bounded in one call; if it
 raises or leaves a bound non-finite, every radius is retried alone, so a failure stays with its radius.
-`seconds` is the wall time of the call that produced the result divided by the number of results it
-produced (one unless batched), plus the retry's share when retried.
+`seconds` is the wall time of the call that produced the result (with shared work, `shared_relaxations`: the
+method's own share) divided by the number of results it produced, plus the retry's share when retried.
 """
 from __future__ import annotations
 
@@ -64,10 +64,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from bound_propagation import HyperRectangle
 from bound_propagation.bounds import LinearBounds
 
 from attncert.baselines.adam_steps import AdamSteps
+from attncert.baselines.box_input_set import CentredBox
 from attncert.baselines.alpha_convergence import converged, ibp_clip, stage_width
 from attncert.baselines.head_network import bound_head_network
 from attncert.baselines.relaxation_parameters import DTYPE, alpha_parameters, clamp_alpha_parameters, set_alpha_key
@@ -170,7 +170,7 @@ def input_set(norm: str, radii: np.ndarray, n: int, d: int, device: torch.device
     center = torch.zeros(len(r), n * d, dtype=DTYPE, device=device)
     if norm == "linf":
         half = r[:, None].expand_as(center)
-        return HyperRectangle(center - half, center + half)
+        return CentredBox(center - half, center + half)
     if norm == "l2":
         return PerTokenL2Ball(center, r, token_dim=d)
     raise ValueError(f"norm must be 'linf' or 'l2'; got {norm!r}")
@@ -267,22 +267,28 @@ def _centre_value(bnet, region) -> torch.Tensor:
 def alpha_crown_upper(bnet, region, out_size: int, iterations: int = ALPHA_ITERATIONS, lr: float = ALPHA_LR,
                       optimize_intermediate: bool = True, tolerance: float = ALPHA_TOLERANCE,
                       patience: int = ALPHA_PATIENCE, steps_out: list | None = None,
-                      betas: tuple[float, float] = ALPHA_BETAS) -> torch.Tensor:
+                      betas: tuple[float, float] = ALPHA_BETAS, crown: torch.Tensor | None = None,
+                      relaxed: bool = False) -> torch.Tensor:
     """Full alpha-CROWN upper bound (see the module docstring), never above CROWN's.
 
     optimize_intermediate=False keeps CROWN's intermediate bounds and optimizes only the output's
     backward pass ("alpha_crown_last_layer"). Every stage runs at most `iterations` Adam steps and stops
     early by the convergence test of `_optimize_stage` (tolerance, patience; patience 0: no test).
     steps_out, if given, receives the steps taken per stage (intermediate stages first, output last).
+    crown: CROWN's bound `crown_upper(bnet, region)` when the caller has it (the full variant needs it).
+    relaxed (last layer only): `bnet` already holds CROWN's relaxations (`bnet.crown_relax(region)`): the stages
+    with no steps would set the same ones (their first iterate is CROWN's bound on every neuron).
     """
     # Last layer only: the output's first iterate is CROWN's bound itself (CROWN's intermediate bounds, the
     # rule's CROWN parameters), so no separate CROWN pass is needed; the full variant needs one.
-    crown = crown_upper(bnet, region) if optimize_intermediate else None
+    if crown is None and optimize_intermediate:
+        crown = crown_upper(bnet, region)
     steps_out = [] if steps_out is None else steps_out
     try:
         bnet.propagate_size(region.size(-1))
-        with torch.no_grad():
-            bnet.ibp_forward(region.bounding_hyperrect(), save_input_bounds=True)
+        if not relaxed:
+            with torch.no_grad():
+                bnet.ibp_forward(region.bounding_hyperrect(), save_input_bounds=True)
         stage = 0
         while bnet.need_relaxation:
             result, lo, up, steps = _optimize_stage(bnet, ("stage", stage), lambda: bnet.backward_relaxation(region),
@@ -358,6 +364,13 @@ def _bound_group(first: HeadProblem, spec_rows, radii, method: str, alpha: Alpha
     return upper.detach().cpu().numpy()
 
 
+def group_inputs(problems: list[HeadProblem], indices: list[int]):
+    """(first problem, distinct specification rows in order, sorted distinct radii) of the units `indices` of one
+    network (one `_group_key`): the objectives and the batch of their shared call."""
+    rows = {problems[i].c.tobytes(): problems[i].c for i in indices}
+    return problems[indices[0]], list(rows.values()), sorted({problems[i].radius for i in indices})
+
+
 def _error_status(e: Exception) -> str:
     return f"error: {type(e).__name__}: {e}"
 
@@ -365,16 +378,18 @@ def _error_status(e: Exception) -> str:
 def baseline_upper_bounds(problems: list[HeadProblem], method: str, *, alpha_iterations: int = ALPHA_ITERATIONS,
                           alpha_lr: float = ALPHA_LR, alpha_tolerance: float = ALPHA_TOLERANCE,
                           alpha_patience: int = ALPHA_PATIENCE, alpha_betas: tuple[float, float] = ALPHA_BETAS,
-                          device: str | torch.device | None = None) -> list[BaselineResult]:
+                          device: str | torch.device | None = None,
+                          precomputed: dict | None = None) -> list[BaselineResult]:
     """Upper bounds for several units; units that differ only in c and radius share one network call
     (specifications become objectives, radii the batch dimension).
 
     alpha_*: the alpha-CROWN settings (`AlphaSettings`). device: 'cpu' (default), 'cuda', 'cuda:N'
     (`attncert.configuration.device.resolve_device`; an absent GPU raises DeviceError, never a per-unit status).
 
-    If that call fails (an exception) or leaves any bound non-finite, every radius is bounded again on
-    its own, so one radius can never erase the others (otherwise an exception in a batched call would lose
-    the whole head; for alpha-CROWN a non-finite radius also stalls the shared optimization loss).
+    precomputed: {`_group_key`: (upper bounds, seconds)} of groups whose call was made already
+    (`shared_relaxations`). If that call fails (an exception) or leaves any bound non-finite, every radius is
+    bounded again on its own, so one radius can never erase the others (otherwise an exception in a batched
+    call would lose the whole head; for alpha-CROWN a non-finite radius also stalls the shared optimization loss).
     """
     if method not in METHOD_SPECS:
         raise ValueError(f"method must be one of {METHODS + EXTRA_METHODS}; got {method!r}")
@@ -385,24 +400,21 @@ def baseline_upper_bounds(problems: list[HeadProblem], method: str, *, alpha_ite
     for idx, p in enumerate(problems):
         groups.setdefault(_group_key(p), []).append(idx)
     results: list[BaselineResult | None] = [None] * len(problems)
-    for indices in groups.values():
-        first = problems[indices[0]]
+    for key, indices in groups.items():
+        first, spec_rows, radii = group_inputs(problems, indices)
+        specs = [c.tobytes() for c in spec_rows]
         label = method_label(method, first.norm, alpha)
-        radii = sorted({problems[i].radius for i in indices})
-        specs: list[bytes] = []
-        spec_rows = []
-        for i in indices:
-            key = problems[i].c.tobytes()
-            if key not in specs:
-                specs.append(key)
-                spec_rows.append(problems[i].c)
         t0 = time.perf_counter()
         errors = [None] * len(radii)
-        try:
-            upper = _bound_group(first, spec_rows, radii, method, alpha, dev)
-        except Exception as e:  # noqa: BLE001 - retried per radius below, then reported as a status
-            upper, errors = None, [_error_status(e)] * len(radii)
-        shared = (time.perf_counter() - t0) / len(indices)
+        if precomputed is not None and key in precomputed:  # (upper, seconds) of `_bound_group`, computed shared
+            upper, elapsed = precomputed[key]
+        else:
+            try:
+                upper = _bound_group(first, spec_rows, radii, method, alpha, dev)
+            except Exception as e:  # noqa: BLE001 - retried per radius below, then reported as a status
+                upper, errors = None, [_error_status(e)] * len(radii)
+            elapsed = time.perf_counter() - t0
+        shared = elapsed / len(indices)
         extra = [0.0] * len(radii)  # retry seconds per unit at that radius
         if len(radii) > 1 and (upper is None or not np.all(np.isfinite(upper))):
             upper = np.full((len(radii), len(spec_rows)), np.nan) if upper is None else upper.copy()

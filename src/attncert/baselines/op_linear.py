@@ -50,6 +50,11 @@ class InputLinear(PlainLinear):
                 self.token_rows.append(rows)
                 self.token_inverse.append(inverse)
                 self.token_blocks.append(unique.contiguous())
+        # every output row reads at most two tokens (`_TokenBlockProduct`'s backward is then autograd's bit for bit)
+        readers = torch.zeros(self.weight.size(0), dtype=torch.int64)
+        for rows in self.token_rows:
+            readers[rows] += 1
+        self.at_most_two_tokens = bool(self.token_rows) and int(readers.max()) <= 2
 
     def _apply(self, fn, *args, **kwargs):
         """Module.to / .double / ... also move the per-token index maps and blocks (plain lists, not buffers)."""
@@ -113,6 +118,49 @@ class BoundPlainLinear(BoundLinear):
         return IntervalBounds(bounds.region, lower, upper)
 
 
+class _TokenBlockProduct(torch.autograd.Function):
+    """A -> A W for an `InputLinear` W stored per token (`InputLinear` docstring): the token-j block of the result
+    is (A[:, R_j] P_j) U_j, each block's matrix product written straight into its columns of the result.
+
+    The same products as index_select / index_add / matmul per token followed by a concatenation, without the
+    concatenation's copy. Backward, with G_j the token-j columns of the incoming gradient G: the gradient of A is
+    sum_j (G_j U_j^T P_j^T placed at the columns R_j), each term the product autograd forms for that token's
+    matmul, scattered by index_add_ as autograd's index_select backward scatters it. Autograd sums the tokens' terms
+    in its own order; for a column of A read by at most two tokens (every head network: a score difference reads
+    two tokens, everything else one) the sum of its at most two nonzero terms does not depend on the order, so the
+    gradient is the same bit for bit.
+    """
+
+    @staticmethod
+    def forward(ctx, A, mod):
+        ctx.mod, ctx.shape = mod, A.shape
+        d = mod.token_dim
+        out = A.new_empty((*A.shape[:-1], len(mod.token_blocks) * d))
+        rows_out = out.view(-1, out.size(-1))
+        for j, (rows, inverse, block) in enumerate(zip(mod.token_rows, mod.token_inverse, mod.token_blocks)):
+            selected = A.index_select(-1, rows)
+            if inverse is not None:  # merge the columns of identical rows first
+                merged = torch.zeros((*A.shape[:-1], block.size(0)), dtype=A.dtype, device=A.device)
+                selected = merged.index_add(-1, inverse, selected)
+            if block.size(0) == 0:  # a token no row reads: zero columns (mm into `out` would leave them unset)
+                rows_out[:, j * d:(j + 1) * d].zero_()
+            else:
+                torch.mm(selected.reshape(-1, selected.size(-1)), block, out=rows_out[:, j * d:(j + 1) * d])
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        mod, d = ctx.mod, ctx.mod.token_dim
+        rows_grad = grad.reshape(-1, grad.size(-1))
+        out = torch.zeros(ctx.shape, dtype=grad.dtype, device=grad.device)
+        for j, (rows, inverse, block) in enumerate(zip(mod.token_rows, mod.token_inverse, mod.token_blocks)):
+            g = rows_grad[:, j * d:(j + 1) * d].mm(block.t()).view(*ctx.shape[:-1], block.size(0))
+            if inverse is not None:
+                g = g.index_select(-1, inverse)
+            out.index_add_(-1, rows, g)
+        return out, None
+
+
 class BoundInputLinear(BoundPlainLinear):
     """Linear layer on the network input; IBP returns the exact range over the input set."""
 
@@ -123,6 +171,8 @@ class BoundInputLinear(BoundPlainLinear):
             acc = acc + A.matmul(mod.bias)
         if mod.token_dim is None:
             return A.matmul(mod.weight), acc
+        if mod.at_most_two_tokens or not A.requires_grad:  # the same products, without the concatenation
+            return _TokenBlockProduct.apply(A, mod), acc
         parts = []
         for rows, inverse, block in zip(mod.token_rows, mod.token_inverse, mod.token_blocks):
             selected = A.index_select(-1, rows)

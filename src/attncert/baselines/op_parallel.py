@@ -16,12 +16,33 @@ from __future__ import annotations
 from functools import reduce
 from operator import add
 
+import torch
 from bound_propagation.bounds import LinearBounds
 from bound_propagation.parallel import BoundParallel
 
 
 class BoundSummedParallel(BoundParallel):
     """`BoundParallel` whose back-substitution adds the branches' linear bounds (module docstring)."""
+
+    def backward_relaxation(self, region):
+        """The library's, without its concatenation when one branch alone has a relaxation to set (the head's
+        value reads have none): the concatenation of one tensor is a copy of it, the same numbers."""
+        if self.module.split_size is not None:
+            return super().backward_relaxation(region)
+        bounds = [self.submodule_backward_relaxation(region, network) for network in self.subnetworks]
+        bounds = [bound for bound in bounds if bound[1] is not None]
+        if len(bounds) != 1:
+            return self._concatenated(region, bounds)
+        linear, module, *extra = bounds[0]
+        return (LinearBounds(region, linear.lower, linear.upper), self, [module], [linear.lower[0].size(-2)],
+                [tuple(extra)])
+
+    def _concatenated(self, region, bounds):
+        """`BoundParallel.backward_relaxation`'s result for several branches with relaxations to set."""
+        lower = (torch.cat([b[0].lower[0] for b in bounds], dim=-2), torch.cat([b[0].lower[1] for b in bounds], dim=-1))
+        upper = (torch.cat([b[0].upper[0] for b in bounds], dim=-2), torch.cat([b[0].upper[1] for b in bounds], dim=-1))
+        return (LinearBounds(region, lower, upper), self, [b[1] for b in bounds],
+                [b[0].lower[0].size(-2) for b in bounds], [b[2:] for b in bounds])
 
     def crown_backward(self, linear_bounds, optimize):
         if self.module.split_size is not None:
