@@ -258,9 +258,11 @@ def ascent(tr: BlockTransition, C: torch.Tensor, g0, grad, radii, starts: torch.
     arg = torch.zeros(m, R, d, dtype=DTYPE)
     ratio = (step_end / step0) ** (1.0 / max(steps - 1, 1))
     for t in range(steps + 1):
-        x = delta.detach().requires_grad_(True)
-        f = residual_values(tr, C, g0, grad, x)
-        (gx,) = torch.autograd.grad(f.sum(), x)
+        last = t == steps                                            # its value only: no gradient (no step follows)
+        x = delta.detach().requires_grad_(not last)
+        with torch.set_grad_enabled(not last):
+            f = residual_values(tr, C, g0, grad, x)
+        gx = None if last else torch.autograd.grad(f.sum(), x)[0]
         with torch.no_grad():
             fv, k = f.max(-1)
             better = fv > best
@@ -354,9 +356,9 @@ def analyze_transition(tr: BlockTransition, C: np.ndarray, radii, *, qp_starts: 
     sm_starts[sm_starts == 0] = 1.0
     merged = box_qp_max(SF, sm_starts, qp_steps, max(qp_sweeps // 2, 1))[0].reshape(m, H).sum(-1)
     S_soft = S - by_cat["exp"] - by_cat["reciprocal"] + merged
-    eff = effective_rank(cv.hessian)
-    spec_ratio = spectral_ratio(cv.hessian)
-    ent_rank, stab_rank = entropy_rank(cv.hessian), stable_rank(cv.hessian)
+    mu = torch.linalg.eigvalsh(cv.hessian)                            # one spectrum for the four summaries
+    eff, spec_ratio = effective_rank(cv.hessian, mu), spectral_ratio(cv.hessian, mu)
+    ent_rank, stab_rank = entropy_rank(cv.hessian, mu), stable_rank(cv.hessian, mu)
     t0 = tick("per_op", t0)
     # ascent on f: starts +-u*, +-(second local maximum), random vertices, +-(SDP rounding vertices)
     u2 = _distinct_second(vals, us, u_star)
