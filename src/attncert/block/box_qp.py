@@ -19,6 +19,8 @@ import torch
 
 from attncert.block.map import DTYPE
 
+CACHE_BYTES = 2 ** 21   # dense forms are iterated on in blocks of about this size (one form at d = 384)
+
 
 class QuadraticForms:
     """P quadratic forms 1/2 u^T Q_p u on R^d: dense (P, d, d) or low rank J_p^T K_p J_p."""
@@ -43,12 +45,25 @@ class QuadraticForms:
         J, K = (self.J, self.K) if forms is None else (self.J[forms], self.K[forms])
         return torch.einsum("pnd,pnm,pm->pd", J, K, J[:, :, k])
 
-    def lipschitz(self) -> torch.Tensor:       # (P,) an upper bound on the spectral norm
-        u = torch.randn(self.P, 1, self.d, dtype=DTYPE, generator=torch.Generator().manual_seed(0))
-        for _ in range(30):
-            u = self.matvec(u)
-            u = u / u.norm(dim=-1, keepdim=True).clamp_min(1e-300)
-        return 1.05 * self.matvec(u).norm(dim=-1)[:, 0] + 1e-300
+    def blocks(self) -> list[tuple[int, "QuadraticForms"]]:
+        """(first form, the forms' block) covering all P forms: dense forms in blocks of about CACHE_BYTES, so that
+        an iteration's matrix-vector products stay in cache; low-rank forms in one block. A form's products do
+        not depend on the other forms of its batch (the same floats blocked or not)."""
+        if self.dense is None:
+            return [(0, self)]
+        size = max(1, CACHE_BYTES // max(self.d * self.d * self.dense.element_size(), 1))
+        return [(lo, QuadraticForms(dense=self.dense[lo:lo + size])) for lo in range(0, self.P, size)]
+
+    def lipschitz(self) -> torch.Tensor:       # (P,) an upper bound on the spectral norm (30 power steps)
+        u0 = torch.randn(self.P, 1, self.d, dtype=DTYPE, generator=torch.Generator().manual_seed(0))
+        out = torch.empty(self.P, dtype=DTYPE)
+        for lo, Qb in self.blocks():
+            u = u0[lo:lo + Qb.P]
+            for _ in range(30):
+                u = Qb.matvec(u)
+                u = u / u.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+            out[lo:lo + Qb.P] = 1.05 * Qb.matvec(u).norm(dim=-1)[:, 0] + 1e-300
+        return out
 
     def value(self, u):
         return 0.5 * (u * self.matvec(u)).sum(-1)
@@ -63,9 +78,13 @@ def box_qp_max(Q: QuadraticForms, starts: torch.Tensor, pga_steps: int = 100, sw
     (values (P,), maximizers (P, d), all final values (P, S), all final points (P, S, d)).
     """
     u = starts.clone()
-    step = (1.0 / Q.lipschitz()).view(-1, 1, 1)
-    for _ in range(pga_steps):
-        u = torch.clamp(u + step * Q.matvec(u), -1.0, 1.0)
+    if pga_steps > 0:
+        step = (1.0 / Q.lipschitz()).view(-1, 1, 1)
+        for lo, Qb in Q.blocks():                                   # the forms' iterates are independent
+            ub, sb = u[lo:lo + Qb.P], step[lo:lo + Qb.P]
+            for _ in range(pga_steps):
+                ub = torch.clamp(ub + sb * Qb.matvec(ub), -1.0, 1.0)
+            u[lo:lo + Qb.P] = ub
     u = coordinate_ascent(Q, u.contiguous(), Q.matvec(u), sweeps)
     vals = 0.5 * (u * Q.matvec(u)).sum(-1)
     best = vals.argmax(-1)
