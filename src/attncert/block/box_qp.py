@@ -106,28 +106,29 @@ def coordinate_ascent(Q: QuadraticForms, u: torch.Tensor, Qu: torch.Tensor, swee
     Qun = Qu.contiguous().numpy().copy()
     diag = Q.diag.contiguous().numpy()
     dense = None if Q.dense is None else Q.dense.numpy()
-    for _ in range(sweeps):
-        moved = False
-        for k in range(Q.d):
-            qkk = diag[:, k, None]                                  # (P, 1)
-            uk = un[:, :, k]
-            g = Qun[:, :, k] - qkk * uk                             # linear coefficient of u_k
-            convex = qkk > 0
-            vertex = np.where(g >= 0, 1.0, -1.0)
-            interior = np.clip(-g / np.where(qkk < 0, qkk, -1.0), -1.0, 1.0)
-            new = np.where(convex | (qkk == 0), vertex, interior)
-            gain = 0.5 * qkk * (new * new - uk * uk) + g * (new - uk)
-            new = np.where(gain > 1e-15 * (1.0 + np.abs(g)), new, uk)
-            change = new - uk
-            forms, starts_moved = np.nonzero(change)
-            if forms.size:
-                moved = True
-                un[:, :, k] = new
-                column = (dense[forms, k, :] if dense is not None
-                          else Q.column(k, torch.from_numpy(forms)).numpy())     # symmetric: row k = column k
-                Qun[forms, starts_moved] = Qun[forms, starts_moved] + change[forms, starts_moved][:, None] * column
-        if not moved:
-            break
+    with np.errstate(all="ignore"):                             # inf / nan as torch gives them, silently
+        for _ in range(sweeps):
+            moved = False
+            for k in range(Q.d):
+                qkk = diag[:, k, None]                                  # (P, 1)
+                uk = un[:, :, k]
+                g = Qun[:, :, k] - qkk * uk                             # linear coefficient of u_k
+                convex = qkk > 0
+                vertex = np.where(g >= 0, 1.0, -1.0)
+                interior = np.clip(-g / np.where(qkk < 0, qkk, -1.0), -1.0, 1.0)
+                new = np.where(convex | (qkk == 0), vertex, interior)
+                gain = 0.5 * qkk * (new * new - uk * uk) + g * (new - uk)
+                new = np.where(gain > 1e-15 * (1.0 + np.abs(g)), new, uk)
+                change = new - uk
+                forms, starts_moved = np.nonzero(change)
+                if forms.size:
+                    moved = True
+                    un[:, :, k] = new
+                    column = (dense[forms, k, :] if dense is not None
+                              else Q.column(k, torch.from_numpy(forms)).numpy())     # symmetric: row k = column k
+                    Qun[forms, starts_moved] = Qun[forms, starts_moved] + change[forms, starts_moved][:, None] * column
+            if not moved:
+                break
     return u
 
 

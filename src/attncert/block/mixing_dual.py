@@ -57,14 +57,15 @@ def mixing_factors(M: torch.Tensor, rank: int = RANK, sweeps: int = SWEEPS, V0: 
     concave = dn < 0
     neg_d = np.maximum(-dn, 1e-300)                             # -M_ii, clamped (used where M_ii < 0)
     columns = M.transpose(1, 2).contiguous()
-    for _ in range(sweeps):
-        for i in range(n):
-            g = Gn[:, i] - dn[:, i:i + 1] * Vn[:, i]
-            norm = np.maximum(torch.from_numpy(g).norm(dim=-1, keepdim=True).numpy(), 1e-300)
-            length = np.where(concave[:, i:i + 1], np.minimum(norm / neg_d[:, i:i + 1], 1.0), 1.0)
-            new = g / norm * length
-            G += columns[:, i].unsqueeze(-1) * torch.from_numpy(new - Vn[:, i]).unsqueeze(1)
-            Vn[:, i] = new
+    with np.errstate(all="ignore"):                             # inf / nan as torch gives them, silently
+        for _ in range(sweeps):
+            for i in range(n):
+                g = Gn[:, i] - dn[:, i:i + 1] * Vn[:, i]
+                norm = np.maximum(torch.from_numpy(g).norm(dim=-1, keepdim=True).numpy(), 1e-300)
+                length = np.where(concave[:, i:i + 1], np.minimum(norm / neg_d[:, i:i + 1], 1.0), 1.0)
+                new = g / norm * length
+                G += columns[:, i].unsqueeze(-1) * torch.from_numpy(new - Vn[:, i]).unsqueeze(1)
+                Vn[:, i] = new
     return V
 
 
