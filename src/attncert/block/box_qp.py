@@ -19,6 +19,8 @@ import torch
 
 from attncert.block.map import DTYPE
 
+CACHE_BYTES = 2 ** 21   # dense forms are iterated on in blocks of about this size (one form at d = 384)
+
 
 class QuadraticForms:
     """P quadratic forms 1/2 u^T Q_p u on R^d: dense (P, d, d) or low rank J_p^T K_p J_p."""
@@ -43,12 +45,25 @@ class QuadraticForms:
         J, K = (self.J, self.K) if forms is None else (self.J[forms], self.K[forms])
         return torch.einsum("pnd,pnm,pm->pd", J, K, J[:, :, k])
 
-    def lipschitz(self) -> torch.Tensor:       # (P,) an upper bound on the spectral norm
-        u = torch.randn(self.P, 1, self.d, dtype=DTYPE, generator=torch.Generator().manual_seed(0))
-        for _ in range(30):
-            u = self.matvec(u)
-            u = u / u.norm(dim=-1, keepdim=True).clamp_min(1e-300)
-        return 1.05 * self.matvec(u).norm(dim=-1)[:, 0] + 1e-300
+    def blocks(self) -> list[tuple[int, "QuadraticForms"]]:
+        """(first form, the forms' block) covering all P forms: dense forms in blocks of about CACHE_BYTES, so that
+        an iteration's matrix-vector products stay in cache; low-rank forms in one block. A form's products do
+        not depend on the other forms of its batch (the same floats blocked or not)."""
+        if self.dense is None:
+            return [(0, self)]
+        size = max(1, CACHE_BYTES // max(self.d * self.d * self.dense.element_size(), 1))
+        return [(lo, QuadraticForms(dense=self.dense[lo:lo + size])) for lo in range(0, self.P, size)]
+
+    def lipschitz(self) -> torch.Tensor:       # (P,) an upper bound on the spectral norm (30 power steps)
+        u0 = torch.randn(self.P, 1, self.d, dtype=DTYPE, generator=torch.Generator().manual_seed(0))
+        out = torch.empty(self.P, dtype=DTYPE)
+        for lo, Qb in self.blocks():
+            u = u0[lo:lo + Qb.P]
+            for _ in range(30):
+                u = Qb.matvec(u)
+                u = u / u.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+            out[lo:lo + Qb.P] = 1.05 * Qb.matvec(u).norm(dim=-1)[:, 0] + 1e-300
+        return out
 
     def value(self, u):
         return 0.5 * (u * self.matvec(u)).sum(-1)
@@ -59,42 +74,62 @@ def box_qp_max(Q: QuadraticForms, starts: torch.Tensor, pga_steps: int = 100, sw
 
     Projected gradient ascent with step 1/L (L >= ||Q||, so the value never decreases), then exact
     coordinate ascent (each coordinate set to the maximizer of the 1-D quadratic on [-1, 1]; at a
-    convex coordinate this is a vertex flip) until no coordinate moves. Returns (values (P,),
-    maximizers (P, d), all final values (P, S), all final points (P, S, d)).
-
-    A coordinate step u_k -> u_k + c changes Q u by c Q e_k: only the (form, start) pairs whose u_k moved are
-    updated (the same floating-point operations as updating every pair, where c = 0 adds exact zeros).
+    convex coordinate this is a vertex flip) until no coordinate moves (`coordinate_ascent`). Returns
+    (values (P,), maximizers (P, d), all final values (P, S), all final points (P, S, d)).
     """
     u = starts.clone()
-    step = (1.0 / Q.lipschitz()).view(-1, 1, 1)
-    for _ in range(pga_steps):
-        u = torch.clamp(u + step * Q.matvec(u), -1.0, 1.0)
-    Qu = Q.matvec(u)
-    for _ in range(sweeps):
-        moved = torch.zeros((), dtype=torch.bool)
-        for k in range(Q.d):
-            qkk = Q.diag[:, k].unsqueeze(-1)                   # (P, 1)
-            uk = u[:, :, k]
-            g = Qu[:, :, k] - qkk * uk                          # linear coefficient of u_k
-            convex = qkk > 0
-            vertex = torch.where(g >= 0, torch.ones_like(g), -torch.ones_like(g))
-            interior = torch.clamp(-g / torch.where(qkk < 0, qkk, -torch.ones_like(qkk)), -1.0, 1.0)
-            new = torch.where(convex | (qkk == 0), vertex, interior)
-            gain = 0.5 * qkk * (new * new - uk * uk) + g * (new - uk)
-            new = torch.where(gain > 1e-15 * (1.0 + g.abs()), new, uk)
-            change = new - uk
-            forms, starts_moved = torch.nonzero(change, as_tuple=True)
-            if forms.numel():
-                moved = torch.ones((), dtype=torch.bool)
-                u[:, :, k] = new
-                Qu[forms, starts_moved] = (Qu[forms, starts_moved]
-                                           + change[forms, starts_moved].unsqueeze(-1) * Q.column(k, forms))
-        if not bool(moved):
-            break
+    if pga_steps > 0:
+        step = (1.0 / Q.lipschitz()).view(-1, 1, 1)
+        for lo, Qb in Q.blocks():                                   # the forms' iterates are independent
+            ub, sb = u[lo:lo + Qb.P], step[lo:lo + Qb.P]
+            for _ in range(pga_steps):
+                ub = torch.clamp(ub + sb * Qb.matvec(ub), -1.0, 1.0)
+            u[lo:lo + Qb.P] = ub
+    u = coordinate_ascent(Q, u.contiguous(), Q.matvec(u), sweeps)
     vals = 0.5 * (u * Q.matvec(u)).sum(-1)
     best = vals.argmax(-1)
     idx = torch.arange(Q.P)
     return vals[idx, best], u[idx, best], vals, u
+
+
+def coordinate_ascent(Q: QuadraticForms, u: torch.Tensor, Qu: torch.Tensor, sweeps: int) -> torch.Tensor:
+    """Exact coordinate ascent of 1/2 u^T Q_p u from u (P, S, d) with Qu = Q u, at most `sweeps` sweeps over the
+    coordinates (fewer when one sweep moves none); returns the final points (P, S, d).
+
+    With g = (Q u)_k - Q_kk u_k the linear coefficient of u_k, the 1-D maximizer on [-1, 1] is the vertex sign(g)
+    where Q_kk >= 0 and clamp(-g / Q_kk) where Q_kk < 0; it is taken where it gains more than 1e-15 (1 + |g|).
+    A step u_k -> u_k + c changes Q u by c Q e_k: only the (form, start) pairs whose u_k moved are updated. The
+    loop runs on numpy views of the same float64 arrays (each operation an elementwise IEEE operation, so the same
+    numbers as the torch operations it replaces, at a fraction of the per-call overhead on these small arrays).
+    """
+    un = u.numpy()
+    Qun = Qu.contiguous().numpy().copy()
+    diag = Q.diag.contiguous().numpy()
+    dense = None if Q.dense is None else Q.dense.numpy()
+    with np.errstate(all="ignore"):                             # inf / nan as torch gives them, silently
+        for _ in range(sweeps):
+            moved = False
+            for k in range(Q.d):
+                qkk = diag[:, k, None]                                  # (P, 1)
+                uk = un[:, :, k]
+                g = Qun[:, :, k] - qkk * uk                             # linear coefficient of u_k
+                convex = qkk > 0
+                vertex = np.where(g >= 0, 1.0, -1.0)
+                interior = np.clip(-g / np.where(qkk < 0, qkk, -1.0), -1.0, 1.0)
+                new = np.where(convex | (qkk == 0), vertex, interior)
+                gain = 0.5 * qkk * (new * new - uk * uk) + g * (new - uk)
+                new = np.where(gain > 1e-15 * (1.0 + np.abs(g)), new, uk)
+                change = new - uk
+                forms, starts_moved = np.nonzero(change)
+                if forms.size:
+                    moved = True
+                    un[:, :, k] = new
+                    column = (dense[forms, k, :] if dense is not None
+                              else Q.column(k, torch.from_numpy(forms)).numpy())     # symmetric: row k = column k
+                    Qun[forms, starts_moved] = Qun[forms, starts_moved] + change[forms, starts_moved][:, None] * column
+            if not moved:
+                break
+    return u
 
 
 def top_eigenpairs(M: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -145,26 +180,31 @@ def box_qp_upper(H: torch.Tensor, iterations: int = 20) -> torch.Tensor:
     return best + 8 * d * torch.finfo(DTYPE).eps * norm * d
 
 
-def effective_rank(H: torch.Tensor) -> torch.Tensor:
-    """(sum |mu|)^2 / sum mu^2 over the eigenvalues of each H (P, d, d)."""
-    mu = torch.linalg.eigvalsh(H)
+def _spectrum(H: torch.Tensor, mu: torch.Tensor | None) -> torch.Tensor:
+    """The eigenvalues of each H (P, d, d) (torch.linalg.eigvalsh), or `mu` when the caller has them already."""
+    return torch.linalg.eigvalsh(H) if mu is None else mu
+
+
+def effective_rank(H: torch.Tensor, mu: torch.Tensor | None = None) -> torch.Tensor:
+    """(sum |mu|)^2 / sum mu^2 over the eigenvalues mu of each H (P, d, d) (`mu`: eigvalsh(H), if computed)."""
+    mu = _spectrum(H, mu)
     return mu.abs().sum(-1) ** 2 / (mu * mu).sum(-1).clamp_min(1e-300)
 
 
-def entropy_rank(H: torch.Tensor) -> torch.Tensor:
+def entropy_rank(H: torch.Tensor, mu: torch.Tensor | None = None) -> torch.Tensor:
     """exp of the spectral entropy: exp(-sum p_k log p_k) with p_k = |mu_k| / sum |mu| (Roy & Vetterli)."""
-    a = torch.linalg.eigvalsh(H).abs()
+    a = _spectrum(H, mu).abs()
     p = a / a.sum(-1, keepdim=True).clamp_min(1e-300)
     return torch.exp(-(torch.where(p > 0, p * torch.log(p.clamp_min(1e-300)), torch.zeros_like(p))).sum(-1))
 
 
-def stable_rank(H: torch.Tensor) -> torch.Tensor:
+def stable_rank(H: torch.Tensor, mu: torch.Tensor | None = None) -> torch.Tensor:
     """||H||_F^2 / ||H||_2^2 = sum mu^2 / max mu^2 (never above the rank)."""
-    mu = torch.linalg.eigvalsh(H)
+    mu = _spectrum(H, mu)
     return (mu * mu).sum(-1) / (mu * mu).amax(-1).clamp_min(1e-300)
 
 
-def spectral_ratio(H: torch.Tensor) -> torch.Tensor:
+def spectral_ratio(H: torch.Tensor, mu: torch.Tensor | None = None) -> torch.Tensor:
     """Nuclear / spectral norm ratio sum |mu| / max |mu| (a second effective-rank measure)."""
-    mu = torch.linalg.eigvalsh(H)
+    mu = _spectrum(H, mu)
     return mu.abs().sum(-1) / mu.abs().amax(-1).clamp_min(1e-300)

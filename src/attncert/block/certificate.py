@@ -170,10 +170,26 @@ def sdp_box_upper(M: torch.Tensor, iterations: int = 12, D0: torch.Tensor | None
     return bound, y
 
 
-def rank_one_margin(M: torch.Tensor, y: torch.Tensor, t: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def _has_rank_one(t: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether t v v^T can be nonzero: False for v = 0 with t finite, where t v v^T is exactly +0 and adding it to
+    a matrix without -0 entries changes no bit (so it is not formed)."""
+    return bool(v.any()) or not bool(torch.isfinite(t).all())
+
+
+def _rank_one_term(t: torch.Tensor, v: torch.Tensor, vv: torch.Tensor | None) -> torch.Tensor | None:
+    """t v v^T (P, n, n) (vv = v v^T when formed), or None where it is exactly +0 (`_has_rank_one`)."""
+    if not _has_rank_one(t, v):
+        return None
+    return t.view(-1, 1, 1) * (torch.einsum("pi,pj->pij", v, v) if vv is None else vv)
+
+
+def rank_one_margin(M: torch.Tensor, y: torch.Tensor, t: torch.Tensor, v: torch.Tensor,
+                    absM: torch.Tensor | None = None) -> torch.Tensor:
     """(P,) a bound on ||A_float - A||_2 for A = diag(y) - M + t v v^T formed in float (each entry 4 roundings):
-    gamma_4 ||diag|y| + |M| + t |v| |v|^T||_F."""
-    big = torch.diag_embed(y.abs()) + M.abs() + t.abs().view(-1, 1, 1) * torch.einsum("pi,pj->pij", v.abs(), v.abs())
+    gamma_4 ||diag|y| + |M| + t |v| |v|^T||_F (`absM`: |M| if already formed)."""
+    big = torch.diag_embed(y.abs()) + (M.abs() if absM is None else absM)
+    if _has_rank_one(t, v):
+        big = big + t.abs().view(-1, 1, 1) * torch.einsum("pi,pj->pij", v.abs(), v.abs())
     return inflate(gamma(4) * torch.linalg.matrix_norm(big) * (1 + gamma(big.shape[-1] ** 2 + 2)))
 
 
@@ -195,15 +211,18 @@ def rank_one_box_upper(M: torch.Tensor, v: torch.Tensor, iterations: int, D0: to
     until it passes. Returns (bound (P,), y (P, n), t (P,))."""
     P, n, _ = M.shape
     L = inflate(v.abs().sum(-1) ** 2 * (1 + gamma(n + 2)))             # >= ||v||_1^2
-    vv = torch.einsum("pi,pj->pij", v, v)
+    vv = torch.einsum("pi,pj->pij", v, v) if bool(v.any()) else None     # None: v = 0, no rank-one term formed
     D = torch.diagonal(M, dim1=-2, dim2=-1).clone() if D0 is None else D0.clone()
     t = torch.zeros(P, dtype=DTYPE) if t0 is None else t0.clone()
-    scale = torch.einsum("pi,pij,pj->p", v, M, v).abs() + 1e-300        # t's step scale: v^T M v
+    scale = (torch.einsum("pi,pij,pj->p", v, M, v).abs() + 1e-300) if iterations else None   # t's step: v^T M v
     best_val = torch.full((P,), math.inf, dtype=DTYPE)
     best_y, best_t = torch.zeros(P, n, dtype=DTYPE), torch.zeros(P, dtype=DTYPE)
-    step = torch.linalg.matrix_norm(M) / n
+    norm_M = torch.linalg.matrix_norm(M)
+    step = norm_M / n
     for it in range(iterations):
-        mu, top = top_eigenpairs(M - t.view(-1, 1, 1) * vv - torch.diag_embed(D))
+        term = _rank_one_term(t, v, vv)
+        shifted = M if term is None else M - term
+        mu, top = top_eigenpairs(shifted - torch.diag_embed(D))
         y = torch.clamp(D + mu.unsqueeze(-1), min=0.0)
         val = 0.5 * (y.sum(-1) + t * L)
         better = val < best_val
@@ -222,13 +241,17 @@ def rank_one_box_upper(M: torch.Tensor, v: torch.Tensor, iterations: int, D0: to
         best_val = torch.where(take, val, best_val)
         best_y = torch.where(take.unsqueeze(-1), cy, best_y)
         best_t = torch.where(take, ct, best_t)
-    tau = (1e-12 * torch.linalg.matrix_norm(M)).unsqueeze(-1) + 1e-300
+    tau = (1e-12 * norm_M).unsqueeze(-1) + 1e-300
     y = best_y + tau
     ok = torch.zeros(P, dtype=torch.bool)
     eye = torch.eye(n, dtype=DTYPE)
+    absM = M.abs()
+    term = _rank_one_term(best_t, v, vv)
     for _ in range(60):
-        A = torch.diag_embed(y) - M + best_t.view(-1, 1, 1) * vv
-        c = psd_shift(A) + rank_one_margin(M, y, best_t, v)
+        A = torch.diag_embed(y) - M
+        if term is not None:
+            A = A + term
+        c = psd_shift(A) + rank_one_margin(M, y, best_t, v, absM)
         _, info = torch.linalg.cholesky_ex(A - c.view(-1, 1, 1) * eye)
         ok = ok | (info == 0)
         if bool(ok.all()):

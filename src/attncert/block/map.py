@@ -303,8 +303,8 @@ def forward(tr: BlockTransition, delta: torch.Tensor, tape: Tape | None = None) 
     onehot[iq] = 1.0
     s = s_fixed * (1.0 - onehot) + s_i.unsqueeze(-1) * onehot
     tape.capture("attn.scores", s)
-    off = ~torch.eye(n, dtype=torch.bool)
-    t = (s.unsqueeze(-2) - s.unsqueeze(-1))[..., off]                      # t_jk = s_k - s_j, (j, k != j)
+    off = torch.nonzero(~torch.eye(n, dtype=torch.bool).flatten()).flatten()   # the pairs (j, k != j), row-major
+    t = (s.unsqueeze(-2) - s.unsqueeze(-1)).flatten(-2).index_select(-1, off)  # t_jk = s_k - s_j
     E = tape.unary("attn.exp", EXP, t.reshape(*batch, H * n * (n - 1)))
     D = 1.0 + E.reshape(*batch, H, n, n - 1).sum(dim=-1)                   # (..., H, n)
     a = tape.unary("attn.reciprocal", RECIPROCAL, D.reshape(*batch, H * n)).reshape(*batch, H, n)

@@ -26,6 +26,7 @@ matrix; the Python loop runs over the n rows with the P matrices batched.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from attncert.block.box_qp import top_eigenpairs
@@ -46,19 +47,25 @@ def mixing_factors(M: torch.Tensor, rank: int = RANK, sweeps: int = SWEEPS, V0: 
         V = V / V.norm(dim=-1, keepdim=True)
     else:
         V = V0.clone()
+    V = V.contiguous()
     d = torch.diagonal(M, dim1=-2, dim2=-1)
-    concave = d < 0
-    G = M @ V                                                   # (P, n, k): row i is sum_j M_ij v_j
+    G = (M @ V).contiguous()                                    # (P, n, k): row i is sum_j M_ij v_j
+    # the row updates on numpy views of the same float64 arrays: elementwise IEEE operations give the same numbers as
+    # the torch ones at less per-call overhead; the row norm (its summation order) and G's update stay torch's
+    Vn, Gn = V.numpy(), G.numpy()
+    dn = d.contiguous().numpy()
+    concave = dn < 0
+    neg_d = np.maximum(-dn, 1e-300)                             # -M_ii, clamped (used where M_ii < 0)
     columns = M.transpose(1, 2).contiguous()
-    for _ in range(sweeps):
-        for i in range(n):
-            g = G[:, i] - d[:, i:i + 1] * V[:, i]
-            norm = g.norm(dim=-1, keepdim=True).clamp_min(1e-300)
-            length = torch.where(concave[:, i:i + 1], (norm / (-d[:, i:i + 1]).clamp_min(1e-300)).clamp(max=1.0),
-                                 torch.ones_like(norm))
-            new = g / norm * length
-            G += columns[:, i].unsqueeze(-1) * (new - V[:, i]).unsqueeze(1)
-            V[:, i] = new
+    with np.errstate(all="ignore"):                             # inf / nan as torch gives them, silently
+        for _ in range(sweeps):
+            for i in range(n):
+                g = Gn[:, i] - dn[:, i:i + 1] * Vn[:, i]
+                norm = np.maximum(torch.from_numpy(g).norm(dim=-1, keepdim=True).numpy(), 1e-300)
+                length = np.where(concave[:, i:i + 1], np.minimum(norm / neg_d[:, i:i + 1], 1.0), 1.0)
+                new = g / norm * length
+                G += columns[:, i].unsqueeze(-1) * torch.from_numpy(new - Vn[:, i]).unsqueeze(1)
+                Vn[:, i] = new
     return V
 
 

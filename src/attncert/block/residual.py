@@ -51,8 +51,6 @@ import torch
 from torch.func import hessian, jacfwd, jacrev, vmap
 
 from attncert.block.map import DTYPE, BlockTransition, Tape, forward, specification_values
-
-
 from attncert.block.certificate import certify_transition
 from attncert.block.crown import crown_bounds
 from attncert.block.box_qp import (QuadraticForms, box_qp_max, box_qp_upper, effective_rank, entropy_rank,
@@ -173,8 +171,8 @@ def max_bilinear_box(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.maximum(best, val.amax(-1))
 
 
-def per_op_maxima(tr: BlockTransition, cv: Curvature) -> dict:
-    """Per node group, (m, width) exact maxima M_n over the unit box of 1/2 u^T H_n u."""
+def per_op_maxima(tr: BlockTransition, cv: Curvature, block: int = 64) -> dict:
+    """Per node group, (m, width) exact maxima M_n over the unit box of 1/2 u^T H_n u (`block` product rows at once)."""
     d2 = second_derivatives(tr, cv)
     out = {}
     for grp in tr.groups:
@@ -188,7 +186,9 @@ def per_op_maxima(tr: BlockTransition, cv: Curvature) -> dict:
             sign = torch.sign(lam)                                # (m, width)
             a = Jx.unsqueeze(0).expand(m, w, -1)
             b = Jy.unsqueeze(0) * sign.unsqueeze(-1)
-            out[grp.name] = lam.abs() * max_bilinear_box(a.reshape(m * w, -1), b.reshape(m * w, -1)).reshape(m, w)
+            a, b = a.reshape(m * w, -1), b.reshape(m * w, -1)     # independent rows: blocks that stay in cache
+            out[grp.name] = lam.abs() * torch.cat([max_bilinear_box(a[k:k + block], b[k:k + block])
+                                                   for k in range(0, m * w, block)]).reshape(m, w)
     return out
 
 
@@ -258,9 +258,9 @@ def ascent(tr: BlockTransition, C: torch.Tensor, g0, grad, radii, starts: torch.
     arg = torch.zeros(m, R, d, dtype=DTYPE)
     ratio = (step_end / step0) ** (1.0 / max(steps - 1, 1))
     for t in range(steps + 1):
-        x = delta.detach().requires_grad_(True)
+        x = delta.detach().requires_grad_(t < steps)                 # the last evaluation: its value only
         f = residual_values(tr, C, g0, grad, x)
-        (gx,) = torch.autograd.grad(f.sum(), x)
+        gx = torch.autograd.grad(f.sum(), x)[0] if t < steps else None
         with torch.no_grad():
             fv, k = f.max(-1)
             better = fv > best
@@ -354,9 +354,9 @@ def analyze_transition(tr: BlockTransition, C: np.ndarray, radii, *, qp_starts: 
     sm_starts[sm_starts == 0] = 1.0
     merged = box_qp_max(SF, sm_starts, qp_steps, max(qp_sweeps // 2, 1))[0].reshape(m, H).sum(-1)
     S_soft = S - by_cat["exp"] - by_cat["reciprocal"] + merged
-    eff = effective_rank(cv.hessian)
-    spec_ratio = spectral_ratio(cv.hessian)
-    ent_rank, stab_rank = entropy_rank(cv.hessian), stable_rank(cv.hessian)
+    mu = torch.linalg.eigvalsh(cv.hessian)                            # one spectrum for the four summaries
+    eff, spec_ratio, ent_rank, stab_rank = (f(cv.hessian, mu) for f in (effective_rank, spectral_ratio, entropy_rank,
+                                                                         stable_rank))
     t0 = tick("per_op", t0)
     # ascent on f: starts +-u*, +-(second local maximum), random vertices, +-(SDP rounding vertices)
     u2 = _distinct_second(vals, us, u_star)
