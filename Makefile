@@ -36,14 +36,17 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 
 setup: $(VENV)/.installed
 
-# data/logs/make_run.timing: `setup S run R rc C` (wall seconds of the set-up and of the pipeline, its exit code);
-# `python -m attncert.paper_comparison.readme_results --timing data/logs/make_run.timing` records a fresh clone's
-# run in data/reference_run.json and the README
+# data/logs/make_run.timing: `setup S run R cpu C rc X` (wall seconds of the set-up and of the pipeline, the user +
+# system CPU seconds of the pipeline's process tree, from the shell's `times` before and after it, and its exit
+# code); `python -m attncert.paper_comparison.readme_results --timing data/logs/make_run.timing` records a fresh
+# clone's run in data/reference_run.json and the README
 run:
-	@t0=$$(date +%s.%N); $(MAKE) --no-print-directory setup || exit $$?; t1=$$(date +%s.%N); \
-	$(BIN)/snakemake --cores all; rc=$$?; t2=$$(date +%s.%N); mkdir -p data/logs; \
-	awk -v a=$$t0 -v b=$$t1 -v c=$$t2 -v rc=$$rc 'BEGIN { printf "setup %.1f run %.1f rc %d\n", b - a, c - b, rc }' \
-	  > data/logs/make_run.timing; exit $$rc
+	@t0=$$(date +%s.%N); $(MAKE) --no-print-directory setup || exit $$?; mkdir -p data/logs; \
+	times > data/logs/.times_before; t1=$$(date +%s.%N); \
+	$(BIN)/snakemake --cores all; rc=$$?; t2=$$(date +%s.%N); times > data/logs/.times_after; \
+	awk -v a=$$t0 -v b=$$t1 -v c=$$t2 -v rc=$$rc -f workflow/cpu_of_times.awk data/logs/.times_before \
+	  data/logs/.times_after > data/logs/make_run.timing; rm -f data/logs/.times_before data/logs/.times_after; \
+	exit $$rc
 
 # -n 2: two pytest-xdist workers, one per core of the 2-core machine the README assumes
 test: setup

@@ -106,7 +106,7 @@ def test_a_measured_run_fills_the_run_record_and_adopting_a_snapshot_keeps_it(tm
     (tmp_path / "data" / SNAPSHOT.name).write_text(json.dumps(snap))
     (tmp_path / "README.md").write_text(f"intro\n{RUN_BEGIN}\nold\n{RUN_END}\n{BEGIN}\nold\n{END}\n")
     _bench(tmp_path, 600.0, 1150.0)
-    (tmp_path / "timing").write_text("setup 70 run 700 rc 0\n")
+    (tmp_path / "timing").write_text("setup 70 run 700 cpu 1150 rc 0\n")
     assert main(["--timing", "timing", "--cores", "2"]) == 0 and main(["--check"]) == 0
     run = {"wall_seconds": 700.0, "setup_seconds": 70.0, "cpu_seconds": 1150.0, "job_seconds": 600.0, "jobs": 1,
            "cores": 2}

@@ -18,7 +18,7 @@ def _benchmarks(root):
     return root / "benchmarks"
 
 
-def _timing(path, text="setup 83.46 run 671.2 rc 0\n"):
+def _timing(path, text="setup 83.46 run 671.2 cpu 1290.04 rc 0\n"):
     path.write_text(text)
     return path
 
@@ -27,15 +27,39 @@ def test_record_sums_the_benchmarked_jobs_and_takes_the_timing_line(tmp_path):
     files = benchmark_files([_benchmarks(tmp_path)])
     assert len(files) == len(JOBS)
     record = record_from_run(_timing(tmp_path / "t"), files, cores=2)
-    assert record == {"wall_seconds": 671.2, "setup_seconds": 83.5, "cpu_seconds": 128.5, "job_seconds": 72.5,
+    assert record == {"wall_seconds": 671.2, "setup_seconds": 83.5, "cpu_seconds": 1290.0, "job_seconds": 72.5,
                       "jobs": 3, "cores": 2}
     assert sentence(record) == ("`make run`, fresh clone, 2 cores: set-up 84 s, pipeline 11.2 min "
-                                "(3 timed jobs, 2.1 min CPU).")
+                                "(3 timed jobs, 21.5 min CPU).")
+
+
+def test_a_timing_line_without_cpu_gives_no_cpu_figure(tmp_path):
+    """The benchmarks' sampled cpu_time is never summed in its place (it reads ~15 s for a 32 s job)."""
+    record = record_from_run(_timing(tmp_path / "t", "setup 83.46 run 671.2 rc 0\n"),
+                             benchmark_files([_benchmarks(tmp_path)]), cores=2)
+    assert record["cpu_seconds"] is None
+    assert sentence(record) == "`make run`, fresh clone, 2 cores: set-up 84 s, pipeline 11.2 min (3 timed jobs)."
+
+
+def test_the_makefile_timing_line_parses(tmp_path):
+    """workflow/cpu_of_times.awk turns two `times` outputs into the line read_timing reads."""
+    import subprocess
+    from pathlib import Path
+
+    awk = Path(__file__).resolve().parents[2] / "workflow" / "cpu_of_times.awk"
+    (tmp_path / "b").write_text("0m0.01s 0m0.00s\n0m1.50s 0m0.25s\n")
+    (tmp_path / "a").write_text("0m0.02s 0m0.00s\n21m3.25s 1m0.50s\n")
+    out = subprocess.run(["awk", "-v", "a=0", "-v", "b=30.25", "-v", "c=700", "-v", "rc=0", "-f", str(awk),
+                          str(tmp_path / "b"), str(tmp_path / "a")], capture_output=True, text=True, check=True).stdout
+    assert out == "setup 30.2 run 669.8 cpu 1322.0 rc 0\n"
+    assert read_timing(_timing(tmp_path / "t", out)) == (30.2, 669.8, 1322.0)
 
 
 @pytest.mark.parametrize("text, message", [
     ("setup 83 run 671 rc 1", "the run failed"),
     ("setup 83 run 671", "expected one line"),
+    ("setup 83 run 671 cpu 9 cpu 9 rc 0", "expected one line"),
+    ("setup 83 run 671 cpu -1 rc 0", "cpu must be >= 0"),
     ("setup x run 671 rc 0", "must be seconds"),
     ("setup 83 run 0 rc 0", "run > 0"),
     ("setup nan run 671 rc 0", "setup must be >= 0"),
