@@ -2,6 +2,8 @@
 # certificate and the weights, without a solver, every unit of the run's recorded grid present; the extracted
 # weights compared with the checkpoint; every summary table recomputed from the row tables (attncert.audit;
 # docs/audit.md). One table per model.
+from attncert.audit.certificate_pieces import certificate_parts as _certificate_parts
+
 AUDIT_OUTPUTS = [f"figures/tables/{MODEL}/audit.csv", f"figures/tables/{MODEL}/audit.md"]
 
 
@@ -38,7 +40,7 @@ rule run_configuration:
 # from the weights; attncert.audit.certificate_pieces); the merge joins their records in the order `attncert audit`
 # writes them; the final audit adds the weights against the checkpoint and the summary tables recomputed from the
 # row tables, and writes audit.csv and audit.md.
-AUDIT_CERTIFICATE_PARTS = AUDIT_CERTIFICATE_PARTS + [f"block{T}" for T in sorted(BLOCK_TRANSITIONS)]  # block.smk's
+AUDIT_CERTIFICATE_PARTS = _certificate_parts(LAYERS, BLOCK_TRANSITIONS)  # the order `attncert audit` audits them
 
 
 rule audit_certificates:

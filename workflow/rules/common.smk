@@ -101,12 +101,6 @@ def priority_of(rule):
     return int(_JOB_SECONDS.get(rule, {}).get("priority", 0))
 
 
-# The audit's certificate part, one job per piece (workflow/rules/audit.smk): each certification layer, the
-# long-context table, the block table's own checks, in the order `attncert audit` audits them; audit.smk adds one
-# piece per block transition (BLOCK_TRANSITIONS is block.smk's).
-AUDIT_CERTIFICATE_PARTS = [f"layer{L}" for L in LAYERS] + ["long_context", "block"]
-
-
 def audit_part_inputs(wc):
     """The files one piece of the certificate audit reads (besides the run's recorded configuration): the block
     table alone for its own checks; the table, one transition's certificates and its two layers' weights for a

@@ -4,7 +4,8 @@ of it re-derived from its stored certificate and the weights, written as records
 import time
 from pathlib import Path
 
-from attncert.audit.audit_table import audit_certificate_part, part_stage, recorded_coverage, write_records
+from attncert.audit.audit_table import audit_certificate_part, recorded_coverage, write_records
+from attncert.audit.certificate_pieces import part_stage
 from attncert.integrity.intermediate_check import expect_model_of
 from attncert.provenance.job_log import start_job_log
 from attncert.provenance.provenance import provenance, write_sidecar

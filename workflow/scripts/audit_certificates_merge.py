@@ -5,7 +5,8 @@ import json
 import sys
 from pathlib import Path
 
-from attncert.audit.audit_table import block_transitions, certificate_parts, join_records, recorded_coverage
+from attncert.audit.audit_table import join_records, recorded_coverage
+from attncert.audit.certificate_pieces import block_transitions, certificate_parts
 from attncert.audit.table_coverage import AuditInputError
 from attncert.integrity.file_integrity import sidecar_path
 from attncert.integrity.intermediate_check import expect_model_of, regenerate_command, verify_intermediate

@@ -32,7 +32,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from attncert.audit.row_audit import NUMBERS, Expect, Outcome
-from attncert.audit.certificate_pieces import block_transitions, certificate_parts, part_stage  # noqa: F401
+from attncert.audit.certificate_pieces import block_transitions, certificate_parts, part_stage
 from attncert.audit.run_configuration import RunConfigurationError, read_run_configuration, run_configuration_path
 from attncert.audit.table_coverage import (AuditInputError, CoverageConfig, block_records, completeness_records,
                                            read_grid_config)
