@@ -1,9 +1,9 @@
 # Paper B (Min-IP): constructions checked exhaustively, the witness family and its proven rank bound,
-# one training job per (setting, model) running every seed, then tables (figures/tables/minip/{grid}/minip_*) and
+# training jobs (each: a group of a setting's models, every seed), then tables (figures/tables/minip/{grid}/minip_*) and
 # figures (figures/minip/{grid}/*). Everything is model-independent (no transformer weights are read): the paths
 # carry the grid's name `minip.name` ({grid}) instead of the model's, so two grids never share a file.
 from attncert.minip.sweep import (data_dir as _minip_data_dir, runs as _minip_runs, run_params as _minip_run_params,
-                                  table_inputs as _minip_table_inputs)
+                                  table_inputs as _minip_table_inputs, train_parts as _minip_train_parts)
 from attncert.minip.codes import hadamard as _minip_hadamard
 from attncert.minip.figure_names import FIGURES as _MINIP_FIGURE_NAMES
 
@@ -17,6 +17,7 @@ except ValueError as _e:
 
 MINIP_NAME = MINIP["name"]
 MINIP_RUNS = [f"{_minip_data_dir(MINIP_NAME)}/{r.path}" for r in _minip_runs(MINIP)]
+MINIP_TRAIN_PARTS = _minip_train_parts(MINIP)  # the training jobs' groups of models (rule minip_train_*)
 MINIP_THRESHOLD = MINIP["scaling"]["threshold"]
 MINIP_REPORT_THRESHOLDS = MINIP["scaling"]["report_thresholds"]
 MINIP_FIGURES = [f"figures/minip/{MINIP_NAME}/{name}" for name in _MINIP_FIGURE_NAMES]
@@ -83,37 +84,45 @@ rule minip_constructions:
         "../scripts/minip_constructions.py"
 
 
-# One job per (setting, model) trains every seed in turn: a run takes seconds, and starting a job
-# (Python, torch, the script's imports) costs about as much again. Each seed still gets its own
-# record and sidecar, and each run starts from torch.manual_seed(seed) exactly as in its own process.
-rule minip_train:
-    output:
-        json=expand("data/minip/{{grid}}/runs/{{setting}}/{{model}}_s{seed}.json", seed=MINIP["seeds"]),
-        sidecar=expand("data/minip/{{grid}}/runs/{{setting}}/{{model}}_s{seed}.json.json", seed=MINIP["seeds"]),
-    wildcard_constraints:
-        setting=r"witness|m\d+-n\d+",
-        model=r"r\d+|dense",
-    params:
-        grid=MINIP_NAME,
-        run=lambda wc: _minip_run_params(MINIP, wc.setting, config["device"]),
-        seeds=MINIP["seeds"],
-        code=code("minip_train.py"),
-    threads: 1
-    priority: priority_of("minip_train")
-    # on a cluster, these short jobs are packed into one scheduler job (profile: group-components)
-    group:
-        "minip_train"
-    conda:
-        "../../environment.yml"
-    resources:
-        mem_mb=1000,
-        runtime=2 + 2 * len(MINIP["seeds"]),  # minutes; a run takes seconds on the default grid
-    log:
-        "data/logs/minip/{grid}/train/{setting}/{model}.log",
-    benchmark:
-        "benchmarks/minip/{grid}/train/{setting}/{model}.tsv"
-    script:
-        "../scripts/minip_train.py"
+# One training job per group of a setting's models trains every seed of each model in turn: a run takes
+# seconds, and starting a job (Python, torch, the script's imports) costs about as much again. The groups
+# (attncert.minip.sweep.train_parts) keep each job's estimated cost within about 50 s. Snakemake's outputs
+# cannot depend on wildcards, so each group is a rule of its own, named minip_train_{family}_{part}
+# (family: witness, or n{length} for the scaling settings of one length; all minip_train in the cost file
+# and on a cluster). Each (model, seed) still gets its own record and sidecar, and each run starts from
+# torch.manual_seed(seed) exactly as in its own process.
+for _part in MINIP_TRAIN_PARTS:
+    rule:
+        name:
+            f"minip_train_{_part.name}"
+        output:
+            json=[f"data/minip/{{grid}}/runs/{{setting}}/{m}_s{s}.json" for m in _part.models for s in MINIP["seeds"]],
+            sidecar=[f"data/minip/{{grid}}/runs/{{setting}}/{m}_s{s}.json.json" for m in _part.models
+                     for s in MINIP["seeds"]],
+        wildcard_constraints:
+            setting="|".join(re.escape(s) for s in _part.settings),
+        params:
+            grid=MINIP_NAME,
+            run=lambda wc: _minip_run_params(MINIP, wc.setting, config["device"]),
+            seeds=MINIP["seeds"],
+            models=list(_part.models),
+            code=code("minip_train.py"),
+        threads: 1
+        priority: priority_of("minip_train")
+        # on a cluster, these jobs are packed into fewer scheduler jobs (profile: group-components)
+        group:
+            "minip_train"
+        conda:
+            "../../environment.yml"
+        resources:
+            mem_mb=1000,
+            runtime=2 + 2 * len(MINIP["seeds"]) * len(_part.models),  # minutes; a run takes seconds on the default grid
+        log:
+            f"data/logs/minip/{{grid}}/train/{{setting}}/{_part.part}.log",
+        benchmark:
+            f"benchmarks/minip/{{grid}}/train/{{setting}}/{_part.part}.tsv"
+        script:
+            "../scripts/minip_train.py"
 
 
 rule minip_collect:

@@ -36,12 +36,11 @@ _BENCHMARKED = (
        ("minip_table", {"grid": MINIP_NAME, "table": MINIP_TABLES})]
 )
 _LC_PARTS = [(T, h) for T in LC.get("lengths", []) for h in LC.get("heads", [])] if LC else []
-_MINIP_JOBS = sorted({(r.setting, r.model) for r in _minip_runs(MINIP)})  # one training job per (setting, model)
 RUN_BENCHMARKS = [b for rule, values in _BENCHMARKED for b in expand(getattr(rules, rule).benchmark, **values)]
 RUN_BENCHMARKS += expand(rules.long_context_certify.benchmark, zip, model=[MODEL] * len(_LC_PARTS),
                          length=[T for T, _ in _LC_PARTS], head=[h for _, h in _LC_PARTS])
-RUN_BENCHMARKS += expand(rules.minip_train.benchmark, zip, grid=[MINIP_NAME] * len(_MINIP_JOBS),
-                         setting=[s for s, _ in _MINIP_JOBS], model=[m for _, m in _MINIP_JOBS])
+RUN_BENCHMARKS += [f"benchmarks/minip/{MINIP_NAME}/train/{setting}/{p.part}.tsv"  # rules minip_train_*
+                   for p in MINIP_TRAIN_PARTS for setting in p.settings]
 # the configuration files Snakemake read (relative to the working directory where they lie under it)
 CONFIG_FILES = list(dict.fromkeys(
     os.path.relpath(f) if not os.path.relpath(f).startswith("..") else str(f) for f in workflow.configfiles))

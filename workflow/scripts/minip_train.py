@@ -1,6 +1,8 @@
-"""Snakemake entry point: the Min-IP training runs of one (setting, model), one per seed -> one JSON
-record (and sidecar) per run. The seeds run one after another in this process; each run seeds torch
-and numpy itself (attncert.minip.training), so its record is the one a process of its own would write."""
+"""Snakemake entry point: the Min-IP training runs of one group of a setting's models (rules
+minip_train_*), every seed of each model -> one JSON record (and sidecar) per (model, seed). The runs go
+one after another in this process; each run seeds torch and numpy itself (attncert.minip.training), so
+its record is the one a process of its own would write. A run's sidecar records the parameters a run
+depends on (grid, run, seeds, code), not the group's list of models, so it does not depend on the group."""
 import logging
 import sys
 
@@ -15,12 +17,14 @@ sm = snakemake  # noqa: F821 - injected by Snakemake
 start_job_log(sm.log[0])
 run = sm.params.run  # attncert.minip.sweep.run_params: what these runs depend on
 seeds = [int(s) for s in sm.params.seeds]
-setting, model = sm.wildcards.setting, sm.wildcards.model
-kind, rank = parse_model(model)
+models = [str(m) for m in sm.params.models]
+run_provenance = {"grid": sm.params.grid, "run": run, "seeds": sm.params.seeds, "code": sm.params.code}
+setting = sm.wildcards.setting
 what, bits, length = parse_setting(setting)
 train = TrainConfig(**run["train"])
-if len(sm.output.json) != len(seeds) or len(sm.output.sidecar) != len(seeds):
-    sys.exit(f"attncert: minip_train: {len(seeds)} seeds but {len(sm.output.json)} outputs")
+jobs = [(model, seed) for model in models for seed in seeds]  # the order of the rule's outputs
+if len(sm.output.json) != len(jobs) or len(sm.output.sidecar) != len(jobs):
+    sys.exit(f"attncert: minip_train: {len(jobs)} runs but {len(sm.output.json)} outputs")
 try:
     resolve_device(run["device"])
 except DeviceError as e:
@@ -29,9 +33,10 @@ family = None
 if what == "witness":
     w = run["witness"]
     family = witness_family(w["bits"], w["queries"], w["ladder_step"])
-for seed, out_json in zip(seeds, sm.output.json):
-    if not out_json.endswith(f"_s{seed}.json"):
-        sys.exit(f"attncert: minip_train: output {out_json} is not the run of seed {seed}")
+for (model, seed), out_json in zip(jobs, sm.output.json):
+    if not out_json.endswith(f"/{model}_s{seed}.json"):
+        sys.exit(f"attncert: minip_train: output {out_json} is not the run of model {model} seed {seed}")
+    kind, rank = parse_model(model)
     logging.info("setting %s model %s seed %d params %s", setting, model, seed, run)
     if what == "witness":
         record = run_witness(family=family, kind=kind, rank=rank, seed=seed, train=train, device=run["device"])
@@ -45,7 +50,7 @@ for seed, out_json in zip(seeds, sm.output.json):
     write_sidecar(
         out_json,
         provenance(
-            sm.params,
+            run_provenance,
             stage="minip_train",
             model_id="minip",
             seeds={"run": seed, **({"pool": run["scaling"]["pool_seed"]} if "scaling" in run else {})},

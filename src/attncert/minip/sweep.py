@@ -21,6 +21,7 @@ criteria, median over seeds of a per-run statistic c(run) below a level,
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass
 
@@ -80,6 +81,71 @@ def runs(cfg: dict) -> list[Run]:
             setting = scaling_setting(bits, spec["length"])
             out += [Run(setting, m, s) for m in [f"r{r}" for r in spec["ranks"]] + ["dense"] for s in seeds]
     return out
+
+
+# Training jobs. One job trains several runs of one setting in turn (starting a job -- Python, torch,
+# the script's imports -- costs about as much as a short run): the models of a setting, in the config's
+# order, cut into as few contiguous groups as keep each group's estimated cost within JOB_SECONDS.
+# Estimated cost of a run: RUN_SECONDS_PER_STEP x its training steps (one CPU thread; measured on the
+# default grid: witness runs ~3 s at 1500 steps, scaling runs ~2 s at 1000 steps; the paper grid's
+# 715 runs come to ~3900 s by this estimate against ~3850 s measured).
+RUN_SECONDS_PER_STEP = 0.002
+JOB_SECONDS = 50.0
+
+
+def setting_models(cfg: dict, setting: str) -> list[str]:
+    """The models of `setting` in the config's order: 'r{rank}' for each rank of the grid, then 'dense'."""
+    kind, _bits, length = parse_setting(setting)
+    if kind == "witness":
+        ranks = cfg["witness"]["ranks"]
+    else:
+        ranks = next(s for s in cfg["scaling"]["lengths"] if s["length"] == length)["ranks"]
+    return [f"r{r}" for r in ranks] + ["dense"]
+
+
+@dataclass(frozen=True)
+class TrainPart:
+    """One group of models, trained by one job per setting of `settings` (every seed of each model).
+
+    `family` is "witness" or "n{length}" (the scaling settings of one sequence length): the settings of a
+    family share their models and training steps, hence their groups. `part` ("part0", "part1", ...) names
+    the group within a setting (its log and benchmark file)."""
+    family: str
+    part: str
+    settings: tuple[str, ...]
+    models: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.family}_{self.part}"
+
+
+def train_parts(cfg: dict) -> list[TrainPart]:
+    """The groups of the training jobs (comment above `RUN_SECONDS_PER_STEP`), family by family."""
+    families: dict[str, list[str]] = {}
+    for run in runs(cfg):
+        _kind, _bits, length = parse_setting(run.setting)
+        family = families.setdefault("witness" if length is None else f"n{length}", [])
+        if run.setting not in family:
+            family.append(run.setting)
+    out = []
+    for family, settings in families.items():
+        models = setting_models(cfg, settings[0])
+        cost = len(models) * len(cfg["seeds"]) * RUN_SECONDS_PER_STEP * train_config(cfg, settings[0]).steps
+        n = min(len(models), max(1, math.ceil(cost / JOB_SECONDS)))
+        size, extra = divmod(len(models), n)  # the first `extra` groups take one model more
+        start = 0
+        for i in range(n):
+            stop = start + size + (i < extra)
+            out.append(TrainPart(family, f"part{i}", tuple(settings), tuple(models[start:stop])))
+            start = stop
+    return out
+
+
+def train_jobs(cfg: dict) -> dict[tuple[str, str], tuple[str, ...]]:
+    """{(setting, part): its models}: every training job of the grid. A run's record does not depend on
+    the job that trains it (each run seeds torch and numpy itself)."""
+    return {(setting, p.part): p.models for p in train_parts(cfg) for setting in p.settings}
 
 
 def table_inputs(table: str, name: str) -> dict[str, str]:
