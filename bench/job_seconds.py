@@ -73,6 +73,19 @@ BENCHMARK_RULES = (
 )
 
 
+# Rules generated one per group of jobs (workflow/rules/minip.smk: minip_train_{family}_{part}, which groups
+# depend on the config): one cost entry, under the family's name.
+RULE_FAMILIES = ((r"minip_train_\w+", "minip_train"),)
+
+
+def rule_family(name: str) -> str:
+    """The name a rule's cost is listed under: its family's for a generated rule (`RULE_FAMILIES`), else its own."""
+    for pattern, family in RULE_FAMILIES:
+        if re.fullmatch(pattern, name):
+            return family
+    return name
+
+
 def rule_of(relative: str) -> str | None:
     """The rule whose benchmark file is `relative` (a path under benchmarks/), None for an unknown file. The
     last matching pattern wins (certificates_merge is also a certificates_ name)."""
@@ -123,12 +136,13 @@ def recorded_seconds(run: Path, model: str) -> dict[str, float]:
 
 
 def rule_graph(configfile: str | None = None) -> tuple[list[str], dict[str, set[str]]]:
-    """(rules, {rule: the rules that read its outputs}) of the configuration's DAG (`snakemake --rulegraph`)."""
+    """(rules, {rule: the rules that read its outputs}) of the configuration's DAG (`snakemake --rulegraph`),
+    generated rules under their family's name (`rule_family`)."""
     cmd = [str(Path(sys.executable).with_name("snakemake")), "--rulegraph", "--forceall", "--cores", "1"]
     if configfile:
         cmd += ["--configfile", configfile]
     dot = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=True).stdout
-    names = dict(re.findall(r"^\s*(\d+)\[label = \"(\w+)\"", dot, re.M))
+    names = {k: rule_family(v) for k, v in re.findall(r"^\s*(\d+)\[label = \"(\w+)\"", dot, re.M)}
     after: dict[str, set[str]] = {name: set() for name in names.values()}
     for a, b in re.findall(r"^\s*(\d+) -> (\d+)", dot, re.M):
         after[names[a]].add(names[b])

@@ -1,4 +1,4 @@
-"""Profile one `minip_train` job (workflow/scripts/minip_train.py) outside Snakemake: its phases and a cProfile.
+"""Profile one model's runs of a Min-IP training job (workflow/scripts/minip_train.py): its phases and a cProfile.
 
     python -m bench.profile_minip_train \
         --setting witness --model r8 --tag before

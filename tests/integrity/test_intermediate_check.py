@@ -136,19 +136,24 @@ def test_write_sidecar_needs_the_file_first(tmp_path):
 def _rule_outputs() -> dict[str, list[str]]:
     """{rule: its output paths with sample wildcard values}, read from the text of workflow/rules/*.smk."""
     sample = {"model": "m", "layer": "3", "transition": "2", "setting": "witness", "seed": "0", "table": "witness",
-              "grid": "g", "length": "16", "head": "0", "audit_part": "layer1"}
+              "grid": "g", "length": "16", "head": "0", "audit_part": "layer1", "m": "r1", "s": "0"}
     out = {}
     for smk in sorted((REPO / "workflow" / "rules").glob("*.smk")):
         text = smk.read_text()
         consts = dict(re.findall(r'^([A-Z_]+) = \[?"([^"]+)"\]?$', text, re.M))
-        for m in re.finditer(r"^rule (\w+):\n(.*?)(?=^rule |\Z)", text, re.M | re.S):
-            section = re.search(r"^    output:\n(.*?)(?=^    \w+:|\Z)", m.group(2), re.M | re.S)
+        blocks = [(m.group(1), m.group(2), "    ") for m in re.finditer(r"^rule (\w+):\n(.*?)(?=^rule |^for |\Z)",
+                                                                   text, re.M | re.S)]
+        # rules generated in a loop, one per group of jobs (`name: f"{family}_{...}"`): under the family's name
+        blocks += [(m.group(1), m.group(2), "        ") for m in re.finditer(
+            r'^    rule:\n        name:\n            f"(\w+?)_\{[^\n]*\n(.*?)(?=^\S|\Z)', text, re.M | re.S)]
+        for rule, body, indent in blocks:
+            section = re.search(rf"^{indent}output:\n(.*?)(?=^{indent}\w+:|\Z)", body, re.M | re.S)
             paths = re.findall(r'"([^"]+)"', section.group(1)) if section else []
             paths += (
                 [consts[c] for c in re.findall(r"\b([A-Z_]+)\b", section.group(1)) if c in consts] if section else []
             )
-            out[m.group(1)] = [re.sub(r"\{+(\w+)\}+", lambda w: sample.get(w.group(1), w.group(1)), p) for p in paths
-                               if p.startswith(("data/", "figures/"))]  # not the report captions
+            out[rule] = [re.sub(r"\{+(\w+)\}+", lambda w: sample.get(w.group(1), w.group(1)), p) for p in paths
+                         if p.startswith(("data/", "figures/"))]  # not the report captions
     return out
 
 
@@ -168,6 +173,9 @@ def test_the_producing_rules_are_the_rules_that_write_those_files():
     assert regenerate_command("/x/run/data/extract/gpt2/layer11.npz") == \
         "snakemake --cores all data/extract/gpt2/layer11.npz --forcerun extract"
     assert regenerate_command("elsewhere/file.csv") == "snakemake --cores all --force elsewhere/file.csv"
+    # the Min-IP runs' rules are one per group of jobs (minip_train_*): the run's own job is forced
+    assert regenerate_command("data/minip/default/runs/witness/r1_s0.json") == \
+        "snakemake --cores all --force data/minip/default/runs/witness/r1_s0.json"
 
 
 def test_snakemake_reads_the_command_as_one_target_and_its_rule():
@@ -175,7 +183,8 @@ def test_snakemake_reads_the_command_as_one_target_and_its_rule():
     from snakemake.cli import get_argument_parser
 
     parser = get_argument_parser()
-    for path, rule in (("data/certify/m/layer0_spec.npz", {"certify_layer"}), ("elsewhere/file.csv", set())):
+    for path, rule in (("data/certify/m/layer0_spec.npz", {"certify_layer"}), ("elsewhere/file.csv", set()),
+                       ("data/minip/g/runs/witness/r1_s0.json", set())):
         args = parser.parse_args(regenerate_command(path).split()[1:])
         assert list(args.targets) == [path] and set(args.forcerun) == rule and args.force == (not rule)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.job_seconds import priorities, rule_of
+from bench.job_seconds import priorities, rule_family, rule_of
 from conftest import REPO
 
 RULES = REPO / "workflow" / "rules"
@@ -14,10 +14,15 @@ COST = yaml.safe_load((REPO / "workflow" / "config" / "job_seconds.yaml").read_t
 
 
 def _rules() -> dict[str, str]:
-    """{rule name: its body} of every rule in workflow/rules/*.smk."""
+    """{rule name: its body} of every rule in workflow/rules/*.smk; a rule generated in a loop, one per group of
+    jobs (`name: f"{family}_{...}"`), under its family's name."""
     out = {}
     for smk in sorted(RULES.glob("*.smk")):
-        for m in re.finditer(r"^rule (\w+):\n(.*?)(?=^\S|\Z)", smk.read_text(), re.M | re.S):
+        text = smk.read_text()
+        for m in re.finditer(r"^rule (\w+):\n(.*?)(?=^\S|\Z)", text, re.M | re.S):
+            out[m.group(1)] = m.group(2)
+        generated = r'^    rule:\n        name:\n            f"(\w+?)_\{[^\n]*\n(.*?)(?=^\S|\Z)'
+        for m in re.finditer(generated, text, re.M | re.S):
             out[m.group(1)] = m.group(2)
     return out
 
@@ -36,15 +41,22 @@ def test_every_rule_has_a_measured_priority_and_resources():
 
 def test_every_benchmark_file_maps_to_its_rule():
     for name, body in _rules().items():
-        m = re.search(r"benchmark:\n\s+\"([^\"]+)\"", body)
+        m = re.search(r"benchmark:\n\s+f?\"([^\"]+)\"", body)
         if m is None:
             continue
         values = {"model": "mdl", "grid": "default", "layer": "1", "transition": "1", "length": "16", "head": "3",
                   "audit_part": "layer1"}
-        sample = re.sub(r"\{(\w+)\}", lambda w: values.get(w.group(1), "a_name"), m.group(1))
-        if name == "minip_train":  # its {model} is the Min-IP model (r1, dense), not the run's
-            sample = sample.replace("train/a_name/mdl", "train/m8-n2/r1")
+        sample = re.sub(r"\{+([\w.]+)\}+", lambda w: values.get(w.group(1), "a_name"), m.group(1))
         assert rule_of(sample.removeprefix("benchmarks/")) == name, (name, sample)
+
+
+def test_the_minip_training_rules_are_one_family():
+    """One rule per group of Min-IP training jobs (minip_train_{family}_{part}): one cost entry, minip_train."""
+    assert "minip_train" in _rules()
+    for name in ("minip_train_witness_part0", "minip_train_n3_part1"):
+        assert rule_family(name) == "minip_train"
+    assert rule_family("minip_collect") == "minip_collect"
+    assert rule_of("minip/default/train/m8-n2/part0.tsv") == "minip_train"
 
 
 def test_priority_is_the_longest_chain_to_the_end():

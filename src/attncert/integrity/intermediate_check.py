@@ -49,6 +49,11 @@ PRODUCED_BY = (
     (r"figures/tables/minip/(?P<grid>[^/]+)/minip_measured\.json", "minip_measured"),
 )
 
+# Producing "rules" above that stand for a family of rules, one per group of jobs (workflow/rules/minip.smk:
+# minip_train_{family}_{part}, which group depends on the config): no rule of that name to force, so the
+# command forces the target's own job instead.
+RULE_FAMILIES = frozenset({"minip_train"})
+
 
 class IntermediateError(Exception):
     """An intermediate file that must not be read: missing, without a usable sidecar, or not the file its
@@ -111,10 +116,11 @@ def _check_model(path: Path, record: dict, side: Path) -> None:
 
 
 def regenerate_command(path: str | Path) -> str:
-    """The command that rewrites `path` even though it exists (run in the pipeline's working directory).
+    """The command that rewrites `path` even though it exists (run in the pipeline's working directory):
+    `--forcerun` its producing rule, or `--force` the target itself (an unknown file, or a rule family).
     The target comes before `--forcerun`, which takes every word after it as a rule name."""
     rule, target = producing_rule(path)
-    if rule is None:
+    if rule is None or rule in RULE_FAMILIES:
         return f"snakemake --cores all --force {target}"
     return f"snakemake --cores all {target} --forcerun {rule}"
 

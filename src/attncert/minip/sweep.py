@@ -85,7 +85,10 @@ def runs(cfg: dict) -> list[Run]:
 
 # Training jobs. One job trains several runs of one setting in turn (starting a job -- Python, torch,
 # the script's imports -- costs about as much as a short run): the models of a setting, in the config's
-# order, cut into as few contiguous groups as keep each group's estimated cost within JOB_SECONDS.
+# order, cut into ceil(cost / JOB_SECONDS) contiguous groups of equal size (the first groups one model more
+# where it does not divide), cost being the estimated seconds of all the setting's runs. So a group's
+# estimate exceeds JOB_SECONDS by less than one model's runs, and no job comes near 90 s on the default grid
+# (witness: 11 models x 3 seeds x 3 s = 99 s -> 2 groups; scaling, length 3: 8 x 3 x 2 s = 48 s -> 1).
 # Estimated cost of a run: RUN_SECONDS_PER_STEP x its training steps (one CPU thread; measured on the
 # default grid: witness runs ~3 s at 1500 steps, scaling runs ~2 s at 1000 steps; the paper grid's
 # 715 runs come to ~3900 s by this estimate against ~3850 s measured).
