@@ -1,8 +1,7 @@
-"""Snakemake entry point: the Min-IP training runs of one group of a setting's models (rules
-minip_train_*), every seed of each model -> one JSON record (and sidecar) per (model, seed). The runs go
-one after another in this process; each run seeds torch and numpy itself (attncert.minip.training), so
-its record is the one a process of its own would write. A run's sidecar records the parameters a run
-depends on (grid, run, seeds, code), not the group's list of models, so it does not depend on the group."""
+"""Snakemake entry point: the Min-IP training runs of one group of a setting's models (rules minip_train_*),
+every seed of each -> one JSON record (and sidecar) per (model, seed), one run after another. Each run seeds
+torch and numpy itself (attncert.minip.training): its record is the one a process of its own would write, and
+its sidecar records the params a run depends on (grid, run, seeds, code), not the group's models."""
 import logging
 import sys
 
