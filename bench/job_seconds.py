@@ -40,6 +40,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from attncert.integrity.intermediate_check import RULE_FAMILIES as _FAMILIES
 from bench import common
 
 REPO = common.REPO
@@ -73,9 +74,9 @@ BENCHMARK_RULES = (
 )
 
 
-# Rules generated one per group of jobs (workflow/rules/minip.smk: minip_train_{family}_{part}, which groups
-# depend on the config): one cost entry, under the family's name.
-RULE_FAMILIES = ((r"minip_train_\w+", "minip_train"),)
+# Rules generated one per group of jobs (`intermediate_check.RULE_FAMILIES`; workflow/rules/minip.smk:
+# minip_train_{family}_{part}, which groups depend on the config): one cost entry, under the family's name.
+RULE_FAMILIES = tuple((rf"{family}_\w+", family) for family in sorted(_FAMILIES))
 
 
 def rule_family(name: str) -> str:
