@@ -17,7 +17,7 @@ start_job_log(sm.log[0])
 run = sm.params.run  # attncert.minip.sweep.run_params: what these runs depend on
 seeds = [int(s) for s in sm.params.seeds]
 models = [str(m) for m in sm.params.models]
-run_provenance = {"grid": sm.params.grid, "run": run, "seeds": sm.params.seeds, "code": sm.params.code}
+run_provenance = {k: v for k, v in sm.params.items() if k != "models"}  # not the group's models
 setting = sm.wildcards.setting
 what, bits, length = parse_setting(setting)
 train = TrainConfig(**run["train"])
