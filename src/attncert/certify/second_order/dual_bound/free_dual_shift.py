@@ -16,8 +16,8 @@ b_r - sum_{A_ri > 0} A_ri hi_i - sum_{A_ri < 0} A_ri lo_i and rises by |A_ri| (h
 minimizer is the first kink, in increasing order, at which the slope turns nonnegative (a weighted median).
 `shift_free_duals` takes the given rows one after the other (one pass of exact coordinate descent).
 
-It only chooses z: the caller bounds the result by `weak_duality_bound`, outward rounded as for any z, and keeps
-the smaller of the two bounds. Where it matters: a column with a wide box and a residual that one equality row
+It only chooses z: `smaller_bound` bounds the result by `weak_duality_bound`, outward rounded as for any z, and
+keeps the smaller of the two bounds. Where it matters: a column with a wide box and a residual that one equality row
 can move onto narrow columns, such as the slack s of a moment cut of the query's shift
 (`varying_query.long_program`: s = Lambda' tau - sum_j w_j Q_j, box [0, Lambda_plain tau_hi]; on a 256-key MiniLM
 unit Lambda_plain = 34,445 and 965 against Lambda' = 78.5 and 2.26).
@@ -26,6 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
+
+from attncert.certify.second_order.dual_bound.compiled import DATA_REL_ERR
+from attncert.certify.second_order.dual_bound.weak_duality import weak_duality_bound
 
 
 def line_minimizer(g: np.ndarray, a: np.ndarray, lo: np.ndarray, hi: np.ndarray, b_r: float) -> float:
@@ -60,3 +63,12 @@ def shift_free_duals(c: np.ndarray, A: sp.spmatrix, b: np.ndarray, z: np.ndarray
             z[r] += delta
             g[cols] -= delta * a
     return z
+
+
+def smaller_bound(c: np.ndarray, A: sp.spmatrix, b: np.ndarray, dims, z: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                  bound: float, rows=None, data_rel_err: float = DATA_REL_ERR) -> tuple[float, np.ndarray]:
+    """(bound, z) -- `weak_duality_bound`'s for a repaired z -- or the bound of z with the free duals of `rows`
+    (default: every zero-cone row, in order) line-searched, whichever is smaller."""
+    rows = range(dims.zero) if rows is None else rows
+    shifted, zs = weak_duality_bound(c, A, b, dims, shift_free_duals(c, A, b, z, lo, hi, rows), lo, hi, data_rel_err)
+    return (shifted, zs) if shifted < bound else (bound, z)

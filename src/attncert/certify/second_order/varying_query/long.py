@@ -48,7 +48,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from attncert.certify.second_order.relaxation.cutting_planes import vertex_dinkelbach
-from attncert.certify.second_order.dual_bound.free_dual_shift import shift_free_duals
+from attncert.certify.second_order.dual_bound.free_dual_shift import smaller_bound
 from attncert.certify.second_order.dual_bound.weak_duality import weak_duality_bound
 from attncert.certify.second_order.dual_bound.dual_record import note_construction, offer_dual
 from attncert.certify.second_order.relaxation.rows import (
@@ -77,10 +77,13 @@ LONG_LADDER = tuple(dict(o, tol_gap_abs=1e-7, tol_gap_rel=1e-7, tol_feas=1e-7, m
 # 1,024 keys at r = 0.02 (tight variant) every rung at tau_exp 0 stopped at "insufficient progress" after 10 steps;
 # at tau_exp 5 the same rung solved in 54 iterations (2.3 s), the certified bound the same to 1e-4.
 ATTEMPTS = ((0, 0), (0, 5), (1, 0), (2, -5))
-# l2 above RESCUE_MAX tokens: tau_exp 5 first. GPT-2-sized heads, 256 and 1,024 keys, r = 0.002 and 0.02: its bound
-# lay within 1e-6 of its primal (relative) on all 8 units, tau_exp 0's at 4e-5-3e-4. Not at fewer keys: on 32 and
-# 64 keys at r = 1e-4 its solves stop with bound and primal together far above the optimum
-ATTEMPTS_WIDE_L2 = ((0, 5), (0, 0), (1, 0), (2, -5))
+# Above RESCUE_MAX tokens: tau_exp 5 first. l2, GPT-2-sized heads, 256 and 1,024 keys, r = 0.002 and 0.02: its bound
+# lay within 1e-6 of its primal (relative) on all 8 units, tau_exp 0's at 4e-5-3e-4. linf, the default run's
+# long-context units (MiniLM, 128 / 256 / 512 keys, 4 heads, 2 radii, both variants): 10.6 / 22.6 / 75.9 s against
+# 8.4 / 18.9 / 49.8 s, bounds within 1.1e-6 either way (GPT-2-sized heads 0 and 1 at 256 and 1,024 keys, 16
+# certificates, run side by side: 266 s against 256 s, bounds within 6e-7). Not at fewer keys: on 32 and 64 keys
+# (l2, r = 1e-4) its solves stop with bound and primal together far above the optimum
+ATTEMPTS_WIDE = ((0, 5), (0, 0), (1, 0), (2, -5))
 NEAR = 12  # consecutive edges on each side of a token's estimated vertex (linf)
 GRID = 9  # global sigma grid of edges (linf), above GRID_WIDE_UP_TO tokens
 GRID_WIDE, GRID_WIDE_UP_TO = 25, 128  # up to 128 tokens a 25-point grid: on a GPT-2-sized unit with 64 keys (linf,
@@ -121,7 +124,7 @@ def second_order_varying_long(
     cut_err = None  # row_err(D, W_Q), computed once for the later rounds' weighted cuts
     best, best_status, primal, gap, log, rounds = math.inf, "not_run", math.nan, math.nan, [], 0
     unconverged = True  # no attempt of the last round reached ACCEPT
-    order = ATTEMPTS_WIDE_L2 if problem.norm == "l2" and D.n > RESCUE_MAX else ATTEMPTS
+    order = ATTEMPTS_WIDE if D.n > RESCUE_MAX else ATTEMPTS
     attempts = [(ladder[r], e) for r, e in order if r < len(ladder)]
     fo_obj = (fo - D.g0 - D.tail) / D.rho_o  # the first-order bound in the program's objective units
     for rounds in range(1, (ROUNDS if edges is not None else 1) + 1):
@@ -211,9 +214,7 @@ def free_dual_bound(prog, bound: float, zr: np.ndarray) -> tuple[float, np.ndarr
     sc = prog.A[:zero, prog.offsets["SC"]:]
     first = np.unique(sc.tocoo().row) if sc.shape[1] else np.zeros(0, dtype=np.int64)
     rows = np.concatenate([first, np.setdiff1d(np.arange(zero), first)])
-    zs = shift_free_duals(prog.c, prog.A, prog.b, zr, prog.lo, prog.hi, rows)
-    shifted, zs = weak_duality_bound(prog.c, prog.A, prog.b, prog.dims, zs, prog.lo, prog.hi)
-    return (shifted, zs) if shifted < bound else (bound, zr)
+    return smaller_bound(prog.c, prog.A, prog.b, prog.dims, zr, prog.lo, prog.hi, bound, rows)
 
 
 def converged(bound: float, p_obj: float, fo_obj: float, tol: float) -> bool:
