@@ -17,6 +17,7 @@ import numpy as np
 
 from attncert.certify.second_order.dual_bound.compiled import DATA_REL_ERR, box_vectors, compiled_program, var_offsets
 from attncert.certify.second_order.dual_bound.dual_record import offer_dual
+from attncert.certify.second_order.dual_bound.free_dual_shift import smaller_bound
 from attncert.certify.second_order.dual_bound.weak_duality import (polish_dual, weak_duality_bound)
 
 POLISH_ABOVE = 1e-10  # polish the dual when (bound - primal) exceeds this and ...
@@ -169,6 +170,8 @@ def solve_and_certify(problem: cp.Problem, box: dict, ladder=SOLVER_LADDER, stop
         if z is not None and z.size:
             try:
                 bound, zr = weak_duality_bound(data["c"], data["A"], data["b"], data["dims"], z, lo, hi, data_rel_err)
+                bound, zr = smaller_bound(data["c"], data["A"], data["b"], data["dims"], zr, lo, hi, bound,
+                                          data_rel_err=data_rel_err)
                 offer_dual(bound, data["c"], data["A"], data["b"], data["dims"], lo, hi, zr, data_rel_err)
                 slack = bound - (-pobj)
                 if (polish and nvar <= POLISH_MAX_VARS and math.isfinite(pobj)
