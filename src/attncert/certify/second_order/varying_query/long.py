@@ -7,9 +7,10 @@ O(n (rows per key) + n d_h^2 + d d_h), linear in n.
 
 Certification as everywhere: every solve's dual is repaired into K^* and bounded by weak duality over a box that
 holds every lifted true point (`weak_duality.weak_duality_bound`, outward rounded), whatever the solver
-returns; the smallest bound is kept and offered to the caller's dual record with the builder's inputs
-(`note_construction`: the key-centered `VaryingData` fields, the build key and the facet edges), so that
-`attncert.audit` rebuilds the program and confirms the bound without a solver.
+returns, and again with its free duals line-searched (`free_dual_bound`); the smallest bound is kept and offered
+to the caller's dual record with the builder's inputs (`note_construction`: the key-centered `VaryingData` fields,
+the build key and the facet edges), so that `attncert.audit` rebuilds the program and confirms the bound without a
+solver.
 
 Token scaling. The program's variables of key j are normalized by its weight (e^{A_j} factored out), so a key of
 weight 1e-8 has objective and normalization coefficients of that size, yet the interior-point solver's absolute
