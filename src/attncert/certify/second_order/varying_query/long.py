@@ -83,8 +83,13 @@ ATTEMPTS = ((0, 0), (0, 5), (1, 0), (2, -5))
 # long-context units (MiniLM, 128 / 256 / 512 keys, 4 heads, 2 radii, both variants): 10.6 / 22.6 / 75.9 s against
 # 8.4 / 18.9 / 49.8 s, bounds within 1.1e-6 either way (GPT-2-sized heads 0 and 1 at 256 and 1,024 keys, 16
 # certificates, run side by side: 266 s against 256 s, bounds within 6e-7). Not at fewer keys: on 32 and 64 keys
-# (l2, r = 1e-4) its solves stop with bound and primal together far above the optimum
-ATTEMPTS_WIDE = ((0, 5), (0, 0), (1, 0), (2, -5))
+# (l2, r = 1e-4) its solves stop with bound and primal together far above the optimum.
+# tau_exp 10 last: GPT-2-sized heads at 1,024 keys (linf, r = 0.02), where the four attempts before it all end at
+# "insufficient progress" without reaching ACCEPT, its single solve certified 0.686 / 0.549 / 0.734 (objective units)
+# against tau_exp 5's 0.715 / 0.563 / 0.750 on the three units tried; head 1's tight variant went from a relative gap
+# of 1.20 to 0.100 (15-20 s more on such units; never reached on the default run, whose certificates take <= 2 solves).
+# Not earlier: its bound and primal can meet above the optimum (tau_exp 12-20 there: 0.687-1.24, "converged")
+ATTEMPTS_WIDE = ((0, 5), (0, 0), (1, 0), (2, -5), (0, 10))
 NEAR = 12  # consecutive edges on each side of a token's estimated vertex (linf)
 GRID = 9  # global sigma grid of edges (linf), above GRID_WIDE_UP_TO tokens
 GRID_WIDE, GRID_WIDE_UP_TO = 25, 128  # up to 128 tokens a 25-point grid: on a GPT-2-sized unit with 64 keys (linf,
