@@ -66,9 +66,10 @@ def shift_free_duals(c: np.ndarray, A: sp.spmatrix, b: np.ndarray, z: np.ndarray
 
 
 def smaller_bound(c: np.ndarray, A: sp.spmatrix, b: np.ndarray, dims, z: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                  bound: float, rows=None, data_rel_err: float = DATA_REL_ERR) -> tuple[float, np.ndarray]:
-    """(bound, z) -- `weak_duality_bound`'s for a repaired z -- or the bound of z with the free duals of `rows`
-    (default: every zero-cone row, in order) line-searched, whichever is smaller."""
+                  rows=None, data_rel_err: float = DATA_REL_ERR) -> tuple[float, np.ndarray]:
+    """(bound, repaired z): the smaller of `weak_duality_bound` for the solver's z and for z with the free duals of
+    `rows` (default: every zero-cone row, in order) line-searched."""
+    bound, zr = weak_duality_bound(c, A, b, dims, z, lo, hi, data_rel_err)
     rows = range(dims.zero) if rows is None else rows
-    shifted, zs = weak_duality_bound(c, A, b, dims, shift_free_duals(c, A, b, z, lo, hi, rows), lo, hi, data_rel_err)
-    return (shifted, zs) if shifted < bound else (bound, z)
+    shifted, zs = weak_duality_bound(c, A, b, dims, shift_free_duals(c, A, b, zr, lo, hi, rows), lo, hi, data_rel_err)
+    return (shifted, zs) if shifted < bound else (bound, zr)

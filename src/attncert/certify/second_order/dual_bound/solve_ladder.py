@@ -169,8 +169,7 @@ def solve_and_certify(problem: cp.Problem, box: dict, ladder=SOLVER_LADDER, stop
         bound = math.inf
         if z is not None and z.size:
             try:
-                bound, zr = weak_duality_bound(data["c"], data["A"], data["b"], data["dims"], z, lo, hi, data_rel_err)
-                bound, zr = smaller_bound(data["c"], data["A"], data["b"], data["dims"], zr, lo, hi, bound,
+                bound, zr = smaller_bound(data["c"], data["A"], data["b"], data["dims"], z, lo, hi,
                                           data_rel_err=data_rel_err)
                 offer_dual(bound, data["c"], data["A"], data["b"], data["dims"], lo, hi, zr, data_rel_err)
                 slack = bound - (-pobj)

@@ -50,7 +50,6 @@ import scipy.sparse as sp
 
 from attncert.certify.second_order.relaxation.cutting_planes import vertex_dinkelbach
 from attncert.certify.second_order.dual_bound.free_dual_shift import smaller_bound
-from attncert.certify.second_order.dual_bound.weak_duality import weak_duality_bound
 from attncert.certify.second_order.dual_bound.dual_record import note_construction, offer_dual
 from attncert.certify.second_order.relaxation.rows import (
     MONOTONE_POINTS,
@@ -144,8 +143,7 @@ def second_order_varying_long(
             bound = math.inf
             if z is not None:
                 try:
-                    bound, zr = free_dual_bound(prog, *weak_duality_bound(prog.c, prog.A, prog.b, prog.dims, z,
-                                                                            prog.lo, prog.hi))
+                    bound, zr = free_dual_bound(prog, z)
                     offer_dual(bound, prog.c, prog.A, prog.b, prog.dims, prog.lo, prog.hi, zr, _data_err())
                 except (ValueError, FloatingPointError, OverflowError):
                     bound = math.inf
@@ -211,16 +209,16 @@ def weighted_shift_cut(prog, x: np.ndarray, D: VaryingData, W_Q: np.ndarray, err
     return (w, F) if lhs > (1.0 + SHIFT_CUT_MIN) * lam * tau * tau else None
 
 
-def free_dual_bound(prog, bound: float, zr: np.ndarray) -> tuple[float, np.ndarray]:
-    """The smaller of (bound, zr) and the weak-duality bound of zr with its free duals line-searched
-    (`free_dual_shift`): the definitions of the shift cuts' slacks first (their box is the widest), then every
-    other zero row. A 256-key MiniLM unit (linf, r = 0.02, tight): bound - primal 4.0e-6 -> 1.2e-7 of the
-    first-order gap at Clarabel's exit, and 2.4e-4 -> 7.3e-6 after 90 iterations."""
+def free_dual_bound(prog, z: np.ndarray) -> tuple[float, np.ndarray]:
+    """(bound, repaired z): the smaller weak-duality bound of the solver's z and of z with its free duals
+    line-searched (`free_dual_shift.smaller_bound`): the definitions of the shift cuts' slacks first (their box is
+    the widest), then every other zero row. A 256-key MiniLM unit (linf, r = 0.02, tight): bound - primal
+    4.0e-6 -> 1.2e-7 of the first-order gap at Clarabel's exit, and 2.4e-4 -> 7.3e-6 after 90 iterations."""
     zero = prog.dims.zero
     sc = prog.A[:zero, prog.offsets["SC"]:]
     first = np.unique(sc.tocoo().row) if sc.shape[1] else np.zeros(0, dtype=np.int64)
     rows = np.concatenate([first, np.setdiff1d(np.arange(zero), first)])
-    return smaller_bound(prog.c, prog.A, prog.b, prog.dims, zr, prog.lo, prog.hi, bound, rows)
+    return smaller_bound(prog.c, prog.A, prog.b, prog.dims, z, prog.lo, prog.hi, rows)
 
 
 def converged(bound: float, p_obj: float, fo_obj: float, tol: float) -> bool:
