@@ -1,7 +1,7 @@
 """Measured cost of `workflow/config/paper.yaml`, on the SYNTHETIC GPT-2-shaped model `random-gpt2`.
 
     .venv/bin/python -m bench.paper_cost [--sample N] [--path both|after|before] [--layer L]
-                                         [--block-heads K] [--minip-runs R] [--seed S] [--quick]
+                                         [--block-heads K] [--minip-runs R] [--seed S] [--part NAME] [--quick]
 
 What runs (all with the paper config's settings; the model is `model.source: random-gpt2`, GPT-2 small's
 architecture with seeded random weights: NOT GPT-2, so these are costs, not results):
@@ -248,6 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--stages", default="certify,baselines,block,minip",
                     help="comma-separated subset to measure (a skipped stage counts 0 h)")
     ap.add_argument("--config", default=str(REPO / "workflow" / "config" / "paper.yaml"))
+    ap.add_argument("--part", help="a name for this result (paper_cost-PART)")
     return ap
 
 
@@ -421,4 +422,5 @@ def main(args) -> dict:
 
 
 if __name__ == "__main__":
-    common.run("paper_cost", main, common.parse(build_parser(), QUICK))
+    parsed = common.parse(build_parser(), QUICK)
+    common.run("paper_cost", main, parsed, parsed.part)
