@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 
 from attncert.baselines.linear_bound_baselines import METHODS
-from attncert.certify import long_context
+from attncert.certify.long_context_figure import figure as long_context_figure
+from attncert.certify.long_context_summary import CERTS as LONG_CONTEXT_CERTS
 from attncert.figure_style import style
 from conftest import REPO
 
@@ -72,11 +73,11 @@ def test_long_context_figure_has_separate_colour_and_line_style_legends(monkeypa
         for r in (0.002, 0.02):
             for n in (16, 64):
                 rows.append(dict(mode=mode, radius=r, n_keys=n, violations=0, exact_s=0.01, ascent_s=0.02,
-                                 **{f"rel_gap_{c}": 0.01 * n * r for c in long_context.CERTS},
-                                 **{f"{c}_s": 0.1 for c in long_context.CERTS}))
+                                 **{f"rel_gap_{c}": 0.01 * n * r for c in LONG_CONTEXT_CERTS},
+                                 **{f"{c}_s": 0.1 for c in LONG_CONTEXT_CERTS}))
     figs = []
     monkeypatch.setattr("attncert.reporting.report_files.save_figure", lambda fig, out: figs.append(fig))
-    long_context.figure(pd.DataFrame(rows), "synthetic", "unused.pdf",
+    long_context_figure(pd.DataFrame(rows), "synthetic", "unused.pdf",
                         {"rel_gap": {0.002: 0.004}, "seconds": {"fixed": 10.0}})
     titles = [lg.get_title().get_text() for lg in figs[0].legends]
     assert titles == ["colour: method", "marker and line: radius", "the paper and other marks"]

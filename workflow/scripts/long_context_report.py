@@ -1,7 +1,9 @@
-"""Snakemake entry point: the long-context figure, table and measured values (attncert.certify.long_context)."""
+"""Snakemake entry point: the long-context figure, table and measured values (attncert.certify.long_context_summary,
+long_context_figure)."""
 import pandas as pd
 
-from attncert.certify.long_context import figure, grid_label, markdown, summary
+from attncert.certify.long_context_figure import figure
+from attncert.certify.long_context_summary import grid_label, markdown, summary
 from attncert.paper_comparison.claims import load_claims
 from attncert.integrity.intermediate_check import verify_intermediate
 from attncert.integrity.intermediate_check import expect_model_of

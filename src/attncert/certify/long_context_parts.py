@@ -2,7 +2,7 @@
 
 `long_context_problems` orders the units by length, then head, then mode, norm and radius, so the units of one
 (T, h) are a contiguous block of rows of `units.csv`. A part is that block certified alone: its table
-(`parts/length{T}_head{h}.csv`, the columns of `long_context.TABLE_COLUMNS`) and its certificates
+(`parts/length{T}_head{h}.csv`, the columns of `unit_columns.LONG_CONTEXT_COLUMNS`) and its certificates
 (`parts/length{T}_head{h}_certificates.npz`, rows numbered from 0). The merge concatenates the parts in the order
 (T in `long_context.lengths`, h in `long_context.heads`) and joins their certificate files
 (`certificate_merge`), which gives the table and the certificate file one job certifying every unit writes: the
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from attncert.certify.certificate_merge import merge_certificate_files
 from attncert.certify.certificate_store import CertificateFile
-from attncert.certify.long_context import TABLE_COLUMNS
+from attncert.certify.unit_columns import LONG_CONTEXT_COLUMNS
 from attncert.integrity.file_integrity import atomic_path
 
 
@@ -41,7 +41,7 @@ def _read_part(path: Path, length: int, head: int, units: int, fix: str) -> tupl
         raise PartError(f"{path} is missing; fix: {fix}")
     text = path.read_text(encoding="utf-8")
     header, _, body = text.partition("\n")
-    if header.split(",") != TABLE_COLUMNS:
+    if header.split(",") != LONG_CONTEXT_COLUMNS:
         raise PartError(f"{path} does not have the long-context table's columns; fix: {fix}")
     with open(path, newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
@@ -79,6 +79,6 @@ def merge_parts(tables: list[str | Path], certificates: list[str | Path], length
         if stored != list(range(n)):
             raise PartError(f"{cert} stores {len(stored)} rows, but its table has {n}; fix: {fix(cert)}")
     with atomic_path(out_table) as tmp:
-        Path(tmp).write_text(",".join(TABLE_COLUMNS) + "\n" + "".join(bodies), encoding="utf-8")
+        Path(tmp).write_text(",".join(LONG_CONTEXT_COLUMNS) + "\n" + "".join(bodies), encoding="utf-8")
     merge_certificate_files(list(certificates), counts, out_certificates)
     return sum(counts)

@@ -55,12 +55,8 @@ from attncert.head.reduced_geometry import reduced_geometry
 from attncert.head.problem import HeadProblem
 from attncert.configuration.device import resolve_device
 from attncert.reporting.unit_tables import soundness_check
+from attncert.certify.unit_columns import COLUMNS
 
-COLUMNS = ["layer", "head", "prompt", "query_pos", "radius", "norm", "mode", "n_tokens", "nominal",
-           "exact_lo", "exact_hi", "value_spread", "best_feasible", "first_order", "second_order",
-           "secant_bound", "t_exact_s", "t_first_s", "t_ascent_s", "t_second_s", "solver", "status", "error",
-           "exact_status", "second_order_tight", "t_second_tight_s",  # bracket status, tight variant
-           "best_feasible_from", "ascent_check", "t_ascent_check_s"]     # where the best feasible value comes from
 #: The polish phase of the ascent stops once no start gains more than ASCENT_STOP_TOL of the movement so
 #: far over ASCENT_PATIENCE steps (legacy_ascent: never). 10 steps cut a slow start 3e-7 of the movement
 #: short on 1 of 39 GPT-2-sized units (bench/paper_cost.py, init std 0.08); 25 do not.

@@ -1,7 +1,7 @@
 """One figure style for every stage: method names as readers know them, one colour per method, figure and
 font sizes, legends outside the data, and the paper's own values drawn beside ours.
 
-Every stage's figure module (certify, baselines, block, minip, and certify.long_context) calls `use()` before
+Every stage's figure module (certify, baselines, block, minip, and certify.long_context_figure) calls `use()` before
 drawing, names methods with `method_label` and colours them with `method_color`, and draws the paper's
 values with `paper_marker` (a number at a point, or a one-sided bound such as "> 0.5") and `paper_range`
 (a range): always in black, with a distinct open marker, labelled "paper", and drawn *under* our series

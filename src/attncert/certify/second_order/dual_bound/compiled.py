@@ -18,10 +18,6 @@ import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 
-#: The data-error model of every stored program: each entry of (c, A, b) is the float64 image of the real
-#: relaxation's entry with relative error at most this (a few dozen roundings of derived quantities). The
-#: certifier adds it to weak duality (`weak_duality`); the audit uses this constant, never a stored value.
-DATA_REL_ERR = 1e-12
 
 _PLAIN = frozenset({"nonneg"})  # the only attribute the relaxations' parameters use
 

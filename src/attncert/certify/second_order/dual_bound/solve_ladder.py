@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import cvxpy as cp
 import numpy as np
 
-from attncert.certify.second_order.dual_bound.compiled import DATA_REL_ERR, box_vectors, compiled_program, var_offsets
+from attncert.certify.second_order.dual_bound.compiled import box_vectors, compiled_program, var_offsets
+from attncert.certify.second_order.dual_bound.weak_duality import DATA_REL_ERR
 from attncert.certify.second_order.dual_bound.dual_record import offer_dual
 from attncert.certify.second_order.dual_bound.free_dual_shift import smaller_bound
 from attncert.certify.second_order.dual_bound.weak_duality import (polish_dual, weak_duality_bound)
