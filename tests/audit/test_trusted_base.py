@@ -13,6 +13,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 ALLOWED = {
     "attncert", "attncert.audit", "attncert.certify", "attncert.certify.second_order",
     "attncert.certify.certificate_store", "attncert.certify.second_order.dual_bound.compiled",
+    "attncert.certify.second_order.dual_bound.data_error",
     "attncert.certify.second_order.relaxation.facets", "attncert.certify.second_order.fixed_query.program",
     "attncert.certify.second_order.relaxation.rows", "attncert.certify.first_order_certificate",
     "attncert.certify.second_order.relaxation", "attncert.certify.second_order.dual_bound",

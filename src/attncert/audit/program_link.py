@@ -33,7 +33,7 @@ The link also ties the certificate to the row and fixes what the audit does not 
   width d);
 * the map to g units: (origin, scale, tail) = (g0, rho_o, tail) of the data the program was rebuilt from
   (the objective is (g - g0) / rho_o; tail covers the dropped tokens), never the stored `affine`;
-* the data-error model: `weak_duality.DATA_REL_ERR`, never the stored `data_rel_err`.
+* the data-error model: `data_error.DATA_REL_ERR`, never the stored `data_rel_err`.
 
 A certificate without builder inputs, or with an unknown builder path, is not rebuilt and fails.
 
@@ -53,7 +53,7 @@ from flint import arb
 from attncert.audit.head_enclosure import array_key, norm_bound
 from attncert.certify.certificate_store import VARYING_PATHS
 from attncert.certify.second_order.dual_bound.compiled import canonical_program
-from attncert.certify.second_order.dual_bound.weak_duality import DATA_REL_ERR
+from attncert.certify.second_order.dual_bound.data_error import DATA_REL_ERR
 from attncert.certify.second_order.relaxation.facets import UpperChainFacets, fill_facets
 from attncert.certify.second_order.fixed_query.program import (FixedRelaxationData, build_fixed_program, fixed_box,
                                                          set_fixed_parameters)

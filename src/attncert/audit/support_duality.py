@@ -42,7 +42,7 @@ import scipy.sparse as sp
 from flint import arb
 
 from attncert.audit.program_link import data_from_reduction
-from attncert.certify.second_order.dual_bound.weak_duality import DATA_REL_ERR
+from attncert.certify.second_order.dual_bound.data_error import DATA_REL_ERR
 from attncert.certify.second_order.fixed_query.program import FixedRelaxationData
 from attncert.head.rounding import gamma
 

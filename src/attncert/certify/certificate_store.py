@@ -56,7 +56,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from attncert.certify.second_order.dual_bound.weak_duality import DATA_REL_ERR
+from attncert.certify.second_order.dual_bound.data_error import DATA_REL_ERR
 from attncert.integrity.file_integrity import atomic_path
 
 FORMAT_VERSION = 1

@@ -16,7 +16,7 @@ import cvxpy as cp
 import numpy as np
 
 from attncert.certify.second_order.dual_bound.compiled import box_vectors, compiled_program, var_offsets
-from attncert.certify.second_order.dual_bound.weak_duality import DATA_REL_ERR
+from attncert.certify.second_order.dual_bound.data_error import DATA_REL_ERR
 from attncert.certify.second_order.dual_bound.dual_record import offer_dual
 from attncert.certify.second_order.dual_bound.free_dual_shift import smaller_bound
 from attncert.certify.second_order.dual_bound.weak_duality import (polish_dual, weak_duality_bound)

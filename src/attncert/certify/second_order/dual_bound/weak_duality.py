@@ -47,12 +47,8 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
+from attncert.certify.second_order.dual_bound.data_error import DATA_REL_ERR
 from attncert.head.rounding import UNIT_ROUNDOFF, round_up
-
-#: The data-error model of every stored program: each entry of (c, A, b) is the float64 image of the real
-#: relaxation's entry with relative error at most this (a few dozen roundings of derived quantities). The
-#: certifier adds it to weak duality (`weak_duality_bound`); the audit uses this constant, never a stored value.
-DATA_REL_ERR = 1e-12
 
 POLISH_SECONDS = 1.0  # time limit of the polishing LP
 

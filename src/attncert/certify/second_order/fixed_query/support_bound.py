@@ -35,7 +35,7 @@ import math
 
 import numpy as np
 
-from attncert.certify.second_order.dual_bound.weak_duality import DATA_REL_ERR
+from attncert.certify.second_order.dual_bound.data_error import DATA_REL_ERR
 from attncert.certify.second_order.dual_bound.weak_duality import repair_dual
 from attncert.certify.second_order.dual_bound.dual_record import offer_support
 from attncert.certify.second_order.fixed_query.token_program import LAM, NU, US, UW, VS, VW, Program

@@ -280,7 +280,7 @@ def _rescued(problem: HeadProblem, geo: ReducedGeometry, res: SecondOrderResult,
 
 
 def _data_err() -> float:
-    from attncert.certify.second_order.dual_bound.weak_duality import DATA_REL_ERR
+    from attncert.certify.second_order.dual_bound.data_error import DATA_REL_ERR
 
     return DATA_REL_ERR
 
