@@ -25,6 +25,7 @@ from attncert.certify.unit_columns import LONG_CONTEXT_COLUMNS
 from attncert.head.problem import HeadProblem
 from attncert.head.specification import specification_direction
 
+
 def long_context_problems(arrays: dict, layer: int, lengths, heads, query_position, radii, norms,
                           spec_seed: int, modes=MODES) -> list[HeadProblem]:
     """Every unit: (length, head, mode, norm, radius); query_position "last" is T - 1 (a causal head then
