@@ -238,6 +238,9 @@ PROMPT = "data/long_context_passage.txt"
 LABELS = {"exact": "exact worst case", "first_order": "first order", "second_order": "second order",
           "second_order_tight": "second order, tight", "before_second_order": "second order, monolithic program",
           "before_second_order_tight": "tight, monolithic program", "crown": "CROWN", "alpha_crown": "alpha-CROWN"}
+# the varying query's "before" is the cvxpy program with the d-dimensional witness (`varying_query.factored`)
+VARYING_LABELS = dict(LABELS, before_second_order="second order, factored program",
+                      before_second_order_tight="tight, factored program")
 
 
 def markdown(data: dict, summ: dict) -> str:
@@ -252,7 +255,8 @@ def markdown(data: dict, summ: dict) -> str:
             "",
         ]
         present = [m for m in METHODS if any(m in c for c in summ[mode].values())]
-        lines.append("| n | " + " | ".join(LABELS[m] for m in present) + " |")
+        names = VARYING_LABELS if mode == "varying" else LABELS
+        lines.append("| n | " + " | ".join(names[m] for m in present) + " |")
         lines.append("| --- " * (len(present) + 1) + "|")
         for n, cell in summ[mode].items():
             vals = []
@@ -273,7 +277,7 @@ def markdown(data: dict, summ: dict) -> str:
     if summ["varying"] and len(norms) > 1:
         lines += ["varying query, relative gap per norm (median; " + ", ".join(f"r = {r:g}" for r in radii) + ")", ""]
         present = [m for m in METHODS if any(m in c for c in summ["varying"].values())]
-        lines.append("| n | " + " | ".join(f"{LABELS[m]}, {nm}" for m in present for nm in norms) + " |")
+        lines.append("| n | " + " | ".join(f"{VARYING_LABELS[m]}, {nm}" for m in present for nm in norms) + " |")
         lines.append("| --- " * (len(present) * len(norms) + 1) + "|")
         for n, cell in summ["varying"].items():
             vals = [" / ".join(f"{cell[m][f'rel_gap_{nm}_r{r:g}']:.3g}" for r in radii
@@ -312,7 +316,8 @@ def figure(summ: dict, path: Path) -> dict:
             if not pts:
                 continue
             style = dict(color=f"C{k}", ms=4, ls="--" if m.startswith("before") else "-", marker="o")
-            row[0].loglog([p[0] for p in pts], [p[1]["median_s"] for p in pts], label=LABELS[m], **style)
+            names = VARYING_LABELS if mode == "varying" else LABELS
+            row[0].loglog([p[0] for p in pts], [p[1]["median_s"] for p in pts], label=names[m], **style)
             for nm in norms:
                 key = f"rel_gap_{nm}_r0.002" if nm else "rel_gap_r0.002"
                 gaps = [(n, p[key]) for n, p in pts if p.get(key, 0) > 0]
