@@ -18,7 +18,8 @@ from tqdm import tqdm
 
 from attncert.certify.certificate_store import RowPool, flatten
 from attncert.certify.best_feasible_ascent import same_head
-from attncert.certify.run import COLUMNS, certify_unit, varying_ascents
+from attncert.certify.run import certify_unit, varying_ascents
+from attncert.certify.unit_columns import COLUMNS
 from attncert.head.units import head_problem
 
 

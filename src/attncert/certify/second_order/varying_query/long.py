@@ -49,6 +49,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from attncert.certify.second_order.relaxation.cutting_planes import vertex_dinkelbach
+from attncert.certify.second_order.dual_bound.data_error import DATA_REL_ERR
 from attncert.certify.second_order.dual_bound.free_dual_shift import smaller_bound
 from attncert.certify.second_order.dual_bound.dual_record import note_construction, offer_dual
 from attncert.certify.second_order.relaxation.rows import (
@@ -144,7 +145,7 @@ def second_order_varying_long(
             if z is not None:
                 try:
                     bound, zr = free_dual_bound(prog, z)
-                    offer_dual(bound, prog.c, prog.A, prog.b, prog.dims, prog.lo, prog.hi, zr, _data_err())
+                    offer_dual(bound, prog.c, prog.A, prog.b, prog.dims, prog.lo, prog.hi, zr, DATA_REL_ERR)
                 except (ValueError, FloatingPointError, OverflowError):
                     bound = math.inf
             val = _to_g(bound, D) if math.isfinite(bound) else math.inf
@@ -277,12 +278,6 @@ def _rescued(problem: HeadProblem, geo: ReducedGeometry, res: SecondOrderResult,
         return other
     res.seconds = other.seconds
     return res
-
-
-def _data_err() -> float:
-    from attncert.certify.second_order.dual_bound.data_error import DATA_REL_ERR
-
-    return DATA_REL_ERR
 
 
 def start_edges(D: VaryingData) -> list:
