@@ -26,6 +26,16 @@ def tiny_gpt2_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """The finished tiny Snakemake run every xdist worker shares (tests/tiny_run.py); tests copy it
+    (`tiny_run.copy_tiny_run`) before they run anything in it."""
+    from tiny_run import build_tiny_run
+
+    base = tmp_path_factory.getbasetemp()
+    return build_tiny_run(base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base)
+
+
+@pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory) -> Path:
     return save_tiny_model(tmp_path_factory.mktemp("tiny_bert"), "bert")
 

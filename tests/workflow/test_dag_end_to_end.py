@@ -9,7 +9,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,31 +20,7 @@ from attncert.baselines.comparison import PAPER_ALPHA_METHOD
 from attncert.baselines.linear_bound_baselines import METHODS
 from attncert.certify.certificate_store import CertificateFile
 from conftest import REPO
-
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
-
-
-def _workdir(tmp_path: Path, model_dir: Path, **overrides) -> tuple[Path, Path]:
-    (tmp_path / "data").mkdir(exist_ok=True)
-    for f in ("prompts.txt", "paper_claims.yaml"):
-        shutil.copy(REPO / "data" / f, tmp_path / "data" / f)
-    cfg = yaml.safe_load((REPO / "workflow" / "config" / "default.yaml").read_text())
-    cfg["model"] = {"name": "tiny-gpt2", "family": "gpt2", "source": str(model_dir)}
-    cfg.update(n_prompts=2, max_tokens=6, layers=[0, 1], heads=[1])
-    cfg["certify"].update(query_positions=[3], radii=[0.001, 0.003, 0.01], ascent_restarts=3, ascent_steps=40)
-    cfg["baselines"].update(query_positions=[3], radii=[0.001, 0.01],
-                            methods=list(METHODS))
-    cfg.update(overrides)
-    path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return tmp_path, path
-
-
-def _snakemake(workdir, configfile, *targets, extra=(), timeout=900, **popen):
-    cmd = [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-           "--configfile", str(configfile), "--cores", "2", *extra, *targets]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO / "src"))
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, **popen)
+from tiny_run import SNAKEMAKE, TARGETS, copy_tiny_run, run_snakemake, tiny_workdir
 
 
 @pytest.mark.slow
@@ -66,12 +41,10 @@ def test_lint_is_clean():
 
 
 @pytest.mark.slow
-def test_tiny_gpt2_certify_and_baselines(tmp_path, tiny_gpt2_dir):
-    wd, cfg = _workdir(tmp_path, tiny_gpt2_dir)
-    targets = ["figures/tables/tiny-gpt2/certification.md", "figures/tables/tiny-gpt2/baselines.md",
-               "figures/certify/tiny-gpt2/relative_gap_vs_radius.pdf"]
-    res = _snakemake(wd, cfg, *targets)
-    assert res.returncode == 0, res.stderr[-4000:]
+def test_tiny_gpt2_certify_and_baselines(tmp_path, tiny_run):
+    """The shared tiny run (built by `tiny_run.build_tiny_run` through this DAG): every unit certified soundly,
+    every baseline unit kept, the measured values and figures written, and a rerun has nothing to do."""
+    wd, cfg = copy_tiny_run(tiny_run, tmp_path / "run")
     cert = pd.concat([pd.read_csv(wd / f"data/certify/tiny-gpt2/layer{L}.csv") for L in (0, 1)])
     assert len(cert) == 2 * 1 * 2 * 1 * 3 * 2  # layers x heads x prompts x qp x radii x modes
     assert (cert["status"] != "UNSOUND").all()
@@ -87,8 +60,8 @@ def test_tiny_gpt2_certify_and_baselines(tmp_path, tiny_gpt2_dir):
     assert (wd / "figures/certify/tiny-gpt2/relative_gap_vs_radius.png").stat().st_size > 10_000
     assert (wd / "data/extract/tiny-gpt2/layer0.npz.json").is_file()
     # rerunning does nothing: every output is complete and up to date
-    again = _snakemake(wd, cfg, *targets, extra=("-n",))
-    assert "Nothing to be done" in again.stdout + again.stderr
+    again = run_snakemake(wd, cfg, *TARGETS, extra=("-n",))
+    assert "Nothing to be done" in again.stdout + again.stderr, (again.stdout + again.stderr)[-3000:]
 
 
 @pytest.mark.slow
@@ -99,8 +72,8 @@ def test_interrupted_run_resumes(tmp_path, tiny_gpt2_dir):
     "layer L: ... units" as its last line after the output is in place. The kill lands only when one table
     is finished and another layer's job has started (log present, no table); after the kill that job's
     log has no closing line and its table does not exist, and after the rerun both do."""
-    wd, cfg = _workdir(tmp_path, tiny_gpt2_dir, layers=[0, 1, 2])
-    layers = (0, 1, 2)
+    wd, cfg = tiny_workdir(tmp_path, tiny_gpt2_dir)
+    layers = (0, 1)
     targets = [f"data/certify/tiny-gpt2/layer{L}.csv" for L in layers]
     tables = {L: wd / f"data/certify/tiny-gpt2/layer{L}.csv" for L in layers}
     logs = {L: wd / f"data/logs/tiny-gpt2/certify/layer{L}.log" for L in layers}
@@ -130,8 +103,8 @@ def test_interrupted_run_resumes(tmp_path, tiny_gpt2_dir):
     for f in (wd / "data/certify/tiny-gpt2").glob("layer*.csv"):  # hidden .tmp files of a killed job are not outputs
         assert len(pd.read_csv(f)) == 2 * 3 * 2
     # a killed Snakemake leaves its lock behind; `--unlock` (docs/scaling_out.md) releases it
-    assert _snakemake(wd, cfg, *targets, extra=("--unlock",)).returncode == 0
-    res = _snakemake(wd, cfg, *targets, extra=("--rerun-incomplete",))
+    assert run_snakemake(wd, cfg, *targets, extra=("--unlock",)).returncode == 0
+    res = run_snakemake(wd, cfg, *targets, extra=("--rerun-incomplete",))
     assert res.returncode == 0, res.stderr[-3000:]
     assert {L: tables[L].stat().st_mtime for L in finished} == done_before, "a finished job was redone"
     assert tables[killed].exists() and re.search(rf"layer {killed}: \d+ units", logs[killed].read_text()), \
@@ -157,42 +130,36 @@ def _copy_repo(dst: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_editing_a_stage_reruns_that_stage_and_its_dependents_only(tmp_path, tiny_gpt2_dir):
+def test_editing_a_stage_reruns_that_stage_and_its_dependents_only(tmp_path, tiny_run):
     """No stale results: a stage's jobs carry the hash of their source closure as a param, so editing a
     certification module reruns certification and what depends on it, never a Min-IP job; changing a
-    Min-IP config value reruns only Min-IP jobs."""
+    Min-IP config value reruns only Min-IP jobs. Runs the shared tiny run's DAG from a copy of the code."""
     (tmp_path / "code_copy").mkdir()
-    (tmp_path / "run").mkdir()
     code = _copy_repo(tmp_path / "code_copy")
-    wd, cfg = _workdir(tmp_path / "run", tiny_gpt2_dir)
+    wd, cfg = copy_tiny_run(tiny_run, tmp_path / "run")
     targets = ["figures/tables/tiny-gpt2/baselines.md", "data/minip/default/constructions.csv"]
     conf = yaml.safe_load(cfg.read_text())
-    conf["minip"]["constructions"]["max_bits"] = 2  # the cheapest Min-IP job: the exhaustive checks for m <= 2
-    cfg.write_text(yaml.safe_dump(conf))
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(code / "src"))
 
-    def run(*extra, config=cfg):
+    def plan(config=cfg):
         cmd = [SNAKEMAKE, "--snakefile", str(code / "Snakefile"), "--directory", str(wd), "--configfile",
-               str(config), "--cores", "2", *extra, *targets]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+               str(config), "--cores", "2", "-n", *targets]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+        assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+        return res.stdout + res.stderr
 
-    assert (res := run()).returncode == 0, res.stderr[-4000:]
-    assert "Nothing to be done" in (lambda r: r.stdout + r.stderr)(run("-n"))
-    # edit one module of the certification stage (a comment changes the source, not the behaviour)
-    module = code / "src" / "attncert" / "certify" / "exact_worst_case.py"
-    module.write_text(module.read_text() + "\n# edited by the staleness test\n")
-    plan = run("-n")
-    assert plan.returncode == 0, (plan.stdout + plan.stderr)[-3000:]
-    listed = _planned_rules(plan.stdout + plan.stderr)
-    assert {"certify_layer", "baselines_layer", "baselines_table"} <= listed, listed
-    assert not {r for r in listed if r.startswith("minip") or r == "extract"}, listed
+    assert "Nothing to be done" in (out := plan()), out[-3000:]  # the same code, elsewhere: up to date
     # a Min-IP config value: only the Min-IP job that reads it
-    run()  # bring everything up to date after the edit
     conf["minip"]["constructions"]["max_bits"] = 3
     other = cfg.with_name("tiny_minip.yaml")
     other.write_text(yaml.safe_dump(conf))
-    plan = run("-n", config=other)
-    assert _planned_rules(plan.stdout + plan.stderr) == {"minip_constructions"}, plan.stdout[-3000:]
+    assert _planned_rules(out := plan(other)) == {"minip_constructions"}, out[-3000:]
+    # edit one module of the certification stage (a comment changes the source, not the behaviour)
+    module = code / "src" / "attncert" / "certify" / "exact_worst_case.py"
+    module.write_text(module.read_text() + "\n# edited by the staleness test\n")
+    listed = _planned_rules(plan())
+    assert {"certify_layer", "baselines_layer", "baselines_table"} <= listed, listed
+    assert not {r for r in listed if r.startswith("minip") or r == "extract"}, listed
 
 
 @pytest.mark.slow
@@ -203,9 +170,9 @@ def test_long_context_target_on_tiny_gpt2(tmp_path, tiny_gpt2_dir):
     lc = {"passage": "data/long_context_passage.txt", "layer": 1, "heads": [1], "lengths": [8, 60],
           "query_position": "last", "radii": [0.003, 0.03], "norms": ["linf", "l2"], "modes": ["fixed", "varying"],
           "tight": True}
-    wd, cfg = _workdir(tmp_path, tiny_gpt2_dir, long_context=lc)
+    wd, cfg = tiny_workdir(tmp_path, tiny_gpt2_dir, long_context=lc)
     shutil.copy(REPO / "data" / "long_context_passage.txt", wd / "data" / "long_context_passage.txt")
-    res = _snakemake(wd, cfg, "figures/tables/tiny-gpt2/long_context.md")
+    res = run_snakemake(wd, cfg, "figures/tables/tiny-gpt2/long_context.md")
     assert res.returncode == 0, res.stderr[-4000:]
     units = pd.read_csv(wd / "data/long_context/tiny-gpt2/units.csv")
     assert (
@@ -226,15 +193,15 @@ def test_long_context_target_on_tiny_gpt2(tmp_path, tiny_gpt2_dir):
     part = wd / "data/long_context/tiny-gpt2/parts/length60_head1_certificates.npz"
     assert sorted(p.name for p in part.parent.glob("*.csv")) == ["length60_head1.csv", "length8_head1.csv"]
     part.write_bytes(part.read_bytes()[:-100])
-    failed = _snakemake(wd, cfg, "data/long_context/tiny-gpt2/units.csv")
+    failed = run_snakemake(wd, cfg, "data/long_context/tiny-gpt2/units.csv")
     fix = ("snakemake --cores all data/long_context/tiny-gpt2/parts/length60_head1_certificates.npz "
            "--forcerun long_context_certify")
     out = failed.stdout + failed.stderr
     lines = {line for line in out.splitlines() if line.startswith("attncert:")}
     assert failed.returncode != 0 and len(lines) == 1 and lines.pop().endswith(fix) and "Traceback" not in out, \
         out[-3000:]
-    assert _snakemake(wd, cfg, *fix.split()[3:]).returncode == 0
-    again = _snakemake(wd, cfg, "data/long_context/tiny-gpt2/units.csv")
+    assert run_snakemake(wd, cfg, *fix.split()[3:]).returncode == 0
+    again = run_snakemake(wd, cfg, "data/long_context/tiny-gpt2/units.csv")
     assert again.returncode == 0, again.stderr[-3000:]
     timing = [c for c in units.columns if c.startswith("t_")]
     pd.testing.assert_frame_equal(pd.read_csv(wd / "data/long_context/tiny-gpt2/units.csv").drop(columns=timing),
@@ -248,29 +215,28 @@ def _job_counts(dry_run_output: str) -> dict[str, int]:
 
 
 @pytest.mark.slow
-def test_a_damaged_layer_is_regenerated_alone_and_leaves_no_sidecar_behind(tmp_path, tiny_gpt2_dir):
+def test_a_damaged_layer_is_regenerated_alone_and_leaves_no_sidecar_behind(tmp_path, tiny_run):
     """A truncated extracted layer: the job reading it stops with one line; Snakemake removes that job's outputs
     and none of their sidecars stays behind; the command the line suggests re-extracts that layer alone (one job
-    per layer), and the plan that follows is that layer's chain, not the other layers'."""
-    wd, cfg = _workdir(tmp_path, tiny_gpt2_dir, layers=[0, 1, 2])
-    targets = [f"data/certify/tiny-gpt2/layer{L}.csv" for L in (0, 1, 2)]
-    assert (res := _snakemake(wd, cfg, *targets)).returncode == 0, res.stderr[-3000:]
-    extracted = {L: wd / f"data/extract/tiny-gpt2/layer{L}.npz" for L in (0, 1, 2)}
-    others = {L: extracted[L].stat().st_mtime_ns for L in (1, 2)}
+    per layer), and the plan that follows is that layer's chain, not the other layer's."""
+    wd, cfg = copy_tiny_run(tiny_run, tmp_path / "run")
+    targets = [f"data/certify/tiny-gpt2/layer{L}.csv" for L in (0, 1)]
+    extracted = {L: wd / f"data/extract/tiny-gpt2/layer{L}.npz" for L in (0, 1)}
+    others = {1: extracted[1].stat().st_mtime_ns}
     extracted[0].write_bytes(extracted[0].read_bytes()[:200])
     time.sleep(1)  # a newer mtime than the certification tables
-    failed = _snakemake(wd, cfg, *targets, extra=("--keep-going",))
+    failed = run_snakemake(wd, cfg, *targets, extra=("--keep-going",))
     out = failed.stdout + failed.stderr
     fix = "snakemake --cores all data/extract/tiny-gpt2/layer0.npz --forcerun extract"
     assert failed.returncode != 0 and "layer0.npz is corrupted (200 bytes" in out and fix in out, out[-3000:]
     assert not (wd / "data/certify/tiny-gpt2/layer0.csv").exists()
     orphans = [p for p in (wd / "data").rglob("*.*.json") if not p.with_name(p.name[:-5]).exists()]
     assert orphans == [], orphans
-    repaired = _snakemake(wd, cfg, *fix.split()[3:])  # the target, then --forcerun extract
+    repaired = run_snakemake(wd, cfg, *fix.split()[3:])  # the target, then --forcerun extract
     assert repaired.returncode == 0 and _job_counts(repaired.stdout + repaired.stderr) == {"extract": 1}, \
         (repaired.stdout + repaired.stderr)[-3000:]
-    assert {L: extracted[L].stat().st_mtime_ns for L in (1, 2)} == others
-    plan = _snakemake(wd, cfg, *targets, extra=("-n",))
+    assert {1: extracted[1].stat().st_mtime_ns} == others
+    plan = run_snakemake(wd, cfg, *targets, extra=("-n",))
     assert _job_counts(plan.stdout + plan.stderr) == {"certify_layer": 1}, plan.stdout[-3000:]
     planned = re.findall(r"^\s+output: (.+)$", plan.stdout, re.M)
     assert len(planned) == 1 and "data/certify/tiny-gpt2/layer0.csv" in planned[0], planned

@@ -24,7 +24,7 @@ from attncert.minip.figure_names import FIGURES as MINIP_FIGURES
 from attncert.reporting import report_index
 from attncert.reporting.report_index import CATEGORIES, FIGURES, REPORT_TABLES, table_source
 from conftest import REPO
-from test_dag_end_to_end import SNAKEMAKE, _snakemake, _workdir
+from tiny_run import SNAKEMAKE, copy_tiny_run, run_snakemake
 
 RULES = REPO / "workflow" / "rules"
 GLOBAL_DESCRIPTION = re.compile(r'^report:\s*"([^"]+)"', re.M)
@@ -199,13 +199,11 @@ def embedded_pages(page: str) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_the_report_of_a_tiny_run_shows_every_figure_and_table(tmp_path, tiny_gpt2_dir):
-    wd, cfg = _workdir(tmp_path, tiny_gpt2_dir)
+def test_the_report_of_a_tiny_run_shows_every_figure_and_table(tmp_path, tiny_run):
+    wd, cfg = copy_tiny_run(tiny_run, tmp_path / "run")  # the shared run built these figures and pages
     figures = [f"figures/certify/tiny-gpt2/{n}.png" for n in CERTIFY_FIGURES]
     tables = [f"figures/report/tiny-gpt2/{n}.html" for n in ("certification", "certification_slopes")]
-    res = _snakemake(wd, cfg, *figures, *tables)
-    assert res.returncode == 0, res.stderr[-4000:]
-    res = _snakemake(wd, cfg, *figures, *tables, extra=("--report", "report.html"))
+    res = run_snakemake(wd, cfg, *figures, *tables, extra=("--report", "report.html"))
     log = res.stdout + res.stderr
     assert res.returncode == 0, log[-4000:]
     assert "Duplicate" not in log and "WARNING" not in log.upper().replace("WARNINGS", ""), log[-3000:]
