@@ -29,6 +29,7 @@ pytestmark = pytest.mark.cluster
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 SCRIPT = REPO / "workflow" / "cluster" / "slurm_single_node.sh"
 PROFILE = REPO / "workflow" / "profiles" / "slurm"
+FAST_STATUS_CHECKS = ("--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "2")
 PARTITION = "attncert"  # the script's partition; not the default, so the profile must pass it on
 
 # columns and keys that hold wall-clock time or a timestamp (they differ between any two runs):
@@ -193,8 +194,10 @@ def test_profile_runs_reduced_dag_on_slurm_like_a_local_run(slurm_env, tmp_path,
     assert rc == 0, out[-3000:]
     _log(f"local run: {secs:.0f} s")
 
+    # the profile's own settings, but the first status check after 1 s and one round every 2 s: on a one-node test
+    # cluster the jobs take seconds, and the profile's back-off (10 s, then 10 s more per round) would be the run
     rc, out, secs = _snakemake(cluster, cfg_cluster, "--profile", str(PROFILE), "--slurm-status-command", "squeue",
-                               "--slurm-keep-successful-logs", env=slurm_env, timeout=300)
+                               "--slurm-keep-successful-logs", *FAST_STATUS_CHECKS, env=slurm_env, timeout=300)
     submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", out)
     assert rc == 0, out[-4000:]
     local_jobs = sorted(set(re.findall(r"^localrule (\w+):", out, re.M)))
