@@ -67,3 +67,23 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
+
+
+#: The longest tests (about 25-110 s each on two cores), started first: a worker that reaches one of them last
+#: keeps the run going while the other idles. pytest-xdist deals the first quarter of the items out alternately,
+#: so this order also splits them between the two workers. Any test not listed keeps its place after these.
+LONGEST_FIRST = (
+    "workflow/test_slurm_profile.py::test_profile_runs_reduced_dag_on_slurm_like_a_local_run",
+    "workflow/test_dag_end_to_end.py::test_long_context_target_on_tiny_gpt2",
+    "workflow/test_dag_end_to_end.py::test_tiny_gpt2_certify_and_baselines",  # builds the shared tiny run
+    "workflow/test_dag_end_to_end.py::test_interrupted_run_resumes",
+    "checkpoint/test_certify_command.py::test_the_readme_commands_run_as_written",
+    "workflow/test_own_checkpoint.py::test_long_context_on_a_small_causal_checkpoint_attends_to_every_key",
+    "provenance/test_run_archive.py::test_an_archived_run_is_up_to_date_in_a_fresh_clone_until_its_code_changes",
+    "certify/test_exact_worst_case.py::test_exact_matches_dense_grid_in_2d",
+)
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.removeprefix("tests/"), len(rank)))  # stable for the rest
