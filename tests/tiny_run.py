@@ -2,10 +2,10 @@
 
 The end-to-end tests of the DAG (the tables, the report, editing a stage, a damaged layer) all start from the
 same finished run: two layers, one head, two prompts, certification, baselines, the certification figures and
-report pages, and the cheapest Min-IP job. Building it once instead of once per test is most of the test suite's
-Snakemake time. The pytest-xdist workers share it through a file lock in the session's common temporary
-directory: the first worker to ask builds it, the others wait for it, and a failed build is not marked complete,
-so the next caller builds it again and sees the failure itself. Every test works on its own copy
+report pages, and the cheapest Min-IP job; it is built once for all of them. The pytest-xdist workers share it
+through a file lock in the session's common temporary directory: the first worker to ask builds it, the others
+wait for it, and a failed build is not marked complete, so the next caller builds it again and sees the failure
+itself. Every test works on its own copy
 (`copy_tiny_run`, file times kept), so no test sees another's edits or Snakemake lock.
 """
 import os
