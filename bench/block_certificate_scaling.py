@@ -62,27 +62,12 @@ MODELS = {
 }
 
 
-def _reset_peak() -> bool:
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)      # return freed heap pages, so that reuse shows in the peak
-    except (OSError, AttributeError):
-        pass
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")          # resets VmHWM to the current RSS (Linux >= 4.0)
-        return True
-    except OSError:
-        return False
-
-
 def measure(fn, reps: int):
     """(last output, median seconds, max peak MB above the start or NaN)."""
     secs, mbs, out = [], [], None
     for _ in range(reps):
         gc.collect()
-        ok = _reset_peak()
+        ok = common.reset_peak_memory()
         start = common.process_status_mb("VmRSS")
         t0 = time.perf_counter()
         out = fn()

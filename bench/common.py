@@ -50,6 +50,23 @@ def process_status_mb(field: str) -> float:
     return float("nan")
 
 
+def reset_peak_memory() -> bool:
+    """Reset this process's VmHWM to its current resident size (Linux >= 4.0), freed heap pages returned first so
+    that reuse shows in the next peak; False where the kernel does not allow it."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def single_threaded_blas() -> None:
     """2 shared cores: one BLAS/OpenMP thread per process (set before numpy is imported)."""
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):

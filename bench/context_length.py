@@ -243,6 +243,11 @@ VARYING_LABELS = dict(LABELS, before_second_order="second order, factored progra
                       before_second_order_tight="tight, factored program")
 
 
+def labels(mode: str) -> dict:
+    """The column and legend labels of a query mode."""
+    return VARYING_LABELS if mode == "varying" else LABELS
+
+
 def markdown(data: dict, summ: dict) -> str:
     lines = [f"Certifier cost and gap vs the number of keys n. Model: {MODEL}; prompt `{PROMPT}`. Not a GPT-2 result.",
              ""]
@@ -255,8 +260,7 @@ def markdown(data: dict, summ: dict) -> str:
             "",
         ]
         present = [m for m in METHODS if any(m in c for c in summ[mode].values())]
-        names = VARYING_LABELS if mode == "varying" else LABELS
-        lines.append("| n | " + " | ".join(names[m] for m in present) + " |")
+        lines.append("| n | " + " | ".join(labels(mode)[m] for m in present) + " |")
         lines.append("| --- " * (len(present) + 1) + "|")
         for n, cell in summ[mode].items():
             vals = []
@@ -316,8 +320,7 @@ def figure(summ: dict, path: Path) -> dict:
             if not pts:
                 continue
             style = dict(color=f"C{k}", ms=4, ls="--" if m.startswith("before") else "-", marker="o")
-            names = VARYING_LABELS if mode == "varying" else LABELS
-            row[0].loglog([p[0] for p in pts], [p[1]["median_s"] for p in pts], label=names[m], **style)
+            row[0].loglog([p[0] for p in pts], [p[1]["median_s"] for p in pts], label=labels(mode)[m], **style)
             for nm in norms:
                 key = f"rel_gap_{nm}_r0.002" if nm else "rel_gap_r0.002"
                 gaps = [(n, p[key]) for n, p in pts if p.get(key, 0) > 0]

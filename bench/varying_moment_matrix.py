@@ -52,20 +52,6 @@ QUICK = dict(ns=[16], heads=[0], cases=["linf:0.02"])
 BENCH_NS = (16, 64, 256, 1024)  # the reference run's ns (its specification vectors are taken at these positions)
 
 
-def peak_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return float(line.split()[1]) / 1024.0
-    return math.nan
-
-
-def reset_peak():
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass
-
-
 def references() -> dict:
     out = {}
     for name in REF_JSONS:  # the later file wins
@@ -207,14 +193,14 @@ def one_unit(p, ref: dict, tight: bool) -> dict:
         return dict(out, error="no kept attempt")
     prog, opts, D, _, shift_w, edges, build_key = kept
     f = token_scales(prog, D)
-    reset_peak()
-    base = peak_mb()
+    common.reset_peak_memory()
+    base = common.process_status_mb("VmHWM")
     p0, d0, st0, s0, it0, _ = solve(prog.c, prog.A, prog.b, prog.dims, None, opts, f)
     out.update(without=_to_g(p0, D), without_status=st0, without_s=s0, without_it=it0, without_nnz=int(prog.A.nnz),
-               without_mb=peak_mb() - base)
+               without_mb=common.process_status_mb("VmHWM") - base)
     c, A, b, extra, nz = lift(prog, D, p.W_Q, p.norm, shift_w)
-    reset_peak()
-    base = peak_mb()
+    common.reset_peak_memory()
+    base = common.process_status_mb("VmHWM")
     p1, d1, st1, s1, it1, x1 = solve(c, A, b, prog.dims, extra, opts, np.concatenate([f, np.ones(nz)]))
     for rung in LONG_LADDER[1:]:  # an unconverged lifted solve: the long path's other rungs, the first converged kept
         if st1.startswith(("Solved", "AlmostSolved")):
@@ -222,7 +208,7 @@ def one_unit(p, ref: dict, tight: bool) -> dict:
         q = solve(c, A, b, prog.dims, extra, rung, np.concatenate([f, np.ones(nz)]))
         p1, d1, st1, s1, it1, x1 = q[:3] + (s1 + q[3],) + q[4:]
     out.update(with_=_to_g(p1, D), with_status=st1, with_s=s1, with_it=it1, with_nnz=int(A.nnz),
-               with_mb=peak_mb() - base)
+               with_mb=common.process_status_mb("VmHWM") - base)
     fo, best = ref["first_order"], ref["reference"]
     if edges is not None and x1 is not None:  # linf: atoms of the lifted optimum above their chains (cuts not added)
         from attncert.certify.second_order.varying_query.long import cuts

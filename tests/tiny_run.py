@@ -54,11 +54,12 @@ def tiny_workdir(tmp_path: Path, model_dir: Path, **overrides) -> tuple[Path, Pa
     return tmp_path, path
 
 
-def run_snakemake(workdir, configfile, *targets, extra=(), timeout=900, **popen):
-    """`snakemake` on the repository's Snakefile in `workdir`, two cores; the completed process."""
-    cmd = [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+def run_snakemake(workdir, configfile, *targets, extra=(), timeout=900, code=REPO, **popen):
+    """`snakemake` on the Snakefile and sources of `code` (the repository, or a copy of it) in `workdir`, two cores;
+    the completed process."""
+    cmd = [SNAKEMAKE, "--snakefile", str(code / "Snakefile"), "--directory", str(workdir),
            "--configfile", str(configfile), "--cores", "2", *extra, *targets]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO / "src"))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(code / "src"))
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, **popen)
 
 

@@ -139,12 +139,9 @@ def test_editing_a_stage_reruns_that_stage_and_its_dependents_only(tmp_path, tin
     wd, cfg = copy_tiny_run(tiny_run, tmp_path / "run")
     targets = ["figures/tables/tiny-gpt2/baselines.md", "data/minip/default/constructions.csv"]
     conf = yaml.safe_load(cfg.read_text())
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(code / "src"))
 
     def plan(config=cfg):
-        cmd = [SNAKEMAKE, "--snakefile", str(code / "Snakefile"), "--directory", str(wd), "--configfile",
-               str(config), "--cores", "2", "-n", *targets]
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+        res = run_snakemake(wd, config, *targets, extra=("-n",), code=code)
         assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
         return res.stdout + res.stderr
 
