@@ -44,12 +44,14 @@ def test_bound_layer_marks_a_bound_below_the_attained_value_unsound():
     assert status[0.01] == "ok" and status[0.02].startswith("UNSOUND")
 
 
-def test_the_certificate_is_timed_beside_the_baselines_of_the_first_fixed_group():
-    """The first fixed-query group of a layer gets the certificate's seconds, measured in the same call; the other
-    groups do not; `beside_medians` reads medians over the same units."""
-    from attncert.baselines.seconds_beside import COLUMN, beside_medians
+def test_the_certificate_is_timed_beside_the_baselines_of_the_first_fixed_groups(monkeypatch):
+    """The first BESIDE_GROUPS fixed-query groups of a layer (here 1) get the certificate's seconds, measured in the
+    same call; the other groups do not; `beside_medians` reads medians over the same units, and their intervals."""
+    import attncert.baselines.layer as layer_module
+    from attncert.baselines.seconds_beside import COLUMN, beside_medians, median_interval
     from attncert.certify.second_order.certificate import second_order_certificate
 
+    monkeypatch.setattr(layer_module, "BESIDE_GROUPS", 1)
     arrays, spec = _random_layer(seed=1, heads=2)
     grid = {"heads": [0, 1], "prompts": [0], "query_positions": [2], "norms": ["linf"], "modes": ["varying", "fixed"],
             "radii": [0.01, 0.02]}
@@ -63,6 +65,23 @@ def test_the_certificate_is_timed_beside_the_baselines_of_the_first_fixed_group(
     assert got["seconds_beside_units"] == 2
     assert got["cert_seconds_beside"] == timed.drop_duplicates("radius")[COLUMN].median()
     assert got["crown_seconds_beside"] == timed.loc[timed["method"] == "crown", "seconds"].median()
+    assert got["crown_seconds_beside_ci"] == median_interval(timed.loc[timed["method"] == "crown", "seconds"])
+    assert got["cert_seconds_beside_ci"] == sorted(timed.drop_duplicates("radius")[COLUMN])  # 2 units: the range
     assert beside_medians(df.drop(columns=[COLUMN]), {"crown": "crown"})["cert_seconds_beside"] is None
     without = bound_layer(arrays, spec, [2], 0, grid, ["ibp"], {})
     assert without[COLUMN].isna().all()
+
+
+def test_the_median_interval_is_the_order_statistic_confidence_interval():
+    """[x_(k), x_(n+1-k)] with the largest k keeping 95% (k = 7 for 24 values, the textbook table); the whole range
+    below 6 values; it covers the median of a skewed distribution in >= 95% of samples."""
+    from attncert.baselines.seconds_beside import median_interval
+
+    assert median_interval(range(1, 25)) == [7.0, 18.0]
+    assert median_interval(range(1, 73)) == [28.0, 45.0]
+    assert median_interval([3.0, 1.0, 2.0]) == [1.0, 3.0] and median_interval([5.0]) == [5.0, 5.0]
+    assert median_interval([np.nan, 2.0, 1.0]) == [1.0, 2.0] and median_interval([]) is None
+    rng = np.random.default_rng(0)
+    samples = rng.exponential(size=(4000, 24))
+    hits = sum(lo <= np.log(2.0) <= hi for lo, hi in map(median_interval, samples))
+    assert 0.95 <= hits / len(samples) <= 0.99

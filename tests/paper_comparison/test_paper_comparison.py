@@ -23,9 +23,9 @@ def measured(tmp_path):
             "crown_over_cert_fixed": [31.6, 34.5],
             "crown_seconds": [0.01, 0.02],
             "alpha_crown_seconds": [0.7, 0.8],
-            "crown_seconds_beside": 0.015,
-            "alpha_crown_seconds_beside": 0.75,
-            "cert_seconds_beside": 0.06,
+            "crown_seconds_beside_ci": [0.01, 0.02],
+            "alpha_crown_seconds_beside_ci": [0.7, 0.8],
+            "cert_seconds_beside_ci": [0.05, 0.07],
         },
         "baselines grid label",
     )

@@ -138,6 +138,10 @@ def test_holds_ordered_and_setup_forms():
     assert verdict(beside, [0.010, 0.014, 0.031]).kind == DIFFERS                  # CROWN and α-CROWN within 1.5×
     assert verdict(beside, [0.010, 0.020, 0.025]).kind == DIFFERS                  # certificate within 1.5× of α
     assert verdict(beside, [0.010, 0.020, 0.012]).kind == STRONGER                 # certificate 1.7× faster than α
+    # intervals (of medians): a step holds only between the upper end of one and the lower end of the next
+    assert verdict(beside, [[0.009, 0.011], [0.020, 0.024], [0.040, 0.050]]).kind == REPRODUCED
+    assert verdict(beside, [[0.009, 0.011], [0.013, 0.017], [0.040, 0.050]]).kind == DIFFERS  # medians 1.5x apart,
+    assert verdict(beside, [[0.009, 0.011], [0.017, 0.019], [0.027, 0.031]]).kind == DIFFERS  # their intervals not
     assert verdict(faster, [0.010, 0.020, 0.025]).kind == REPRODUCED               # no factor: any order counts
     setup = claim(form="setup", value="GPT-2 small")
     assert verdict(setup, "gpt-2 small").kind == REPRODUCED and verdict(setup, "all-MiniLM-L6-v2").kind == SETUP_DIFFERS

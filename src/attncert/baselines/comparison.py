@@ -290,11 +290,13 @@ def stage_report(base: pd.DataFrame, cert: pd.DataFrame, model: str) -> dict:
         md.append(legend_table(lost, table_legend.LOST))
     measured = paper_measurements(table, slopes, head, first_order, lost, n_units)
     measured.update(beside_medians(base, {"crown": PAPER_CROWN_METHOD, "alpha_crown": PAPER_ALPHA_METHOD}))
-    beside = pd.DataFrame([{"measured key": k, "median seconds per unit": v} for k, v in measured.items()
-                           if k.endswith("_seconds_beside")])
+    beside = pd.DataFrame([{"measured key": k, "median seconds per unit": v,
+                            "95% interval": "–".join(f"{x:.3g}" for x in measured[f"{k}_ci"] or [])}
+                           for k, v in measured.items() if k.endswith("_seconds_beside")])
     md += ["\n## Seconds per unit measured side by side\n",
            f"Medians over the same {measured['seconds_beside_units']} units, timed in the baseline job's process one "
-           "after the other (`attncert.baselines.seconds_beside`); the paper's order of speeds is judged on these.\n",
+           "after the other (`attncert.baselines.seconds_beside`); the paper's order of speeds is judged on the "
+           "medians' 95% intervals.\n",
            legend_table(beside, table_legend.BESIDE, floatfmt=".3g")]
     return {"table": table, "slopes": slopes, "headline": head, "md": "\n".join(md), "label": label,
             "labels": labels, "measured": measured, "merged": m}
