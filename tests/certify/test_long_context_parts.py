@@ -164,3 +164,25 @@ def test_parts_in_another_number_than_the_grid_are_refused(run, tmp_path):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_rows_equal_each_unit_certified_alone(monkeypatch):
+    """The varying-query units of one length and head have their ascents batched over the radii, warm-started from
+    the fixed-query units' exact solves: every row is the one `certify_unit` gives the unit alone (timing aside)."""
+    import attncert.certify.run as run_module
+    from attncert.certify.run import certify_unit
+    from attncert.certify.unit_columns import LONG_CONTEXT_COLUMNS
+
+    arrays = _token_arrays()
+    problems = long_context_problems(arrays, LC["layer"], [10], [1], LC["query_position"], [0.02, 0.05],
+                                     LC["norms"], 0, LC["modes"])
+    batches, real = [], run_module.best_feasible_ascents
+    monkeypatch.setattr(run_module, "best_feasible_ascents", lambda ps, **kw: batches.append(len(ps)) or real(ps, **kw))
+    table, _, _ = certify_long_context(problems, tight=True, **ASCENT)
+    assert batches == [2]  # one batch: both radii of the varying query
+    monkeypatch.undo()
+    alone = pd.DataFrame([certify_unit(p, tight=True, ascent_check_fraction=0.0, **ASCENT) for p in problems],
+                         columns=LONG_CONTEXT_COLUMNS)
+    keep = [c for c in LONG_CONTEXT_COLUMNS if not c.startswith("t_")]
+    pd.testing.assert_frame_equal(table[keep], alone[keep], check_exact=True)
+    assert list(table["best_feasible_from"]) == ["exact_witness"] * 2 + ["ascent_warm"] * 2

@@ -3,9 +3,9 @@
 `certify_layer_units` runs `run.certify_unit` on each unit of the grid (progress with tqdm; a row that is not
 "ok" is logged, a soundness violation loudly) and collects the certificates of each row for
 `certificate_store.write_certificates`. The varying-query units that differ only in their radius have their
-warm-started ascents run as one batch (`run.varying_ascents`) when the first of them comes up; each unit's row is
-the one it would get alone. Their warm starts are the exact solves of the fixed-query units of the same radii
-(earlier in the grid), reused rather than solved again: the same witnesses.
+warm-started ascents run as one batch (`certify_in_radius_batches`, also used by the long-context stage) when the
+first of them comes up; each unit's row is the one it would get alone. Their warm starts are the exact solves of the
+fixed-query units of the same radii (earlier in the grid), reused rather than solved again: the same witnesses.
 """
 from __future__ import annotations
 
@@ -23,19 +23,42 @@ from attncert.certify.unit_columns import COLUMNS
 from attncert.head.units import head_problem
 
 
-def _radius_groups(units) -> dict:
-    """{unit: the varying-query units that differ from it only in the radius (itself included), in grid order}."""
-    groups: dict = {}
-    for u in units:
-        if u.mode == "varying":
-            groups.setdefault((u.layer, u.head, u.prompt, u.query_pos, u.norm), []).append(u)
-    return {u: members for members in groups.values() for u in members}
+def certify_in_radius_batches(items, *, desc: str, **unit_kw):
+    """Yield (index, row, certificates) of `run.certify_unit` on each problem of `items`, in order.
+
+    items: (group, problem) pairs; `group` (hashable) names the head and unit without the radius and the query mode.
+    The varying-query problems of one group are units that differ only in their radius: their warm-started ascents
+    run as one batch (`run.varying_ascents`) when the first of them comes up, each warm-started from the exact solve
+    of the fixed-query problem of its group and radius when that came earlier (reused, not solved again: the same
+    witness). unit_kw go to `certify_unit`; with `legacy_ascent` nothing is batched."""
+    batched = not unit_kw.get("legacy_ascent", False)
+    ascent_kw = {k: unit_kw[k] for k in ("ascent_restarts", "ascent_steps", "seed", "device") if k in unit_kw}
+    members: dict = {}
+    for i, (group, problem) in enumerate(items):
+        if batched and problem.mode == "varying":
+            members.setdefault(group, []).append(i)
+    warm_for = {(g, items[i][1].radius) for g, idx in members.items() for i in idx}  # fixed solves to keep
+    solved: dict = {}  # (group, radius) -> (fixed problem, exact result), until its varying unit's batch takes it
+    ascents, started = {}, set()
+    for i, (group, problem) in enumerate(tqdm(items, desc=desc, file=sys.stderr, mininterval=5)):
+        if problem.mode == "varying" and group in members and i not in started:
+            batch = [j for j in members[group] if j not in started]
+            started.update(batch)
+            problems = [dataclasses.replace(items[j][1], meta=dict(items[j][1].meta)) for j in batch]  # own copies
+            fixed = [_fixed_exact(solved.pop((group, p.radius), None), p) for p in problems]
+            ascents.update(zip(batch, varying_ascents(problems, fixed_exact=fixed, **ascent_kw)))
+        certificates: dict = {}
+        exact: list | None = [] if problem.mode == "fixed" and (group, problem.radius) in warm_for else None
+        row = certify_unit(problem, certificates=certificates, ascent=ascents.pop(i, None), exact_out=exact,
+                           **unit_kw)
+        if exact:
+            solved[(group, problem.radius)] = (problem, exact[0])
+        yield i, row, certificates
 
 
-def _fixed_exact(solved: dict, unit, problem):
-    """The exact result of the fixed-query unit that is `unit` (varying) with mode "fixed", if it was solved for the
-    very same problem (None otherwise); taken out of `solved`."""
-    hit = solved.pop(dataclasses.replace(unit, mode="fixed"), None)
+def _fixed_exact(hit, problem):
+    """The exact result of a fixed-query solve `hit` = (fixed problem, result) if it was solved for the very same
+    problem as `problem` (varying) with mode "fixed"; else None."""
     if hit is None:
         return None
     fixed, res = hit
@@ -46,25 +69,10 @@ def _fixed_exact(solved: dict, unit, problem):
 def certify_layer_units(arrays: dict, spec, query_positions, units, layer: int, **unit_kw):
     """(table, certificate entries, row pool) of the units; unit_kw go to `certify_unit`."""
     rows, entries, pool = [], {}, RowPool()
-    batched = not unit_kw.get("legacy_ascent", False)
-    groups, ascents, started = _radius_groups(units) if batched else {}, {}, set()
-    ascent_kw = {k: unit_kw[k] for k in ("ascent_restarts", "ascent_steps", "seed", "device") if k in unit_kw}
-    warm_for = {dataclasses.replace(u, mode="fixed") for u in groups}  # fixed units whose solve is a warm start
-    solved: dict = {}  # those fixed units' (problem, exact result), until their varying unit's batch takes them
-    for unit in tqdm(units, desc=f"certify layer {layer}", file=sys.stderr, mininterval=5):
-        problem = head_problem(arrays, spec, query_positions, unit)
-        if unit in groups and unit not in started:
-            members = [m for m in groups[unit] if m not in started]
-            started.update(members)
-            problems = [head_problem(arrays, spec, query_positions, m) for m in members]
-            ascents.update(zip(members, varying_ascents(
-                problems, fixed_exact=[_fixed_exact(solved, m, p) for m, p in zip(members, problems)], **ascent_kw)))
-        certificates: dict = {}
-        exact: list | None = [] if unit in warm_for else None
-        row = certify_unit(problem, certificates=certificates, ascent=ascents.pop(unit, None), exact_out=exact,
-                           **unit_kw)
-        if exact:
-            solved[unit] = (problem, exact[0])
+    items = [((u.layer, u.head, u.prompt, u.query_pos, u.norm), head_problem(arrays, spec, query_positions, u))
+             for u in units]
+    for i, row, certificates in certify_in_radius_batches(items, desc=f"certify layer {layer}", **unit_kw):
+        unit = units[i]
         if row["status"] != "ok":
             level = logging.ERROR if row["status"] in ("UNSOUND", "error") else logging.WARNING
             logging.log(level, "%s %s: %s", row["status"], unit, row["error"])

@@ -14,13 +14,11 @@ against the best ascent value for a varying one (no exact value exists there; `u
 """
 from __future__ import annotations
 
-import sys
-
 import pandas as pd
 
 from attncert.certify.certificate_store import RowPool, flatten
 from attncert.certify.long_context_summary import MODES
-from attncert.certify.run import certify_unit
+from attncert.certify.layer_run import certify_in_radius_batches
 from attncert.certify.unit_columns import LONG_CONTEXT_COLUMNS
 from attncert.head.problem import HeadProblem
 from attncert.head.specification import specification_direction
@@ -58,13 +56,13 @@ def unit_record(problem: HeadProblem) -> dict:
 def certify_long_context(problems: list[HeadProblem], *, ascent_restarts: int, ascent_steps: int, seed: int,
                          tight: bool) -> tuple[pd.DataFrame, dict, RowPool]:
     """(table, certificate entries, row pool): every unit certified, with the certificate of each certified number
-    (for `certificate_store.write_certificates`)."""
-    from tqdm import tqdm
-
+    (for `certificate_store.write_certificates`). The varying-query units of one length, head and norm have their
+    ascents run as one batch over the radii, like the main grid's (`layer_run.certify_in_radius_batches`)."""
     rows, entries, pool = [], {}, RowPool()
-    for p in tqdm(problems, desc="long context", file=sys.stderr, mininterval=5):
-        certificates: dict = {}
-        rows.append(certify_unit(p, ascent_restarts=ascent_restarts, ascent_steps=ascent_steps, seed=seed,
-                                 tight=tight, ascent_check_fraction=0.0, certificates=certificates))
-        entries.update(flatten(len(rows) - 1, unit_record(p), certificates, pool))
+    items = [((p.meta.get("length"), p.meta.get("layer"), p.meta.get("head"), p.norm), p) for p in problems]
+    for i, row, certificates in certify_in_radius_batches(
+            items, desc="long context", ascent_restarts=ascent_restarts, ascent_steps=ascent_steps, seed=seed,
+            tight=tight, ascent_check_fraction=0.0):
+        rows.append(row)
+        entries.update(flatten(len(rows) - 1, unit_record(problems[i]), certificates, pool))
     return pd.DataFrame(rows, columns=LONG_CONTEXT_COLUMNS), entries, pool
