@@ -1,0 +1,103 @@
+"""What the bilinear bound costs the varying query: its certificate with beta(M) scaled, per length (not a test).
+
+    python -m bench.varying_bilinear_scale --npz <run>/data/long_context/all-MiniLM-L6-v2/layer_tokens.npz \
+        --units <run>/data/long_context/all-MiniLM-L6-v2/units.csv [--lengths 16 64 256] [--scales 1 0.8 0.6 0]
+
+The varying query's relaxation bounds the bilinear term beta_j = delta_i M delta_j^T / sqrt(d_h) of every key by
+[-b, b], b = r^2 beta(M) / sqrt(d_h), beta(M) >= max_{x, y in the unit ball} x M y^T (docs/certificate.md section 5;
+linf: min(sum |M_kl|, d ||M||_2)). This diagnostic re-certifies the default run's long-context varying units (the
+run's token file and its best ascent values as the reference) with beta(M) multiplied by each `--scales` factor, and
+prints the median relative gap (certificate - best ascent) / (best ascent - nominal) of the paper-like and the tight
+variant per length. A factor below 1 is a WHAT-IF: the numbers are solver bounds of a relaxation that is not proved
+sound for the head (0 drops the bilinear term altogether), never certificates. Per head it also prints the best of
+200 alternating sign ascents on max x^T M y over the box (a lower bound on the true ||M||_{inf->1}, so the factor a
+certified beta(M) could at best reach) against the current beta(M).
+
+Writes varying_bilinear_scale[-quick].md / .json (bench/common.py). One BLAS/OpenMP thread.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import numpy as np
+
+from bench import common
+
+common.single_threaded_blas()
+QUICK = {"lengths": [16], "scales": [1.0, 0.0]}
+HEADS = (0, 3, 6, 9)  # workflow/config/default.yaml long_context.heads
+LAYER, QUERY_POSITION, SPEC_SEED = 2, 4, 0  # the same config's layer and query position, and spec_seed
+
+
+def heuristic_inf_to_one(M: np.ndarray, starts: int = 200, sweeps: int = 50, seed: int = 0) -> float:
+    """max x^T M y over x, y in {-1, 1}^d found by alternating sign updates from random y: a lower bound."""
+    rng = np.random.default_rng(seed)
+    best = 0.0
+    for _ in range(starts):
+        y = rng.choice([-1.0, 1.0], M.shape[1])
+        for _ in range(sweeps):
+            x = np.sign(M @ y)
+            y = np.sign(M.T @ x)
+        best = max(best, float(x @ M @ y))
+    return best
+
+
+def main(args) -> dict:
+    import pandas as pd
+
+    import attncert.certify.second_order.varying_query.data as data
+    from attncert.certify.long_context import long_context_problems
+    from attncert.certify.second_order.certificate import second_order_certificate
+    from attncert.model.extraction import load_layer
+
+    arrays = load_layer(args.npz)
+    units = pd.read_csv(args.units)
+    print("beta(M) per head (linf): the current bound, and the best found max x^T M y (a lower bound on the truth)")
+    for h in HEADS:
+        M = arrays["W_Q"][h] @ arrays["W_K"][h].T
+        cur = data.bilinear_norm(arrays["W_Q"][h], arrays["W_K"][h], "linf")
+        low = heuristic_inf_to_one(M)
+        print(f"  head {h}: current {cur:.4g}, found {low:.4g} = {low / cur:.3f} of it")
+    real = data.bilinear_norm
+    rows = []
+    print(f"\nmedian relative gap over heads {list(HEADS)}, linf, r = {args.radius}, varying query "
+          "(paper-like / tight)")
+    print("| beta(M) x | " + " | ".join(f"n = {n}" for n in args.lengths) + " | growth, last n / first |")
+    print("| ---: | " + " | ".join("---" for _ in args.lengths) + " | --- |")
+    try:
+        for scale in args.scales:
+            data.bilinear_norm = lambda W_Q, W_K, norm, s=scale: s * real(W_Q, W_K, norm)
+            med = []
+            for n in args.lengths:
+                gaps = {False: [], True: []}
+                for p in long_context_problems(arrays, LAYER, [n], list(HEADS), QUERY_POSITION, [args.radius],
+                                               ["linf"], SPEC_SEED, ["varying"]):
+                    row = units[(units["length"] == n) & (units["head"] == p.meta["head"])
+                                & (units["mode"] == "varying") & (np.isclose(units["radius"], args.radius))].iloc[0]
+                    move = row["best_feasible"] - row["nominal"]
+                    for tight in (False, True):
+                        v = second_order_certificate(p, upper_cone=tight).value
+                        gaps[tight].append((v - row["best_feasible"]) / move)
+                        rows.append(dict(scale=scale, n=n, head=p.meta["head"], tight=tight, value=v,
+                                         reference=row["best_feasible"], movement=move))
+                med.append((statistics.median(gaps[False]), statistics.median(gaps[True])))
+            growth = f"{med[-1][0] / med[0][0]:.2f} / {med[-1][1] / med[0][1]:.2f}"
+            print(f"| {scale:g} | " + " | ".join(f"{a:.4f} / {b:.4f}" for a, b in med) + f" | {growth} |", flush=True)
+    finally:
+        data.bilinear_norm = real
+    return {"rows": rows}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--npz", required=True, help="a default run's data/long_context/{model}/layer_tokens.npz")
+    ap.add_argument("--units", required=True, help="the same run's data/long_context/{model}/units.csv")
+    ap.add_argument("--lengths", type=int, nargs="+", default=[16, 64, 256])
+    ap.add_argument("--scales", type=float, nargs="+", default=[1.0, 0.8, 0.6, 0.0])
+    ap.add_argument("--radius", type=float, default=0.02)
+    return ap
+
+
+if __name__ == "__main__":
+    common.run("varying_bilinear_scale", main, common.parse(build_parser(), QUICK))
