@@ -290,8 +290,9 @@ def stage_report(base: pd.DataFrame, cert: pd.DataFrame, model: str) -> dict:
         md.append(legend_table(lost, table_legend.LOST))
     measured = paper_measurements(table, slopes, head, first_order, lost, n_units)
     measured.update(beside_medians(base, {"crown": PAPER_CROWN_METHOD, "alpha_crown": PAPER_ALPHA_METHOD}))
+    interval = "95% interval, seconds per unit"
     beside = pd.DataFrame([{"measured key": k, "median seconds per unit": v,
-                            "95% interval": "–".join(f"{x:.3g}" for x in measured[f"{k}_ci"] or [])}
+                            interval: "–".join(f"{x:.3g}" for x in measured[f"{k}_ci"] or [])}
                            for k, v in measured.items() if k.endswith("_seconds_beside")])
     md += ["\n## Seconds per unit measured side by side\n",
            f"Medians over the same {measured['seconds_beside_units']} units, timed in the baseline job's process one "

@@ -96,5 +96,6 @@ LOST = {
 BESIDE = {
     "measured key": Column("measured key", "the key of baselines_measured.json (cert: the second-order certificate)"),
     "median seconds per unit": Column("median seconds per unit", "median over the same units, timed side by side"),
-    "95% interval": Column("95% interval", "distribution-free 95% confidence interval of the median"),
+    "95% interval, seconds per unit": Column("95% interval, seconds per unit",
+                                             "distribution-free 95% confidence interval of the median"),
 }
