@@ -83,13 +83,10 @@ def beside_medians(rows: pd.DataFrame, methods: dict[str, str]) -> dict:
         timed = rows[rows[COLUMN].notna() & (rows["status"] == "ok")]
     units = timed.drop_duplicates([c for c in ("layer", "head", "prompt", "query_pos", "norm", "mode", "radius")
                                    if c in timed])
-    out = {
-        f"{key}_seconds_beside": (float(np.median(s)) if len(s := timed.loc[timed["method"] == m, "seconds"]) else None)
-        for key, m in methods.items()
-    }
+    seconds = {key: timed.loc[timed["method"] == m, "seconds"] for key, m in methods.items()}
+    out = {f"{key}_seconds_beside": float(np.median(s)) if len(s) else None for key, s in seconds.items()}
     out["cert_seconds_beside"] = float(units[COLUMN].median()) if len(units) else None
-    for key, m in methods.items():
-        out[f"{key}_seconds_beside_ci"] = median_interval(timed.loc[timed["method"] == m, "seconds"])
+    out.update({f"{key}_seconds_beside_ci": median_interval(s) for key, s in seconds.items()})
     out["cert_seconds_beside_ci"] = median_interval(units[COLUMN]) if len(units) else None
     out["seconds_beside_units"] = int(len(units))
     return out
