@@ -58,7 +58,7 @@ BENCHMARK_RULES = (
     (r"[^/]+/block/table\.tsv", "block_table"),
     (r"[^/]+/block/figure_\w+\.tsv", "block_figure"),
     (r"[^/]+/long_context/extract\.tsv", "long_context_extract"),
-    (r"[^/]+/long_context/certify_length\d+_head\d+\.tsv", "long_context_certify"),
+    (r"[^/]+/long_context/certify_lengths\d+(-\d+)*_head\d+\.tsv", "long_context_certify"),
     (r"[^/]+/long_context/merge\.tsv", "long_context_merge"),
     (r"[^/]+/run_configuration\.tsv", "run_configuration"),
     (r"[^/]+/audit/certificates_\w+\.tsv", "audit_certificates"),

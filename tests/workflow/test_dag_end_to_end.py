@@ -186,12 +186,13 @@ def test_long_context_target_on_tiny_gpt2(tmp_path, tiny_gpt2_dir):
     assert measured["long_context_largest_n"] == 60 and measured["long_context_violations"] == 0
     assert measured["long_context_varying_largest_n"] == 60 and measured["long_context_varying_violations"] == 0
     assert (wd / "figures/long_context/tiny-gpt2/gap_and_time_vs_keys.png").stat().st_size > 10_000
-    # one job per (length, head); a damaged part stops the merge with one line naming the command that fixes it
-    part = wd / "data/long_context/tiny-gpt2/parts/length8_head1_certificates.npz"  # the cheaper part to redo
-    assert sorted(p.name for p in part.parent.glob("*.csv")) == ["length60_head1.csv", "length8_head1.csv"]
+    # one job per (length group, head): 8 + 60 keys exceed the longest length, so 8 and 60 are two jobs; a damaged
+    # part stops the merge with one line naming the command that fixes it
+    part = wd / "data/long_context/tiny-gpt2/parts/lengths8_head1_certificates.npz"  # the cheaper part to redo
+    assert sorted(p.name for p in part.parent.glob("*.csv")) == ["lengths60_head1.csv", "lengths8_head1.csv"]
     part.write_bytes(part.read_bytes()[:-100])
     failed = run_snakemake(wd, cfg, "data/long_context/tiny-gpt2/units.csv")
-    fix = ("snakemake --cores all data/long_context/tiny-gpt2/parts/length8_head1_certificates.npz "
+    fix = ("snakemake --cores all data/long_context/tiny-gpt2/parts/lengths8_head1_certificates.npz "
            "--forcerun long_context_certify")
     out = failed.stdout + failed.stderr
     lines = {line for line in out.splitlines() if line.startswith("attncert:")}

@@ -44,8 +44,8 @@ def test_every_benchmark_file_maps_to_its_rule():
         m = re.search(r"benchmark:\n\s+f?\"([^\"]+)\"", body)
         if m is None:
             continue
-        values = {"model": "mdl", "grid": "default", "layer": "1", "transition": "1", "length": "16", "head": "3",
-                  "audit_part": "layer1"}
+        values = {"model": "mdl", "grid": "default", "layer": "1", "transition": "1", "length": "16",
+                  "lengths": "16-64", "head": "3", "audit_part": "layer1"}
         sample = re.sub(r"\{+([\w.]+)\}+", lambda w: values.get(w.group(1), "a_name"), m.group(1))
         assert rule_of(sample.removeprefix("benchmarks/")) == name, (name, sample)
 

@@ -1,6 +1,10 @@
 # Long-context experiment (beyond the paper): one public-domain passage read at growing context lengths,
 # the certificates of one layer's heads attending to up to `long_context.lengths` keys (fixed and varying query),
 # each certified number stored with its certificate (audited by the audit rule).
+from attncert.certify.long_context_jobs import (group_label as _lc_group_label, group_of_label as _lc_group_of_label,
+                                               length_groups as _lc_length_groups, part_keys as _lc_part_keys,
+                                               part_stem as _lc_part_stem)
+
 LC = config.get("long_context", {})
 LONG_CONTEXT_OUTPUTS = [
     f"figures/long_context/{MODEL}/gap_and_time_vs_keys.pdf",
@@ -38,30 +42,31 @@ rule long_context_extract:
         "../scripts/long_context_extract.py"
 
 
-# One job per (length, head): the units of one context length and head (fixed and varying query, every norm and
-# radius), a part of the table with its certificates; the merge writes the one table and certificate file every
-# reader takes (attncert.certify.long_context_parts). Another head adds or drops its parts only; another length
-# also re-extracts the token file (all lengths), which reruns every part.
+# One job per (length group, head): the units of one head at a group of context lengths (fixed and varying query,
+# every norm and radius), a part of the table with its certificates; the short lengths share a job, so that each
+# costs about the longest length's (attncert.certify.long_context_jobs). The merge writes the one table and
+# certificate file every reader takes (attncert.certify.long_context_parts). Another head adds or drops its parts
+# only; another length also re-extracts the token file (all lengths), which reruns every part.
 rule long_context_certify:
     input:
         npz="data/long_context/{model}/layer_tokens.npz",
     output:
-        csv="data/long_context/{model}/parts/length{length}_head{head}.csv",
-        certificates="data/long_context/{model}/parts/length{length}_head{head}_certificates.npz",
+        csv="data/long_context/{model}/parts/lengths{lengths}_head{head}.csv",
+        certificates="data/long_context/{model}/parts/lengths{lengths}_head{head}_certificates.npz",
     wildcard_constraints:
-        length="|".join(str(T) for T in LC.get("lengths", [])) or r"\d+",
+        lengths="|".join(_lc_group_label(g) for g in _lc_length_groups(LC.get("lengths", []))) or r"[\d-]+",
         head="|".join(str(h) for h in LC.get("heads", [])) or r"\d+",
     params:
         model=MODEL_CFG,
         layer=LC.get("layer", 0),
-        length=lambda wc: int(wc.length),
+        lengths=lambda wc: list(_lc_group_of_label(wc.lengths)),
         head=lambda wc: int(wc.head),
         query_position=LC.get("query_position", 0),
         radii=LC.get("radii", []),
         norms=LC.get("norms", ["linf"]),
         modes=LC.get("modes", ["fixed", "varying"]),
         tight=LC.get("tight", True),
-        ascent_restarts=config["certify"]["ascent_restarts"],
+        ascent_restarts=LC.get("ascent_restarts", 2),
         ascent_steps=config["certify"]["ascent_steps"],
         seed=config["certify"]["seed"],
         spec_seed=config["spec_seed"],
@@ -74,19 +79,19 @@ rule long_context_certify:
         mem_mb=3000,
         runtime=20,
     log:
-        "data/logs/{model}/long_context/certify_length{length}_head{head}.log",
+        "data/logs/{model}/long_context/certify_lengths{lengths}_head{head}.log",
     benchmark:
-        "benchmarks/{model}/long_context/certify_length{length}_head{head}.tsv"
+        "benchmarks/{model}/long_context/certify_lengths{lengths}_head{head}.tsv"
     script:
         "../scripts/long_context_certify.py"
 
 
 rule long_context_merge:
     input:
-        tables=expand("data/long_context/{{model}}/parts/length{length}_head{head}.csv",
-                      length=LC.get("lengths", []), head=LC.get("heads", [])),
-        certificates=expand("data/long_context/{{model}}/parts/length{length}_head{head}_certificates.npz",
-                            length=LC.get("lengths", []), head=LC.get("heads", [])),
+        tables=[f"data/long_context/{{model}}/parts/{_lc_part_stem(g, h)}.csv"
+                for g, h in _lc_part_keys(LC.get("lengths", []), LC.get("heads", []))],
+        certificates=[f"data/long_context/{{model}}/parts/{_lc_part_stem(g, h)}_certificates.npz"
+                      for g, h in _lc_part_keys(LC.get("lengths", []), LC.get("heads", []))],
     output:
         csv="data/long_context/{model}/units.csv",
         certificates="data/long_context/{model}/units_certificates.npz",

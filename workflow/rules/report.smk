@@ -35,10 +35,10 @@ _BENCHMARKED = (
     + [("minip_figure", {"grid": MINIP_NAME, "minip_figure": list(_MINIP_FIGURE_NAMES)}),
        ("minip_table", {"grid": MINIP_NAME, "table": MINIP_TABLES})]
 )
-_LC_PARTS = [(T, h) for T in LC.get("lengths", []) for h in LC.get("heads", [])] if LC else []
+_LC_PARTS = _lc_part_keys(LC.get("lengths", []), LC.get("heads", [])) if LC else []
 RUN_BENCHMARKS = [b for rule, values in _BENCHMARKED for b in expand(getattr(rules, rule).benchmark, **values)]
 RUN_BENCHMARKS += expand(rules.long_context_certify.benchmark, zip, model=[MODEL] * len(_LC_PARTS),
-                         length=[T for T, _ in _LC_PARTS], head=[h for _, h in _LC_PARTS])
+                         lengths=[_lc_group_label(g) for g, _ in _LC_PARTS], head=[h for _, h in _LC_PARTS])
 RUN_BENCHMARKS += [f"benchmarks/minip/{MINIP_NAME}/train/{setting}/{p.part}.tsv"  # rules minip_train_*
                    for p in MINIP_TRAIN_PARTS for setting in p.settings]
 # the configuration files Snakemake read (relative to the working directory where they lie under it)

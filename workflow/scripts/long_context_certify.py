@@ -1,6 +1,7 @@
-"""Snakemake entry point: certify the long-context units of one (length, head) and store the certificate of every
-certified number (attncert.certify.long_context, attncert.certify.certificate_store); the long_context_merge job
-joins the parts into units.csv (attncert.certify.long_context_parts)."""
+"""Snakemake entry point: certify the long-context units of one head at a group of lengths
+(attncert.certify.long_context_jobs) and store the certificate of every certified number
+(attncert.certify.long_context, attncert.certify.certificate_store); the long_context_merge job joins the parts into
+units.csv (attncert.certify.long_context_parts)."""
 import torch
 
 from attncert.certify.certificate_store import write_certificates
@@ -16,7 +17,7 @@ expect_model_of(sm.params)
 p = sm.params
 torch.set_num_threads(sm.threads)
 arrays = load_layer(sm.input.npz)
-problems = long_context_problems(arrays, int(p.layer), [int(p.length)], [int(p.head)], p.query_position,
+problems = long_context_problems(arrays, int(p.layer), [int(T) for T in p.lengths], [int(p.head)], p.query_position,
                                  list(p.radii), list(p.norms), int(p.spec_seed), list(p.modes))
 df, entries, pool = certify_long_context(
     problems, ascent_restarts=p.ascent_restarts, ascent_steps=p.ascent_steps, seed=p.seed, tight=p.tight

@@ -1,4 +1,4 @@
-"""Snakemake entry point: the long-context parts (one per length and head, job long_context_certify) joined into
+"""Snakemake entry point: the long-context parts (one per length group and head, job long_context_certify) joined into
 units.csv and units_certificates.npz, the table and certificate file one job certifying every unit would write
 (attncert.certify.long_context_parts)."""
 import logging

@@ -64,7 +64,7 @@ class LongContextConfig:
 
     def units(self) -> list[tuple]:
         """(length, head, query_pos, radius, norm, mode) of every unit the configuration defines."""
-        return [(T, h, self.query_pos(T), r, norm, mode) for T in self.lengths for h in self.heads
+        return [(T, h, self.query_pos(T), r, norm, mode) for h in self.heads for T in self.lengths
                 for mode in self.modes for norm in self.norms for r in self.radii]
 
 

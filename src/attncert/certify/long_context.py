@@ -26,18 +26,18 @@ from attncert.head.specification import specification_direction
 
 def long_context_problems(arrays: dict, layer: int, lengths, heads, query_position, radii, norms,
                           spec_seed: int, modes=MODES) -> list[HeadProblem]:
-    """Every unit: (length, head, mode, norm, radius); query_position "last" is T - 1 (a causal head then
-    attends to all T keys)."""
+    """Every unit, ordered by (head, length, mode, norm, radius); query_position "last" is T - 1 (a causal head
+    then attends to all T keys)."""
     out = []
     causal = bool(arrays["causal"])
-    for T in lengths:
-        Z = arrays[f"Z_{T}"][0]
-        qp = T - 1 if query_position == "last" else int(query_position)
-        if qp >= T:
-            raise ValueError(f"long_context.query_position {qp} >= length {T}; fix: lower it or use 'last'")
-        Z0 = Z[:qp + 1] if causal else Z
-        for h in heads:
-            c = specification_direction(arrays["W_O"][h], spec_seed + 1000 * layer + h)  # one direction per head
+    for h in heads:
+        c = specification_direction(arrays["W_O"][h], spec_seed + 1000 * layer + h)  # one direction per head
+        for T in lengths:
+            Z = arrays[f"Z_{T}"][0]
+            qp = T - 1 if query_position == "last" else int(query_position)
+            if qp >= T:
+                raise ValueError(f"long_context.query_position {qp} >= length {T}; fix: lower it or use 'last'")
+            Z0 = Z[:qp + 1] if causal else Z
             for mode in modes:
                 for norm in norms:
                     for r in radii:
