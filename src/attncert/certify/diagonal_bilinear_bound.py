@@ -107,7 +107,7 @@ def scaled_spectral_bound(W_Q: np.ndarray, W_K: np.ndarray, s: np.ndarray, t: np
     return value if math.isfinite(value) else math.inf
 
 
-def _half(G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _cholesky_pair(G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(R, R^-1) with G + jitter I = R^T R (Cholesky; the jitter, 1e-13 tr G, only moves the optimizer's point)."""
     R = np.linalg.cholesky(G + (1e-13 * float(np.trace(G)) + 1e-300) * np.eye(G.shape[0])).T
     return R, np.linalg.inv(R)
@@ -118,8 +118,8 @@ def _objective(x: np.ndarray, W_Q: np.ndarray, W_K: np.ndarray, p: float) -> tup
     d = W_Q.shape[0]
     la, lb = x[:d], x[d:]
     A, B = W_Q * np.exp(-la / 2)[:, None], W_K * np.exp(-lb / 2)[:, None]
-    Ra, Ia = _half(A.T @ A)
-    Rb, Ib = _half(B.T @ B)
+    Ra, Ia = _cholesky_pair(A.T @ A)
+    Rb, Ib = _cholesky_pair(B.T @ B)
     u, sv, vt = np.linalg.svd(Ra @ Rb.T)
     if sv.size == 0 or not sv[0] > 0:
         return 0.0, np.zeros_like(x), -math.inf
