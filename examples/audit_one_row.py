@@ -14,7 +14,7 @@ from flint import arb, ctx
 
 from attncert.audit.dual_cone import dual_cone_margin
 from attncert.audit.exact_upper import exact_upper_check
-from attncert.audit.first_order_check import enclosure_margin, lp_margin
+from attncert.audit.first_order_check import enclosure_margin, first_order_scalings, lp_margin
 from attncert.audit.head_enclosure import PREC, LayerFiles
 from attncert.audit.program_link import program_link
 from attncert.audit.row_audit import reduction_margin
@@ -49,7 +49,7 @@ def main():
     print(f"1. reduction: s0_0 stored {red['s0'][0]!r}, from the weights {head.s0[0].str(20)}; "
           f"smallest margin of the error bounds {m:.3e} ({where})")
     fo, U = cert["first_order"], float(row["first_order"])
-    m1, where = enclosure_margin(head, fo["l"], fo["u"], fo["W"], radius, norm, mode)
+    m1, where = enclosure_margin(head, fo["l"], fo["u"], fo["W"], radius, norm, mode, first_order_scalings(fo))
     print(f"5a. first_order = {U!r}: intervals enclose the exact ranges (margin {m1:.3e}, {where}); "
           f"-F1(U) / sum e^s = {lp_margin(fo['l'], fo['u'], fo['W'], U):.3e} >= 0")
     for name in ("second_order", "second_order_tight"):
@@ -57,7 +57,7 @@ def main():
         if str(so["kind"]) != "dual":
             print(f"{name} = {value!r}: the first-order bound (tie or fallback), {value - U:.3e} above it")
             continue
-        link = program_link(so, red, radius, norm, mode, head)
+        link = program_link(so, red, radius, norm, mode, head, first_order_scalings(fo))
         if link.margin < 0:
             print(f"{name} = {value!r}: the program is not the construction's for this unit: {link.why}")
             continue

@@ -320,6 +320,90 @@ def test_stored_map_to_g_or_data_error_model_is_not_trusted(data_root, field, va
     assert got.status == "fail" and got.check == "program", got.reason
 
 
+def _set_scaling(e, row, field, value):
+    """Replace row's stored bilinear scaling `field` (a shared array) by its own array `value` (None: drop it)."""
+    e.pop(f"r{row}/first_order/{field}@shared", None)
+    if value is not None:
+        e[f"r{row}/first_order/{field}"] = value
+
+
+def test_bilinear_scalings_are_stored_once_per_head(certified_root):
+    """Every linf varying row of a head points to the same shared scalings; no other row stores any."""
+    with CertificateFile(certified_root / "certify" / MODEL / "layer0_certificates.npz") as f:
+        keys = set(f.keys)
+        df = pd.read_csv(certified_root / "certify" / MODEL / "layer0.csv")
+        ids = {}
+        for r, row in df.iterrows():
+            stored = {k for k in keys if k.startswith(f"r{r}/first_order/scale_")}
+            if row["norm"] == "linf" and row["mode"] == "varying":
+                assert stored == {f"r{r}/first_order/scale_q@shared", f"r{r}/first_order/scale_k@shared"}
+                ids.setdefault(row["head"], set()).add(tuple(int(f.array(k)) for k in sorted(stored)))
+                s = f.row(r)["first_order"]["scale_q"]
+                assert s.dtype == np.float64 and s.shape == (6,) and np.all(s > 0)
+            else:
+                assert not stored
+    assert all(len(v) == 1 for v in ids.values()) and len(ids) == 2
+
+
+@pytest.mark.parametrize("field, value, reason", [
+    ("scale_q", lambda s: np.zeros_like(s), "not positive"), ("scale_k", lambda s: -s, "not positive"),
+    ("scale_q", lambda s: np.where(np.arange(s.size) == 1, np.nan, s), "not finite"),
+    ("scale_k", lambda s: np.where(np.arange(s.size) == 0, np.inf, s), "not finite"),
+    ("scale_q", lambda s: s[:-1], "expected (6,)"), ("scale_k", lambda s: None, "no stored bilinear scalings")])
+def test_invalid_bilinear_scalings_fail_the_row(data_root, field, value, reason):
+    """Scalings that are not positive finite vectors of length d, or missing, fail the linf varying row (its
+    first-order intervals, and its second-order data's bilinear bound), and no other row."""
+    def edit(e):
+        s = np.array(e[f"arrays/{int(e[f'r{VARYING_LINF}/first_order/{field}@shared'])}"])
+        _set_scaling(e, VARYING_LINF, field, value(s))
+    _edit_certificates(data_root, edit)
+    bad = failures(outcomes(data_root))
+    assert set(bad.row) == {VARYING_LINF}, bad[["row", "number", "check", "reason"]].to_string()
+    fo = _hit(bad, VARYING_LINF, "first_order")
+    assert fo.check == "intervals" and reason in fo.reason, fo.reason
+    so = _hit(bad, VARYING_LINF, "second_order")
+    assert so.check in ("program", "first_order:intervals") and reason in so.reason, so.reason
+
+
+def test_shrunk_beta_with_honest_scalings_fails(data_root):
+    """First-order intervals built with 0.9 beta (the stored beta shrunk alike, the scalings honest) fail."""
+    df = pd.read_csv(data_root / "certify" / MODEL / "layer0.csv")
+    r = float(df.loc[VARYING_LINF, "radius"])
+
+    def edit(e):
+        pre = f"r{VARYING_LINF}/first_order/"
+        beta = float(e[pre + "beta"])
+        cut = 0.1 * r * r * beta / np.sqrt(3.0)  # d_h = 3: the bilinear part of every score half-width, 10 %
+        e[pre + "l"], e[pre + "u"], e[pre + "beta"] = e[pre + "l"] + cut, e[pre + "u"] - cut, np.float64(0.9 * beta)
+    _edit_certificates(data_root, edit)
+    fo = _hit(failures(outcomes(data_root)), VARYING_LINF, "first_order")
+    assert fo.check == "intervals" and "score" in fo.reason, fo.reason
+
+
+def test_forged_positive_scalings_only_loosen_the_audits_bound(data_root):
+    """Any positive finite scalings are a valid bound: with forged ones the audit's beta is the smaller of the
+    unscaled bounds and theirs, so the row passes only if its intervals still enclose the exact scores."""
+    from flint import ctx
+
+    from attncert.audit.head_enclosure import PREC, LayerFiles
+
+    def edit(e):
+        _set_scaling(e, VARYING_LINF, "scale_q", np.full(6, 7.0))
+        _set_scaling(e, VARYING_LINF, "scale_k", np.geomspace(0.1, 10.0, 6))
+    _edit_certificates(data_root, edit)
+    files = LayerFiles(data_root / "extract" / MODEL / "layer0.npz", data_root / "certify" / MODEL / "layer0_spec.npz")
+    head = files.unit(0, 0, QP)
+    old, ctx.prec = ctx.prec, PREC
+    try:
+        unscaled = float(head.bilinear_bound("linf").upper())
+        forged = float(head.bilinear_bound("linf", (np.full(6, 7.0), np.geomspace(0.1, 10.0, 6))).upper())
+    finally:
+        ctx.prec = old
+    assert forged <= unscaled  # the min with the unscaled bounds: a forged pair never raises the audit's beta
+    got = _hit(outcomes(data_root), VARYING_LINF, "first_order")
+    assert got.status == "pass" or (got.check == "intervals" and "score" in got.reason), got.reason
+
+
 def _copy_program(e, src, dst, name="second_order"):
     """Row src's certificate `name` in place of row dst's (every entry of it)."""
     for k in [k for k in e if k.startswith(f"r{dst}/{name}/")]:

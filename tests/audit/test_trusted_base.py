@@ -28,6 +28,10 @@ ALLOWED = {
     "attncert.integrity", "attncert.integrity.intermediate_check", "attncert.integrity.file_integrity",
     "attncert.integrity.model_identity", "attncert.head.specification",
     "attncert.certify.second_order.fixed_query.token_program",
+    # reached through the varying-query builder (data.bilinear_norm): the certifier's float bilinear bound and the
+    # optimizer (scipy L-BFGS-B) that picks its diagonal scalings; the audit never calls it (it evaluates the
+    # row's stored scalings in balls: head_enclosure.diagonal_bound)
+    "attncert.certify.diagonal_bilinear_bound",
     # where the checkpoint is and its files' sha256 (audit/model_weights; stdlib only, no torch, no transformers)
     "attncert.provenance", "attncert.provenance.checkpoint_files",
     # the summary tables' recomputation (audit/table_recompute.py) renders them with the writers' own pure table

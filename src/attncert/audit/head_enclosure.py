@@ -26,7 +26,7 @@ from flint import arb, arb_mat
 
 from attncert.head.rounding import gamma
 
-_BILINEAR: dict = {}  # per head's (W_Q, W_K) and norm
+_BILINEAR: dict = {}  # per head's (W_Q, W_K), norm and bilinear scalings
 
 PREC = 128  # bits of the ball arithmetic (float64 data convert exactly)
 
@@ -48,16 +48,17 @@ def norm_bound(balls: list, norm: str) -> arb:
     return sum((x * x for x in balls), arb(0)).sqrt()
 
 
-def spectral_bound(W_Q: np.ndarray, W_K: np.ndarray) -> arb:
-    """A ball whose upper end bounds ||W_Q W_K^T||_2 = sqrt(lambda_max(G_Q G_K)), G = W^T W (d_h x d_h).
+def spectral_bound(W_Q: np.ndarray | arb_mat, W_K: np.ndarray | arb_mat) -> arb:
+    """A ball whose upper end bounds ||W_Q W_K^T||_2 = sqrt(lambda_max(G_Q G_K)), G = W^T W (d_h x d_h); W_Q, W_K
+    float64 arrays (exact balls) or ball matrices (the bound then holds for every matrix in the balls).
 
     With V the float64 eigenvectors of G_Q G_K, Y = V^{-1} (G_Q G_K) V (computed in balls, V^{-1} enclosed) is
     similar to G_Q G_K and nearly diagonal; by Gershgorin every eigenvalue lies in a disc
     |lambda - Y_ii| <= sum_{j != i} |Y_ij|, so lambda_max <= max_i (Re Y_ii + radius_i).
     """
-    GQ = as_mat(W_Q).transpose() * as_mat(W_Q)
-    GK = as_mat(W_K).transpose() * as_mat(W_K)
-    G = GQ * GK
+    Q = W_Q if isinstance(W_Q, arb_mat) else as_mat(W_Q)
+    K = W_K if isinstance(W_K, arb_mat) else as_mat(W_K)
+    G = (Q.transpose() * Q) * (K.transpose() * K)
     Gf = np.array([[float(G[i, j].mid()) for j in range(G.ncols())] for i in range(G.nrows())])
     _, V = np.linalg.eig(Gf)
     V = np.real(V) if np.all(np.isreal(V)) else np.linalg.svd(Gf)[0]
@@ -66,6 +67,38 @@ def spectral_bound(W_Q: np.ndarray, W_K: np.ndarray) -> arb:
     k = Y.nrows()
     top = max(float((Y[i, i] + sum((abs(Y[i, j]) for j in range(k) if j != i), arb(0))).upper()) for i in range(k))
     return arb(max(top, 0.0)).sqrt()
+
+
+SCALING_FIELDS = ("scale_q", "scale_k")  # a linf varying row's first_order part: the bilinear bound's scalings
+
+
+def scaling_defect(scalings, d: int) -> str:
+    """'' when `scalings` = (s, t) are two positive finite float vectors of length d, else what is wrong (the
+    diagonal bilinear bound of a linf varying row needs them; any such pair gives a valid bound)."""
+    if scalings is None:
+        return f"no stored bilinear scalings ({', '.join(SCALING_FIELDS)})"
+    for name, v in zip(SCALING_FIELDS, scalings):
+        v = np.asarray(v)
+        if v.shape != (d,) or not np.issubdtype(v.dtype, np.floating):
+            return f"bilinear scaling {name} of shape {v.shape} ({v.dtype}), expected ({d},) float"
+        if not np.all(np.isfinite(v)):
+            return f"bilinear scaling {name} not finite"
+        if not np.all(v > 0):
+            return f"bilinear scaling {name} not positive"
+    return ""
+
+
+def diagonal_bound(W_Q: np.ndarray, W_K: np.ndarray, s: np.ndarray, t: np.ndarray) -> arb:
+    """A ball whose upper end bounds max_{|x|, |y| <= 1} x W_Q W_K^T y^T by ||s^-1||_2 ||t^-1||_2 ||(S W_Q)(T W_K)^T||_2
+    (S = diag(s), T = diag(t), any s, t > 0: x M y^T = (x S^-1)(S W_Q)(T W_K)^T (T^-1 y^T)). The scaled weights are
+    products of two floats, exact in `PREC` bits."""
+    def scaled(W, v):
+        return arb_mat([[arb(float(a)) * arb(float(w)) for w in row] for a, row in zip(v, W.tolist())])
+
+    def inverse_norm(v):
+        return sum((1 / (arb(float(a)) * arb(float(a))) for a in v), arb(0)).sqrt()
+
+    return inverse_norm(s) * inverse_norm(t) * spectral_bound(scaled(W_Q, s), scaled(W_K, t))
 
 
 def array_key(a) -> tuple:
@@ -238,30 +271,38 @@ class HeadEnclosure:
         return self.memo(("key_query_norms", norm),
                          lambda: [norm_bound(p, norm) * self.sqrt_dh for p in self.key_query_directions()])
 
-    def bilinear_bound(self, norm: str) -> arb:
+    def bilinear_bound(self, norm: str, scalings: tuple | None = None) -> arb:
         """An upper bound on beta = max_{||x||, ||y|| <= 1} x W_Q W_K^T y^T.
 
-        l2: ||W_Q W_K^T||_2. linf (x, y in the unit box): the smaller of sum_h ||W_Q[:, h]||_1 ||W_K[:, h]||_1
-        and d ||W_Q W_K^T||_2 (||x||_2 <= sqrt(d) for both).
+        l2: ||W_Q W_K^T||_2. linf (x, y in the unit box): the smallest of sum_h ||W_Q[:, h]||_1 ||W_K[:, h]||_1,
+        d ||W_Q W_K^T||_2 (||x||_2 <= sqrt(d) for both) and, with scalings = (s, t) (positive finite, length d:
+        `scaling_defect`; the caller checks them), the diagonally scaled `diagonal_bound`.
         """
-        return self.memo(("bilinear", norm), lambda: self._shared_bilinear_bound(norm))
+        key = None if scalings is None else tuple(array_key(np.asarray(v, dtype=np.float64)) for v in scalings)
+        return self.memo(("bilinear", norm, key), lambda: self._shared_bilinear_bound(norm, scalings, key))
 
-    def _shared_bilinear_bound(self, norm: str) -> arb:
-        key = (hashlib.sha256(self.W_Q.tobytes() + self.W_K.tobytes()).hexdigest(), norm)
+    def _shared_bilinear_bound(self, norm: str, scalings, key) -> arb:
+        digest = hashlib.sha256(self.W_Q.tobytes() + self.W_K.tobytes())
+        if key is not None:
+            for part in key:
+                digest.update(repr(part[:2]).encode() + part[2])
+        key = (digest.hexdigest(), norm, key is not None)
         if key not in _BILINEAR:
-            _BILINEAR[key] = self._bilinear_bound(norm)
+            _BILINEAR[key] = self._bilinear_bound(norm, scalings)
         return _BILINEAR[key]
 
-    def _bilinear_bound(self, norm: str) -> arb:
-        spec = spectral_bound(self.W_Q, self.W_K)
+    def _bilinear_bound(self, norm: str, scalings) -> arb:
+        spec = spectral_bound(self.W_Q_balls, self.W_K_balls)
         if norm == "l2":
             return spec
         cols = arb(0)
         for h in range(self.W_Q.shape[1]):
             cols += norm_bound([arb(x) for x in self.W_Q[:, h]], norm) * norm_bound([arb(x) for x in self.W_K[:, h]],
                                                                                     norm)
-        d_spec = arb(self.W_Q.shape[0]) * spec
-        return cols if float(cols.upper()) <= float(d_spec.upper()) else d_spec
+        bounds = [cols, arb(self.W_Q.shape[0]) * spec]
+        if scalings is not None and norm == "linf":
+            bounds.append(diagonal_bound(self.W_Q, self.W_K, *(np.asarray(v, dtype=np.float64) for v in scalings)))
+        return min(bounds, key=lambda b: float(b.upper()))
 
     def value(self, Z: np.ndarray, mode: str) -> arb:
         """g(Z) = c . sum_j a_j v_j in ball arithmetic (fixed query: q at the nominal tokens), the scores as

@@ -50,7 +50,7 @@ import scipy.sparse as sp
 
 from flint import arb
 
-from attncert.audit.head_enclosure import array_key, norm_bound
+from attncert.audit.head_enclosure import array_key, norm_bound, scaling_defect
 from attncert.certify.certificate_store import VARYING_PATHS
 from attncert.certify.second_order.dual_bound.compiled import canonical_program
 from attncert.certify.second_order.dual_bound.data_error import DATA_REL_ERR
@@ -206,8 +206,10 @@ class ProgramLink:
     data_rel_err: float = DATA_REL_ERR
 
 
-def program_link(stored: dict, red: dict, radius: float, norm: str, mode: str, head) -> ProgramLink:
-    """Rebuild the stored program from its builder's inputs for this row's unit and compare it bit for bit."""
+def program_link(stored: dict, red: dict, radius: float, norm: str, mode: str, head,
+                 scalings: tuple | None = None) -> ProgramLink:
+    """Rebuild the stored program from its builder's inputs for this row's unit and compare it bit for bit.
+    scalings: the row's stored bilinear scalings (a varying query's bb is checked against the bound they give)."""
     path = str(stored.get("build/path", ""))
     build = {k[len("build/"):]: v for k, v in stored.items() if k.startswith("build/")}
     if path not in ("fixed", *VARYING_PATHS) or "key" not in build:
@@ -219,10 +221,10 @@ def program_link(stored: dict, red: dict, radius: float, norm: str, mode: str, h
         why = data_from_reduction(build, red, radius, norm)
         rebuild = lambda: rebuild_fixed(build, red, norm)  # noqa: E731
     elif path == "varying_long":
-        why = varying_long_data_from_weights(build, red, head, radius, norm)
+        why = varying_long_data_from_weights(build, red, head, radius, norm, scalings)
         rebuild = lambda: rebuild_varying_long(build, red, norm, head.W_Q)  # noqa: E731
     else:
-        why = varying_data_from_weights(build, red, head, radius, norm)
+        why = varying_data_from_weights(build, red, head, radius, norm, scalings)
         rebuild = lambda: rebuild_varying(build, red, norm, path, head.W_Q.shape[0])  # noqa: E731
     if why:
         return ProgramLink(-np.inf, why)
@@ -258,7 +260,7 @@ def _lower(x) -> float:
     return float(x.lower())
 
 
-def varying_data_from_weights(build: dict, red: dict, head, radius: float, norm: str) -> str:
+def varying_data_from_weights(build: dict, red: dict, head, radius: float, norm: str, scalings=None) -> str:
     """'' when the stored varying-query fields describe the unit's exact scores, else what fails.
 
     The program reads key j's score (tokens in `order`, the query last) as A_j + shift + u_s.delta_j + p_j.delta_i
@@ -266,12 +268,12 @@ def varying_data_from_weights(build: dict, red: dict, head, radius: float, norm:
     softmax-invariant shift of every score by -pbar.delta_i), with |beta_j| <= bb and |e_j| <= eps_j. With the
     exact s0*, u_s*, p*_j = W_Q k0*_j / sqrt(d_h) of the weights, that holds for every delta in the ball when
     |s0*_j - A_j - shift| + r ||u_s - u_s*||_* + r ||p_j - (p*_j - pbar)||_* <= eps_j (the query: with u_q and
-    u_s* + p*_i - pbar), bb >= r^2 beta / sqrt(d_h) (beta: `HeadEnclosure.bilinear_bound`, and for linf also the
-    entry sum of W_Q W_K^T), and the half-widths cover their directions: R_s >= r ||u_s||_*, R_q >= r ||u_q||_*,
-    R_w >= r ||u_w||_*, H_j >= r ||p_j||_*, h_j >= R_j + H_j + bb. The values and the remaining fields must be the
-    reduction's and the builder's (bit for bit).
+    u_s* + p*_i - pbar), bb >= r^2 beta / sqrt(d_h) (beta: `HeadEnclosure.bilinear_bound` at the row's stored
+    scalings, and for linf also the entry sum of W_Q W_K^T), and the half-widths cover their directions:
+    R_s >= r ||u_s||_*, R_q >= r ||u_q||_*, R_w >= r ||u_w||_*, H_j >= r ||p_j||_*, h_j >= R_j + H_j + bb.
+    The values and the remaining fields must be the reduction's and the builder's (bit for bit).
     """
-    why = _varying_common(build, red, head, radius, norm)
+    why = _varying_common(build, red, head, radius, norm, scalings)
     if why:
         return why
     r = arb(radius)
@@ -302,7 +304,7 @@ def varying_data_from_weights(build: dict, red: dict, head, radius: float, norm:
     return ""
 
 
-def varying_long_data_from_weights(build: dict, red: dict, head, radius: float, norm: str) -> str:
+def varying_long_data_from_weights(build: dict, red: dict, head, radius: float, norm: str, scalings=None) -> str:
     """'' when the key-centered fields of the long-context varying program describe the unit's exact scores.
 
     The program reads the query's shift of key j's score as (delta_i W_Q) . kq_j, the exact functional of the
@@ -314,7 +316,7 @@ def varying_long_data_from_weights(build: dict, red: dict, head, radius: float, 
     the float product with its a-priori error gamma_{d_h+2} |W_Q| |kq_j|, summed with gamma_{d+2}. The rest as
     `varying_data_from_weights`.
     """
-    why = _varying_common(build, red, head, radius, norm)
+    why = _varying_common(build, red, head, radius, norm, scalings)
     if why:
         return why
     from flint import arb_mat
@@ -363,9 +365,10 @@ def varying_long_data_from_weights(build: dict, red: dict, head, radius: float, 
     return ""
 
 
-def _varying_common(build: dict, red: dict, head, radius: float, norm: str) -> str:
-    """The checks both varying-query data share: the unit, the values, the shifted scores, the bilinear bound,
-    the half-widths R_s, R_q, R_w, h_j >= R_j + H_j + bb, and the units of every coordinate."""
+def _varying_common(build: dict, red: dict, head, radius: float, norm: str, scalings=None) -> str:
+    """The checks both varying-query data share: the unit, the values, the shifted scores, the bilinear bound
+    (linf: with the row's stored scalings, which must be valid: `scaling_defect`), the half-widths R_s, R_q, R_w,
+    h_j >= R_j + H_j + bb, and the units of every coordinate."""
     r = arb(radius)
     order = np.asarray(build["order"], dtype=int)
     n, i = order.size, int(order[-1])
@@ -380,7 +383,11 @@ def _varying_common(build: dict, red: dict, head, radius: float, norm: str) -> s
     shift = float(build["shift"])
     if not (shift == float(np.max(s0[order] + eps)) and _same(A, s0[order] - shift)):
         return "varying data: shifted scores differ from the reduction's"
-    beta = head.bilinear_bound(norm)
+    if norm == "linf":
+        why = scaling_defect(scalings, head.W_Q.shape[0])
+        if why:
+            return f"varying data: {why}"
+    beta = head.bilinear_bound(norm, scalings if norm == "linf" else None)
     if norm == "linf":
         entry = head.entry_sum_bound()
         beta = entry if float(entry.upper()) < float(beta.upper()) else beta

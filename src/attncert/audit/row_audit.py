@@ -40,7 +40,7 @@ from flint import arb, ctx
 
 from attncert.audit.dual_cone import dual_cone_margin
 from attncert.audit.exact_upper import exact_upper_check
-from attncert.audit.first_order_check import enclosure_margin, lp_margin
+from attncert.audit.first_order_check import enclosure_margin, first_order_scalings, lp_margin
 from attncert.audit.head_enclosure import PREC, LayerFiles, array_key
 from attncert.audit.row_consistency import cross_check_row
 from attncert.audit.weak_duality import weak_duality_upper
@@ -161,7 +161,8 @@ def _audit_row(files: LayerFiles, row: dict, cert: dict, expect: Expect) -> list
     else:
         out["first_order"] = _held(
             [
-                ("intervals", *enclosure_margin(head, fo["l"], fo["u"], fo["W"], radius, norm, mode)),
+                ("intervals", *enclosure_margin(head, fo["l"], fo["u"], fo["W"], radius, norm, mode,
+                                                first_order_scalings(fo))),
                 ("greedy_lp", lp_margin(fo["l"], fo["u"], fo["W"], values["first_order"]), ""),
             ],
             "first_order",
@@ -171,7 +172,8 @@ def _audit_row(files: LayerFiles, row: dict, cert: dict, expect: Expect) -> list
     for name, wanted, key in (("second_order", expect.second_order, "certify.second_order"),
                               ("second_order_tight", expect.tight, "certify.tight")):
         if wanted:
-            out[name] = _second_order(name, values, cert.get(name), out["first_order"], red, radius, norm, mode, head)
+            out[name] = _second_order(name, values, cert.get(name), out["first_order"], red, radius, norm, mode, head,
+                                      first_order_scalings(fo))
         else:
             out[name] = _empty_cell(name, values[name], f"not computed by the configuration ({key}: false)")
 
@@ -250,7 +252,7 @@ def _best_feasible(head, stored: dict | None, value: float, radius: float, norm:
 
 
 def _second_order(name: str, values: dict, stored: dict | None, first: Outcome, red: dict | None, radius: float,
-                  norm: str, mode: str, head) -> Outcome:
+                  norm: str, mode: str, head, scalings: tuple | None = None) -> Outcome:
     value = values[name]
     if not math.isfinite(value):
         return _fail(name, value, "reported", "no finite value")
@@ -280,7 +282,7 @@ def _second_order(name: str, values: dict, stored: dict | None, first: Outcome, 
         return _support(name, value, stored, red, radius, norm, mode)
     from attncert.audit.program_link import program_link  # the builders (cvxpy): imported where a program is
 
-    link = program_link(stored, red, radius, norm, mode, head)
+    link = program_link(stored, red, radius, norm, mode, head, scalings)
     checks = [("program", math.inf if link.margin >= 0 else link.margin, link.why)]
     if link.margin >= 0:
         checks.append(("dual_cone", *dual_cone_margin(stored["z"], stored["dims"])))

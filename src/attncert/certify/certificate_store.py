@@ -9,6 +9,10 @@ One file per layer, next to `layer{L}.csv`; row r of the table owns the keys `r{
     r{r}/first_order/{l, u, W, beta}
                                 the score intervals [l_j, u_j] and value upper bounds W_j of the greedy LP, and the
                                 bilinear bound beta of a varying query (nan for a fixed one)
+    r{r}/first_order/{scale_q, scale_k}@shared
+                                linf varying query: the diagonal scalings s, t (float64, length d) at which beta's
+                                diagonally scaled spectral bound was evaluated (`certify.diagonal_bilinear_bound`;
+                                also what the row's second-order bb used); per head, so stored once per file
     r{r}/exact/witness_delta    the perturbation delta (n, d) of the attended tokens whose value Z0 + delta (float64
                                 sum) is exact_lo (fixed query); `witness` (Z itself) when that sum is not Z
     r{r}/best_feasible/witness  the tokens Z (n, d) the ascent found, whose value is best_feasible (varying query)
@@ -59,7 +63,7 @@ import scipy.sparse as sp
 from attncert.certify.second_order.dual_bound.data_error import DATA_REL_ERR
 from attncert.integrity.file_integrity import atomic_path
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: first_order/{scale_q, scale_k} of the linf varying query (the diagonal bilinear bound)
 SECOND_ORDER_NUMBERS = ("second_order", "second_order_tight")
 
 
@@ -110,6 +114,7 @@ class RowPool:
 
 FIXED_DATA_FIELDS = ("A", "w0", "g0", "eps_s", "eps_w", "R_s", "R_w", "rho_w", "rho_o", "radius", "tail")
 SHARED = "@shared"  # suffix of a field stored as the id of a shared array (`RowPool.add_array`)
+SCALING_FIELDS = ("scale_q", "scale_k")  # first_order: the bilinear bound's scalings (per head: always shared)
 REDUCTION_FIELDS = ("u_s", "u_w")  # fields of the varying data that are the reduction's (not stored twice)
 VARYING_PATHS = ("varying_factored", "varying_unfactored", "varying_long")  # the varying-query programs (the same
 #                                                                           fields; varying_long also kq, kbar)
@@ -207,7 +212,8 @@ def flatten(row: int, unit: dict, certificates: dict, pool: RowPool) -> dict[str
     for part in ("reduction", "first_order", "exact", "best_feasible"):
         for k, v in certificates.get(part, {}).items():
             v = np.asarray(v)
-            if part == "reduction" and v.size > 64:  # u_s, u_w: the same at every radius and mode
+            if (part == "reduction" and v.size > 64) or (part == "first_order" and k in SCALING_FIELDS):
+                # u_s, u_w: the same at every radius and mode; scale_q, scale_k: at every unit of the head
                 out[f"r{row}/{part}/{k}{SHARED}"] = pool.add_array(v)
             else:
                 out[f"r{row}/{part}/{k}"] = v

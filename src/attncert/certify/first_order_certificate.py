@@ -26,8 +26,9 @@ Intervals (row vectors; q0 = z_i W_Q + b_Q, k0_j = z_j W_K + b_K, ||.||_* the du
   M = W_Q W_K^T, so |s_j - s0_j| <= (r ||W_Q k0_j||_* + r ||W_K q0||_* + r^2 beta) / sqrt(d_h) with
   beta >= max_{||x||, ||y|| <= 1} x M y^T (x, y independent, which also covers j = i):
     l2:   beta = ||M||_2 = sqrt(lambda_max(G_Q G_K)), G = W^T W (d_h x d_h), plus a rounding margin;
-    linf: beta = min( sum_h ||W_Q[:, h]||_1 ||W_K[:, h]||_1 ,  d ||M||_2 )  (x^T M y = sum_h (x.W_Q[:,h])(y.W_K[:,h]);
-          and ||x||_2 <= sqrt(d) ||x||_inf).
+    linf: beta = min( sum_h ||W_Q[:, h]||_1 ||W_K[:, h]||_1 , d ||M||_2 , ||s^-1||_2 ||t^-1||_2 ||(S W_Q)(T W_K)^T||_2 )
+          (x^T M y = sum_h (x.W_Q[:,h])(y.W_K[:,h]); ||x||_2 <= sqrt(d) ||x||_inf; the last for the diagonal
+          scalings s, t > 0 of `diagonal_bilinear_bound`, which a certificate stores beside beta).
 
 Outward rounding. Every endpoint is widened by a bound on its floating-point error (gamma_K times
 the same expression in absolute values: `head.reduced_geometry`, and for the varying query's scores
@@ -38,8 +39,8 @@ log-sum-exp shift, so its largest weight is 1: no 0/0 once every e^{l_j} underfl
 width), plus 1e-300 (1 + n max|W|) for weights that underflowed. The result is capped by the trivial
 bound max_j W_j (U is a convex combination of the W_j), so it is finite at any radius.
 
-Cost: O(n d d_h) (fixed query: O(d d_h)); the varying query adds the bilinear bound, O(d d_h^2),
-which depends only on the head and can be passed in precomputed (`beta`).
+Cost: O(n d d_h) (fixed query: O(d d_h)); the varying query adds the bilinear bound, O(d d_h^2) (linf: a few
+dozen such steps choose the scalings), which depends only on the head and can be passed in precomputed (`beta`).
 
 The minimum: min g >= -U(-c) (`first_order_certificate(problem, sense="min")`).
 """
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from attncert.certify.diagonal_bilinear_bound import diagonal_bilinear_bound, diagonal_scalings, spectral_norm_bound
 from attncert.head.reduced_geometry import ReducedGeometry, reduced_geometry
 from attncert.head.problem import HeadProblem, cached_by_weights
 from attncert.head.rounding import gamma
@@ -94,31 +96,25 @@ def attention_lp_max(l: np.ndarray, u: np.ndarray, W: np.ndarray, chunk: int = 5
     return float(vals[k]), k, X
 
 
-def _spectral_norm_bound(W_Q: np.ndarray, W_K: np.ndarray) -> float:
-    """Upper bound on ||W_Q W_K^T||_2 via lambda_max(L^T G_Q L), G_K + jitter = L L^T, plus rounding."""
-    d, dh = W_Q.shape
-    GQ, GK = W_Q.T @ W_Q, W_K.T @ W_K
-    fQ, fK = np.trace(GQ), np.trace(GK)
-    jitter = 1e-12 * fK + 1e-300  # G_K + jitter I >= G_K only increases lambda_max
-    L = np.linalg.cholesky(GK + jitter * np.eye(dh))
-    lam = float(np.linalg.eigvalsh(L.T @ GQ @ L)[-1])
-    lam += 4.0 * gamma(d + 3 * dh + 10) * fQ * fK  # Gram, Cholesky and eigenvalue rounding
-    return float(np.sqrt(max(lam, 0.0))) * (1.0 + 1e-15)
-
-
 def bilinear_bound(problem: HeadProblem) -> float:
     """beta >= max_{||x||, ||y|| <= 1} x W_Q W_K^T y^T for the problem's norm (computed once per head)."""
     return _bilinear_bound(problem.W_Q, problem.W_K, problem.norm)
 
 
+def bilinear_scalings(problem: HeadProblem) -> tuple[np.ndarray, np.ndarray] | None:
+    """The diagonal scalings (s, t) of the l_inf bilinear bound (`diagonal_bilinear_bound`; None for l2): what a
+    certificate stores beside beta, so that a checker can evaluate the same bound."""
+    return diagonal_scalings(problem.W_Q, problem.W_K) if problem.norm == "linf" else None
+
+
 @cached_by_weights()
 def _bilinear_bound(W_Q: np.ndarray, W_K: np.ndarray, norm: str) -> float:
-    spec = _spectral_norm_bound(W_Q, W_K)
+    spec = spectral_norm_bound(W_Q, W_K)
     if norm == "l2":
         return spec
     d, dh = W_Q.shape
     cols = float((np.abs(W_Q).sum(0) * np.abs(W_K).sum(0)).sum())
-    return min(cols * (1.0 + gamma(2 * d + dh)), d * spec)
+    return min(cols * (1.0 + gamma(2 * d + dh)), d * spec, diagonal_bilinear_bound(W_Q, W_K))
 
 
 def score_value_intervals(problem: HeadProblem, beta: float | None = None, geometry: ReducedGeometry | None = None

@@ -47,7 +47,8 @@ import numpy as np
 
 from attncert.certify.best_feasible_ascent import AscentResult, best_feasible_ascent, best_feasible_ascents
 from attncert.certify.exact_worst_case import exact_worst_case
-from attncert.certify.first_order_certificate import bilinear_bound, first_order_certificate, score_value_intervals
+from attncert.certify.first_order_certificate import (bilinear_bound, bilinear_scalings, first_order_certificate,
+                                                     score_value_intervals)
 from attncert.certify.secant_slack_bound import secant_slack_bound
 from attncert.certify.second_order.certificate import paper_like_solve, second_order_certificate
 from attncert.certify.second_order.dual_bound.dual_record import recording_duals
@@ -186,6 +187,9 @@ def certify_unit(problem: HeadProblem, *, ascent_restarts: int = 6, ascent_steps
             beta = bilinear_bound(problem) if problem.mode == "varying" else math.nan
             l, u, _, W = score_value_intervals(problem, None if problem.mode == "fixed" else beta)
             certificates["first_order"] = {"l": l, "u": u, "W": W, "beta": np.float64(beta)}
+            scalings = bilinear_scalings(problem) if problem.mode == "varying" else None
+            if scalings is not None:  # what beta's diagonal bound was evaluated at (linf), for the audit
+                certificates["first_order"].update(scale_q=scalings[0], scale_k=scalings[1])
 
     def run_ascent():
         if ascent is not None:

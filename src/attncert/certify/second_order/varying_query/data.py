@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from attncert.certify.diagonal_bilinear_bound import diagonal_bilinear_bound
 from attncert.certify.second_order.relaxation.facets import UpperChainFacets
 from attncert.certify.second_order.relaxation.rows import DEVIATION_BELOW
 from attncert.head.negligible_tokens import negligible_tokens
@@ -20,7 +21,9 @@ _LOW = -650.0  # lowest representable log lower weight of the (never dropped) qu
 
 @cached_by_weights()  # a per-head constant: computed once per head
 def bilinear_norm(W_Q: np.ndarray, W_K: np.ndarray, norm: str) -> float:
-    """beta >= max_{||x||, ||y|| <= 1} x W_Q W_K^T y^T (outward rounded)."""
+    """beta >= max_{||x||, ||y|| <= 1} x W_Q W_K^T y^T (outward rounded). linf: the smallest of sum_ab |M_ab|,
+    d ||M||_2 and the diagonally scaled bound at the scalings `certify.diagonal_bilinear_bound` chooses (the same
+    the row's first-order certificate stores)."""
     d, dh = W_Q.shape
     GQ, GK = W_Q.T @ W_Q, W_K.T @ W_K
     jitter = 1e-12 * float(np.trace(GK)) + 1e-300
@@ -31,7 +34,7 @@ def bilinear_norm(W_Q: np.ndarray, W_K: np.ndarray, norm: str) -> float:
     if norm == "l2":
         return spec
     entry = float(np.abs(W_Q @ W_K.T).sum()) * (1.0 + 2.0 * gamma(dh + d * d + 4))
-    return min(entry, d * spec)
+    return min(entry, d * spec, diagonal_bilinear_bound(W_Q, W_K))
 
 
 class VaryingData:
