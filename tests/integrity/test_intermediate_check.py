@@ -136,7 +136,7 @@ def test_write_sidecar_needs_the_file_first(tmp_path):
 def _rule_outputs() -> dict[str, list[str]]:
     """{rule: its output paths with sample wildcard values}, read from the text of workflow/rules/*.smk."""
     sample = {"model": "m", "layer": "3", "transition": "2", "setting": "witness", "seed": "0", "table": "witness",
-              "grid": "g", "length": "16", "head": "0", "audit_part": "layer1", "m": "r1", "s": "0"}
+              "grid": "g", "length": "16", "lengths": "16-64", "head": "0", "audit_part": "layer1", "m": "r1", "s": "0"}
     out = {}
     for smk in sorted((REPO / "workflow" / "rules").glob("*.smk")):
         text = smk.read_text()
