@@ -154,6 +154,7 @@ def _audit_row(files: LayerFiles, row: dict, cert: dict, expect: Expect) -> list
     out: dict[str, Outcome] = {}
 
     fo = cert.get("first_order")
+    scalings = first_order_scalings(fo)  # the bilinear bound's stored scalings (linf varying query)
     if not math.isfinite(values["first_order"]):
         out["first_order"] = _fail("first_order", values["first_order"], "reported", "no finite first-order value")
     elif fo is None:
@@ -162,7 +163,7 @@ def _audit_row(files: LayerFiles, row: dict, cert: dict, expect: Expect) -> list
         out["first_order"] = _held(
             [
                 ("intervals", *enclosure_margin(head, fo["l"], fo["u"], fo["W"], radius, norm, mode,
-                                                first_order_scalings(fo))),
+                                                scalings)),
                 ("greedy_lp", lp_margin(fo["l"], fo["u"], fo["W"], values["first_order"]), ""),
             ],
             "first_order",
@@ -173,7 +174,7 @@ def _audit_row(files: LayerFiles, row: dict, cert: dict, expect: Expect) -> list
                               ("second_order_tight", expect.tight, "certify.tight")):
         if wanted:
             out[name] = _second_order(name, values, cert.get(name), out["first_order"], red, radius, norm, mode, head,
-                                      first_order_scalings(fo))
+                                      scalings)
         else:
             out[name] = _empty_cell(name, values[name], f"not computed by the configuration ({key}: false)")
 
