@@ -215,9 +215,12 @@ def test_foreach_adam_matches_torch_adam_bit_for_bit():
     assert all(torch.equal(p, q) for p, q in zip(*trained))
 
 
-def test_training_stream_draws_the_batches_one_draw_per_step_would():
+@pytest.mark.parametrize("batch", [5, 16])
+def test_training_stream_draws_the_batches_one_draw_per_step_would(batch):
     """The scaling runs' batches, drawn several steps at a time, are those of one `sample_sequences` call per
-    step on the same generator (and their targets), across chunk boundaries and a short last chunk."""
+    step on the same generator (and their targets), across chunk boundaries and a short last chunk; each
+    step's X starts on torch's alignment (a view of the chunk where batch * length floats fill whole
+    64-byte blocks, as with 16 sequences of 3 tokens; its own copy otherwise, as with 5)."""
     import torch
 
     from attncert.minip.pools import sample_sequences, split_pool
@@ -225,17 +228,19 @@ def test_training_stream_draws_the_batches_one_draw_per_step_would():
     from attncert.minip.training import _TrainingStream
 
     pool = split_pool(10, 0.25, 4096, 0).train  # 768 tokens: not a power of two (rejection sampling)
-    steps, batch, length = 23, 5, 3
+    steps, length = 23, 3
     stream = _TrainingStream(pool, batch, length, steps, np.random.default_rng(7), torch.device("cpu"))
     stream.CHUNK = 4
+    assert stream.views == (batch == 16)
     rng = np.random.default_rng(7)
     for step in range(steps):
         X, T = stream(step)
         ref = sample_sequences(pool, batch, length, rng)
-        assert X.dtype == T.dtype == torch.float32
+        assert X.dtype == T.dtype == torch.float32 and X.is_contiguous() and X.data_ptr() % 64 == 0
         assert torch.equal(X, torch.as_tensor(ref, dtype=torch.float32))
         assert torch.equal(T, torch.as_tensor(minip_targets(ref), dtype=torch.float32))
-    assert X.untyped_storage().data_ptr() != stream.X.untyped_storage().data_ptr()  # its own memory, not a view
+    shares = X.untyped_storage().data_ptr() == stream.X.untyped_storage().data_ptr()
+    assert shares == stream.views
 
 
 def test_backward_helper_gives_the_gradients_of_loss_backward():

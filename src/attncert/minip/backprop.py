@@ -28,6 +28,7 @@ goes through autograd.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -51,6 +52,18 @@ def batch_ok(X: torch.Tensor, T: torch.Tensor) -> bool:
     return X.dim() == 3 and X.dtype == T.dtype == torch.float32 and X.is_contiguous() and T.shape == X.shape[:2]
 
 
+_MEAN_WEIGHTS: dict[int, torch.Tensor] = {}
+
+
+def _mean_weight(n: int) -> torch.Tensor:
+    """mean_backward's weight 1/n as float32 computes it (a float32 1 divided by n, n < 2^24 exact), as a 0-d
+    float32 tensor: multiplying by it is multiplying by the Python number 1/n cast to float32 (a wrapped
+    scalar is cast to the tensor's dtype), without wrapping and casting it at every step."""
+    if n not in _MEAN_WEIGHTS:
+        _MEAN_WEIGHTS[n] = torch.tensor(float(np.float32(1.0) / np.float32(n)), dtype=torch.float32)
+    return _MEAN_WEIGHTS[n]
+
+
 def _linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
     return F.linear(x, layer.weight, layer.bias)
 
@@ -70,6 +83,11 @@ def _linear_grads(layer: nn.Linear, x: torch.Tensor, dz: torch.Tensor, need_inpu
 def loss_and_gradients(model: _Head, X: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
     """L = mean (model(X) - T)^2 (a 0-d tensor); sets every parameter's `.grad` to dL/dparameter, exactly as
     `L.backward()` would after `zero_grad(set_to_none=True)`. Requires `handles(model)` and `batch_ok(X, T)`."""
+    return loss_and_gradients_in_inference_mode(model, X, T)
+
+
+def loss_and_gradients_in_inference_mode(model: _Head, X: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
+    """`loss_and_gradients` for a caller already in inference mode (`torch.inference_mode()`)."""
     # forward, keeping what the backward reads (autograd's saved tensors)
     linears = list(model.encoder)[::2]
     inputs, pre = [], []
@@ -95,18 +113,18 @@ def loss_and_gradients(model: _Head, X: torch.Tensor, T: torch.Tensor) -> torch.
     loss = torch.mean(d ** 2)
 
     # backward
-    dy = torch.ones_like(loss).expand(d.shape) / d.numel()  # mean_backward
-    dy = dy * (2.0 * d.pow(1.0))                            # pow_backward, exponent 2
-    dp = dy.unsqueeze(-1).expand(A.shape)                   # sum_backward
+    dy = torch.add(d, d).mul_(_mean_weight(d.numel()))  # pow_backward (2 d = d + d) times 1/(B N)
+    dp = dy.unsqueeze(-1)  # sum_backward: dy expanded over the last dim (broadcast by the products)
     dA, do = dp * o, dp * A
     dw = do.bmm(xv.transpose(1, 2))
-    dxv = _sum_of_products(w.transpose(1, 2), do) if term_by_term else w.transpose(1, 2).bmm(do)
-    dv = dxv.narrow(-1, X.shape[-1], v.shape[-1])
+    if term_by_term:  # dv = (w^T do)[..., m:], entry by entry the same sums of the same products
+        dv = _sum_of_products(w.transpose(1, 2), do.narrow(-1, X.shape[-1], v.shape[-1]))
+    else:
+        dv = w.transpose(1, 2).bmm(do).narrow(-1, X.shape[-1], v.shape[-1])
     ds = torch._softmax_backward_data(dw, w, -1, torch.float32)
-    if kernel:
-        g = ds.unsqueeze(-1) * (scores - s.unsqueeze(-1)).exp()  # logsumexp_backward
-        da = g.sum_to_size(a.unsqueeze(-2).shape).squeeze(-2)
-        db = g.sum_to_size(b.unsqueeze(-3).shape).squeeze(-3)
+    if kernel:  # logsumexp_backward, in the memory of the scores (read nowhere else)
+        g = scores.sub_(s.unsqueeze(-1)).exp_().mul_(ds.unsqueeze(-1))
+        da, db = g.sum(-2), g.sum(-3)  # sum_to_size of the broadcast operands
     else:
         kt = b.transpose(-1, -2)
         da = ds.bmm(kt.transpose(1, 2))

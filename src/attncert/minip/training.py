@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 from attncert.configuration.device import resolve_device
 
-from .backprop import batch_ok, handles, loss_and_gradients
+from .backprop import batch_ok, handles, loss_and_gradients_in_inference_mode
 from .models import NONNEGATIVITY, build_model
 from .pools import sample_sequences, split_pool
 from .task import max_abs_error, minip_targets, wrong
@@ -97,6 +97,12 @@ class ForeachAdam:
                 offset += p.numel()
         self.exp_avg = torch.zeros_like(self.flat)
         self.exp_avg_sq = torch.zeros_like(self.flat)
+        self.grad, self.denom = torch.empty_like(self.flat), torch.empty_like(self.flat)  # rewritten every step
+        # beta2, eps and each step's sqrt(bias_correction2) as the float32 numbers the in-place updates cast
+        # them to (a wrapped Python scalar is cast to the tensor's dtype): the same products, sums and
+        # quotients, without wrapping a scalar at every step
+        self.beta2_f32, self.eps_f32, self.bias_correction2_sqrt_f32 = (
+            torch.tensor(x, dtype=self.flat.dtype, device=self.flat.device) for x in (betas[1], eps, 1.0))
         self.steps = 0.0  # Adam's `state["step"]`, as `_get_value` reads it (a float32 count: exact here)
 
     def zero_grad(self) -> None:
@@ -105,24 +111,28 @@ class ForeachAdam:
 
     @torch.no_grad()
     def step(self) -> None:
+        self.update()
+
+    def update(self) -> None:
+        """`step` without entering no-grad mode: for a caller already in no-grad or inference mode."""
         grads = [p.grad for p in self.params]
         if any(g is None or g.is_sparse for g in grads):  # Adam would skip such a parameter; ours all train
             raise RuntimeError("ForeachAdam: every parameter needs a dense gradient")
-        grad = torch.cat([g.reshape(-1) for g in grads])
+        grad = torch.cat([g.reshape(-1) for g in grads], out=self.grad)
         beta1, beta2 = self.betas
         lr = self.param_groups[0]["lr"]
         self.steps += 1.0
         # _multi_tensor_adam, capturable=False, no weight decay, no amsgrad, not maximize:
         self.exp_avg.lerp_(grad, 1 - beta1)
-        self.exp_avg_sq.mul_(beta2)
+        self.exp_avg_sq.mul_(self.beta2_f32)
         self.exp_avg_sq.addcmul_(grad, grad, value=1 - beta2)
         bias_correction1 = 1 - beta1 ** self.steps
         bias_correction2 = 1 - beta2 ** self.steps
         step_size = (lr / bias_correction1) * -1
         bias_correction2_sqrt = bias_correction2 ** 0.5
-        denom = self.exp_avg_sq.sqrt()
-        denom.div_(bias_correction2_sqrt)
-        denom.add_(self.eps)
+        denom = torch.sqrt(self.exp_avg_sq, out=self.denom)
+        denom.div_(self.bias_correction2_sqrt_f32.fill_(bias_correction2_sqrt))
+        denom.add_(self.eps_f32)
         self.flat.addcdiv_(self.exp_avg, denom, value=step_size)
 
 
@@ -142,19 +152,29 @@ def _backward(loss: torch.Tensor) -> None:
 
 
 def _fit(model, batches, steps: int, lr: float, desc: str) -> float:
+    """Train for `steps` Adam steps on `batches(step)`; the last step's loss.
+
+    Where `backprop.handles` the head the loop runs in inference mode (the hand-written gradients need no
+    autograd bookkeeping; Adam updates tensors made outside it, in place): a batch they do not take
+    (`batch_ok`) goes through autograd outside inference mode, on a copy of the batch if it was made inside.
+    Otherwise the loop runs without gradient mode except for the forward and backward passes."""
     opt = ForeachAdam(model.parameters(), lr=lr)
     by_hand = handles(model)
     loss = None
-    for step in tqdm(range(steps), desc=desc, mininterval=5.0, leave=False):
-        X, T = batches(step)
-        _cosine_lr(opt, lr, step, steps)
-        opt.zero_grad()
-        if by_hand and batch_ok(X, T):  # the gradients of autograd, bit for bit, without its graph
-            loss = loss_and_gradients(model, X, T)
-        else:
-            loss = torch.mean((model(X) - T) ** 2)
-            _backward(loss)
-        opt.step()
+    with torch.inference_mode() if by_hand else torch.no_grad():
+        for step in tqdm(range(steps), desc=desc, mininterval=5.0, leave=False):
+            X, T = batches(step)
+            _cosine_lr(opt, lr, step, steps)
+            opt.zero_grad()
+            if by_hand and batch_ok(X, T):  # the gradients of autograd, bit for bit, without its graph
+                loss = loss_and_gradients_in_inference_mode(model, X, T)
+            else:
+                with torch.inference_mode(False):  # gradient mode on
+                    if X.is_inference():
+                        X, T = X.clone(), T.clone()
+                    loss = torch.mean((model(X) - T) ** 2)
+                    _backward(loss)
+            opt.update()
     return float("nan") if loss is None else float(loss.detach())  # the last step's loss
 
 
@@ -164,18 +184,26 @@ class _TrainingStream:
 
     The batches are drawn `CHUNK` steps at a time: one `rng.integers` call of size (k, batch, length)
     gives the same indices as k calls of size (batch, length) one after another (numpy's bounded integers
-    consume the bit generator value by value), and the targets are computed per element, so every step
-    sees exactly the batch it saw when drawn alone. Each step's X and T are fresh tensors, as before
-    (the inputs of the matrix products keep their memory alignment). Steps must be asked for in order;
-    no more than `steps` batches are drawn.
+    consume the bit generator value by value). The targets min_j <x_i, x_j> are computed in float32 on the
+    chunk: every product is 0 or 1 and every partial sum an integer <= m (< 2^24), so each inner product is
+    exact whatever the order of summation, and T is `minip_targets` of the batch. On the CPU a step's X and
+    T are views of the chunk's tensors: torch's allocator aligns a tensor to `ALIGN` bytes, and a step's
+    view starts a whole number of `ALIGN`-byte blocks after it when batch * length * m and batch * length
+    floats both fill whole blocks, so the matrix products read their inputs at the alignment of a fresh
+    tensor. Otherwise (another device, or sizes that break the alignment) each step's X and T are fresh
+    copies.
+    Steps must be asked for in order; no more than `steps` batches are drawn.
     """
 
     CHUNK = 64
+    ALIGN = 64  # c10's CPU allocator alignment (gAlignment)
 
     def __init__(self, pool: np.ndarray, batch: int, length: int, steps: int, rng: np.random.Generator,
                  device: torch.device):
         self.pool, self.batch, self.length, self.steps, self.rng, self.device = pool, batch, length, steps, rng, device
         self.start, self.X, self.T = 0, torch.zeros(0), torch.zeros(0)
+        rows = batch * length * 4  # bytes of one step's targets; times m: of its sequences
+        self.views = torch.device(device).type == "cpu" and rows % self.ALIGN == 0
 
     def __call__(self, step: int):
         i = step - self.start
@@ -183,9 +211,10 @@ class _TrainingStream:
             self.start, i = step, 0
             k = min(self.CHUNK, self.steps - step)
             idx = self.rng.integers(0, len(self.pool), size=(k, self.batch, self.length))
-            X = self.pool[idx]
-            self.X = torch.from_numpy(X.astype(np.float32))
-            self.T = torch.from_numpy(minip_targets(X).astype(np.float32))
+            self.X = torch.from_numpy(self.pool[idx]).to(torch.float32)  # a new tensor: torch's alignment
+            self.T = torch.matmul(self.X, self.X.transpose(-1, -2)).amin(-1)
+        if self.views:
+            return self.X[i], self.T[i]
         return self.X[i].to(self.device, copy=True), self.T[i].to(self.device, copy=True)
 
 
