@@ -18,11 +18,21 @@ Every step is the ATen call that autograd's formula for that operation makes (to
 FunctionsManual: `mean_backward`, `pow_backward`, `mm_mat1_backward` / `mm_mat2_backward` of `addmm` -- the
 weight enters `linear` transposed, so its gradient is dz^T [h, x] --, `logsumexp_backward`, `sum_to` for a
 broadcast operand, `split_with_sizes_backward` = cat, `cat` backward = narrow), on tensors of the same
-shapes and strides, so every float is the same (tests/minip/test_backprop.py checks the gradients bit for
-bit against `loss.backward()`). What it saves is autograd's own work: recording the graph in the forward
-pass and walking it, and, run in inference mode, the version counters and view records of every tensor
-(together about a quarter of a training step of these small heads; the kernels take the rest). The
-gradients are inference tensors: Adam reads them, nothing records a graph through them.
+shapes and strides, or a computation of the same floats with less work, each entry by the same arithmetic:
+  * dy = (d + d) * (1/(B N)): mean_backward's constant times pow_backward's 2 d (doubling is exact, and the
+    product of the same two floats is the same float);
+  * dv and dh: only the columns kept (the value columns of d[x, v], the columns of h of d[h, x]); dv is a
+    sum of products entry by entry (`models._sum_of_products`), and MKL's product gives the kept columns the
+    bits of the whole product (tests/minip/test_backprop.py checks the paper grid's shapes); `gelu_backward`
+    reads dh contiguous instead of as a slice of d[h, x], and gives the same floats (checked against
+    autograd, which passes it the slice);
+  * logsumexp_backward's exp(scores - s) * ds computed in place in the scores' memory (the same elementwise
+    kernels on the same contiguous shape).
+tests/minip/test_backprop.py checks the gradients bit for bit against `loss.backward()`. What it saves is
+autograd's own work: recording the graph in the forward pass and walking it, and, run in inference mode,
+the version counters and view records of every tensor (together about a quarter of a training step of these
+small heads; the kernels take the rest). The gradients are inference tensors: Adam reads them, nothing
+records a graph through them.
 Only the heads of `models` on a contiguous float32 batch are handled (`handles`, `batch_ok`); anything else
 goes through autograd.
 """
@@ -68,15 +78,20 @@ def _linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
     return F.linear(x, layer.weight, layer.bias)
 
 
-def _linear_grads(layer: nn.Linear, x: torch.Tensor, dz: torch.Tensor, need_input: bool) -> torch.Tensor | None:
+def _linear_grads(layer: nn.Linear, x: torch.Tensor, dz: torch.Tensor, need_input: int) -> torch.Tensor | None:
     """z = x W^T + b on the rows of x (B, N, k) (`linear` flattens them: addmm(b, x_2d, W^T)): set W.grad and
-    b.grad, return dx (B, N, k) if asked. addmm's backward: db = sum_to(dz, b), dW^T = (dz^T x)^T (W^T is
-    column-major), dx = dz (W^T)^T."""
+    b.grad, return the first `need_input` columns of dx (B, N, k) (none if 0). addmm's backward:
+    db = sum_to(dz, b), dW^T = (dz^T x)^T (W^T is column-major), dx = dz (W^T)^T; the columns of dx asked for
+    are dz times those columns of W (MKL's sgemm gives each entry of the product the same bits whether the
+    other columns are computed or not: tests/minip/test_backprop.py checks the shapes of the paper's grid)."""
     dz2 = dz.reshape(-1, dz.shape[-1])
     x2 = x.view(-1, x.shape[-1])
     layer.bias.grad = dz2.sum_to_size(layer.bias.shape)
     layer.weight.grad = dz2.t().mm(x2)
-    return dz2.mm(layer.weight).reshape(x.shape) if need_input else None
+    if not need_input:
+        return None
+    w = layer.weight if need_input == x.shape[-1] else layer.weight.narrow(-1, 0, need_input)
+    return dz2.mm(w).reshape(x.shape[:-1] + (need_input,))
 
 
 @torch.inference_mode()  # no autograd bookkeeping at all (the same kernels: the same floats)
@@ -130,9 +145,8 @@ def loss_and_gradients_in_inference_mode(model: _Head, X: torch.Tensor, T: torch
         da = ds.bmm(kt.transpose(1, 2))
         db = a.transpose(1, 2).bmm(ds).transpose(-1, -2)
     dmaps = torch.cat([da, db, dv, dA, dy.unsqueeze(-1)], dim=-1)  # split_with_sizes_backward
-    dhx = _linear_grads(model.maps, hx, dmaps, need_input=True)
-    dh = dhx.narrow(-1, 0, h.shape[-1])
+    dh = _linear_grads(model.maps, hx, dmaps, need_input=h.shape[-1])  # d[h, x] without the columns of x
     for i in range(len(linears) - 1, -1, -1):
         dz = torch.ops.aten.gelu_backward(dh, pre[i], approximate=model.encoder[2 * i + 1].approximate)
-        dh = _linear_grads(linears[i], inputs[i], dz, need_input=i > 0)
+        dh = _linear_grads(linears[i], inputs[i], dz, need_input=inputs[i].shape[-1] if i > 0 else 0)
     return loss
