@@ -140,6 +140,9 @@ def loss_and_gradients_in_inference_mode(model: _Head, X: torch.Tensor, T: torch
     if kernel:  # logsumexp_backward, in the memory of the scores (read nowhere else)
         g = scores.sub_(s.unsqueeze(-1)).exp_().mul_(ds.unsqueeze(-1))
         da, db = g.sum(-2), g.sum(-3)  # sum_to_size of the broadcast operands
+    elif sums_term_by_term(ds, b):  # bmm sums these products term by term: so does `_sum_of_products`
+        da = _sum_of_products(ds, b)                  # ds k
+        db = _sum_of_products(ds.transpose(1, 2), a)  # (q^T ds)^T = ds^T q, each entry the same products
     else:
         kt = b.transpose(-1, -2)
         da = ds.bmm(kt.transpose(1, 2))
