@@ -74,11 +74,21 @@ def _mean_weight(n: int) -> torch.Tensor:
     return _MEAN_WEIGHTS[n]
 
 
-def _linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
-    return F.linear(x, layer.weight, layer.bias)
+class HeadTensors:
+    """A head's parameters, GELU variants, map sizes and kind, read once for the steps of a run (a module
+    attribute costs about a microsecond to look up, a few dozen of them a step). `.grad` is set on these
+    parameters, which are the head's own: valid while no parameter or layer of the head is replaced."""
+
+    def __init__(self, model: _Head):
+        layers = list(model.encoder)
+        self.encoder = [(lin.weight, lin.bias, act.approximate) for lin, act in zip(layers[::2], layers[1::2])]
+        self.maps = (model.maps.weight, model.maps.bias)
+        self.sizes = model.sizes
+        self.kernel = isinstance(model, KernelAttention)
 
 
-def _linear_grads(layer: nn.Linear, x: torch.Tensor, dz: torch.Tensor, need_input: int) -> torch.Tensor | None:
+def _linear_grads(weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, dz: torch.Tensor,
+                  need_input: int) -> torch.Tensor | None:
     """z = x W^T + b on the rows of x (B, N, k) (`linear` flattens them: addmm(b, x_2d, W^T)): set W.grad and
     b.grad, return the first `need_input` columns of dx (B, N, k) (none if 0). addmm's backward:
     db = sum_to(dz, b), dW^T = (dz^T x)^T (W^T is column-major), dx = dz (W^T)^T; the columns of dx asked for
@@ -86,11 +96,11 @@ def _linear_grads(layer: nn.Linear, x: torch.Tensor, dz: torch.Tensor, need_inpu
     other columns are computed or not: tests/minip/test_backprop.py checks the shapes of the paper's grid)."""
     dz2 = dz.reshape(-1, dz.shape[-1])
     x2 = x.view(-1, x.shape[-1])
-    layer.bias.grad = dz2.sum_to_size(layer.bias.shape)
-    layer.weight.grad = dz2.t().mm(x2)
+    bias.grad = dz2.sum_to_size(bias.shape)
+    weight.grad = dz2.t().mm(x2)
     if not need_input:
         return None
-    w = layer.weight if need_input == x.shape[-1] else layer.weight.narrow(-1, 0, need_input)
+    w = weight if need_input == x.shape[-1] else weight.narrow(-1, 0, need_input)
     return dz2.mm(w).reshape(x.shape[:-1] + (need_input,))
 
 
@@ -98,23 +108,23 @@ def _linear_grads(layer: nn.Linear, x: torch.Tensor, dz: torch.Tensor, need_inpu
 def loss_and_gradients(model: _Head, X: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
     """L = mean (model(X) - T)^2 (a 0-d tensor); sets every parameter's `.grad` to dL/dparameter, exactly as
     `L.backward()` would after `zero_grad(set_to_none=True)`. Requires `handles(model)` and `batch_ok(X, T)`."""
-    return loss_and_gradients_in_inference_mode(model, X, T)
+    return loss_and_gradients_in_inference_mode(HeadTensors(model), X, T)
 
 
-def loss_and_gradients_in_inference_mode(model: _Head, X: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
-    """`loss_and_gradients` for a caller already in inference mode (`torch.inference_mode()`)."""
+def loss_and_gradients_in_inference_mode(head: HeadTensors, X: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
+    """`loss_and_gradients` of the head read into `head`, for a caller already in inference mode
+    (`torch.inference_mode()`)."""
     # forward, keeping what the backward reads (autograd's saved tensors)
-    linears = list(model.encoder)[::2]
     inputs, pre = [], []
     h = X
-    for layer in linears:
+    for weight, bias, _ in head.encoder:
         inputs.append(h)
-        z = _linear(h, layer)
+        z = F.linear(h, weight, bias)
         pre.append(z)
         h = F.gelu(z)
     hx = torch.cat([h, X], dim=-1)
-    a, b, v, A, c = _linear(hx, model.maps).split(model.sizes, dim=-1)
-    kernel = isinstance(model, KernelAttention)
+    a, b, v, A, c = F.linear(hx, *head.maps).split(head.sizes, dim=-1)
+    kernel = head.kernel
     if kernel:
         scores = a.unsqueeze(-2) + b.unsqueeze(-3)
         s = torch.logsumexp(scores, dim=-1)
@@ -148,8 +158,9 @@ def loss_and_gradients_in_inference_mode(model: _Head, X: torch.Tensor, T: torch
         da = ds.bmm(kt.transpose(1, 2))
         db = a.transpose(1, 2).bmm(ds).transpose(-1, -2)
     dmaps = torch.cat([da, db, dv, dA, dy.unsqueeze(-1)], dim=-1)  # split_with_sizes_backward
-    dh = _linear_grads(model.maps, hx, dmaps, need_input=h.shape[-1])  # d[h, x] without the columns of x
-    for i in range(len(linears) - 1, -1, -1):
-        dz = torch.ops.aten.gelu_backward(dh, pre[i], approximate=model.encoder[2 * i + 1].approximate)
-        dh = _linear_grads(linears[i], inputs[i], dz, need_input=inputs[i].shape[-1] if i > 0 else 0)
+    dh = _linear_grads(*head.maps, hx, dmaps, need_input=h.shape[-1])  # d[h, x] without the columns of x
+    for i in range(len(head.encoder) - 1, -1, -1):
+        weight, bias, approximate = head.encoder[i]
+        dz = torch.ops.aten.gelu_backward(dh, pre[i], approximate=approximate)
+        dh = _linear_grads(weight, bias, inputs[i], dz, need_input=inputs[i].shape[-1] if i > 0 else 0)
     return loss

@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 from attncert.configuration.device import resolve_device
 
-from .backprop import batch_ok, handles, loss_and_gradients_in_inference_mode
+from .backprop import HeadTensors, batch_ok, handles, loss_and_gradients_in_inference_mode
 from .models import NONNEGATIVITY, build_model
 from .pools import sample_sequences, split_pool
 from .task import max_abs_error, minip_targets, wrong
@@ -160,6 +160,7 @@ def _fit(model, batches, steps: int, lr: float, desc: str) -> float:
     Otherwise the loop runs without gradient mode except for the forward and backward passes."""
     opt = ForeachAdam(model.parameters(), lr=lr)
     by_hand = handles(model)
+    head = HeadTensors(model) if by_hand else None
     loss = None
     with torch.inference_mode() if by_hand else torch.no_grad():
         for step in tqdm(range(steps), desc=desc, mininterval=5.0, leave=False):
@@ -167,7 +168,7 @@ def _fit(model, batches, steps: int, lr: float, desc: str) -> float:
             _cosine_lr(opt, lr, step, steps)
             opt.zero_grad()
             if by_hand and batch_ok(X, T):  # the gradients of autograd, bit for bit, without its graph
-                loss = loss_and_gradients_in_inference_mode(model, X, T)
+                loss = loss_and_gradients_in_inference_mode(head, X, T)
             else:
                 with torch.inference_mode(False):  # gradient mode on
                     if X.is_inference():
