@@ -105,6 +105,8 @@ class _TorchHead:
         P = Z @ self.U + self.bias
         if self.p.mode == "fixed":
             s = P[..., 0]
+        elif chunk == Z.shape[0]:  # one chunk: the same calls on the same views, without splitting
+            s = torch.einsum("bnh,bh->bn", P[..., :-1], Z[:, self.p.query_index] @ self.WQ + self.bQ) / self.sq
         else:
             s = _joined([torch.einsum("bnh,bh->bn", Pc[..., :-1], zc @ self.WQ + self.bQ)
                          for Pc, zc in zip(P.split(chunk), Z[:, self.p.query_index].split(chunk))]) / self.sq
@@ -260,7 +262,7 @@ def best_feasible_ascents(problems: list[HeadProblem], restarts: int = 16, steps
         radius (the same numbers as one clamp to the radius per row: a clamp selects delta + step or a bound)."""
         step.add_(delta)
         us = range(K) if problems_in is None else problems_in
-        if norm != "linf" or K == 1:
+        if norm != "linf":
             return _project(step, r_rows if problems_in is None else r_rows[rows], norm)
         for i, u in enumerate(us):
             step[i * S:(i + 1) * S].clamp_(-radii[u], radii[u])
