@@ -8,9 +8,11 @@ architecture with seeded random weights: NOT GPT-2, so these are costs, not resu
   * extraction: the model is built and the 5 prompts x 16 tokens run through the real extraction path
     (layers L and L + 1);
   * certification: the units of layer L of the paper grid (fixed query: 4 query positions x 5 prompts x
-    6 radii x 12 heads; varying query: position 4 x 4 radii), `certify.run.certify_unit` exactly as the
-    pipeline calls it; `--sample N` draws N units stratified by (mode, query position), always including
-    the certification units of the sampled baseline units;
+    6 radii x 12 heads; varying query: position 4 x 4 radii), `certify.layer_run.certify_in_radius_batches`
+    exactly as the pipeline calls it; `--sample N` draws N units stratified by (mode, query position), always
+    including the certification units of the sampled baseline units; a sampled varying unit brings its radius
+    batch (the varying units of its head, prompt and position, and the fixed-query units at those radii, whose
+    exact solves warm-start the batch's ascents), and each varying unit is charged the batch's seconds / its size;
   * baselines: every method of `baselines.linear_bound_baselines` (METHODS + EXTRA_METHODS) on the
     baseline units of layer L (all radii of a (head, prompt, mode) in one call, as the pipeline does);
     `--sample N` draws N / 4 such groups;
@@ -60,7 +62,7 @@ import torch  # noqa: E402
 
 from attncert.baselines.linear_bound_baselines import EXTRA_METHODS, METHODS, baseline_upper_bounds  # noqa: E402
 from attncert.certify.best_feasible_ascent import best_feasible_ascent  # noqa: E402
-from attncert.certify.run import certify_unit  # noqa: E402
+from attncert.certify.layer_run import certify_in_radius_batches  # noqa: E402
 from attncert.head.units import Unit, grid, head_problem, specification_vectors  # noqa: E402
 from attncert.configuration.config import read_prompts  # noqa: E402
 from attncert.model.extraction import extract_layers, load_model, tokenize_prompts  # noqa: E402
@@ -120,38 +122,58 @@ def sample_units(cfg: dict, L: int, sample: int | None, rng) -> tuple[list[Unit]
         strata[(u.mode, u.query_pos)].append(u)
     per = max(2, sample // len(strata))
     chosen = {u for s in strata.values() for u in pick(rng, s, per)} | {u for g in groups for u in g}
+    # a varying unit comes with its radius batch, as the pipeline certifies it: every varying unit of its
+    # (head, prompt, query position, norm) and the fixed-query units at those radii (their exact solves warm-start it)
+    batches = {radius_group(u) for u in chosen if u.mode == "varying"}
+    radii = {(radius_group(u), u.radius) for u in cert if u.mode == "varying" and radius_group(u) in batches}
+    chosen |= {u for u in cert if (radius_group(u), u.radius) in radii}
     return [u for u in cert if u in chosen], groups
 
 
+def radius_group(u: Unit) -> tuple:
+    """The units the pipeline batches (`certify.layer_run.certify_in_radius_batches`): all but radius and mode."""
+    return (u.layer, u.head, u.prompt, u.query_pos, u.norm)
+
+
 def certification(cfg: dict, arrays: dict, L: int, units: list[Unit], path: str, log) -> list[dict]:
+    """Per unit: its row and seconds. The after path runs the units as the pipeline does
+    (`certify_in_radius_batches`, in grid order): a radius batch's varying-query ascents run together when its
+    first varying unit comes up, warm-started from the fixed-query units' exact solves; each varying unit is
+    charged its batch's varying seconds / the batch's varying units."""
     c = cfg["certify"]
     qps = list(c["query_positions"])
     spec = specification_vectors(arrays, L, qps, cfg["spec_seed"])
     kw = dict(ascent_restarts=c["ascent_restarts"], ascent_steps=c["ascent_steps"], seed=c["seed"],
               second_order=c.get("second_order", True), tight=c.get("tight", True),
               ascent_check_fraction=c["ascent_check_fraction"],
-              device=cfg["device"])
-    out = []
-    for i, u in enumerate(units):
-        p = head_problem(arrays, spec, qps, u)
-        rec = {"mode": u.mode, "qp": u.query_pos, "radius": u.radius, "unit": u}
-        t0 = time.perf_counter()
-        row = certify_unit(p, legacy_ascent=(path == "before"), **kw)
-        wall = time.perf_counter() - t0
-        asc = sum(v for v in (row["t_ascent_s"], row["t_ascent_check_s"]) if math.isfinite(v))
-        rec.update(row=row, cert_s=row["t_first_s"] + row["t_second_s"], tight_s=row.get("t_second_tight_s", math.nan),
-                   status=row["status"])
-        if path == "before":
-            rec.update(before=wall, after=math.nan)
-        else:
-            rec["after"] = wall
-            if path == "both":  # the former ascent on the same unit; the rest of the unit is shared
-                legacy = best_feasible_ascent(p, restarts=c["ascent_restarts"], steps=c["ascent_steps"], seed=c["seed"],
-                                              fused=False)
-                rec.update(before=wall - asc + legacy.seconds, legacy_value=legacy.value)
+              device=cfg["device"], legacy_ascent=(path == "before"))
+    items = [(radius_group(u), head_problem(arrays, spec, qps, u)) for u in units]
+    out, t0 = [], time.perf_counter()
+    for i, row, _ in certify_in_radius_batches(items, desc="certification", **kw):
+        wall, t0 = time.perf_counter() - t0, time.perf_counter()
+        u = units[i]
+        rec = {"mode": u.mode, "qp": u.query_pos, "radius": u.radius, "unit": u, "row": row, "status": row["status"],
+               "cert_s": row["t_first_s"] + row["t_second_s"], "tight_s": row.get("t_second_tight_s", math.nan)}
+        rec.update(before=wall, after=math.nan) if path == "before" else rec.update(after=wall)
         out.append(rec)
         if (i + 1) % 20 == 0:
             log(f"  certification {i + 1}/{len(units)} units")
+    if path != "before":
+        shared = defaultdict(list)
+        for r in out:
+            if r["mode"] == "varying":
+                shared[radius_group(r["unit"])].append(r)
+        for batch in shared.values():
+            mean = sum(r["after"] for r in batch) / len(batch)
+            for r in batch:
+                r["after"] = mean
+    if path == "both":  # the former ascent on the same unit; the rest of the unit is shared
+        for r in out:
+            row = r["row"]
+            asc = sum(v for v in (row["t_ascent_s"], row["t_ascent_check_s"]) if math.isfinite(v))
+            legacy = best_feasible_ascent(items[units.index(r["unit"])][1], restarts=c["ascent_restarts"],
+                                          steps=c["ascent_steps"], seed=c["seed"], fused=False)
+            r.update(before=r["after"] - asc + legacy.seconds, legacy_value=legacy.value)
     return out
 
 
