@@ -108,7 +108,7 @@ class BoundPlainLinear(BoundLinear):
 
     def crown_backward(self, linear_bounds, optimize):
         W, b = self.module.weight, self.module.bias
-        return each_side(linear_bounds, lambda bounds, upper: _linear_backward(W, b, bounds))
+        return each_side(linear_bounds, lambda bounds, upper: _linear_backward(W, b, bounds), linear=True)
 
     @assert_bound_order
     def ibp_forward(self, bounds, save_relaxation=False, save_input_bounds=False):
@@ -183,7 +183,7 @@ class BoundInputLinear(BoundPlainLinear):
         return torch.cat(parts, dim=-1), acc
 
     def crown_backward(self, linear_bounds, optimize):
-        return each_side(linear_bounds, lambda bounds, upper: self._backward(bounds))
+        return each_side(linear_bounds, lambda bounds, upper: self._backward(bounds), linear=True)
 
     @assert_bound_order
     def ibp_forward(self, bounds, save_relaxation=False, save_input_bounds=False):

@@ -33,13 +33,19 @@ RELAXATION_RULES = ("mid", "auto_lirpa")
 AUTO_LIRPA_EXP_TANGENT_CAP = 0.99
 
 
-def each_side(linear_bounds: LinearBounds, step) -> LinearBounds:
+def each_side(linear_bounds: LinearBounds, step, linear: bool = False) -> LinearBounds:
     """One back-substitution step applied to both sides of a linear bound.
 
     step((A, bias), upper) -> (A', bias'); `upper` tells which side (relaxations pick their planes by it).
+    linear=True: the step does not depend on the side (a linear map); where both sides hold the same tensors (the
+    identity a relaxation's back-substitution starts from) it is taken once and both sides share the result.
     """
-    lower = None if linear_bounds.lower is None else step(linear_bounds.lower, False)
-    upper = None if linear_bounds.upper is None else step(linear_bounds.upper, True)
+    lo, up = linear_bounds.lower, linear_bounds.upper
+    if linear and lo is not None and up is not None and lo[0] is up[0] and lo[1] is up[1]:
+        shared = step(lo, False)
+        return LinearBounds(linear_bounds.region, shared, shared)
+    lower = None if lo is None else step(lo, False)
+    upper = None if up is None else step(up, True)
     return LinearBounds(linear_bounds.region, lower, upper)
 
 

@@ -153,6 +153,14 @@ def top_eigenpairs(M: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return vals, vecs
 
 
+def minus_diagonal(M: torch.Tensor, D: torch.Tensor) -> torch.Tensor:
+    """M - diag(D) for M (P, n, n), D (P, n), contiguous: M copied with D taken off its diagonal (the same floats as
+    M - torch.diag_embed(D): off the diagonal M_ij - 0 = M_ij)."""
+    out = M.clone(memory_format=torch.contiguous_format)
+    torch.diagonal(out, dim1=-2, dim2=-1).copy_(torch.diagonal(M, dim1=-2, dim2=-1) - D)
+    return out
+
+
 def box_qp_upper(H: torch.Tensor, iterations: int = 20) -> torch.Tensor:
     """Upper bound on max over u in [-1,1]^d of 1/2 u^T H u, per matrix H (P, d, d), not audited.
 
@@ -169,7 +177,7 @@ def box_qp_upper(H: torch.Tensor, iterations: int = 20) -> torch.Tensor:
     norm = torch.linalg.matrix_norm(H, ord=2)
     step = norm / d
     for it in range(iterations):
-        mu, top = top_eigenpairs(H - torch.diag_embed(D))
+        mu, top = top_eigenpairs(minus_diagonal(H, D))
         y = D + mu.unsqueeze(-1)
         bound = 0.5 * torch.clamp(y, min=0).sum(-1)
         best = torch.minimum(best, bound)

@@ -190,7 +190,45 @@ def rank_one_margin(M: torch.Tensor, y: torch.Tensor, t: torch.Tensor, v: torch.
     big = torch.diag_embed(y.abs()) + (M.abs() if absM is None else absM)
     if _has_rank_one(t, v):
         big = big + t.abs().view(-1, 1, 1) * torch.einsum("pi,pj->pij", v.abs(), v.abs())
+    return _margin(big)
+
+
+def _margin(big: torch.Tensor) -> torch.Tensor:
+    """gamma_4 ||big||_F, raised by the rounding of the norm (`rank_one_margin`)."""
     return inflate(gamma(4) * torch.linalg.matrix_norm(big) * (1 + gamma(big.shape[-1] ** 2 + 2)))
+
+
+class _CheckedMatrices:
+    """A = diag(y) - M + t v v^T and its rounding matrix diag|y| + |M| + |t| |v| |v|^T (`rank_one_margin`) for the
+    Cholesky checks of `rank_one_box_upper`, where only y changes: the off-diagonal entries (0 - M_ij + t v_i v_j,
+    0 + |M_ij| + |t| |v_i| |v_j|) are formed once, each check writes the diagonal. The same floats as forming both
+    matrices anew; A - c I is A with c taken off its diagonal (c I is +0 off it for a finite c >= 0)."""
+
+    def __init__(self, M: torch.Tensor, term: torch.Tensor | None, abs_term: torch.Tensor | None):
+        self.A = torch.rsub(M, 0.0).contiguous()
+        self.big = M.abs().contiguous()
+        self.M_diag = torch.diagonal(M, dim1=-2, dim2=-1)
+        self.absM_diag = torch.diagonal(self.big, dim1=-2, dim2=-1).clone()
+        self.term = term
+        if term is not None:
+            self.A = self.A + term
+            self.big = self.big + abs_term
+        self.t_diag = None if term is None else torch.diagonal(term, dim1=-2, dim2=-1).clone()
+        self.abs_t_diag = None if term is None else torch.diagonal(abs_term, dim1=-2, dim2=-1).clone()
+
+    def check(self, y: torch.Tensor) -> torch.Tensor:
+        """(P,) info of the float Cholesky of A - c I, c = psd_shift(A) + rank_one_margin (0: positive definite)."""
+        a, b = y - self.M_diag, y.abs() + self.absM_diag
+        if self.term is not None:
+            a, b = a + self.t_diag, b + self.abs_t_diag
+        torch.diagonal(self.A, dim1=-2, dim2=-1).copy_(a)
+        torch.diagonal(self.big, dim1=-2, dim2=-1).copy_(b)
+        c = psd_shift(self.A) + _margin(self.big)
+        if bool(torch.isfinite(c).all()) and bool((c >= 0).all()):
+            torch.diagonal(self.A, dim1=-2, dim2=-1).sub_(c.unsqueeze(-1))
+            return torch.linalg.cholesky_ex(self.A)[1]
+        eye = torch.eye(self.A.shape[-1], dtype=DTYPE)
+        return torch.linalg.cholesky_ex(self.A - c.view(-1, 1, 1) * eye)[1]
 
 
 def rank_one_box_upper(M: torch.Tensor, v: torch.Tensor, iterations: int, D0: torch.Tensor | None = None,
@@ -244,15 +282,12 @@ def rank_one_box_upper(M: torch.Tensor, v: torch.Tensor, iterations: int, D0: to
     tau = (1e-12 * norm_M).unsqueeze(-1) + 1e-300
     y = best_y + tau
     ok = torch.zeros(P, dtype=torch.bool)
-    eye = torch.eye(n, dtype=DTYPE)
-    absM = M.abs()
     term = _rank_one_term(best_t, v, vv)
+    abs_term = (best_t.abs().view(-1, 1, 1) * torch.einsum("pi,pj->pij", v.abs(), v.abs())
+                if _has_rank_one(best_t, v) else None)
+    checked = _CheckedMatrices(M, term, abs_term)
     for _ in range(60):
-        A = torch.diag_embed(y) - M
-        if term is not None:
-            A = A + term
-        c = psd_shift(A) + rank_one_margin(M, y, best_t, v, absM)
-        _, info = torch.linalg.cholesky_ex(A - c.view(-1, 1, 1) * eye)
+        info = checked.check(y)
         ok = ok | (info == 0)
         if bool(ok.all()):
             break

@@ -280,7 +280,8 @@ def alpha_crown_upper_block(tr: BlockTransition, C, g0, G, radii, iterations: in
     """alpha-CROWN upper bounds on max f (len(radii), m): `baselines.linear_bound_baselines.alpha_crown_upper`
     on the same network as `crown_upper`, one radius at a time, Adam lr 0.1, at most `iterations` steps per
     stage with its convergence test; optimize_intermediate=False optimizes the output's backward pass only
-    (CROWN's intermediate bounds). Same rounding margin as CROWN (an estimate, not a proof)."""
+    (CROWN's intermediate bounds, set by `crown_relax`: the stages without steps would set the same ones, see
+    `baselines.shared_relaxations`). Same rounding margin as CROWN (an estimate, not a proof)."""
     from attncert.baselines.linear_bound_baselines import alpha_crown_upper
 
     net = residual_network(tr, np.asarray(C), np.asarray(g0), np.asarray(G))
@@ -289,8 +290,12 @@ def alpha_crown_upper_block(tr: BlockTransition, C, g0, G, radii, iterations: in
         bnet = block_factory().build(net)
         half = torch.full((1, tr.d), float(r), dtype=DTYPE)
         region = HyperRectangle(-half, half)
+        if not optimize_intermediate:
+            with torch.no_grad():
+                bnet.propagate_size(tr.d)
+                bnet.crown_relax(region)
         up = alpha_crown_upper(bnet, region, np.asarray(C).shape[0], iterations=iterations,
-                               optimize_intermediate=optimize_intermediate)
+                               optimize_intermediate=optimize_intermediate, relaxed=not optimize_intermediate)
         out.append(up.detach().reshape(-1).numpy())
     upper = np.stack(out)
     margin = ROUNDING_ABS * (1.0 + np.abs(np.asarray(g0)))[None, :] + ROUNDING_REL * np.abs(upper)

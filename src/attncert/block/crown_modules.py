@@ -128,6 +128,30 @@ class BoundScalarCurve(BoundActivation):
 # --------------------------------------------------------------------------------------------------
 # Structured linear modules (same arithmetic as a dense FixedLinear, cheaper back-substitution)
 # --------------------------------------------------------------------------------------------------
+def zeros_plus(shape: tuple, pieces: list) -> torch.Tensor:
+    """torch.zeros(shape) with out[..., a:b] += x for each (a, b, x) of `pieces` (disjoint column ranges, x of the
+    range's shape), without filling the written columns with zeros first: there out = x + 0 (the floats of 0 + x,
+    signed zeros included), elsewhere 0. Under autograd with an x requiring grad: the zeros and the additions."""
+    dtype = pieces[0][2].dtype
+    spans = sorted((a, b) for a, b, _ in pieces)
+    exact = (all(tuple(x.shape) == (*shape[:-1], b - a) for a, b, x in pieces)
+             and all(b0 <= a1 for (_, b0), (a1, _) in zip(spans[:-1], spans[1:])))
+    if not exact or (torch.is_grad_enabled() and any(x.requires_grad for _, _, x in pieces)):
+        out = torch.zeros(shape, dtype=dtype)
+        for a, b, x in pieces:
+            out[..., a:b] += x
+        return out
+    out = torch.empty(shape, dtype=dtype)
+    start = 0
+    for a, b in spans + [(shape[-1], shape[-1])]:
+        if a > start:
+            out[..., start:a] = 0.0
+        start = max(start, b)
+    for a, b, x in pieces:
+        torch.add(x, 0.0, out=out[..., a:b])
+    return out
+
+
 class ColumnSparseLinear(nn.Module):
     """y = W_sub x[cols] + b: a linear map reading only the input columns `cols`, given as a list of
     contiguous ranges (start, stop) of the input. identity=True: W_sub = I (a selection)."""
@@ -162,20 +186,24 @@ class BoundColumnSparseLinear(BoundModule):
         mod = self.module
         return (A if mod.identity else A.matmul(mod.weight_sub)), acc + A.matmul(mod.bias)
 
-    def scatter_into(self, out, part):
-        offset = 0
+    def pieces(self, part) -> list:
+        """[(a, b, columns of `part` that go to the input columns a:b)] over the read ranges."""
+        out, offset = [], 0
         for a, b in self.module.ranges:
-            out[..., a:b] += part[..., offset:offset + (b - a)]
+            out.append((a, b, part[..., offset:offset + (b - a)]))
             offset += b - a
+        return out
+
+    def scatter_into(self, out, part):
+        for a, b, piece in self.pieces(part):
+            out[..., a:b] += piece
 
     def _backward(self, bounds):
         part, acc = self.partial(bounds)
-        out = torch.zeros(*part.shape[:-1], self.module.in_size, dtype=part.dtype)
-        self.scatter_into(out, part)
-        return out, acc
+        return zeros_plus((*part.shape[:-1], self.module.in_size), self.pieces(part)), acc
 
     def crown_backward(self, linear_bounds, optimize):
-        return each_side(linear_bounds, lambda bounds, upper: self._backward(bounds))
+        return each_side(linear_bounds, lambda bounds, upper: self._backward(bounds), linear=True)
 
     @assert_bound_order
     def ibp_forward(self, bounds, save_relaxation=False, save_input_bounds=False):
@@ -223,7 +251,7 @@ class BoundPairDifferences(BoundModule):
         return out.reshape(*A.shape[:-1], mod.heads * mod.n), acc
 
     def crown_backward(self, linear_bounds, optimize):
-        return each_side(linear_bounds, lambda bounds, upper: self._backward(bounds))
+        return each_side(linear_bounds, lambda bounds, upper: self._backward(bounds), linear=True)
 
     @assert_bound_order
     def ibp_forward(self, bounds, save_relaxation=False, save_input_bounds=False):
@@ -260,7 +288,7 @@ class BoundGroupSums(BoundModule):
         return A.repeat_interleave(mod.size, dim=-1), acc + mod.bias * A.sum(-1)
 
     def crown_backward(self, linear_bounds, optimize):
-        return each_side(linear_bounds, lambda bounds, upper: self._backward(bounds))
+        return each_side(linear_bounds, lambda bounds, upper: self._backward(bounds), linear=True)
 
     @assert_bound_order
     def ibp_forward(self, bounds, save_relaxation=False, save_input_bounds=False):
@@ -394,9 +422,9 @@ class BoundSummingParallel(BoundParallel):
             for net, part in zip(self.subnetworks, parts):
                 mod, A, acc = self._branch(net, part, optimize, which)
                 if total is None:
-                    total = torch.zeros(*A.shape[:-1], in_size, dtype=A.dtype)
+                    total = zeros_plus((*A.shape[:-1], in_size), [(0, in_size, A)] if mod is None else mod.pieces(A))
                     acc_total = torch.zeros_like(acc)
-                if mod is None:
+                elif mod is None:
                     total += A
                 else:
                     mod.scatter_into(total, A)
