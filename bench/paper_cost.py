@@ -17,12 +17,12 @@ architecture with seeded random weights: NOT GPT-2, so these are costs, not resu
     baseline units of layer L (all radii of a (head, prompt, mode) in one call, as the pipeline does);
     `--sample N` draws N / 4 such groups;
   * block: the transition L -> L + 1 with `--block-heads` heads (default 12: one full block job);
-  * Min-IP: `--minip-runs` runs of the paper sweep, drawn stratified by setting (witness, length 3,
-    length 2).
+  * Min-IP: `--minip-runs` runs of the paper sweep, drawn stratified by setting kind (witness, length 3,
+    length 2) and model (rank, dense): a run's cost grows with the rank.
 Per stage it prints the units, seconds per unit (median, p90, mean over the sample) and the extrapolated
 CPU-hours of the whole paper.yaml: the sum over strata (certification: mode x query position; baselines:
-method x mode; Min-IP: setting kind) of mean seconds x the stratum's unit count in paper.yaml
-(bench/paper_units.py).
+method x mode; Min-IP: setting kind x model, an unsampled model at its kind's mean) of mean seconds x the
+stratum's unit count in paper.yaml (bench/paper_units.py).
 
 "before" / "after" (certification only; every other stage runs once, its time counted in both totals and shown as
 "(not re-run)"; alpha-CROWN's stopping rule is measured by bench_alpha_convergence, the certificate's solve path by
@@ -220,10 +220,11 @@ def minip(cfg: dict, k: int, rng, log) -> list[dict]:
     from attncert.minip.witness import witness_family
 
     m = cfg["minip"]
-    by = defaultdict(list)
+    by = defaultdict(list)  # strata: (setting kind, model); a run's cost grows with the model's rank
     for r in runs(m):
-        by[minip_group(r.setting)].append(r)
-    chosen = [r for i, g in enumerate(sorted(by)) for r in pick(rng, by[g], k // len(by) + (i < k % len(by)))]
+        by[(minip_group(r.setting), r.model)].append(r)
+    keys = sorted(by)
+    chosen = [r for i, s in enumerate(keys) for r in pick(rng, by[s], k // len(keys) + (i < k % len(keys)))]
     out = []
     for r in chosen:
         params, (kind, rank), (what, bits, length) = (
@@ -240,8 +241,28 @@ def minip(cfg: dict, k: int, rng, log) -> list[dict]:
         else:
             run_scaling(bits=bits, length=length, kind=kind, rank=rank, seed=r.seed, train=train,
                         device=params["device"], **params["scaling"])
-        out.append({"group": minip_group(r.setting), "run": r.path, "seconds": time.perf_counter() - t0})
+        out.append({"group": minip_group(r.setting), "model": r.model, "run": r.path,
+                    "seconds": time.perf_counter() - t0})
         log(f"  Min-IP {r.path}: {out[-1]['seconds']:.1f} s")
+    return out
+
+
+def minip_hours(cfg: dict, mini: list[dict]) -> dict:
+    """Per setting kind: CPU-hours of the paper sweep's runs, the sum over its (kind, model) strata of the
+    stratum's mean seconds x its runs; a stratum without a sampled run takes the mean of its kind's sampled runs."""
+    from attncert.minip.sweep import runs
+
+    count = defaultdict(int)
+    for r in runs(cfg["minip"]):
+        count[(minip_group(r.setting), r.model)] += 1
+    out = {}
+    for g in sorted({g for g, _ in count}):
+        seen = [r["seconds"] for r in mini if r["group"] == g]
+        if not seen:
+            continue
+        fill = float(np.mean(seen))
+        out[g] = sum(float(np.mean([r["seconds"] for r in mini if (r["group"], r["model"]) == s] or [fill])) * n
+                     for s, n in count.items() if s[0] == g) / 3600
     return out
 
 
@@ -263,7 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--path", choices=["both", "after", "before"], default="both")
     ap.add_argument("--layer", type=int, default=5)
     ap.add_argument("--block-heads", type=int, default=12)
-    ap.add_argument("--minip-runs", type=int, default=6)
+    ap.add_argument("--minip-runs", type=int, default=35,
+                    help="Min-IP runs, spread over the (setting kind, model) strata (35 in paper.yaml)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the samples (the model's seed is 0)")
     ap.add_argument("--init-std", type=float, default=None,
                     help="std of random-gpt2's init (default GPT2Config's 0.02; larger = wider score intervals)")
@@ -321,7 +343,8 @@ def main(args) -> dict:
     h_block = t_block / len(heads) * counts["block"] / 3600
     m_counts = counts["minip_runs_by_setting"]
     m_st = {g: stats([r["seconds"] for r in mini if r["group"] == g]) for g in m_counts}
-    h_minip = hours(m_st, m_counts)
+    h_minip_by = minip_hours(cfg, mini)
+    h_minip = sum(h_minip_by.values())
     h_extract = t_extract / 3600
     total = {
         k: h_extract + h_cert[k] + sum(h_base[m] for m in paper_methods) + h_block + h_minip
@@ -370,7 +393,7 @@ def main(args) -> dict:
         x = m_st[g]
         lines.append(
             f"| Min-IP | {g} (per run) | {n} | {x['n']} | {fmt(x['median'])} | {fmt(x['p90'])} | {fmt(x['mean'])} | "
-            f"{fmt(x['mean'] * n / 3600 if x['n'] else math.nan)} | (not re-run) | |"
+            f"{fmt(h_minip_by.get(g, math.nan))} | (not re-run) | |"
         )
     lines += [
         "",
