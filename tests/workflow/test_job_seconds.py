@@ -73,7 +73,6 @@ def test_the_long_context_parts_and_audit_pieces_come_before_the_short_jobs():
     assert COST["long_context_certify"]["priority"] >= COST["minip_train"]["priority"]
     for later in ("certify_figure", "report_table", "paper_vs_reproduced"):
         assert COST["long_context_certify"]["priority"] > COST[later]["priority"], later
-    for later in ("certify_figure", "report_table", "paper_vs_reproduced"):
         assert COST["audit_certificates"]["priority"] > COST[later]["priority"], later
 
 

@@ -56,8 +56,12 @@ class AscentResult:
     seconds: float
 
 
-def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
+def _by_chunk(fn, chunk: int, *xs: torch.Tensor) -> torch.Tensor:
+    """fn on consecutive chunks of `chunk` rows of xs, joined; one call on the whole tensors when one chunk holds
+    every row (the same call on the same data as the single chunk, without splitting)."""
+    if chunk >= xs[0].shape[0]:
+        return fn(*xs)
+    return torch.cat([fn(*parts) for parts in zip(*(x.split(chunk) for x in xs))])
 
 
 class _TorchHead:
@@ -97,19 +101,16 @@ class _TorchHead:
             if self.p.mode == "fixed":
                 q = self.q0.expand(Z.shape[0], -1)
             else:
-                q = _joined([z[:, self.p.query_index] @ self.WQ + self.bQ for z in Z.split(chunk)])
-            s = _joined([torch.einsum("bnh,bh->bn", k, qc) for k, qc in
-                           zip((Z @ self.WK + self.bK).split(chunk), q.split(chunk))]) / self.sq
+                q = _by_chunk(lambda z: z[:, self.p.query_index] @ self.WQ + self.bQ, chunk, Z)
+            s = _by_chunk(lambda k, qc: torch.einsum("bnh,bh->bn", k, qc), chunk, Z @ self.WK + self.bK, q) / self.sq
             w = (Z @ self.WV + self.bV) @ self.c
             return (torch.softmax(s, dim=1) * w).sum(1)
         P = Z @ self.U + self.bias
         if self.p.mode == "fixed":
             s = P[..., 0]
-        elif chunk == Z.shape[0]:  # one chunk: the same calls on the same views, without splitting
-            s = torch.einsum("bnh,bh->bn", P[..., :-1], Z[:, self.p.query_index] @ self.WQ + self.bQ) / self.sq
         else:
-            s = _joined([torch.einsum("bnh,bh->bn", Pc[..., :-1], zc @ self.WQ + self.bQ)
-                         for Pc, zc in zip(P.split(chunk), Z[:, self.p.query_index].split(chunk))]) / self.sq
+            s = _by_chunk(lambda Pc, zc: torch.einsum("bnh,bh->bn", Pc[..., :-1], zc @ self.WQ + self.bQ),
+                          chunk, P, Z[:, self.p.query_index]) / self.sq
         return (torch.softmax(s, dim=1) * P[..., -1]).sum(1)
 
 
