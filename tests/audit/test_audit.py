@@ -639,10 +639,12 @@ def test_long_context_varying_program_is_rebuilt(long_varying_root):
 @pytest.mark.parametrize("tamper, check", [("lowered", "weak_duality"), ("dual_sign", "dual_cone"),
                                            ("program_entry", "program"), ("key_direction", "program"),
                                            ("shift_factor", "program"), ("shift_weight_nan", "program"),
-                                           ("shift_cut_dropped", "program")])
+                                           ("shift_cut_dropped", "program"), ("support_t_moved", "program"),
+                                           ("support_t_nan", "program"), ("support_cut_dropped", "program")])
 def test_long_context_varying_tampering_fails(long_varying_root, tmp_path, tamper, check):
-    """Every stored piece the audit rebuilds from: the bound, the dual, the program, the key directions and the
-    moment cut of the query's shift (its factor F, its weights, the cut itself)."""
+    """Every stored piece the audit rebuilds from: the bound, the dual, the program, the key directions, the
+    moment cut of the query's shift (its factor F, its weights, the cut itself) and the keys' support cuts (their
+    multipliers, the cuts themselves)."""
     root = tmp_path / "data"
     shutil.copytree(long_varying_root, root)
     row = min(_long_rows(root))
@@ -666,6 +668,12 @@ def test_long_context_varying_tampering_fails(long_varying_root, tmp_path, tampe
                 e[pre + "build/shift_w"][0, 0] = np.nan
             elif tamper == "shift_cut_dropped":
                 del e[pre + "build/shift_w"], e[pre + "build/shift_F"]
+            elif tamper == "support_t_moved":  # another valid cut: not the program the bound was computed on
+                e[pre + "build/support_t"][-1] += 1e-6
+            elif tamper == "support_t_nan":
+                e[pre + "build/support_t"][0] = np.nan
+            elif tamper == "support_cut_dropped":
+                del e[pre + "build/support_t"]
             else:
                 key = next(k for k in e if k.startswith(pre + "build/kq"))
                 kq = e[key] if not key.endswith("@shared") else e[f"arrays/{int(e[key])}"]

@@ -169,8 +169,10 @@ def rebuild_varying_long(build: dict, red: dict, norm_row: str, W_Q: np.ndarray)
                           f"{norm_row}")
     edges = [row[row >= 0] for row in np.asarray(build["edges"])] if norm == "linf" else None
     cuts = list(zip(np.asarray(build["shift_w"]), np.asarray(build["shift_F"]))) if "shift_w" in build else []
+    support = np.asarray(build["support_t"], dtype=np.float64) if "support_t" in build else ()
     try:
-        prog = build_long_program(D, W_Q, bool(upper_cone), int(mono), bool(second), edges, int(tau_exp), cuts)
+        prog = build_long_program(D, W_Q, bool(upper_cone), int(mono), bool(second), edges, int(tau_exp), cuts,
+                                  support)
     except ValueError as e:
         return None, (), f"the stored builder inputs do not build a program: {e}"
     return (dict(c=prog.c, A=prog.A, b=prog.b, dims=prog.dims, lo=prog.lo, hi=prog.hi, budget_rows=prog.budget_rows),

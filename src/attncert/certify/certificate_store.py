@@ -34,9 +34,10 @@ One file per layer, next to `layer{L}.csv`; row r of the table owns the keys `r{
                                 `VaryingData` before negligible tokens are dropped (path varying_factored:
                                 varying_factored_program; varying_unfactored: varying_program; varying_long:
                                 varying_long_program, with the key-space kq, kbar, and the moment cuts of the
-                                query's shift shift_w (cuts x keys), shift_F (cuts x d_h x d_h); u_s, u_w are the
-                                reduction's). A field `name@shared` holds the id of an array stored
-                                once per layer (`arrays/{id}`: p and pbar are the same at every radius)
+                                query's shift shift_w (cuts x keys), shift_F (cuts x d_h x d_h), linf: the
+                                multipliers support_t of the keys' support cuts; u_s, u_w are the reduction's).
+                                A field `name@shared` holds the id of an array stored once per layer
+                                (`arrays/{id}`: p and pbar are the same at every radius)
 
 A "support" certificate (`dual_record.SupportCertificate`; docs/certificate.md §4.1) stores the token program
 without facets (c, A_rows, A_shape, b, dims: no box, X enters through the exact support function of P), the dual z
@@ -153,6 +154,9 @@ def _construction_arrays(construction: dict, pool: RowPool) -> dict:
             (len(cuts), np.size(cuts[0][0])) if cuts else (0, 0))
         out["build/shift_F"] = np.array([F for _, F in cuts], dtype=np.float64).reshape(
             (len(cuts), *np.shape(cuts[0][1])) if cuts else (0, 0, 0))
+    support = construction.get("support_ts")
+    if support is not None:  # varying_long, linf: the multipliers of the keys' support cuts
+        out["build/support_t"] = np.asarray(support, dtype=np.float64).reshape(-1)
     return out
 
 

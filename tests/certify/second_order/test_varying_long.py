@@ -105,7 +105,10 @@ def test_lifted_true_points_are_feasible(norm, upper_cone):
     edges = [np.arange(p.d + 2)] * D.n if norm == "linf" else None  # every half-plane of each chain
     m = D.n - 1
     cuts = vl.all_keys_shift_cut(D, p.W_Q) + [(rng.uniform(0, 2, m), rng.standard_normal((3, 3)))]  # any F is valid
-    prog = vlp.build_long_program(D, p.W_Q, upper_cone, MONOTONE_POINTS, True, edges, shift_cuts=cuts)
+    support = rng.uniform(-3.0, 3.0, 5)  # the keys' support cuts hold at any multiplier (linf)
+    prog = vlp.build_long_program(D, p.W_Q, upper_cone, MONOTONE_POINTS, True, edges, shift_cuts=cuts,
+                                  support_ts=support)
+    assert norm != "linf" or prog.dims.nonneg >= 5 * (D.n - 1)
     for _ in range(40):
         delta = rng.standard_normal(p.Z0.shape)
         if norm == "linf":
@@ -132,7 +135,8 @@ def test_bound_holds_for_every_multiplier(norm):
     D = VaryingData(p, reduced_geometry(p), first_order_certificate(p), center="key").drop_negligible()
     edges = vl.start_edges(D) if norm == "linf" else None
     cuts = vl.all_keys_shift_cut(D, p.W_Q)
-    prog = vlp.build_long_program(D, p.W_Q, False, MONOTONE_POINTS, True, edges, shift_cuts=cuts)
+    support = vl.start_support((first_order_certificate(p) - D.g0 - D.tail) / D.rho_o) if norm == "linf" else []
+    prog = vlp.build_long_program(D, p.W_Q, False, MONOTONE_POINTS, True, edges, shift_cuts=cuts, support_ts=support)
     _, _, _, z, _ = solve_program(prog, vl.LONG_LADDER)
     best = max(best_feasible_ascent(p, restarts=4, steps=60).value, sampled_max(p, k=16))
     to_g = lambda b: D.g0 + D.rho_o * b + D.tail  # noqa: E731

@@ -14,6 +14,9 @@ iteration linear in n:
   (`varying_query.program.budget_subsets`, a number of rows independent of n beyond PAIRS_UP_TO keys), the
   all-keys bound computed on the smaller of the two Gram matrices (`all_keys_budget`).
 
+* **the keys' support cuts** (linf, `key_support_cut`): per multiplier t given, one row per key bounding its
+  Lagrangian term by its exact maximum over the key's own set.
+
 Everything else is the same row for row: the b level (exact hull of (tau, tau t, tau e^{H(t+1)})), the quadratic
 upper bounds of the second moments, the key factor's (C1)-(C4) [(C5)] with base b_j, the bilinear coordinate, the
 facets of each token's P (linf; a window of consecutive edges around the token's estimated vertex and a sigma
@@ -34,6 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from attncert.certify.second_order.relaxation.facets import UpperChainFacets, unit_rows
+from attncert.certify.second_order.relaxation.key_support_cut import support_rows
 from attncert.certify.second_order.relaxation.rows import ellipse_matrix, softmax_bounds, weight_coefficients
 from attncert.certify.second_order.varying_query.data import VaryingData
 from attncert.certify.second_order.varying_query.shift_moment import cut_rows, plain_cut_bound
@@ -188,7 +192,7 @@ class _Assembly:
 
 
 def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: int, second: bool = True,
-                       edges: list | None = None, tau_exp: int = 0, shift_cuts=()) -> LongProgram:
+                       edges: list | None = None, tau_exp: int = 0, shift_cuts=(), support_ts=()) -> LongProgram:
     """The program of one unit. D: key-centered `VaryingData` after `drop_negligible` (the query token last);
     edges (linf): per token the indices into `chain_rows` of its half-planes (keys: the keys' chain, the query
     token: its own).
@@ -199,7 +203,10 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
     only changes what the interior-point solver sees (`varying_query.long.ATTEMPTS`).
 
     shift_cuts: pairs (w, F) of `shift_moment` cuts (keys' weights w (m,), F (d_h, d_h)); each adds a column s
-    (block "SC"), the row s = Lambda' tau - sum_j w_j Q_j and the cone ||(2 F Y, s - tau)|| <= s + tau."""
+    (block "SC"), the row s = Lambda' tau - sum_j w_j Q_j and the cone ||(2 F Y, s - tau)|| <= s + tau.
+
+    support_ts (linf): multipliers t of the normalization; each adds the keys' support cuts at t
+    (`key_support_cut`), one row per key."""
     n, d, m = D.n, D.d, D.n - 1
     dh = W_Q.shape[1]
     shift_cuts = shift_cut_data(shift_cuts, m, dh) if second else []
@@ -273,6 +280,9 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
     for c in range(mono):
         R.add("nonneg", n, [[("SV", k["mV"][:, c]), ("SU", k["mU"][:, c]), ("lam", k["mlam"][:, c]),
                              ("base", k["mtau"][:, c])]])
+    if D.norm == "linf" and m:
+        for c_base, c_lam, c_V, c_U in support_rows(D, hk, k["kappa"], k["Ehat"], wt, long_chains(D)[0], support_ts):
+            R.add("nonneg", m, [[("bt", c_base), ("lam", -c_lam), ("Vw", -c_V), ("Uw", -c_U)]], tag="support")
     R.add("nonneg", n, [[("lam", ib), ("Ub", -one)]])
     R.add("nonneg", n, [[("lam", ib), ("Ub", one)]])
     R.add("nonneg", n, [[("base", ib), ("lam", -ib), ("Vb", -one)]])
@@ -321,7 +331,9 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
         hi[offsets["SC"] + i] = cap * tau_hi * (1.0 + 1e-9)
     budget_rows = np.concatenate(R.tagged.get("budget", [np.zeros(0, dtype=np.int64)]))
     return LongProgram(c, A, b, dims, lo, hi, offsets, n, d, dh, tau_lo, tau_hi,
-                       dict(Uw=np.asarray(k["c_U"]), Vw=np.asarray(k["c_V"])), budget_rows, np.asarray(cut_lams))
+                       dict(Uw=np.asarray(k["c_U"]), Vw=np.asarray(k["c_V"]), El=np.asarray(El), wt=wt,
+                            kappa=np.asarray(k["kappa"]), Ehat=np.asarray(k["Ehat"]), hk=hk),
+                       budget_rows, np.asarray(cut_lams))
 
 
 def _budgets(D: VaryingData, W_Q: np.ndarray, S: np.ndarray) -> np.ndarray:
