@@ -37,8 +37,9 @@ that adds facets also adds one weighted by the solved second moments when the so
 The keys' support cuts (linf, `key_support_cut`): each key's Lagrangian term bounded by its exact maximum over its
 own set at a multiplier t of the normalization. The first solve has them at SUPPORT_START x the first-order bound;
 every later round adds one at the solved normalization multiplier while that cut removes more than CUT_STOP of the
-primal from the solved point (GPT-2-sized heads, 256 keys: relative gap 0.24 / 0.18 / 0.27 -> 0.14 / 0.10 / 0.17 at
-r = 0.02 and 0.025 / 0.028 / 0.025 -> 0.007 / 0.023 / 0.016 at r = 0.002, paper-like, in about the same time).
+primal from the solved point (GPT-2-sized heads, 12 per n, paper-like, median relative gap at r = 0.002 / 0.02: 0.025 / 0.19
+-> 0.018 / 0.13 at 64 keys, 0.026 / 0.20 -> 0.019 / 0.11 at 256, 0.026 / 0.20 -> 0.018 / 0.13 at 1,024; up to two
+more solves: 10.6 -> 19.9 s per unit at 1,024 keys).
 
 linf: each token starts with the half-planes of `token_solve.edge_window` around the vertex that the boundary
 Dinkelbach estimate picks (consecutive edges and a sigma grid); after a solve, the edge under every atom
