@@ -37,9 +37,9 @@ that adds facets also adds one weighted by the solved second moments when the so
 The keys' support cuts (linf, `key_support_cut`): each key's Lagrangian term bounded by its exact maximum over its
 own set at a multiplier t of the normalization. The first solve has them at SUPPORT_START x the first-order bound;
 every later round adds one at the solved normalization multiplier while that cut removes more than CUT_STOP of the
-primal from the solved point (GPT-2-sized heads, 12 per n, paper-like, median relative gap at r = 0.002 / 0.02: 0.025 / 0.19
--> 0.018 / 0.13 at 64 keys, 0.026 / 0.20 -> 0.019 / 0.11 at 256, 0.026 / 0.20 -> 0.018 / 0.13 at 1,024; up to two
-more solves: 10.6 -> 19.9 s per unit at 1,024 keys).
+primal from the solved point (GPT-2-sized heads, 12 per n, paper-like, median relative gap at r = 0.002 /
+0.02: 0.025 / 0.19 -> 0.018 / 0.13 at 64 keys, 0.026 / 0.20 -> 0.019 / 0.11 at 256, 0.026 / 0.20 -> 0.018 / 0.13
+at 1,024; up to two more solves: 10.6 -> 19.9 s per unit at 1,024 keys).
 
 linf: each token starts with the half-planes of `token_solve.edge_window` around the vertex that the boundary
 Dinkelbach estimate picks (consecutive edges and a sigma grid); after a solve, the edge under every atom
@@ -144,7 +144,8 @@ def second_order_varying_long(
     fo_obj = (fo - D.g0 - D.tail) / D.rho_o  # the first-order bound in the program's objective units
     support_ts = start_support(fo_obj) if edges is not None else []
     for rounds in range(1, (ROUNDS if edges is not None else 1) + 1):
-        kept, done = None, False  # (bound, attempt, program, x, primal): the round's smallest bound with a primal point
+        kept, done = None, False  # (bound, attempt, program, x, primal, normalization multiplier): the round's
+        #                           smallest bound with a primal point
         for i, (opts, tau_exp) in enumerate(attempts):
             prog = build_long_program(D, problem.W_Q, upper_cone, monotone_points, second, edges, tau_exp, shift_cuts,
                                       support_ts)
