@@ -280,8 +280,9 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
     for c in range(mono):
         R.add("nonneg", n, [[("SV", k["mV"][:, c]), ("SU", k["mU"][:, c]), ("lam", k["mlam"][:, c]),
                              ("base", k["mtau"][:, c])]])
-    if D.norm == "linf" and m:
-        for c_base, c_lam, c_V, c_U in support_rows(D, hk, k["kappa"], k["Ehat"], wt, long_chains(D)[0], support_ts):
+    chains = long_chains(D) if D.norm == "linf" else None  # the keys' and the query token's chains
+    if chains is not None and m:
+        for c_base, c_lam, c_V, c_U in support_rows(D, hk, k["kappa"], k["Ehat"], wt, chains[0], support_ts):
             R.add("nonneg", m, [[("bt", c_base), ("lam", -c_lam), ("Vw", -c_V), ("Uw", -c_U)]], tag="support")
     R.add("nonneg", n, [[("lam", ib), ("Ub", -one)]])
     R.add("nonneg", n, [[("lam", ib), ("Ub", one)]])
@@ -290,7 +291,7 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
     if D.norm == "linf":
         R.add("nonneg", d, [[tau, ("W", -one)]])
         R.add("nonneg", d, [[tau, ("W", one)]])
-        _facet_rows(R, D, edges, offsets, m)
+        _facet_rows(R, D, edges, offsets, m, chains)
     else:
         R.add("soc", 1, [[tau]] + [[("cols", np.array([[offsets["W"] + i]]), np.ones((1, 1)))] for i in range(d)])
         G, cs = ellipse_matrix(D.u_s, D.u_w, D.radius, D.scales[0, 0], D.rho_w)
@@ -379,9 +380,10 @@ def row_err(D: VaryingData, W_Q: np.ndarray) -> np.ndarray:
                             else np.linalg.norm(absq @ np.abs(D.kq[j])) for j in range(m)]) * gamma(W_Q.shape[1] + 4)
 
 
-def _facet_rows(R: _Assembly, D: VaryingData, edges: list, offsets: dict, m: int):
-    """U_j in lam_j P_j and V_j in (base_j - lam_j) P_j through each token's selected half-planes (ragged)."""
-    keys, query = long_chains(D)
+def _facet_rows(R: _Assembly, D: VaryingData, edges: list, offsets: dict, m: int, chains: tuple):
+    """U_j in lam_j P_j and V_j in (base_j - lam_j) P_j through each token's selected half-planes (ragged); chains:
+    `long_chains(D)`, built once per program for these rows and the support cuts."""
+    keys, query = chains
     rows_k = chain_rows(keys, D.scales[0, 0], D.rho_w)
     rows_q = chain_rows(query, D.scales[-1, 0], D.rho_w)
     tok = np.concatenate([np.full(e.size, j) for j, e in enumerate(edges)])
