@@ -222,6 +222,30 @@ def test_edited_program_float_fails(data_root, field, row):
     assert len(hit) == 1 and hit.iloc[0]["check"] == "program", bad[["row", "number", "check", "reason"]]
 
 
+@pytest.mark.parametrize("tamper", ["support_t_moved", "support_t_nan", "support_t_too_many", "support_cut_dropped"])
+def test_factored_varying_support_cuts_tampering_fails(data_root, tamper):
+    """The factored (cvxpy) program's keys' support cuts are rebuilt from their stored multipliers: another valid
+    multiplier, a NaN, more multipliers than the program has slots, or none at all is not the program the bound was
+    computed on."""
+    row = VARYING_LINF
+
+    def edit(e):
+        key = f"r{row}/second_order/build/support_t"
+        assert str(e[f"r{row}/second_order/build/path"]) == "varying_factored" and e[key].size
+        if tamper == "support_t_moved":
+            e[key][-1] += 1e-6
+        elif tamper == "support_t_nan":
+            e[key][0] = np.nan
+        elif tamper == "support_t_too_many":
+            e[key] = np.concatenate([e[key]] * 3)
+        else:
+            del e[key]
+    _edit_certificates(data_root, edit)
+    bad = failures(outcomes(data_root))
+    hit = bad[(bad.row == row) & (bad.number == "second_order")]
+    assert len(hit) == 1 and hit.iloc[0]["check"] == "program", bad[["row", "number", "check", "reason"]]
+
+
 def test_no_solver_runs_during_the_audit(certified_root, monkeypatch):
     import clarabel
     import cvxpy as cp

@@ -59,7 +59,7 @@ from attncert.certify.second_order.fixed_query.program import (FixedRelaxationDa
                                                          set_fixed_parameters)
 from attncert.certify.second_order.varying_query.data import VaryingData, start_chains
 from attncert.certify.second_order.varying_query.program import (build_factored_program, factored_box,
-                                                                    set_factored_parameters)
+                                                                    fill_support, set_factored_parameters)
 from attncert.certify.second_order.varying_query.long_program import BUDGET_REL_TOL, build_long_program
 from attncert.certify.second_order.varying_query.unfactored_program import (
     build_varying_program,
@@ -138,8 +138,14 @@ def rebuild_varying(build: dict, red: dict, norm_row: str, path: str, d_unit: in
     affine = (D.g0, D.rho_o, D.tail)
     if path == "varying_factored":
         K, mono, second, upper_cone = (int(key[3]), int(key[4]), bool(key[5]), bool(key[6]))
-        prob, P, V = build_factored_program(n, d, norm, K, mono, second, upper_cone)
+        support = int(key[7]) if len(key) > 7 else 0
+        prob, P, V = build_factored_program(n, d, norm, K, mono, second, upper_cone, support)
         tau_lo, tau_hi, Hf = set_factored_parameters(P, D)
+        if support:
+            try:
+                fill_support(P, D, np.asarray(build["support_t"], dtype=np.float64) if "support_t" in build else ())
+            except ValueError as e:
+                return None, (), f"the stored builder inputs do not build a program: {e}"
         box = factored_box(V, D, tau_lo, tau_hi, Hf)
     else:
         K, upper_cone, mono, deviation = int(key[3]), bool(key[4]), int(key[5]), bool(key[6])

@@ -16,6 +16,7 @@ import attncert.certify.second_order.varying_query.factored as vf
 import attncert.certify.second_order.varying_query.program as vfp
 from attncert.certify.best_feasible_ascent import best_feasible_ascent
 from attncert.certify.first_order_certificate import first_order_certificate
+from attncert.certify.second_order.relaxation.key_support_cut import start_support
 from attncert.certify.second_order.varying_query.data import VaryingData
 from attncert.head.problem import random_head_problem
 from attncert.head.reduced_geometry import reduced_geometry
@@ -91,20 +92,29 @@ def test_lifted_true_points_are_feasible_factored(norm, upper_cone, center):
     rng = np.random.default_rng(11)
     p = random_head_problem(rng, d=6, d_head=4, n=5, radius=0.08, norm=norm, mode="varying")
     D = VaryingData(p, reduced_geometry(p), first_order_certificate(p), center)
-    prob, P, V = vfp.build_factored_program(p.n, D.d, norm, fc.SLOTS, rl.MONOTONE_POINTS, True, upper_cone)
+    support = vfp.SUPPORT_SLOTS if norm == "linf" else 0
+    prob, P, V = vfp.build_factored_program(p.n, D.d, norm, fc.SLOTS, rl.MONOTONE_POINTS, True, upper_cone, support)
     tau_lo, tau_hi, Hf = vfp.set_factored_parameters(P, D)
     if norm == "linf":
         chains = [fc.UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)] * (p.n - 1)
         chains.append(fc.UpperChainFacets(D.u_q, D.u_w, D.radius, D.R_q))
         fc.fill_facets(P, chains, [np.arange(c.d) for c in chains], fc.SLOTS, D.scales[:, :2])
+        # the keys' support cuts at the first solve's multipliers and at random ones (any multiplier is valid)
+        fo_obj = (first_order_certificate(p) - D.g0 - D.tail) / D.rho_o
+        vfp.fill_support(P, D, start_support(fo_obj)[:4] + list(rng.uniform(-3.0, 3.0, 4) * fo_obj))
     box = vfp.factored_box(V, D, tau_lo, tau_hi, Hf)
-    for _ in range(50):
+    for _ in range(100):
         delta = p.radius * (np.sign(rng.standard_normal(p.Z0.shape)) if norm == "linf" else
                             rng.standard_normal(p.Z0.shape))
         if norm == "linf":
             delta = np.where(rng.uniform(size=delta.shape) < 0.6, delta, delta * rng.uniform(-1, 1, delta.shape))
         else:
             delta = p.radius * delta / np.linalg.norm(delta, axis=1, keepdims=True) * rng.uniform(0.5, 1.0, (p.n, 1))
+        if _ % 2:  # every key at one vertex of P's boundary, the query unperturbed: where the support cuts are tight
+            theta = rng.uniform(0.0, 2.0 * np.pi)
+            g = np.cos(theta) * D.u_s + np.sin(theta) * D.u_w
+            delta[:] = p.radius * (np.sign(g) if norm == "linf" else g / np.linalg.norm(g))
+            delta[p.query_index] *= 1e-3
         for name, val in _lift_factored(p, D, delta).items():
             V[name].value = val
             lo, hi = box[V[name]]
@@ -117,6 +127,38 @@ def test_lifted_true_points_are_feasible_factored(norm, upper_cone, center):
                 viol = float(np.max(c.violation()))
             assert viol <= 1e-12, (type(c).__name__, c.shape)
         assert D.g0 + D.rho_o * prob.objective.value >= p.value(p.Z0 + delta) - 1e-12
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_support_cuts_hold_and_are_tight_at_the_vertices_of_P(seed):
+    """The keys' support cuts as the program holds them (`fill_support`: scaled rows on btilde, lam, V_omega,
+    U_omega): no lifted true point violates them, and with every key at a vertex of P's boundary (small radius: the
+    bilinear coordinate's range, which no true point fills, is ~1e-3 of the score's) each key's row comes within
+    1 % of zero at every multiplier, so a lowered or a misplaced coefficient shows."""
+    rng = np.random.default_rng(seed)
+    p = random_head_problem(rng, d=6, d_head=4, n=5, radius=0.005, norm="linf", mode="varying")
+    D = VaryingData(p, reduced_geometry(p), first_order_certificate(p), True)
+    prob, P, V = vfp.build_factored_program(p.n, D.d, "linf", fc.SLOTS, 0, True, False, vfp.SUPPORT_SLOTS)
+    fo_obj = (first_order_certificate(p) - D.g0 - D.tail) / D.rho_o
+    ts = start_support(fo_obj)[::2] + list(rng.uniform(-3.0, 3.0, 5) * fo_obj)
+    vfp.fill_support(P, D, ts)
+    m = D.n - 1
+    rows = [np.asarray(P[k].value)[:len(ts)] for k in ("sup_base", "sup_lam", "sup_V", "sup_U")]
+    Hf, hk = vfp.widths(D)
+    kappa = rl.weight_coefficients(D.A - Hf, hk, D.eps, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w, 0)["kappa"][:m]
+    closest = np.full((len(ts), m), np.inf)
+    for theta in np.linspace(0.0, 2.0 * np.pi, 721):
+        g = np.cos(theta) * D.u_s + np.sin(theta) * D.u_w
+        delta = p.radius * np.sign(g) * np.ones((p.n, 1))
+        delta[p.query_index] = p.radius * np.sign(rng.standard_normal(p.d)) * 1e-3
+        v = _lift_factored(p, D, delta)
+        s = (rows[0] * v["bt"] - rows[1] * v["lam"][:m] - rows[2] * v["V"][:m, 1] - rows[3] * v["U"][:m, 1])
+        # the key's Lagrangian term |alpha| (btilde + kappa lam) + gamma |V_omega + Ehat U_omega| in the rows' units
+        scale = np.abs(rows[1] / kappa) * (v["bt"] + kappa * v["lam"][:m]) + np.abs(rows[2] * v["V"][:m, 1]
+                                                                                    + rows[3] * v["U"][:m, 1])
+        assert np.all(s >= -1e-12 * scale), (theta, s.min())
+        closest = np.minimum(closest, s / scale)
+    assert np.all(closest <= 1e-2), closest.max()
 
 
 def test_centering_keeps_the_head_and_narrows_the_query_shift():
@@ -157,11 +199,12 @@ def test_budget_rows_depend_on_the_number_of_keys_only():
 def test_factored_ladder_has_no_scs_and_failure_goes_to_the_unfactored_program(monkeypatch):
     """The factored program runs Clarabel only (SCS took seconds where every Clarabel rung stalled); when every
     factored attempt fails, the unfactored program (its ladder with SCS) gives the bound, labelled, and sound."""
-    assert vf.FACTORED_LADDER and all(s == "CLARABEL" for s, _ in vf.FACTORED_LADDER)
+    for ladder in (vf.FACTORED_LADDER, vf.FACTORED_LINF_LADDER):
+        assert ladder and all(s == "CLARABEL" for s, _ in ladder)
     p = random_head_problem(np.random.default_rng(3), d=8, d_head=4, n=5, radius=0.02, norm="linf", mode="varying")
     ok = vf.second_order_varying_factored(p, reduced_geometry(p))
     assert "unfactored" not in ok.status and not ok.fallback
-    monkeypatch.setattr(vf, "FACTORED_LADDER", (("NO_SUCH_SOLVER", {}),))
+    monkeypatch.setattr(vf, "FACTORED_LINF_LADDER", (("NO_SUCH_SOLVER", {}),))
     res = vf.second_order_varying_factored(p, reduced_geometry(p))
     assert "unfactored: factored" in res.status and not res.fallback
     assert res.value >= max(best_feasible_ascent(p, restarts=8, steps=80).value, sampled_max(p, k=32))

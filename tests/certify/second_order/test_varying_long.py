@@ -19,6 +19,7 @@ from attncert.certify.best_feasible_ascent import best_feasible_ascent
 from attncert.certify.first_order_certificate import first_order_certificate
 from attncert.certify.second_order.certificate import VARYING_LONG_ABOVE, second_order_certificate
 from attncert.certify.second_order.dual_bound.weak_duality import _cone_slices, weak_duality_bound
+from attncert.certify.second_order.relaxation.key_support_cut import start_support
 from attncert.certify.second_order.relaxation.rows import MONOTONE_POINTS
 from attncert.certify.second_order.fixed_query.token_solve import solve_program
 from attncert.certify.second_order.varying_query.data import VaryingData
@@ -135,7 +136,7 @@ def test_bound_holds_for_every_multiplier(norm):
     D = VaryingData(p, reduced_geometry(p), first_order_certificate(p), center="key").drop_negligible()
     edges = vl.start_edges(D) if norm == "linf" else None
     cuts = vl.all_keys_shift_cut(D, p.W_Q)
-    support = vl.start_support((first_order_certificate(p) - D.g0 - D.tail) / D.rho_o) if norm == "linf" else []
+    support = start_support((first_order_certificate(p) - D.g0 - D.tail) / D.rho_o) if norm == "linf" else []
     prog = vlp.build_long_program(D, p.W_Q, False, MONOTONE_POINTS, True, edges, shift_cuts=cuts, support_ts=support)
     _, _, _, z, _ = solve_program(prog, vl.LONG_LADDER)
     best = max(best_feasible_ascent(p, restarts=4, steps=60).value, sampled_max(p, k=16))

@@ -80,12 +80,14 @@ def grow_edges(edges: list, new: list, slots: int) -> bool:
 
 
 def cutting_plane_solve(prob: cp.Problem, P: dict, V: dict, box: dict, chains: list, edges: list, K: int,
-                        scales: np.ndarray, to_g, ladder, base_of=None, cut_stop: float = CUT_STOP):
+                        scales: np.ndarray, to_g, ladder, base_of=None, cut_stop: float = CUT_STOP, more_cuts=None):
     """Solve, certify, add cuts, repeat (linf). Every round's certified bound is sound; keep the best.
 
     The points read off a solution are U_j / lam_j and V_j / (base_j - lam_j), base = tau (or
     `base_of(values)`, the factored varying program's per-token bases); the cuts stop once the violated edges
-    weigh <= cut_stop x the primal.
+    weigh <= cut_stop x the primal. more_cuts: other cuts of the program with the same loop (the factored varying
+    program's support cuts): `fill()` sets their parameters before each solve, `grow(values, primal, stop)` adds
+    the solved point's cuts and says whether any was added (a round follows if so).
 
     Returns (best value in g units, its status, its solver, last primal in g units, rounds, facets, log,
     dual gap of the best bound in g units).
@@ -95,6 +97,8 @@ def cutting_plane_solve(prob: cp.Problem, P: dict, V: dict, box: dict, chains: l
     for rounds in range(1, MAX_ROUNDS + 1):
         fill_facets(P, chains, edges, K, scales)
         note_construction(edges=[np.array(e) for e in edges])
+        if more_cuts is not None:
+            more_cuts.fill()
         # later rounds: the interior-point rungs, the one that converged first in front (no slow SCS)
         rung = ladder if not converged else [first_ok] + [a for a in ladder if a[0] == "CLARABEL" and a is not first_ok]
         cert = solve_and_certify(prob, box, ladder=rung, loose_retries=None if not converged else 0)
@@ -117,9 +121,9 @@ def cutting_plane_solve(prob: cp.Problem, P: dict, V: dict, box: dict, chains: l
         lam = np.asarray(vals["lam"])
         new, excess = cuts((lam, base - lam), np.asarray(vals["U"]), np.asarray(vals["V"]), chains, scales,
                            (np.asarray(P["c_U"].value), np.asarray(P["c_V"].value)))
-        if excess <= cut_stop * max(cert.primal, 1e-300):
-            break
-        if not grow_edges(edges, new, K):
+        stop = cut_stop * max(cert.primal, 1e-300)
+        more = more_cuts is not None and more_cuts.grow(vals, cert.primal, stop)
+        if not ((excess > stop and grow_edges(edges, new, K)) or more):
             break
     n_facets = int(max(e.size for e in edges)) + 2
     return best, best_status, best_solver, primal, rounds, n_facets, log, best_gap

@@ -35,12 +35,19 @@ R), the float coefficients kappa alpha and gamma Ehat of the row against the exa
 E_l's shift of x, the corners' arithmetic and the subtraction delta - alpha. The corners do not depend on t, so
 every t costs one (keys x corners) product.
 
-The query token's factor has base tau and its own image; it gets no support cut.
+The query token's factor has base tau and its own image; it gets no support cut. Which multipliers: the
+optimum's is the relaxation's optimal value (the program is homogeneous apart from the normalization), between the
+origin's estimate 0 and the first-order bound, so a first solve carries SUPPORT_START x that bound
+(`start_support`) and later solves add their own multiplier while its cut removes enough of the solved point
+(`support_excess`).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+SUPPORT_START = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # the first solve's multipliers, x the first-order bound
 MARGIN = 1e-9  # relative to the row's magnitude (module docstring)
 PARALLEL = 1e-6  # tangents closer than this angle (radians): the edge's box instead of its triangle
 
@@ -129,3 +136,20 @@ def support_rows(D, hk: np.ndarray, kappa: np.ndarray, Ehat: np.ndarray, wt: np.
         out.append((np.where(ok, c_base, 1.0), np.where(ok, c_lam, 0.0), np.where(ok, gamma, 0.0),
                     np.where(ok, c_U, 0.0)))
     return out
+
+
+def start_support(fo_obj: float) -> list:
+    """The first solve's multipliers: SUPPORT_START x the first-order bound in the program's objective units (module
+    docstring); none where that bound is not finite and positive."""
+    if not (math.isfinite(fo_obj) and fo_obj > 0):
+        return []
+    return [f * fo_obj for f in SUPPORT_START]
+
+
+def support_excess(rows: tuple, El: np.ndarray, base: np.ndarray, lam: np.ndarray, Vw: np.ndarray,
+                   Uw: np.ndarray) -> float:
+    """How much one multiplier's cuts (`support_rows`' tuple) would remove from a solved point of the keys:
+    sum_j E_l,j max(0, -s_j) (objective units); every array over the keys."""
+    c_base, c_lam, c_V, c_U = rows
+    s = c_base * base - c_lam * lam - c_V * Vw - c_U * Uw
+    return float(np.sum(El * np.maximum(-s, 0.0)))

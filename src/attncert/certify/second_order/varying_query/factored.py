@@ -52,12 +52,14 @@ from attncert.certify.second_order.dual_bound.solve_ladder import SOLVER_LADDER,
 from attncert.certify.second_order.dual_bound.dual_record import note_construction
 from attncert.certify.second_order.relaxation.cutting_planes import cutting_plane_solve
 from attncert.certify.second_order.relaxation.facets import SLOTS
+from attncert.certify.second_order.relaxation.key_support_cut import start_support, support_excess
 from attncert.certify.second_order.relaxation.rows import (DEVIATION_BELOW, MONOTONE_POINTS, SecondOrderResult,
                                                       settle)
 from attncert.certify.second_order.varying_query.unfactored import (_to_g, linf_start_facets, prepared_varying,
                                                                    second_order_varying)
-from attncert.certify.second_order.varying_query.program import (build_factored_program, factored_box,
-                                                                    set_factored_parameters, widths)
+from attncert.certify.second_order.varying_query.program import (SUPPORT_SLOTS, build_factored_program,
+                                                                    factored_box, fill_support,
+                                                                    set_factored_parameters, support_cut_rows, widths)
 from attncert.head.problem import HeadProblem
 from attncert.head.reduced_geometry import ReducedGeometry
 
@@ -68,6 +70,10 @@ from attncert.head.reduced_geometry import ReducedGeometry
 # (with its own ladder, SCS included) is the next sound attempt (docs/certificate.md section 5.1).
 FACTORED_LADDER = tuple((s, dict(o, tol_gap_abs=1e-8, tol_gap_rel=1e-8, tol_feas=1e-8))
                         for s, o in SOLVER_LADDER if s == "CLARABEL")
+# linf (with the keys' support cuts): Clarabel's min_switch_step_length 0.01 (default 0.1), as the long program's
+# ladder. On a GPT-2-sized unit with 16 keys (r = 0.02) every rung with the default stopped at "insufficient
+# progress" after ~35 iterations (0.05 s); with 0.01 the first rung solved.
+FACTORED_LINF_LADDER = tuple((s, dict(o, min_switch_step_length=0.01)) for s, o in FACTORED_LADDER)
 # Cutting planes stop once the edges violated under the solution weigh <= this x the primal (objective units,
 # origin near the optimum). The fixed query's CUT_STOP (1e-5) made most varying units solve 2-3 times to lower
 # the bound by ~1e-5 of the movement, a gap of 5-20% of it.
@@ -79,8 +85,8 @@ def second_order_varying_factored(problem: HeadProblem, geo: ReducedGeometry, mo
                                   upper_cone: bool = False) -> SecondOrderResult:
     """Sound upper bound on max g for a varying query with factored weights (see the module docstring).
 
-    ladder: the solver attempts of both programs; None: FACTORED_LADDER for the factored program, SOLVER_LADDER
-    for the unfactored one (tiny widths, or when every factored attempt fails)."""
+    ladder: the solver attempts of both programs; None: FACTORED_LADDER (linf FACTORED_LINF_LADDER) for the factored
+    program, SOLVER_LADDER for the unfactored one (tiny widths, or when every factored attempt fails)."""
     if problem.mode != "varying":
         raise ValueError("second_order_varying_factored expects mode='varying'")
     t0 = time.perf_counter()
@@ -90,7 +96,8 @@ def second_order_varying_factored(problem: HeadProblem, geo: ReducedGeometry, mo
     Hf, hk = widths(D)
     if D.n < 2 or float(np.min(Hf[:-1])) < DEVIATION_BELOW or float(np.min(hk)) < DEVIATION_BELOW:
         return _unfactored(problem, geo, upper_cone, monotone_points, ladder or SOLVER_LADDER, center, "tiny width", t0)
-    res = _solve(problem, D, monotone_points, ladder or FACTORED_LADDER, second, upper_cone, fo, t0)
+    default = FACTORED_LINF_LADDER if problem.norm == "linf" else FACTORED_LADDER
+    res = _solve(problem, D, monotone_points, ladder or default, second, upper_cone, fo, t0)
     if res.fallback:  # the factored solve failed: the unfactored program is another sound attempt
         return _unfactored(problem, geo, upper_cone, monotone_points, ladder or SOLVER_LADDER, center,
                            f"factored {res.status}", t0)
@@ -108,8 +115,9 @@ def _unfactored(problem, geo, upper_cone, monotone_points, ladder, center, why, 
 
 def _solve(problem, D, monotone_points, ladder, second, upper_cone, fo, t0) -> SecondOrderResult:
     n = D.n
-    prob, P, V = build_factored_program(n, D.d, problem.norm, SLOTS, monotone_points, second, upper_cone)
-    note_construction(key=(n, D.d, problem.norm, SLOTS, monotone_points, second, upper_cone))
+    support = SUPPORT_SLOTS if problem.norm == "linf" else 0
+    prob, P, V = build_factored_program(n, D.d, problem.norm, SLOTS, monotone_points, second, upper_cone, support)
+    note_construction(key=(n, D.d, problem.norm, SLOTS, monotone_points, second, upper_cone, support))
     tau_lo, tau_hi, Hf = set_factored_parameters(P, D)
     box = factored_box(V, D, tau_lo, tau_hi, Hf)
     if problem.norm == "l2":
@@ -135,7 +143,37 @@ def _solve(problem, D, monotone_points, ladder, second, upper_cone, fo, t0) -> S
         ladder,
         base_of=lambda v: np.concatenate([np.asarray(v["bt"]).ravel(), [float(v["tau"])]]),
         cut_stop=VARYING_CUT_STOP,
+        more_cuts=KeysSupportCuts(P, D, (fo - D.g0 - D.tail) / D.rho_o),
     )
     best, status, solver, primal, rounds, n_facets, log, gap = out
     return settle(best, fo, t0, "varying", status=status, solver=solver, primal=primal, rounds=rounds,
                   n_facets=n_facets, log=log, dual_gap=gap)
+
+
+class KeysSupportCuts:
+    """The keys' support cuts (`key_support_cut`) of the linf program in its cutting-plane loop: the first solve
+    carries them at `start_support`, every later solve adds its own multiplier while that cut removes more than the
+    loop's stop from the solved point (at most SUPPORT_SLOTS). A solve's multiplier is its primal objective: the
+    program is homogeneous apart from the normalization, so at an optimum the normalization's multiplier equals
+    the optimal value. GPT-2-sized heads (random-gpt2, linf): docs/certificate.md section 5.2."""
+
+    def __init__(self, P: dict, D, fo_obj: float):
+        self.P, self.D = P, D
+        self.ts = start_support(fo_obj)[:SUPPORT_SLOTS]
+
+    def fill(self):
+        fill_support(self.P, self.D, self.ts)
+        note_construction(support_ts=np.array(self.ts, dtype=np.float64))
+
+    def grow(self, values: dict, primal: float, stop: float) -> bool:
+        m = self.D.n - 1
+        if len(self.ts) >= self.P["sup_base"].shape[0] or not math.isfinite(primal) or m < 1:
+            return False
+        rows = support_cut_rows(self.D, [primal])
+        U, V = np.asarray(values["U"]), np.asarray(values["V"])
+        excess = support_excess(rows[0], np.asarray(self.P["n_base"].value)[:m], np.asarray(values["bt"]),
+                                np.asarray(values["lam"])[:m], V[:m, 1], U[:m, 1])
+        if not excess > stop:
+            return False
+        self.ts.append(primal)
+        return True

@@ -35,7 +35,7 @@ that adds facets also adds one weighted by the solved second moments when the so
 (`weighted_shift_cut`; it never causes a solve of its own).
 
 The keys' support cuts (linf, `key_support_cut`): each key's Lagrangian term bounded by its exact maximum over its
-own set at a multiplier t of the normalization. The first solve has them at SUPPORT_START x the first-order bound;
+own set at a multiplier t of the normalization. The first solve has them at `key_support_cut.start_support`;
 every later round adds one at the solved normalization multiplier while that cut removes more than CUT_STOP of the
 primal from the solved point (GPT-2-sized heads, 12 per n, paper-like, median relative gap at r = 0.002 /
 0.02: 0.025 / 0.19 -> 0.018 / 0.13 at 64 keys, 0.026 / 0.20 -> 0.019 / 0.11 at 256, 0.026 / 0.20 -> 0.018 / 0.13
@@ -56,7 +56,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from attncert.certify.second_order.relaxation.cutting_planes import vertex_dinkelbach
-from attncert.certify.second_order.relaxation.key_support_cut import support_rows
+from attncert.certify.second_order.relaxation.key_support_cut import start_support, support_excess, support_rows
 from attncert.certify.second_order.dual_bound.data_error import DATA_REL_ERR
 from attncert.certify.second_order.dual_bound.free_dual_shift import smaller_bound
 from attncert.certify.second_order.dual_bound.dual_record import note_construction, offer_dual
@@ -114,7 +114,6 @@ ACCEPT = 2e-5  # the ladder ends at the first attempt whose bound - primal <= AC
 SHIFT_CUT_MIN = 1e-3  # linf rounds add a weighted moment cut of the query's shift violated by more than this (relative)
 MAX_SCALE_EXP = 60  # token scaling: 2^60 at most (keys below e^-60 of the top are dropped beforehand)
 VIOLATION = 1e-9  # an atom this far above its chain (unit value coordinate) gets a cut
-SUPPORT_START = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # the first solve's support-cut multipliers, x the first-order bound
 
 
 def second_order_varying_long(
@@ -181,7 +180,7 @@ def second_order_varying_long(
             break
         new, excess = cuts(prog, x, D, edges)
         stop = CUT_STOP * max(abs(p_obj), 1e-300)
-        support = math.isfinite(t_dual) and support_excess(prog, x, D, t_dual) > stop
+        support = math.isfinite(t_dual) and keys_support_excess(prog, x, D, t_dual) > stop
         if (excess <= stop or not any(e.size for e in new)) and not support:
             break
         edges = [np.union1d(e, a)[:MAX_EDGES] if a.size else e for e, a in zip(edges, new)]
@@ -196,27 +195,15 @@ def second_order_varying_long(
     return _rescued(problem, geo, res, upper_cone, monotone_points, t0) if res.fallback or unconverged else res
 
 
-def start_support(fo_obj: float) -> list:
-    """The first solve's multipliers for the keys' support cuts (`key_support_cut`): SUPPORT_START x the first-order
-    bound in objective units (the optimum's multiplier is the relaxation's optimal value, between the origin's
-    estimate 0 and the first-order bound); none where that bound is not finite and positive."""
-    if not (math.isfinite(fo_obj) and fo_obj > 0):
-        return []
-    return [f * fo_obj for f in SUPPORT_START]
-
-
-def support_excess(prog, x: np.ndarray, D: VaryingData, t: float) -> float:
-    """How much the keys' support cut at t would remove from the solved point: sum_j E_l,j max(0, -s_j) over the
-    keys' rows s_j of `key_support_cut.support_rows` (objective units)."""
+def keys_support_excess(prog, x: np.ndarray, D: VaryingData, t: float) -> float:
+    """How much the keys' support cut at t would remove from the solved point (`key_support_cut.support_excess`)."""
     m = D.n - 1
     k = prog.coef
     rows = support_rows(D, k["hk"], k["kappa"], k["Ehat"], k["wt"], long_chains(D)[0], [t])
     if not rows or m < 1:
         return 0.0
-    c_base, c_lam, c_V, c_U = rows[0]
-    s = (c_base * prog.block(x, "bt") - c_lam * prog.block(x, "lam")[:m] - c_V * prog.block(x, "Vw")[:m]
-         - c_U * prog.block(x, "Uw")[:m])
-    return float(np.sum(k["El"][:m] * np.maximum(-s, 0.0)))
+    return support_excess(rows[0], k["El"][:m], prog.block(x, "bt"), prog.block(x, "lam")[:m],
+                          prog.block(x, "Vw")[:m], prog.block(x, "Uw")[:m])
 
 
 def all_keys_shift_cut(D: VaryingData, W_Q: np.ndarray) -> list:

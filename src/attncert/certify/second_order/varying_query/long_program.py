@@ -42,7 +42,7 @@ from attncert.certify.second_order.relaxation.rows import ellipse_matrix, softma
 from attncert.certify.second_order.varying_query.data import VaryingData
 from attncert.certify.second_order.varying_query.shift_moment import cut_rows, plain_cut_bound
 from attncert.certify.second_order.varying_query.program import (QUAD_POINTS, budget_subsets, quadratic_rows,
-                                                                    widths)
+                                                                    value_offsets, widths)
 from attncert.head.projected_ball import projected_ball
 from attncert.head.rounding import UNIT_ROUNDOFF, gamma
 
@@ -227,8 +227,7 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
     for name in ("El", "c_lam", "c_V", "c_U"):
         k[name] = k[name] * F
     El = k["El"]
-    wt = (D.w0 + D.eps_w - D.g0) / D.rho_o
-    wt = wt + 4.0 * _U * (np.abs(D.w0) + D.eps_w + abs(D.g0)) / D.rho_o + 4.0 * _U * np.abs(wt)
+    wt = value_offsets(D)
     kb = np.expm1(2.0 * Hf[:m])
     act = D.active
     ks, kbb, ib = D.scales[:, 0] * act[:, 0] / hk, D.scales[:, 3] * act[:, 3] / hk, act[:, 3] * (1.0 + 4.0 * _U)

@@ -9,8 +9,10 @@ from __future__ import annotations
 import cvxpy as cp
 import numpy as np
 
+from attncert.certify.second_order.relaxation.facets import UpperChainFacets
+from attncert.certify.second_order.relaxation.key_support_cut import support_rows
 from attncert.certify.second_order.relaxation.rows import (ellipse_matrix, polygon_constraints, softmax_bounds,
-                                                      weight_parameters)
+                                                      weight_coefficients, weight_parameters)
 from attncert.certify.second_order.dual_bound.compiled import assign
 from attncert.certify.second_order.varying_query.data import VaryingData
 from attncert.head.rounding import UNIT_ROUNDOFF
@@ -107,8 +109,15 @@ _BUDGETS: dict = {}
 _BUDGETS_KEPT = 4
 
 
-def build_factored_program(n: int, d: int, norm: str, K: int, mono: int, second: bool, upper_cone: bool):
-    key = ("factored", n, d, norm, K, mono, second, upper_cone)
+SUPPORT_SLOTS = 8  # linf: multipliers of the keys' support cuts a program can carry (the first solve's 6, 2 rounds')
+
+
+def build_factored_program(n: int, d: int, norm: str, K: int, mono: int, second: bool, upper_cone: bool,
+                           support: int = 0):
+    """The cvxpy program of `factored` (its docstring states it), cached by its shape; K facet slots per token
+    (linf) and `support` slots of the keys' support cuts (linf, `fill_support`), each one row per key:
+    sup_base_j btilde_j - sup_lam_j lam_j - sup_V_j V_j,omega - sup_U_j U_j,omega >= 0."""
+    key = ("factored", n, d, norm, K, mono, second, upper_cone, support)
     if key in _CACHE:
         return _CACHE[key]
     m = n - 1
@@ -187,6 +196,14 @@ def build_factored_program(n: int, d: int, norm: str, K: int, mono: int, second:
     else:
         cons += [W <= tau, -W <= tau]
         cons += polygon_constraints(P, n, K, U, V, lam, base)
+    for name in ("sup_base", "sup_lam", "sup_V", "sup_U"):
+        P[name] = cp.Parameter((support, m), name=name) if support else None
+    for i in range(support):
+        cons.append(cp.multiply(P["sup_base"][i], bt) - cp.multiply(P["sup_lam"][i], lam[:m])
+                    - cp.multiply(P["sup_V"][i], V[:m, 1]) - cp.multiply(P["sup_U"][i], U[:m, 1]) >= 0)
+    if not support:
+        for name in ("sup_base", "sup_lam", "sup_V", "sup_U"):
+            del P[name]
     objective = cp.Maximize(P["c_base"] @ base + P["c_lam"] @ lam + P["c_V"] @ V[:, 1] + P["c_U"] @ U[:, 1])
     variables.update(lam=lam, U=U, V=V, SU=SU, SV=SV, W=W)
     entry = (cp.Problem(objective, cons), P, variables)
@@ -203,12 +220,44 @@ def widths(D: VaryingData) -> tuple[np.ndarray, np.ndarray]:
     return Hf, hk
 
 
+def value_offsets(D: VaryingData) -> np.ndarray:
+    """wt_j = (w0_j + eps_w,j - g0) / rho_o rounded up: each token's value above the origin in objective units."""
+    wt = (D.w0 + D.eps_w - D.g0) / D.rho_o
+    return wt + 4.0 * _U * (np.abs(D.w0) + D.eps_w + abs(D.g0)) / D.rho_o + 4.0 * _U * np.abs(wt)
+
+
+def support_cut_rows(D: VaryingData, ts) -> list:
+    """The keys' support cuts at the multipliers ts (`key_support_cut.support_rows`) for this program's data."""
+    Hf, hk = widths(D)
+    k = weight_coefficients(D.A - Hf, hk, D.eps, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w, 0)
+    chain = UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)
+    return support_rows(D, hk, k["kappa"], k["Ehat"], value_offsets(D), chain, ts)
+
+
+def fill_support(P: dict, D: VaryingData, ts) -> None:
+    """The support-cut slots of a program built with `support` > 0 (linf): the keys' cuts at the multipliers ts
+    (`support_cut_rows`), the trivial row btilde >= 0 in unused slots. ValueError when ts has more entries than
+    slots or a non-finite one."""
+    slots, m = P["sup_base"].shape
+    ts = np.asarray(ts, dtype=np.float64).reshape(-1)
+    if ts.size > slots:
+        raise ValueError(f"{ts.size} support-cut multipliers for {slots} slots")
+    out = [np.zeros((slots, m)) for _ in range(4)]
+    out[0][:] = 1.0
+    for i, row in enumerate(support_cut_rows(D, ts)):
+        scale = np.max(np.abs(np.stack(row)), axis=0)  # each row divided by its largest coefficient (a power of 2)
+        scale = np.exp2(np.floor(np.log2(np.where(scale > 0, scale, 1.0))))
+        for o, r in zip(out, row):
+            o[i] = r / scale
+    for name, o in zip(("sup_base", "sup_lam", "sup_V", "sup_U"), out):
+        assign(P[name], o)
+
+
 def set_factored_parameters(P: dict, D: VaryingData):
     m = D.n - 1
     Hf, hk = widths(D)
     El, Ehat, _, _ = weight_parameters(P, D.A - Hf, hk, D.eps, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w)
-    wt = (D.w0 + D.eps_w - D.g0) / D.rho_o
-    wt = wt + 4.0 * _U * (np.abs(D.w0) + D.eps_w + abs(D.g0)) / D.rho_o + 4.0 * _U * np.abs(wt)
+    wt = value_offsets(D)
     # `assign`: the values cvxpy's setter would store, without its per-assignment projection check
     assign(P["c_base"], El * wt + 4.0 * _U * El * np.abs(wt) + 1e-300)
     assign(P["n_base"], El)
