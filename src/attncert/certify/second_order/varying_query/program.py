@@ -196,14 +196,12 @@ def build_factored_program(n: int, d: int, norm: str, K: int, mono: int, second:
     else:
         cons += [W <= tau, -W <= tau]
         cons += polygon_constraints(P, n, K, U, V, lam, base)
-    for name in ("sup_base", "sup_lam", "sup_V", "sup_U"):
-        P[name] = cp.Parameter((support, m), name=name) if support else None
+    if support:
+        for name in ("sup_base", "sup_lam", "sup_V", "sup_U"):
+            P[name] = cp.Parameter((support, m), name=name)
     for i in range(support):
         cons.append(cp.multiply(P["sup_base"][i], bt) - cp.multiply(P["sup_lam"][i], lam[:m])
                     - cp.multiply(P["sup_V"][i], V[:m, 1]) - cp.multiply(P["sup_U"][i], U[:m, 1]) >= 0)
-    if not support:
-        for name in ("sup_base", "sup_lam", "sup_V", "sup_U"):
-            del P[name]
     objective = cp.Maximize(P["c_base"] @ base + P["c_lam"] @ lam + P["c_V"] @ V[:, 1] + P["c_U"] @ U[:, 1])
     variables.update(lam=lam, U=U, V=V, SU=SU, SV=SV, W=W)
     entry = (cp.Problem(objective, cons), P, variables)
@@ -245,7 +243,9 @@ def fill_support(P: dict, D: VaryingData, ts) -> None:
     out = [np.zeros((slots, m)) for _ in range(4)]
     out[0][:] = 1.0
     for i, row in enumerate(support_cut_rows(D, ts)):
-        scale = np.max(np.abs(np.stack(row)), axis=0)  # each row divided by its largest coefficient (a power of 2)
+        # each key's row divided by the power of two at or below its largest coefficient: exact, the same set,
+        # and O(1) coefficients for the solver
+        scale = np.max(np.abs(np.stack(row)), axis=0)
         scale = np.exp2(np.floor(np.log2(np.where(scale > 0, scale, 1.0))))
         for o, r in zip(out, row):
             o[i] = r / scale
