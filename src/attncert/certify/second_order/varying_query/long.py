@@ -37,14 +37,14 @@ that adds facets also adds one weighted by the solved second moments when the so
 The keys' support cuts (linf, `key_support_cut`): each key's Lagrangian term bounded by its exact maximum over its
 own set at a multiplier t of the normalization. The first solve has them at `key_support_cut.start_support`;
 every later round adds one at the solved normalization multiplier while that cut removes more than CUT_STOP of the
-primal from the solved point (GPT-2-sized heads, 12 per n, paper-like, median relative gap at r = 0.002 /
+first-order gap from the solved point (GPT-2-sized heads, 12 per n, paper-like, median relative gap at r = 0.002 /
 0.02: 0.025 / 0.19 -> 0.018 / 0.13 at 64 keys, 0.026 / 0.20 -> 0.019 / 0.11 at 256, 0.026 / 0.20 -> 0.018 / 0.13
 at 1,024; up to two more solves: 10.6 -> 19.9 s per unit at 1,024 keys).
 
 linf: each token starts with the half-planes of `token_solve.edge_window` around the vertex that the boundary
 Dinkelbach estimate picks (consecutive edges and a sigma grid); after a solve, the edge under every atom
 U_j / lam_j, V_j / (base_j - lam_j) that lies above its chain is added (at most ROUNDS solves, MAX_EDGES edges
-per token), until the violated atoms weigh at most CUT_STOP of the primal.
+per token), until the violated atoms weigh at most CUT_STOP of the first-order gap.
 """
 from __future__ import annotations
 
@@ -105,10 +105,14 @@ GRID_WIDE, GRID_WIDE_UP_TO = 25, 128  # up to 128 tokens a 25-point grid: on a G
 #                                       same time (the cvxpy program: 0.0102); with 1,024 keys 3.4x the time, no gain
 ROUNDS = 3  # solves with cutting planes (linf)
 MAX_EDGES = 40  # half-planes per token at most
-CUT_STOP = 1e-2  # stop once the atoms above their chains weigh <= this x the primal (objective units, origin near
-#                  the optimum: the primal measures about the gap). GPT-2-sized units, linf: a second solve at
-#                  n = 1024 (r = 0.002) takes 2.8 s for a relative gap of 0.0370 against one solve's 0.0374; at
-#                  n = 256 (r = 0.02) three solves give 0.2458 against one solve's 0.2479
+CUT_STOP = 1e-2  # stop once the atoms above their chains, and the support cut at the solved multiplier, remove <=
+#                  this x the first-order gap (`gap_scale`) from the solved point. Against the primal instead (whose
+#                  origin is not near the optimum: the first-order bound is 1 in objective units, the primal ~0.99)
+#                  almost no unit got a second solve; GPT-2-sized heads, linf, r = 0.02, relative gap paper-like with
+#                  one solve / with this stop: 64 keys (6 heads) 0.015 / 0.010, 0.089 / 0.059, 0.181 / 0.147, 0.179 /
+#                  0.169, 0.167 / 0.153, 0.172 / 0.150; 256 keys (4 heads) 0.142 / 0.134, 0.130 / 0.090, 0.207 /
+#                  0.166, 0.078 / 0.071 (at 1e-1 or 3e-2 of that gap about half the gain; 5 rounds instead of 3 gain
+#                  on 2 of 10 units); at r = 0.002 no unit of these got a second solve
 RESCUE_MAX = 64  # tokens at most for the rescue of a fallback by the cvxpy programs (`_rescued`)
 ACCEPT = 2e-5  # the ladder ends at the first attempt whose bound - primal <= ACCEPT x the first-order gap (`converged`)
 SHIFT_CUT_MIN = 1e-3  # linf rounds add a weighted moment cut of the query's shift violated by more than this (relative)
@@ -179,7 +183,7 @@ def second_order_varying_long(
         if edges is None:
             break
         new, excess = cuts(prog, x, D, edges)
-        stop = CUT_STOP * max(abs(p_obj), 1e-300)
+        stop = CUT_STOP * gap_scale(fo_obj, p_obj)
         support = math.isfinite(t_dual) and keys_support_excess(prog, x, D, t_dual) > stop
         if (excess <= stop or not any(e.size for e in new)) and not support:
             break
@@ -253,8 +257,14 @@ def converged(bound: float, p_obj: float, fo_obj: float, tol: float) -> bool:
     The first-order gap is the scale of what the certificate measures; |primal| where it is not positive."""
     if not (math.isfinite(bound) and math.isfinite(p_obj)):
         return False
+    return bound - p_obj <= tol * gap_scale(fo_obj, p_obj)
+
+
+def gap_scale(fo_obj: float, p_obj: float) -> float:
+    """The scale of what a solve certifies: the first-order bound minus the primal (objective units); |primal| where
+    that is not positive."""
     scale = fo_obj - p_obj if math.isfinite(fo_obj) and fo_obj > p_obj else abs(p_obj)
-    return bound - p_obj <= tol * max(scale, 1e-300)
+    return max(scale, 1e-300)
 
 
 def token_scales(prog, D: VaryingData) -> np.ndarray:
