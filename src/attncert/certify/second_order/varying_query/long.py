@@ -107,7 +107,8 @@ ROUNDS = 3  # solves with cutting planes (linf)
 MAX_EDGES = 40  # half-planes per token at most
 CUT_STOP = 1e-2  # stop once the atoms above their chains, and the support cut at the solved multiplier, remove <=
 #                  this x the first-order gap (`gap_scale`) from the solved point. Against the primal instead (whose
-#                  origin is not near the optimum: the first-order bound is 1 in objective units, the primal ~0.99)
+#                  origin is not near the optimum: the first-order bound is at most 1 in objective units, the
+#                  primal ~0.99)
 #                  almost no unit got a second solve; GPT-2-sized heads, linf, r = 0.02, relative gap paper-like with
 #                  one solve / with this stop: 64 keys (6 heads) 0.015 / 0.010, 0.089 / 0.059, 0.181 / 0.147, 0.179 /
 #                  0.169, 0.167 / 0.153, 0.172 / 0.150; 256 keys (4 heads) 0.142 / 0.134, 0.130 / 0.090, 0.207 /
