@@ -103,14 +103,14 @@ def test_lifted_true_points_are_feasible_factored(norm, upper_cone, center):
         fo_obj = (first_order_certificate(p) - D.g0 - D.tail) / D.rho_o
         vfp.fill_support(P, D, start_support(fo_obj)[:4] + list(rng.uniform(-3.0, 3.0, 4) * fo_obj))
     box = vfp.factored_box(V, D, tau_lo, tau_hi, Hf)
-    for _ in range(100):
+    for k in range(100):
         delta = p.radius * (np.sign(rng.standard_normal(p.Z0.shape)) if norm == "linf" else
                             rng.standard_normal(p.Z0.shape))
         if norm == "linf":
             delta = np.where(rng.uniform(size=delta.shape) < 0.6, delta, delta * rng.uniform(-1, 1, delta.shape))
         else:
             delta = p.radius * delta / np.linalg.norm(delta, axis=1, keepdims=True) * rng.uniform(0.5, 1.0, (p.n, 1))
-        if _ % 2:  # every key at one vertex of P's boundary, the query unperturbed: where the support cuts are tight
+        if k % 2:  # every key at one vertex of P's boundary, the query nearly still: where the support cuts are tight
             theta = rng.uniform(0.0, 2.0 * np.pi)
             g = np.cos(theta) * D.u_s + np.sin(theta) * D.u_w
             delta[:] = p.radius * (np.sign(g) if norm == "linf" else g / np.linalg.norm(g))
