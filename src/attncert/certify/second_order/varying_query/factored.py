@@ -74,9 +74,10 @@ FACTORED_LADDER = tuple((s, dict(o, tol_gap_abs=1e-8, tol_gap_rel=1e-8, tol_feas
 # ladder. On a GPT-2-sized unit with 16 keys (r = 0.02) every rung with the default stopped at "insufficient
 # progress" after ~35 iterations (0.05 s); with 0.01 the first rung solved.
 FACTORED_LINF_LADDER = tuple((s, dict(o, min_switch_step_length=0.01)) for s, o in FACTORED_LADDER)
-# Cutting planes stop once the edges violated under the solution weigh <= this x the primal (objective units,
-# origin near the optimum). The fixed query's CUT_STOP (1e-5) made most varying units solve 2-3 times to lower
-# the bound by ~1e-5 of the movement, a gap of 5-20% of it.
+# Cutting planes stop once the edges violated under the solution (and the support cut at the solve's multiplier)
+# weigh <= this x the primal (objective units, where the first-order bound is at most 1 and the primal near it: about
+# 1-2 % of the first-order gap, the long path's stop). The fixed query's CUT_STOP (1e-5) made most varying units
+# solve 2-3 times to lower the bound by ~1e-5 of the movement, a gap of 5-20% of it.
 VARYING_CUT_STOP = 1e-4
 
 
