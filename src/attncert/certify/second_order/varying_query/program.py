@@ -9,12 +9,11 @@ from __future__ import annotations
 import cvxpy as cp
 import numpy as np
 
-from attncert.certify.second_order.relaxation.facets import UpperChainFacets
 from attncert.certify.second_order.relaxation.key_support_cut import support_rows
 from attncert.certify.second_order.relaxation.rows import (ellipse_matrix, polygon_constraints, softmax_bounds,
                                                       weight_coefficients, weight_parameters)
 from attncert.certify.second_order.dual_bound.compiled import assign
-from attncert.certify.second_order.varying_query.data import VaryingData
+from attncert.certify.second_order.varying_query.data import VaryingData, start_chains
 from attncert.head.rounding import UNIT_ROUNDOFF
 
 _CACHE: dict = {}
@@ -228,8 +227,7 @@ def support_cut_rows(D: VaryingData, ts) -> list:
     """The keys' support cuts at the multipliers ts (`key_support_cut.support_rows`) for this program's data."""
     Hf, hk = widths(D)
     k = weight_coefficients(D.A - Hf, hk, D.eps, D.w0, D.eps_w, D.g0, D.rho_o, D.rho_w, 0)
-    chain = UpperChainFacets(D.u_s, D.u_w, D.radius, D.R_s)
-    return support_rows(D, hk, k["kappa"], k["Ehat"], value_offsets(D), chain, ts)
+    return support_rows(D, hk, k["kappa"], k["Ehat"], value_offsets(D), start_chains(D)[0], ts)
 
 
 def fill_support(P: dict, D: VaryingData, ts) -> None:
