@@ -105,15 +105,15 @@ GRID_WIDE, GRID_WIDE_UP_TO = 25, 128  # up to 128 tokens a 25-point grid: on a G
 #                                       same time (the cvxpy program: 0.0102); with 1,024 keys 3.4x the time, no gain
 ROUNDS = 3  # solves with cutting planes (linf)
 MAX_EDGES = 40  # half-planes per token at most
-CUT_STOP = 1e-2  # stop once the atoms above their chains, and the support cut at the solved multiplier, remove <=
-#                  this x the first-order gap (`gap_scale`) from the solved point. Against the primal instead (whose
-#                  origin is not near the optimum: the first-order bound is at most 1 in objective units, the
-#                  primal ~0.99)
-#                  almost no unit got a second solve; GPT-2-sized heads, linf, r = 0.02, relative gap paper-like with
-#                  one solve / with this stop: 64 keys (6 heads) 0.015 / 0.010, 0.089 / 0.059, 0.181 / 0.147, 0.179 /
-#                  0.169, 0.167 / 0.153, 0.172 / 0.150; 256 keys (4 heads) 0.142 / 0.134, 0.130 / 0.090, 0.207 /
-#                  0.166, 0.078 / 0.071 (at 1e-1 or 3e-2 of that gap about half the gain; 5 rounds instead of 3 gain
-#                  on 2 of 10 units); at r = 0.002 no unit of these got a second solve
+CUT_STOP = 1e-4  # stop once the atoms above their chains, and the support cut at the solved multiplier, remove <=
+#                  this x the first-order gap (`gap_scale`) from the solved point. The second-order gap is ~1-3 % of
+#                  the first-order gap at r = 0.002 and ~10 % at 0.02, so the stop is that small: GPT-2-sized heads,
+#                  linf, relative gap paper-like at 1e-2 / 1e-4 of it, r = 0.002: 64 keys (heads 0, 5, 6, 9, 10)
+#                  0.0104 / 0.0103, 0.0193 / 0.0189, 0.0352 / 0.0340, 0.0101 / 0.0092, 0.0091 / 0.0085 (the cvxpy
+#                  program: 0.0104, 0.0192, 0.0346, 0.0099, 0.0085), 256 keys (heads 0-3) 0.0074 / 0.0068, 0.0227 /
+#                  0.0193, 0.0156 / 0.0145, 0.0266 / 0.0254 (2.1x the seconds); r = 0.02, 256 keys 0.134 / 0.132,
+#                  0.090 / 0.090, 0.166 / 0.161, 0.071 / 0.071. Against the primal (~0.99 in objective units, where
+#                  the first-order bound is at most 1) almost no unit got a second solve
 RESCUE_MAX = 64  # tokens at most for the rescue of a fallback by the cvxpy programs (`_rescued`)
 ACCEPT = 2e-5  # the ladder ends at the first attempt whose bound - primal <= ACCEPT x the first-order gap (`converged`)
 SHIFT_CUT_MIN = 1e-3  # linf rounds add a weighted moment cut of the query's shift violated by more than this (relative)
