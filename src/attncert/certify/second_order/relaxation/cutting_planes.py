@@ -19,13 +19,6 @@ VIOLATION_TOL = 1e-9  # points higher than this (units of the value scale) above
 CUT_STOP = 1e-5  # stop when the mass-weighted violation is below CUT_STOP x the (scaled) objective
 
 
-def gap_scale(fo_obj: float, p_obj: float) -> float:
-    """The scale of what a varying-query solve certifies: the first-order bound minus the primal (objective units);
-    |primal| where that is not positive."""
-    scale = fo_obj - p_obj if math.isfinite(fo_obj) and fo_obj > p_obj else abs(p_obj)
-    return max(scale, 1e-300)
-
-
 def vertex_dinkelbach(A: np.ndarray, w0: np.ndarray, g0: float, sig: np.ndarray, om: np.ndarray,
                       iters: int = 8) -> tuple[float, np.ndarray]:
     """Estimate of the fixed-query worst case restricted to vertices of the upper boundaries.
@@ -87,14 +80,12 @@ def grow_edges(edges: list, new: list, slots: int) -> bool:
 
 
 def cutting_plane_solve(prob: cp.Problem, P: dict, V: dict, box: dict, chains: list, edges: list, K: int,
-                        scales: np.ndarray, to_g, ladder, base_of=None, cut_stop: float = CUT_STOP, more_cuts=None,
-                        fo_obj: float | None = None):
+                        scales: np.ndarray, to_g, ladder, base_of=None, cut_stop: float = CUT_STOP, more_cuts=None):
     """Solve, certify, add cuts, repeat (linf). Every round's certified bound is sound; keep the best.
 
     The points read off a solution are U_j / lam_j and V_j / (base_j - lam_j), base = tau (or
     `base_of(values)`, the factored varying program's per-token bases); the cuts stop once the violated edges
-    weigh <= cut_stop x the primal, or x `gap_scale(fo_obj, primal)` when the first-order bound in objective units
-    `fo_obj` is given. more_cuts: other cuts of the program with the same loop (the factored varying
+    weigh <= cut_stop x the primal. more_cuts: other cuts of the program with the same loop (the factored varying
     program's support cuts): `fill()` sets their parameters before each solve, `grow(values, primal, stop)` adds
     the solved point's cuts and says whether any was added (a round follows if so).
 
@@ -130,7 +121,7 @@ def cutting_plane_solve(prob: cp.Problem, P: dict, V: dict, box: dict, chains: l
         lam = np.asarray(vals["lam"])
         new, excess = cuts((lam, base - lam), np.asarray(vals["U"]), np.asarray(vals["V"]), chains, scales,
                            (np.asarray(P["c_U"].value), np.asarray(P["c_V"].value)))
-        stop = cut_stop * (max(cert.primal, 1e-300) if fo_obj is None else gap_scale(fo_obj, cert.primal))
+        stop = cut_stop * max(cert.primal, 1e-300)
         more = more_cuts is not None and more_cuts.grow(vals, cert.primal, stop)
         if not ((excess > stop and grow_edges(edges, new, K)) or more):
             break

@@ -75,11 +75,12 @@ FACTORED_LADDER = tuple((s, dict(o, tol_gap_abs=1e-8, tol_gap_rel=1e-8, tol_feas
 # progress" after ~35 iterations (0.05 s); with 0.01 the first rung solved.
 FACTORED_LINF_LADDER = tuple((s, dict(o, min_switch_step_length=0.01)) for s, o in FACTORED_LADDER)
 # Cutting planes stop once the edges violated under the solution (and the support cut at the solve's multiplier)
-# weigh <= this x the first-order gap (`cutting_planes.gap_scale`), the long path's stop (`long.CUT_STOP`), so that
-# both paths stop alike. GPT-2-sized heads with 16 keys (12 heads, linf, r = 0.002 and 0.02, both variants): against
-# the stop at 1e-4 x the primal (about 1-2 % of the first-order gap), 9 of 48 units one more solve, 5 tighter by
-# more than 0.1 % of their gap and none looser by as much (every change within 8e-5 of the movement; the medians
-# 0.01137 / 0.07082 paper-like and 0.01137 / 0.05797 tight within 3e-5), the same median seconds.
+# weigh <= this x the primal (objective units, where the first-order bound is at most 1 and the primal near it: about
+# 1-2 % of the first-order gap). The fixed query's CUT_STOP (1e-5) made most varying units
+# solve 2-3 times to lower the bound by ~1e-5 of the movement, a gap of 5-20% of it. Not 1e-4 x the first-order gap
+# (the long path's stop, `long.CUT_STOP`): at up to 16 keys it gained nothing (GPT-2-sized heads, 16 keys, 48 units:
+# every bound within 8e-5 of the movement; the default run's main table: median varying gaps within 0.2 %) and cost
+# the default run's varying units ~45 % more seconds.
 VARYING_CUT_STOP = 1e-4
 
 
@@ -133,7 +134,6 @@ def _solve(problem, D, monotone_points, ladder, second, upper_cone, fo, t0) -> S
         return settle(best, fo, t0, "varying", status=status, solver=solver, primal=primal, rounds=1, log=log,
                       dual_gap=gap)
     chains, edges = linf_start_facets(D)
-    fo_obj = (fo - D.g0 - D.tail) / D.rho_o  # the first-order bound in the program's objective units
     out = cutting_plane_solve(
         prob,
         P,
@@ -147,8 +147,7 @@ def _solve(problem, D, monotone_points, ladder, second, upper_cone, fo, t0) -> S
         ladder,
         base_of=lambda v: np.concatenate([np.asarray(v["bt"]).ravel(), [float(v["tau"])]]),
         cut_stop=VARYING_CUT_STOP,
-        more_cuts=KeysSupportCuts(P, D, fo_obj),
-        fo_obj=fo_obj,
+        more_cuts=KeysSupportCuts(P, D, (fo - D.g0 - D.tail) / D.rho_o),
     )
     best, status, solver, primal, rounds, n_facets, log, gap = out
     return settle(best, fo, t0, "varying", status=status, solver=solver, primal=primal, rounds=rounds,

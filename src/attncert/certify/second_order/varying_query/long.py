@@ -55,7 +55,7 @@ from types import SimpleNamespace
 import numpy as np
 import scipy.sparse as sp
 
-from attncert.certify.second_order.relaxation.cutting_planes import gap_scale, vertex_dinkelbach
+from attncert.certify.second_order.relaxation.cutting_planes import vertex_dinkelbach
 from attncert.certify.second_order.relaxation.key_support_cut import start_support, support_excess, support_rows
 from attncert.certify.second_order.dual_bound.data_error import DATA_REL_ERR
 from attncert.certify.second_order.dual_bound.free_dual_shift import smaller_bound
@@ -259,6 +259,13 @@ def converged(bound: float, p_obj: float, fo_obj: float, tol: float) -> bool:
     if not (math.isfinite(bound) and math.isfinite(p_obj)):
         return False
     return bound - p_obj <= tol * gap_scale(fo_obj, p_obj)
+
+
+def gap_scale(fo_obj: float, p_obj: float) -> float:
+    """The scale of what a solve certifies: the first-order bound minus the primal (objective units); |primal| where
+    that is not positive."""
+    scale = fo_obj - p_obj if math.isfinite(fo_obj) and fo_obj > p_obj else abs(p_obj)
+    return max(scale, 1e-300)
 
 
 def token_scales(prog, D: VaryingData) -> np.ndarray:
