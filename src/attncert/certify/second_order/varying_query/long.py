@@ -111,7 +111,7 @@ CUT_STOP = 1e-4  # stop once the atoms above their chains, and the support cut a
 #                  linf, relative gap paper-like at 1e-2 / 1e-4 of it, r = 0.002: 64 keys (heads 0, 5, 6, 9, 10)
 #                  0.0104 / 0.0103, 0.0193 / 0.0189, 0.0352 / 0.0340, 0.0101 / 0.0092, 0.0091 / 0.0085 (the cvxpy
 #                  program: 0.0104, 0.0192, 0.0346, 0.0099, 0.0085), 256 keys (heads 0-3) 0.0074 / 0.0068, 0.0227 /
-#                  0.0193, 0.0156 / 0.0145, 0.0266 / 0.0254 (2.1x the seconds); r = 0.02, 256 keys 0.134 / 0.132,
+#                  0.0193, 0.0156 / 0.0145, 0.0266 / 0.0254 (2-3x the seconds); r = 0.02, 256 keys 0.134 / 0.132,
 #                  0.090 / 0.090, 0.166 / 0.161, 0.071 / 0.071. Against the primal (~0.99 in objective units, where
 #                  the first-order bound is at most 1) almost no unit got a second solve
 RESCUE_MAX = 64  # tokens at most for the rescue of a fallback by the cvxpy programs (`_rescued`)
