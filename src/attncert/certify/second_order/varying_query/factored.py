@@ -76,11 +76,11 @@ FACTORED_LADDER = tuple((s, dict(o, tol_gap_abs=1e-8, tol_gap_rel=1e-8, tol_feas
 FACTORED_LINF_LADDER = tuple((s, dict(o, min_switch_step_length=0.01)) for s, o in FACTORED_LADDER)
 # Cutting planes stop once the edges violated under the solution (and the support cut at the solve's multiplier)
 # weigh <= this x the primal (objective units, where the first-order bound is at most 1 and the primal near it: about
-# 1-2 % of the first-order gap). The fixed query's CUT_STOP (1e-5) made most varying units
-# solve 2-3 times to lower the bound by ~1e-5 of the movement, a gap of 5-20% of it. Not 1e-4 x the first-order gap
-# (the long path's stop, `long.CUT_STOP`): at up to 16 keys it gained nothing (GPT-2-sized heads, 16 keys, 48 units:
-# every bound within 8e-5 of the movement; the default run's main table: median varying gaps within 0.2 %) and cost
-# the default run's varying units ~45 % more seconds.
+# 1-2 % of the first-order gap). The fixed query's CUT_STOP (1e-5) made most varying units solve 2-3 times to lower
+# the bound by ~1e-5 of the movement, a gap of 5-20% of it. Not 1e-4 x the first-order gap (the long path's stop,
+# `long.CUT_STOP`): at up to 16 keys it gained nothing (GPT-2-sized heads, 16 keys, 48 units: every bound within 8e-5
+# of the movement; the default run's main table: median varying gaps within 0.2 %) and cost the default run's varying
+# units ~45 % more seconds.
 VARYING_CUT_STOP = 1e-4
 
 

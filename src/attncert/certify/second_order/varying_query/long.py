@@ -38,7 +38,8 @@ The keys' support cuts (linf, `key_support_cut`): each key's Lagrangian term bou
 own set at a multiplier t of the normalization. The first solve has them at `key_support_cut.start_support`;
 every later round adds one at the solved normalization multiplier while that cut removes more than CUT_STOP of the
 first-order gap from the solved point (GPT-2-sized heads, 12 per n, paper-like, median relative gap at r = 0.002 /
-0.02: 0.025 / 0.19 -> 0.018 / 0.13 at 64 keys, 0.026 / 0.20 -> 0.019 / 0.11 at 256, 0.026 / 0.20 -> 0.018 / 0.13
+0.02 without and with the cuts, measured with the rounds' earlier stop at 1 % of the primal: 0.025 / 0.19 -> 0.018 /
+0.13 at 64 keys, 0.026 / 0.20 -> 0.019 / 0.11 at 256, 0.026 / 0.20 -> 0.018 / 0.13
 at 1,024; up to two more solves: 10.6 -> 19.9 s per unit at 1,024 keys).
 
 linf: each token starts with the half-planes of `token_solve.edge_window` around the vertex that the boundary
