@@ -1,5 +1,6 @@
 """Shared fixtures: tiny randomly initialised models saved as local `from_pretrained` folders."""
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -8,6 +9,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))  # the environment's own snakemake
 
 # One hypothesis policy for every property test: no per-example deadline (examples solve convex programs
 # or train small models, and the 2 cores are shared, so wall time per example is not a property of the

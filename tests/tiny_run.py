@@ -11,7 +11,6 @@ itself. Every test works on its own copy
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
@@ -20,9 +19,8 @@ from filelock import FileLock
 from attncert.baselines.linear_bound_baselines import METHODS
 from attncert.certify.figure_names import FIGURE_NAMES as CERTIFY_FIGURES
 from attncert.model.tiny_model import save_tiny_model
+from conftest import REPO, SNAKEMAKE
 
-REPO = Path(__file__).resolve().parents[1]
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 #: what the shared run builds: the tables, every certification figure and its report pages, one Min-IP job
 TARGETS = (

@@ -2,8 +2,6 @@
 import copy
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -11,11 +9,10 @@ import yaml
 from attncert.model.model_source import ModelSourceError, check_reachable
 from attncert.configuration.config import ConfigError, validate_config
 
-from conftest import REPO
+from conftest import REPO, SNAKEMAKE
 
 DEFAULT = yaml.safe_load((REPO / "workflow" / "config" / "default.yaml").read_text())
 PAPER = yaml.safe_load((REPO / "workflow" / "config" / "paper.yaml").read_text())
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 
 def _bad(mutate):

@@ -17,9 +17,8 @@ import pytest
 
 from attncert.provenance import run_archive
 from attncert.provenance.run_archive import ArchiveError, parse_summary, record_path, unpack, write_archive
-from conftest import REPO
+from conftest import REPO, SNAKEMAKE
 
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 HEADER = "output_file\tdate\trule\tlog-file(s)\tstatus\tplan"
 
 

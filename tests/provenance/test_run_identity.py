@@ -4,7 +4,6 @@ import copy
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,12 +14,11 @@ from attncert.model.extraction import load_layer
 from attncert.integrity.intermediate_check import IntermediateError, expect_model_of
 from attncert.provenance.provenance import provenance, write_sidecar
 from attncert.provenance.run_identity import apply_model_source, check_no_other_model, checkpoint_name
-from conftest import REPO
+from conftest import REPO, SNAKEMAKE
 from intermediate_files import write_extracted  # tests/intermediate_files.py
 
 DEFAULT = yaml.safe_load((REPO / "workflow" / "config" / "default.yaml").read_text())
 EMBEDDED = dict(DEFAULT["model"])
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 
 def _resolved(given, **shortcut):

@@ -6,16 +6,14 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from attncert.provenance.run_identity import checkpoint_name
-from conftest import REPO
+from conftest import REPO, SNAKEMAKE
 
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 
 def _own_checkpoint(wd: Path, model_dir: Path, *args):

@@ -5,15 +5,12 @@ both dry runs (`--forceall`: every job of the DAG, whatever is on disk). Slow: t
 import os
 import re
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from attncert.provenance.run_archive import benchmark_of, run_name
-from conftest import REPO
+from conftest import REPO, SNAKEMAKE
 
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 JOB = re.compile(r"^\s*(?:local)?rule (\w+):$")
 FIELD = re.compile(r"^\s+(output|log|benchmark): (.+)$")
 

@@ -22,11 +22,10 @@ import pandas as pd
 import pytest
 
 from bench.slurm_profile import TARGETS, reduced_config
-from conftest import REPO
+from conftest import REPO, SNAKEMAKE
 
 pytestmark = pytest.mark.cluster
 
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 SCRIPT = REPO / "workflow" / "cluster" / "slurm_single_node.sh"
 PROFILE = REPO / "workflow" / "profiles" / "slurm"
 FAST_STATUS_CHECKS = ("--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "2")
