@@ -104,7 +104,12 @@ GRID = 9  # global sigma grid of edges (linf), above GRID_WIDE_UP_TO tokens
 GRID_WIDE, GRID_WIDE_UP_TO = 25, 128  # up to 128 tokens a 25-point grid: on a GPT-2-sized unit with 64 keys (linf,
 #                                       tight, r = 0.02) it gives a gap of 0.0097 against 0.0119 with 9 points in the
 #                                       same time (the cvxpy program: 0.0102); with 1,024 keys 3.4x the time, no gain
-ROUNDS = 3  # solves with cutting planes (linf)
+ROUNDS = 3  # solves with cutting planes (linf). A later round walks the whole ladder while no attempt reaches ACCEPT:
+#             ending it also at the first attempt below every earlier round's bound halved the seconds at r = 0.02
+#             (GPT-2-sized heads, linf, both variants: 256 keys heads 0-5 197 -> 98 s, 1,024 keys heads 0-2 597 ->
+#             341 s) for bounds up to 5.9 % looser (head 4 at 256 keys; 1,024 keys head 2: 3.4-3.7 %; medians
+#             0.1052 -> 0.1052 and 0.0480 -> 0.0498): not done, the later attempts are where those units' bounds come
+#             from. Keeping only the first attempt in later rounds: about the same seconds, up to 6.4 % looser
 MAX_EDGES = 40  # half-planes per token at most
 CUT_STOP = 1e-4  # stop once the atoms above their chains, and the support cut at the solved multiplier, remove <=
 #                  this x the first-order gap (`gap_scale`) from the solved point. The second-order gap is ~1-3 % of
