@@ -225,27 +225,3 @@ def test_constant_query_factor_gives_finite_rows():
     assert np.all(np.isfinite(qa)) and np.all(np.isfinite(qb)) and np.all(np.isfinite(qc))
     assert np.all(qa[0] == 1.0) and np.all(qb[0] == 0.0) and np.all(qc[0] == 0.0)
     assert np.all(qc[1] > 0)
-
-
-@pytest.mark.parametrize("norm, seed, radius, tight", [("linf", 1, 0.02, False), ("linf", 1, 0.02, True),
-                                                       ("l2", 7, 1e-4, False)])
-def test_up_to_rescue_max_tokens_never_looser_than_the_cvxpy_program(norm, seed, radius, tight, monkeypatch):
-    """On at most RESCUE_MAX tokens the long path returns the smaller of its bound and the cvxpy program's, so the
-    path choice by n costs no tightness (units where the long program alone is the looser one); above RESCUE_MAX
-    the cvxpy program is not solved."""
-    from attncert.certify.second_order.varying_query import factored
-
-    p = random_head_problem(np.random.default_rng(seed), d=6, d_head=3, n=24, radius=radius, norm=norm,
-                            mode="varying")
-    geo = reduced_geometry(p)
-    other = factored.second_order_varying_factored(p, geo, upper_cone=tight)
-    res = vl.second_order_varying_long(p, geo, upper_cone=tight)
-    assert res.value <= other.value and not res.fallback
-    with monkeypatch.context() as mp:
-        mp.setattr(vl, "_beside_factored", lambda problem, geo, res, *a: res)
-        assert vl.second_order_varying_long(p, geo, upper_cone=tight).value > other.value
-    calls = []
-    monkeypatch.setattr(factored, "second_order_varying_factored", lambda *a, **k: calls.append(1))
-    monkeypatch.setattr(vl, "RESCUE_MAX", p.n - 1)
-    alone = vl.second_order_varying_long(p, geo, upper_cone=tight)
-    assert calls == [] and math.isfinite(alone.value)  # (above RESCUE_MAX the attempts run in another order)
