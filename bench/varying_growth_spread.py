@@ -40,7 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def gaps(name: str, norm: str) -> dict:
     """{(variant, radius, n): {head: relative gap}} of a stored result's varying units."""
-    rows = json.loads((common.RESULTS / f"{name}.json").read_text())["result"]["rows"]
+    path = common.RESULTS / f"{name}.json"
+    if not path.is_file():
+        raise SystemExit(f"no stored result {path}: run `python -m bench.context_length ... --part PART` first, "
+                         "or name an existing context_length result")
+    rows = json.loads(path.read_text())["result"]["rows"]
     out: dict = {}
     for r in rows:
         if r.get("mode") != "varying" or r.get("norm") != norm:
