@@ -51,6 +51,11 @@ LAYER = 5
 INIT_STD = 0.08
 
 
+def relative_gap(row: dict, method: str) -> float:
+    """(bound - reference) / (reference - nominal) of one unit's row: the relative gap every table here reports."""
+    return (row[method] - row["reference"]) / row["movement"]
+
+
 def head_arrays(n_tokens: int):
     from attncert.model.extraction import extract_layers, load_model, tokenize_prompts
 
@@ -206,7 +211,7 @@ def summarize(data: dict) -> dict:
                     cell[m]["median_mb"], cell[m]["max_mb"] = float(np.median(mbs)), float(np.max(mbs))
                 for nm in sorted({r["norm"] for r in sub}):
                     for rad in sorted({r["radius"] for r in sub}):
-                        rel = [(r[m] - r["reference"]) / r["movement"] for r in sub if m != "exact"
+                        rel = [relative_gap(r, m) for r in sub if m != "exact"
                                and r["norm"] == nm and r["radius"] == rad and r["movement"] > 0
                                and math.isfinite(r.get(m, math.nan))]
                         if rel:
@@ -215,7 +220,7 @@ def summarize(data: dict) -> dict:
                 cell[m]["failed"] = len(fb)
                 if m != "exact":
                     for rad in sorted({r["radius"] for r in sub}):
-                        rel = [(r[m] - r["reference"]) / r["movement"] for r in sub
+                        rel = [relative_gap(r, m) for r in sub
                                if r["radius"] == rad and r["movement"] > 0 and math.isfinite(r.get(m, math.nan))]
                         if rel:
                             cell[m][f"rel_gap_r{rad:g}"] = float(np.median(rel))

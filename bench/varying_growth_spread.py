@@ -20,6 +20,7 @@ import json
 import numpy as np
 
 from bench import common
+from bench.context_length import relative_gap
 
 BASE = "context_length-varying-12heads-linf-support-factored"  # 16 keys, the cvxpy program at the current code
 RESULTS_IN = ["context_length-varying-12heads-linf-cut-stop-1e-4",
@@ -51,8 +52,7 @@ def gaps(name: str, norm: str) -> dict:
             continue
         for variant, field in VARIANTS.items():
             if isinstance(r.get(field), float) and np.isfinite(r[field]) and r["movement"] > 0:
-                gap = (r[field] - r["reference"]) / r["movement"]
-                out.setdefault((variant, r["radius"], r["n"]), {})[r["head"]] = gap
+                out.setdefault((variant, r["radius"], r["n"]), {})[r["head"]] = relative_gap(r, field)
     return out
 
 

@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from bench import common
+from bench.context_length import relative_gap
 
 common.single_threaded_blas()
 QUICK = {"ns": [32], "heads": 1, "norms": ["l2"], "radii": [0.002]}
@@ -71,8 +72,8 @@ def summary(rows: list[dict]) -> list[dict]:
     out = []
     for key in sorted({(r["n"], r["norm"], r["radius"], r["variant"]) for r in rows}):
         sel = [r for r in rows if (r["n"], r["norm"], r["radius"], r["variant"]) == key]
-        ge = np.array([(r["entry"] - r["reference"]) / r["movement"] for r in sel])
-        gf = np.array([(r["factored"] - r["reference"]) / r["movement"] for r in sel])
+        ge = np.array([relative_gap(r, "entry") for r in sel])
+        gf = np.array([relative_gap(r, "factored") for r in sel])
         ratio = ge / np.maximum(gf, 1e-300)
         out.append(dict(n=key[0], norm=key[1], radius=key[2], variant=key[3], units=len(sel),
                         entry_gap=float(np.median(ge)), factored_gap=float(np.median(gf)),

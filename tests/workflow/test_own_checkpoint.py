@@ -15,7 +15,6 @@ from attncert.provenance.run_identity import checkpoint_name
 from conftest import REPO, SNAKEMAKE
 
 
-
 def _own_checkpoint(wd: Path, model_dir: Path, *args):
     """`snakemake --cores 2 [args] --config model_source=DIR` in a working folder holding the committed inputs and
     the workflow's default configuration (where the Snakefile's `configfile:` finds it)."""

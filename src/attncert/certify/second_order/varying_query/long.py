@@ -121,7 +121,7 @@ CUT_STOP = 1e-4  # stop once the atoms above their chains, and the support cut a
 #                  0.090 / 0.090, 0.166 / 0.161, 0.071 / 0.071. Against the primal (~0.99 in objective units, where
 #                  the first-order bound is at most 1) almost no unit got a second solve
 RESCUE_MAX = 64  # tokens at most for the rescue of a fallback by the cvxpy programs (`_rescued`). Solving them on
-#                  every unit up to 64 keys (the smaller bound kept) closed the 5 of 144 units where this path is
+#                  every unit up to 64 keys (the smaller bound kept) closed the 5 of 144 pairs where this path is
 #                  looser (by <= 2.1 %, `bench/varying_path_choice.py`) but their first solve in a process takes
 #                  14-23 s and 1.2-3.3 GB at 32-64 keys (cvxpy's compilation): not done
 ACCEPT = 2e-5  # the ladder ends at the first attempt whose bound - primal <= ACCEPT x the first-order gap (`converged`)
