@@ -77,12 +77,12 @@ def captured_long(p, tight: bool):
         cuts[:] = [kw.get("shift_cuts", []), kw.get("edges"), kw.get("key")]
         return note(**kw)
 
-    L.solve_scaled, L.note_construction, rescued = rec, noted, L._rescued
-    L._rescued = lambda problem, geo, res, *a: res  # no cvxpy rescue: the diagnostic is about the long program
+    L.solve_scaled, L.note_construction, beside = rec, noted, L._beside_factored
+    L._beside_factored = lambda problem, geo, res, *a: res  # the diagnostic is about the long program alone
     try:
         res = L.second_order_varying_long(p, reduced_geometry(p), upper_cone=tight)
     finally:
-        L.solve_scaled, L.note_construction, L._rescued = solve, note, rescued
+        L.solve_scaled, L.note_construction, L._beside_factored = solve, note, beside
     from attncert.certify.second_order.varying_query.unfactored import _to_g
 
     # the long path's reported primal is that of the attempt with the smallest certified bound

@@ -624,16 +624,60 @@ def test_unfactored_varying_program_is_rebuilt(tmp_path, monkeypatch):
     assert len(dual) and (dual.check == "program+dual_cone+weak_duality").all(), dual[["row", "check", "reason"]]
 
 
+def _one_shot_everywhere(mp):
+    """Every varying cvxpy program compiled without cvxpy's parameter tensor (as above ONE_SHOT_ABOVE tokens)."""
+    import attncert.certify.second_order.varying_query.program as vp
+    import attncert.certify.second_order.varying_query.unfactored_program as vu
+
+    for module in (vp, vu):
+        mp.setattr(module, "ONE_SHOT_ABOVE", 1)
+        mp.setattr(module, "_CACHE", {})
+
+
+@pytest.mark.parametrize("tamper", [None, "program_entry", "lowered"])
+def test_one_shot_varying_programs_are_rebuilt(tmp_path, monkeypatch, tamper):
+    """The varying query's cvxpy programs above ONE_SHOT_ABOVE tokens are compiled per solve with their parameters
+    as constants; the audit rebuilds them the same way and confirms every bound, and an edited program entry or a
+    lowered bound fails."""
+    import attncert.certify.second_order.varying_query.program as vp
+
+    _one_shot_everywhere(monkeypatch)
+    root = tmp_path / "data"
+    write_layer(root, 0)
+    assert vp._CACHE and all(prob._attncert_one_shot for prob, _, _ in vp._CACHE.values())
+    rows = {r: p for r, p in _long_rows(root).items() if p == "varying_factored"}
+    assert rows
+    row = min(rows)
+    if tamper == "lowered":
+        _edit_table(root, row, "second_order", lambda v: v - 1e-9 * abs(v))
+    elif tamper == "program_entry":
+        def edit(e):
+            A_rows = e[f"r{row}/second_order/A_rows"]
+            e["pool/data"][int(e["pool/indptr"][A_rows[len(A_rows) // 2]])] *= 1.0 + 1e-12
+        _edit_certificates(root, edit)
+    df = outcomes(root)
+    if tamper is None:
+        dual = df[(df["mode"] == "varying") & df.number.isin(["second_order", "second_order_tight"])
+                  & (df.check != "first_order_bound")]
+        assert len(dual) and (dual.check == "program+dual_cone+weak_duality").all(), dual[["row", "check", "reason"]]
+        assert not len(failures(df))
+    else:
+        bad = failures(df)
+        hit = bad[(bad.row == row) & (bad.number == "second_order")]
+        want = "weak_duality" if tamper == "lowered" else "program"
+        assert len(hit) == 1 and hit.iloc[0]["check"] == want, bad[["row", "number", "check", "reason"]]
+
+
 @pytest.fixture(scope="module")
 def long_varying_root(tmp_path_factory):
-    """data/ of a tiny layer whose varying units all take the long-context program (threshold lowered, no rescue by
-    the cvxpy programs)."""
+    """data/ of a tiny layer whose varying units all take the long-context program (threshold lowered, no cvxpy
+    programs beside it)."""
     import attncert.certify.second_order.certificate as sc
     import attncert.certify.second_order.varying_query.long as vl
 
     mp = pytest.MonkeyPatch()
     mp.setattr(sc, "VARYING_LONG_ABOVE", 1)
-    mp.setattr(vl, "RESCUE_MAX", 0)
+    mp.setattr(vl, "BESIDE_MAX", 0)
     root = tmp_path_factory.mktemp("long") / "data"
     try:
         write_layer(root, 0)

@@ -25,7 +25,7 @@ from attncert.certify.first_order_certificate import first_order_certificate
 from attncert.head.problem import random_head_problem
 from attncert.certify.second_order.certificate import second_order_certificate
 from attncert.certify.second_order.relaxation.rows import SecondOrderResult
-from attncert.certify.second_order.dual_bound.compiled import CompiledProgram
+from attncert.certify.second_order.dual_bound.compiled import CompiledProgram, OneShotProgram, mark_one_shot
 from attncert.head.reduced_geometry import reduced_geometry
 
 from head_strategies import sampled_max, small_heads  # tests/head_strategies.py
@@ -192,6 +192,33 @@ def test_compiled_data_equal_cvxpy_data():
         data, _, _ = prob.get_problem_data(cp.CLARABEL, solver_opts={})
         assert np.array_equal(c, data["c"]) and np.array_equal(b, data["b"])
         assert (A != data["A"]).nnz == 0
+
+
+def test_one_shot_data_equal_the_parameter_tensor_data():
+    """A program compiled per solve with its parameters as constants (`OneShotProgram`, the varying query's cvxpy
+    programs above ONE_SHOT_ABOVE tokens) gives the data, variable offsets and cones of the parameter tensor's path
+    for every parameter value, and follows a change of the values."""
+    import attncert.certify.second_order.varying_query.program as vp
+
+    p = random_head_problem(np.random.default_rng(7), d=12, n=4, radius=0.02, norm="linf", mode="varying")
+    second_order_certificate(p)
+    programs = [(prob, P) for prob, P, _ in list(vq._CACHE.values()) + list(vp._CACHE.values())]
+    assert programs
+    rng = np.random.default_rng(0)
+    for prob, P in programs:
+        comp = CompiledProgram.compile(prob)
+        shot = OneShotProgram(prob)
+        for _ in range(2):  # any parameter values, twice: the one-shot data follow the values
+            for prm in P.values():
+                prm.value = np.abs(rng.standard_normal(prm.shape)) + 0.1
+            c, A, b = comp.data()
+            c1, A1, b1 = shot.data()
+            assert np.array_equal(c, c1) and np.array_equal(b, b1) and (A != A1).nnz == 0
+            ids = [v.id for v in prob.variables()]
+            assert [shot.offsets[i] for i in ids] == [comp.offsets[i] for i in ids]
+            assert shot.nvar == comp.nvar and repr(shot.dims) == repr(comp.dims)
+    prob = programs[0][0]
+    assert mark_one_shot(prob) is prob and prob._attncert_one_shot
 
 
 @settings(max_examples=20, **SETTINGS)

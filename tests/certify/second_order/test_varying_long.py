@@ -181,7 +181,7 @@ def test_dispatch_and_agreement_with_the_cvxpy_program():
 @pytest.mark.parametrize("norm, scale", [("linf", 5.0), ("l2", 5.0), ("l2", 0.01)])
 def test_wide_or_tiny_widths_are_rescued_by_the_cvxpy_programs(norm, scale):
     """Where this program's solve ends above the first-order bound (score half-widths of 4-7, or 1e-5), a unit of
-    at most RESCUE_MAX tokens gets the cvxpy programs' bound (which try the unfactored program in turn): not a
+    at most BESIDE_MAX tokens gets the cvxpy programs' bound (which try the unfactored program in turn): not a
     fallback, and sound."""
     p = random_head_problem(np.random.default_rng(1 if norm == "l2" else 0), d=6, d_head=3, n=40, radius=0.01,
                             norm=norm, mode="varying", scale=scale)
@@ -225,3 +225,27 @@ def test_constant_query_factor_gives_finite_rows():
     assert np.all(np.isfinite(qa)) and np.all(np.isfinite(qb)) and np.all(np.isfinite(qc))
     assert np.all(qa[0] == 1.0) and np.all(qb[0] == 0.0) and np.all(qc[0] == 0.0)
     assert np.all(qc[1] > 0)
+
+
+@pytest.mark.parametrize("norm, seed, radius, tight", [("linf", 1, 0.02, False), ("linf", 1, 0.02, True),
+                                                       ("l2", 7, 1e-4, False)])
+def test_up_to_beside_max_tokens_never_looser_than_the_cvxpy_program(norm, seed, radius, tight, monkeypatch):
+    """On at most BESIDE_MAX tokens the long path returns the smaller of its bound and the cvxpy program's, so the
+    path choice by n costs no tightness (units where the long program alone is the looser one); above BESIDE_MAX
+    the cvxpy program is not solved."""
+    from attncert.certify.second_order.varying_query import factored
+
+    p = random_head_problem(np.random.default_rng(seed), d=6, d_head=3, n=24, radius=radius, norm=norm,
+                            mode="varying")
+    geo = reduced_geometry(p)
+    other = factored.second_order_varying_factored(p, geo, upper_cone=tight)
+    res = vl.second_order_varying_long(p, geo, upper_cone=tight)
+    assert res.value <= other.value and not res.fallback
+    with monkeypatch.context() as mp:
+        mp.setattr(vl, "_beside_factored", lambda problem, geo, res, *a: res)
+        assert vl.second_order_varying_long(p, geo, upper_cone=tight).value > other.value
+    calls = []
+    monkeypatch.setattr(factored, "second_order_varying_factored", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr(vl, "BESIDE_MAX", p.n - 1)
+    alone = vl.second_order_varying_long(p, geo, upper_cone=tight)
+    assert calls == [] and math.isfinite(alone.value)  # (above BESIDE_MAX the attempts run in another order)

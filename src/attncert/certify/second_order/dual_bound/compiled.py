@@ -8,6 +8,13 @@ cvxpy's own parameter-to-data tensors, variable offsets and cone dimensions) and
 The compiled data are checked bit for bit against `get_problem_data` when compiled (any difference, or a cvxpy
 without these internals, keeps cvxpy's path), so every solve and every certified bound is unchanged.
 
+A program marked one-shot (`mark_one_shot`: the varying query's cvxpy programs above
+`varying_query.program.ONE_SHOT_ABOVE` tokens, solved once or a few times per unit) is compiled per solve with the
+parameters' current values as constants (`get_problem_data(ignore_dpp=True)`, `OneShotProgram`; the same data as
+the tensor's, checked by the tests): cvxpy's parameter-to-data tensor is what costs at that size (GPT-2-sized
+head, 64 keys, linf, the factored program: 24.5 s and 2.5 GB with it, 0.26 s and no measurable memory without). A
+checker rebuilding such a program goes through the same path.
+
 `assign` sets a parameter's value without cvxpy's per-assignment projection check (same stored value);
 `box_vectors` lays a {Variable: (lo, hi)} box out in the canonical variable order. The solver call itself is in
 `weak_duality`; `attncert.audit` rebuilds programs through this module without solving.
@@ -118,10 +125,42 @@ class CompiledProgram:
         return c, A, b
 
 
+class OneShotProgram:
+    """The same interface as `CompiledProgram` for a program compiled afresh on every `data()` call with the
+    parameters' current values as constants (cvxpy's `ignore_dpp`): no parameter tensor is built."""
+
+    def __init__(self, problem: cp.Problem):
+        self.problem = problem
+        self.variables = problem.variables()
+        self.P = None
+        self.cones = None
+
+    def data(self) -> tuple[np.ndarray, sp.csc_array, np.ndarray]:
+        """(c, A, b) of `get_problem_data(ignore_dpp=True)` for the current parameter values."""
+        data, _, inverse_data = self.problem.get_problem_data("CLARABEL", solver_opts={}, ignore_dpp=True)
+        self.offsets = var_offsets(inverse_data, self.variables)
+        self.dims = data["dims"]
+        self.nvar = int(data["c"].size)
+        self.P = sp.csc_array((self.nvar, self.nvar))
+        return np.asarray(data["c"], dtype=np.float64), sp.csc_array(data["A"]), np.asarray(data["b"], dtype=np.float64)
+
+
+def mark_one_shot(problem: cp.Problem) -> cp.Problem:
+    """Mark a program to be compiled per solve without cvxpy's parameter tensor (module docstring)."""
+    problem._attncert_one_shot = True
+    return problem
+
+
+def one_shot(problem: cp.Problem) -> bool:
+    return bool(getattr(problem, "_attncert_one_shot", False))
+
+
 def compiled_program(problem: cp.Problem):
-    """The problem's CompiledProgram (built on first use, stored on the problem), or None (cvxpy's path)."""
+    """The problem's CompiledProgram (built on first use, stored on the problem), its OneShotProgram when marked
+    one-shot, or None (cvxpy's path)."""
     if not hasattr(problem, "_attncert_compiled"):
-        problem._attncert_compiled = CompiledProgram.compile(problem)
+        problem._attncert_compiled = (OneShotProgram(problem) if one_shot(problem)
+                                      else CompiledProgram.compile(problem))
     return problem._attncert_compiled
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import cvxpy as cp
 import numpy as np
 
-from attncert.certify.second_order.dual_bound.compiled import box_vectors, compiled_program, var_offsets
+from attncert.certify.second_order.dual_bound.compiled import box_vectors, compiled_program, one_shot, var_offsets
 from attncert.certify.second_order.dual_bound.data_error import DATA_REL_ERR
 from attncert.certify.second_order.dual_bound.dual_record import offer_dual
 from attncert.certify.second_order.dual_bound.free_dual_shift import smaller_bound
@@ -150,7 +150,8 @@ def solve_and_certify(problem: cp.Problem, box: dict, ladder=SOLVER_LADDER, stop
                     filled = dict(c=c, A=A, b=b, dims=compiled.dims)
                 data, offs, nvar = filled, compiled.offsets, compiled.nvar
             else:
-                data, chain, inverse_data = problem.get_problem_data(solver, solver_opts={})
+                data, chain, inverse_data = problem.get_problem_data(solver, solver_opts={},
+                                                                     ignore_dpp=one_shot(problem))
                 offs = var_offsets(inverse_data, variables)
                 nvar = data["c"].size
             if nvar != sum(v.size for v in variables):

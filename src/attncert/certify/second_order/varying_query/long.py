@@ -87,7 +87,7 @@ LONG_LADDER = tuple(dict(o, tol_gap_abs=1e-7, tol_gap_rel=1e-7, tol_feas=1e-7, m
 # 1,024 keys at r = 0.02 (tight variant) every rung at tau_exp 0 stopped at "insufficient progress" after 10 steps;
 # at tau_exp 5 the same rung solved in 54 iterations (2.3 s), the certified bound the same to 1e-4.
 ATTEMPTS = ((0, 0), (0, 5), (1, 0), (2, -5))
-# Above RESCUE_MAX tokens: tau_exp 5 first. l2, GPT-2-sized heads, 256 and 1,024 keys, r = 0.002 and 0.02: its bound
+# Above BESIDE_MAX tokens: tau_exp 5 first. l2, GPT-2-sized heads, 256 and 1,024 keys, r = 0.002 and 0.02: its bound
 # lay within 1e-6 of its primal (relative) on all 8 units, tau_exp 0's at 4e-5-3e-4. linf, the default run's
 # long-context units (MiniLM, 128 / 256 / 512 keys, 4 heads, 2 radii, both variants): 10.6 / 22.6 / 75.9 s against
 # 8.4 / 18.9 / 49.8 s, bounds within 1.1e-6 either way (GPT-2-sized heads 0 and 1 at 256 and 1,024 keys, 16
@@ -120,10 +120,9 @@ CUT_STOP = 1e-4  # stop once the atoms above their chains, and the support cut a
 #                  0.0193, 0.0156 / 0.0145, 0.0266 / 0.0254 (2-3x the seconds); r = 0.02, 256 keys 0.134 / 0.132,
 #                  0.090 / 0.090, 0.166 / 0.161, 0.071 / 0.071. Against the primal (~0.99 in objective units, where
 #                  the first-order bound is at most 1) almost no unit got a second solve
-RESCUE_MAX = 64  # tokens at most for the rescue of a fallback by the cvxpy programs (`_rescued`). Solving them on
-#                  every unit up to 64 keys (the smaller bound kept) closed the 5 of 144 pairs where this path is
-#                  looser (by <= 2.1 %, `bench/varying_path_choice.py`) but their first solve in a process takes
-#                  14-23 s and 1.2-3.3 GB at 32-64 keys (cvxpy's compilation): not done
+BESIDE_MAX = 64  # tokens at most for the cvxpy programs solved beside this one (`_beside_factored`), compiled
+#                  without cvxpy's parameter tensor above `program.ONE_SHOT_ABOVE` tokens (with it their first solve in
+#                  a process took 14-23 s and 1.2-3.3 GB at 32-64 keys)
 ACCEPT = 2e-5  # the ladder ends at the first attempt whose bound - primal <= ACCEPT x the first-order gap (`converged`)
 SHIFT_CUT_MIN = 1e-3  # linf rounds add a weighted moment cut of the query's shift violated by more than this (relative)
 MAX_SCALE_EXP = 60  # token scaling: 2^60 at most (keys below e^-60 of the top are dropped beforehand)
@@ -151,8 +150,7 @@ def second_order_varying_long(
     shift_cuts = all_keys_shift_cut(D, problem.W_Q) if second else []
     cut_err = None  # row_err(D, W_Q), computed once for the later rounds' weighted cuts
     best, best_status, primal, gap, log, rounds = math.inf, "not_run", math.nan, math.nan, [], 0
-    unconverged = True  # no attempt of the last round reached ACCEPT
-    order = ATTEMPTS_WIDE if D.n > RESCUE_MAX else ATTEMPTS
+    order = ATTEMPTS_WIDE if D.n > BESIDE_MAX else ATTEMPTS
     attempts = [(ladder[r], e) for r, e in order if r < len(ladder)]
     fo_obj = (fo - D.g0 - D.tail) / D.rho_o  # the first-order bound in the program's objective units
     support_ts = start_support(fo_obj) if edges is not None else []
@@ -187,7 +185,6 @@ def second_order_varying_long(
                 break
         if kept is None:
             break
-        unconverged = not done
         _, attempt, prog, x, p_obj, t_dual = kept
         attempts = [attempt] + [a for a in attempts if a is not attempt]  # later rounds: that attempt first
         if edges is None:
@@ -206,7 +203,7 @@ def second_order_varying_long(
     n_facets = int(max((e.size for e in edges), default=0)) if edges is not None else 0
     res = settle(best, fo, t0, "varying", status=best_status, solver="CLARABEL" if math.isfinite(best) else "none",
                  primal=primal, rounds=rounds, n_facets=n_facets, log=log, dual_gap=gap)
-    return _rescued(problem, geo, res, upper_cone, monotone_points, t0) if res.fallback or unconverged else res
+    return _beside_factored(problem, geo, res, upper_cone, monotone_points, t0)
 
 
 def keys_support_excess(prog, x: np.ndarray, D: VaryingData, t: float) -> float:
@@ -306,21 +303,23 @@ def solve_scaled(prog, opts: dict, D: VaryingData):
     return status, -float(raw.obj_val), x, np.asarray(raw.z, dtype=np.float64), [entry]
 
 
-def _rescued(problem: HeadProblem, geo: ReducedGeometry, res: SecondOrderResult, upper_cone: bool, monotone_points: int,
-             t0: float) -> SecondOrderResult:
-    """A fallback of this program, or a bound no attempt brought within ACCEPT of its primal, on at most RESCUE_MAX
-    tokens: the cvxpy programs of `factored` (which try the unfactored program in turn: tiny or wide score widths,
-    where this program's solves end above the first-order bound or far from their optimum) are another sound
-    attempt; the smaller bound is returned, its status says which. GPT-2-sized heads, l2, r = 1e-4, 32 and 64 keys:
-    every attempt here stops 2-5x the cvxpy program's gap above the ascent (its dual gap, not the relaxation)."""
-    if problem.n > RESCUE_MAX:
+def _beside_factored(problem: HeadProblem, geo: ReducedGeometry, res: SecondOrderResult, upper_cone: bool,
+                     monotone_points: int, t0: float) -> SecondOrderResult:
+    """On at most BESIDE_MAX tokens the cvxpy programs of `factored` (which try the unfactored program in turn) are
+    solved as well and the smaller of the two certified bounds is returned, its status saying which: so that taking
+    this path above VARYING_LONG_ABOVE tokens never costs tightness against the cvxpy program. Where this program
+    falls back or ends far from its optimum (tiny or wide score widths) they are the rescue; elsewhere either can be
+    the smaller (the two center the query differently and cut the polygons at different edges: GPT-2-sized heads,
+    32 and 64 keys, both norms, r = 1e-4 / 0.002 / 0.02, 144 pairs of units and variants: this program looser by
+    more than 0.1 % of the cvxpy program's gap on 5, by at most 2.1 %, all linf; `bench/varying_path_choice.py`)."""
+    if problem.n > BESIDE_MAX:
         return res
     from attncert.certify.second_order.varying_query.factored import second_order_varying_factored
 
     other = second_order_varying_factored(problem, geo, monotone_points=monotone_points, upper_cone=upper_cone)
     other.seconds = time.perf_counter() - t0
     if other.value < res.value or (other.value == res.value and not other.fallback):
-        other.status = f"{other.status} (rescue of the long-context program: {res.status})"
+        other.status = f"{other.status} (the cvxpy program, below the long-context program: {res.status})"
         return other
     res.seconds = other.seconds
     return res

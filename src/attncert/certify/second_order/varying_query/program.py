@@ -12,7 +12,7 @@ import numpy as np
 from attncert.certify.second_order.relaxation.key_support_cut import support_rows
 from attncert.certify.second_order.relaxation.rows import (ellipse_matrix, polygon_constraints, softmax_bounds,
                                                       weight_coefficients, weight_parameters)
-from attncert.certify.second_order.dual_bound.compiled import assign
+from attncert.certify.second_order.dual_bound.compiled import assign, mark_one_shot
 from attncert.certify.second_order.varying_query.data import VaryingData, start_chains
 from attncert.head.rounding import UNIT_ROUNDOFF
 
@@ -108,6 +108,11 @@ _BUDGETS: dict = {}
 _BUDGETS_KEPT = 4
 
 
+#: Above this many tokens the varying query's cvxpy programs are compiled per solve without cvxpy's parameter
+#: tensor (`compiled.mark_one_shot`): there they are solved once or a few times per unit (beside the long path,
+#: `long.BESIDE_MAX`), and the tensor is what costs (GPT-2-sized head, 64 keys, linf, factored: 24.5 s and 2.5 GB
+#: against 0.26 s per compilation without it). Up to it the tensor is built once per shape and refilled per solve.
+ONE_SHOT_ABOVE = 16
 SUPPORT_SLOTS = 8  # linf: multipliers of the keys' support cuts a program can carry (the first solve's 6, 2 rounds')
 
 
@@ -203,7 +208,8 @@ def build_factored_program(n: int, d: int, norm: str, K: int, mono: int, second:
                     - cp.multiply(P["sup_V"][i], V[:m, 1]) - cp.multiply(P["sup_U"][i], U[:m, 1]) >= 0)
     objective = cp.Maximize(P["c_base"] @ base + P["c_lam"] @ lam + P["c_V"] @ V[:, 1] + P["c_U"] @ U[:, 1])
     variables.update(lam=lam, U=U, V=V, SU=SU, SV=SV, W=W)
-    entry = (cp.Problem(objective, cons), P, variables)
+    prob = cp.Problem(objective, cons)
+    entry = (mark_one_shot(prob) if n > ONE_SHOT_ABOVE else prob, P, variables)
     _CACHE[key] = entry
     return entry
 

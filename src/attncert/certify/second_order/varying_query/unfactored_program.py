@@ -12,7 +12,9 @@ import numpy as np
 
 from attncert.certify.second_order.relaxation.rows import (ellipse_matrix, nu_bound, polygon_constraints,
                                                       relaxation_problem, weight_constraints, weight_parameters)
+from attncert.certify.second_order.dual_bound.compiled import mark_one_shot
 from attncert.certify.second_order.varying_query.data import VaryingData
+from attncert.certify.second_order.varying_query.program import ONE_SHOT_ABOVE
 from attncert.head.rounding import UNIT_ROUNDOFF
 
 _CACHE: dict = {}
@@ -64,6 +66,8 @@ def build_varying_program(n: int, d: int, norm: str, K: int, upper_cone: bool, m
         cons += [W <= tau, -W <= tau]
         cons += polygon_constraints(P, n, K, U, V, lam, tau_n)
     entry = _CACHE[key] = relaxation_problem(P, cons, dict(tau=tau, lam=lam, U=U, V=V, SU=SU, SV=SV, W=W), nu)
+    if n > ONE_SHOT_ABOVE:
+        mark_one_shot(entry[0])
     return entry
 
 
