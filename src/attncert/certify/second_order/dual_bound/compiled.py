@@ -10,10 +10,10 @@ without these internals, keeps cvxpy's path), so every solve and every certified
 
 A program marked one-shot (`mark_one_shot`: the varying query's cvxpy programs above
 `varying_query.program.ONE_SHOT_ABOVE` tokens, solved once or a few times per unit) is compiled per solve with the
-parameters' current values as constants (`get_problem_data(ignore_dpp=True)`, `OneShotProgram`; the same data as
-the tensor's, checked by the tests): cvxpy's parameter-to-data tensor is what costs at that size (GPT-2-sized
-head, 64 keys, linf, the factored program: 24.5 s and 2.5 GB with it, 0.26 s and no measurable memory without). A
-checker rebuilding such a program goes through the same path.
+parameters' current values as constants (`get_problem_data(ignore_dpp=True)`, `OneShotProgram`; the same nonzero
+entries as the tensor's data, which also store explicit zeros; checked by the tests): cvxpy's parameter-to-data
+tensor is what costs at that size (GPT-2-sized head, 64 keys, linf, the factored program: 24.5 s and 2.5 GB with
+it, 0.26 s and no measurable memory without). A checker rebuilding such a program goes through the same path.
 
 `assign` sets a parameter's value without cvxpy's per-assignment projection check (same stored value);
 `box_vectors` lays a {Variable: (lo, hi)} box out in the canonical variable order. The solver call itself is in
