@@ -310,8 +310,10 @@ def _beside_factored(problem: HeadProblem, geo: ReducedGeometry, res: SecondOrde
     this path above VARYING_LONG_ABOVE tokens never costs tightness against the cvxpy program. Where this program
     falls back or ends far from its optimum (tiny or wide score widths) they are the rescue; elsewhere either can be
     the smaller (the two center the query differently and cut the polygons at different edges: GPT-2-sized heads,
-    32 and 64 keys, both norms, r = 1e-4 / 0.002 / 0.02, 144 pairs of units and variants: this program looser by
-    more than 0.1 % of the cvxpy program's gap on 5, by at most 2.1 %, all linf; `bench/varying_path_choice.py`)."""
+    32 and 64 keys, both norms, r = 1e-4 / 0.002 / 0.02, 144 pairs of units and variants: this program alone looser
+    by more than 0.1 % of the cvxpy program's gap on 5, by at most 2.1 %, all linf; with them looser on none,
+    `bench/varying_path_choice.py`). Costs their solves: a 64-key unit 2.0 -> 3.0 s paper-like, 4.0 -> 5.8 s tight
+    (12 such heads, linf, a fresh process per unit; `bench/results/context_length-varying-64-12heads-linf-*`)."""
     if problem.n > BESIDE_MAX:
         return res
     from attncert.certify.second_order.varying_query.factored import second_order_varying_factored
