@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from attncert.certify.diagonal_bilinear_bound import diagonal_bilinear_bound
+from attncert.certify.diagonal_bilinear_bound import diagonal_bilinear_bound, spectral_norm_bound
 from attncert.certify.second_order.relaxation.facets import UpperChainFacets
 from attncert.certify.second_order.relaxation.rows import DEVIATION_BELOW
 from attncert.head.negligible_tokens import negligible_tokens
@@ -21,18 +21,14 @@ _LOW = -650.0  # lowest representable log lower weight of the (never dropped) qu
 
 @cached_by_weights()  # a per-head constant: computed once per head
 def bilinear_norm(W_Q: np.ndarray, W_K: np.ndarray, norm: str) -> float:
-    """beta >= max_{||x||, ||y|| <= 1} x W_Q W_K^T y^T (outward rounded). linf: the smallest of sum_ab |M_ab|,
-    d ||M||_2 and the diagonally scaled bound at the scalings `certify.diagonal_bilinear_bound` chooses (the same
-    the row's first-order certificate stores)."""
-    d, dh = W_Q.shape
-    GQ, GK = W_Q.T @ W_Q, W_K.T @ W_K
-    jitter = 1e-12 * float(np.trace(GK)) + 1e-300
-    L = np.linalg.cholesky(GK + jitter * np.eye(dh))
-    lam = float(np.linalg.eigvalsh(L.T @ GQ @ L)[-1])
-    lam += 8.0 * gamma(d + 3 * dh + 10) * float(np.trace(GQ)) * float(np.trace(GK))
-    spec = math.sqrt(max(lam, 0.0)) * (1.0 + 1e-14)
+    """beta >= max_{||x||, ||y|| <= 1} x W_Q W_K^T y^T (outward rounded). l2: the spectral bound
+    (`diagonal_bilinear_bound.spectral_norm_bound`, the first-order certificate's). linf: the smallest of
+    sum_ab |M_ab|, d times that spectral bound and the diagonally scaled bound at the scalings
+    `certify.diagonal_bilinear_bound` chooses (the same the row's first-order certificate stores)."""
+    spec = spectral_norm_bound(W_Q, W_K)
     if norm == "l2":
         return spec
+    d, dh = W_Q.shape
     entry = float(np.abs(W_Q @ W_K.T).sum()) * (1.0 + 2.0 * gamma(dh + d * d + 4))
     return min(entry, d * spec, diagonal_bilinear_bound(W_Q, W_K))
 
