@@ -69,7 +69,8 @@ def setup():
 def clear_caches():
     """The caches keyed by the weights' contents (none on a checkout before them: `time` runs there too)."""
     for f in (getattr(fq, "_reduction", None), getattr(fq, "_long_double", None), getattr(foc, "_bilinear_bound", None),
-              vq.bilinear_norm, getattr(foc, "diagonal_scalings", None)):
+              getattr(foc, "head_bilinear_bound", None), getattr(vq, "bilinear_norm", None),
+              getattr(foc, "diagonal_scalings", None)):
         if hasattr(f, "cache_clear"):
             f.cache_clear()
 

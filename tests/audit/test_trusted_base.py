@@ -29,7 +29,7 @@ ALLOWED = {
     "attncert.integrity", "attncert.integrity.intermediate_check", "attncert.integrity.file_integrity",
     "attncert.integrity.model_identity", "attncert.head.specification",
     "attncert.certify.second_order.fixed_query.token_program",
-    # reached through the varying-query builder (data.bilinear_norm): the certifier's float bilinear bound and the
+    # reached through the varying-query builder (head_bilinear_bound): the certifier's float bilinear bound and the
     # optimizer (scipy L-BFGS-B) that picks its diagonal scalings; the audit never calls it (it evaluates the
     # row's stored scalings in balls: head_enclosure.diagonal_bound)
     "attncert.certify.diagonal_bilinear_bound",

@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from attncert.audit.head_enclosure import PREC, diagonal_bound
 from attncert.certify.diagonal_bilinear_bound import (diagonal_bilinear_bound, diagonal_scalings,
-                                                      scaled_spectral_bound, spectral_norm_bound)
-from attncert.certify.first_order_certificate import _bilinear_bound, bilinear_bound, first_order_certificate
+                                                      head_bilinear_bound, scaled_spectral_bound,
+                                                      spectral_norm_bound)
+from attncert.certify.first_order_certificate import bilinear_bound, first_order_certificate
 from attncert.head.ball_samples import feasible_perturbations
 from attncert.head.problem import random_head_problem
 from attncert.head.rounding import gamma
@@ -61,9 +62,43 @@ def test_certified_linf_beta_is_sound_and_no_looser(seed, d, dh, eq, ek):
     assert math.isfinite(diag) and diag >= true - err
     # the optimizer starts from s = t = 1 (d ||M||_2) and keeps the best point: never worse than that start
     assert diag <= d * spectral_norm_bound(W_Q, W_K) * (1 + 1e-9) + 1e-300
-    beta = _bilinear_bound(W_Q, W_K, "linf")
+    beta = head_bilinear_bound(W_Q, W_K, "linf")
     assert true - err <= beta <= unscaled_bound(W_Q, W_K)
-    assert beta == min(unscaled_bound(W_Q, W_K), diag)
+    assert beta == min(entry_bound(W_Q, W_K), unscaled_bound(W_Q, W_K), diag)
+
+
+def entry_bound(W_Q: np.ndarray, W_K: np.ndarray) -> float:
+    """sum_ab |M_ab| with the product's and the sum's rounding error (the fourth linf bound)."""
+    d, dh = W_Q.shape
+    cols = float((np.abs(W_Q).sum(0) * np.abs(W_K).sum(0)).sum())
+    return (float(np.abs(W_Q @ W_K.T).sum()) + gamma(dh + 2) * cols) * (1.0 + 2.0 * gamma(d * d + dh + 4))
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(seed=st.integers(0, 2**31), d=st.integers(1, 6), dh=st.integers(1, 4), eq=st.integers(-6, 6),
+       ek=st.integers(-6, 6), cancel=st.booleans())
+def test_certifier_and_audit_take_the_same_linf_beta(seed, d, dh, eq, ek, cancel):
+    """The certifier's float beta (first order and the varying relaxation alike) is at least the smallest of the
+    audit's four ball bounds, so an honest certificate is never refused for its beta; with W_K's columns
+    cancelling W_Q's (M small against |W_Q| |W_K|^T) the entry sum is still a bound of the box maximum."""
+    from attncert.audit.head_enclosure import HeadEnclosure
+
+    W_Q, W_K = _weights(seed, d, dh, eq, ek)
+    if cancel:
+        W_K = W_Q[:, ::-1] * np.where(np.arange(dh) % 2, -1.0, 1.0) * (1.0 + 1e-9)
+    true, err = box_maximum(W_Q, W_K)
+    beta = head_bilinear_bound(W_Q, W_K, "linf")
+    assert beta >= true - err
+    zero = np.zeros(dh)
+    head = HeadEnclosure(W_Q, W_K, W_Q, zero, zero, zero, np.zeros((1, d)), 0, zero)
+    old = ctx.prec
+    ctx.prec = PREC
+    try:
+        ball = head.bilinear_bound("linf", diagonal_scalings(W_Q, W_K))
+        assert float(ball.upper()) >= true - err
+        assert float(ball.lower()) <= beta
+    finally:
+        ctx.prec = old
 
 
 @settings(max_examples=40, **SETTINGS)

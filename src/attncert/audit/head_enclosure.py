@@ -274,8 +274,9 @@ class HeadEnclosure:
     def bilinear_bound(self, norm: str, scalings: tuple | None = None) -> arb:
         """An upper bound on beta = max_{||x||, ||y|| <= 1} x W_Q W_K^T y^T.
 
-        l2: ||W_Q W_K^T||_2. linf (x, y in the unit box): the smallest of sum_h ||W_Q[:, h]||_1 ||W_K[:, h]||_1,
-        d ||W_Q W_K^T||_2 (||x||_2 <= sqrt(d) for both) and, with scalings = (s, t) (positive finite, length d:
+        l2: ||W_Q W_K^T||_2. linf (x, y in the unit box): the smallest of sum_ab |(W_Q W_K^T)_ab|
+        (`entry_sum_bound`), sum_h ||W_Q[:, h]||_1 ||W_K[:, h]||_1, d ||W_Q W_K^T||_2 (||x||_2 <= sqrt(d) for both)
+        and, with scalings = (s, t) (positive finite, length d:
         `scaling_defect`; the caller checks them), the diagonally scaled `diagonal_bound`.
         """
         key = None if scalings is None else tuple(array_key(np.asarray(v, dtype=np.float64)) for v in scalings)
@@ -299,7 +300,7 @@ class HeadEnclosure:
         for h in range(self.W_Q.shape[1]):
             cols += norm_bound([arb(x) for x in self.W_Q[:, h]], norm) * norm_bound([arb(x) for x in self.W_K[:, h]],
                                                                                     norm)
-        bounds = [cols, arb(self.W_Q.shape[0]) * spec]
+        bounds = [self.entry_sum_bound(), cols, arb(self.W_Q.shape[0]) * spec]
         if scalings is not None and norm == "linf":
             bounds.append(diagonal_bound(self.W_Q, self.W_K, *(np.asarray(v, dtype=np.float64) for v in scalings)))
         return min(bounds, key=lambda b: float(b.upper()))

@@ -396,9 +396,6 @@ def _varying_common(build: dict, red: dict, head, radius: float, norm: str, scal
         if why:
             return f"varying data: {why}"
     beta = head.bilinear_bound(norm, scalings if norm == "linf" else None)
-    if norm == "linf":
-        entry = head.entry_sum_bound()
-        beta = entry if float(entry.upper()) < float(beta.upper()) else beta
     bb = float(build["bb"])
     checks = [("bilinear bound bb", arb(bb) - r * r * beta / head.sqrt_dh),
               ("R_s", arb(float(build["R_s"])) - r * head.float_norm(u_s, norm)),

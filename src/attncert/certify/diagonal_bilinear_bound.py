@@ -189,3 +189,22 @@ def _read_only(s: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def diagonal_bilinear_bound(W_Q: np.ndarray, W_K: np.ndarray) -> float:
     """The certified bound (1) at the scalings `diagonal_scalings` chooses (+inf if it cannot be evaluated)."""
     return scaled_spectral_bound(W_Q, W_K, *diagonal_scalings(W_Q, W_K))
+
+
+@cached_by_weights()  # a per-head constant: computed once per head
+def head_bilinear_bound(W_Q: np.ndarray, W_K: np.ndarray, norm: str) -> float:
+    """beta >= max_{||x||, ||y|| <= 1} x W_Q W_K^T y^T over the norm's unit ball (outward rounded): the one number
+    both the first-order certificate and the varying query's relaxation use.
+
+    l2: the spectral bound (`spectral_norm_bound`). linf: the smallest of sum_ab |M_ab| (its float sum plus the
+    product's error, gamma_{d_h + 2} sum_h ||W_Q[:, h]||_1 ||W_K[:, h]||_1, then the sum's), that column-norm sum
+    itself, d times the spectral bound (||x||_2 <= sqrt(d) on the box) and the diagonally scaled bound (1) at
+    `diagonal_scalings`: the four bounds `attncert.audit`'s `HeadEnclosure.bilinear_bound` evaluates in balls.
+    """
+    spec = spectral_norm_bound(W_Q, W_K)
+    if norm == "l2":
+        return spec
+    d, dh = W_Q.shape
+    cols = float((np.abs(W_Q).sum(0) * np.abs(W_K).sum(0)).sum())
+    entry = (float(np.abs(W_Q @ W_K.T).sum()) + gamma(dh + 2) * cols) * (1.0 + 2.0 * gamma(d * d + dh + 4))
+    return min(entry, cols * (1.0 + gamma(2 * d + dh)), d * spec, diagonal_bilinear_bound(W_Q, W_K))

@@ -48,9 +48,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from attncert.certify.diagonal_bilinear_bound import diagonal_bilinear_bound, diagonal_scalings, spectral_norm_bound
+from attncert.certify.diagonal_bilinear_bound import diagonal_scalings, head_bilinear_bound
 from attncert.head.reduced_geometry import ReducedGeometry, reduced_geometry
-from attncert.head.problem import HeadProblem, cached_by_weights
+from attncert.head.problem import HeadProblem
 from attncert.head.rounding import gamma
 
 
@@ -98,23 +98,13 @@ def attention_lp_max(l: np.ndarray, u: np.ndarray, W: np.ndarray, chunk: int = 5
 
 def bilinear_bound(problem: HeadProblem) -> float:
     """beta >= max_{||x||, ||y|| <= 1} x W_Q W_K^T y^T for the problem's norm (computed once per head)."""
-    return _bilinear_bound(problem.W_Q, problem.W_K, problem.norm)
+    return head_bilinear_bound(problem.W_Q, problem.W_K, problem.norm)
 
 
 def bilinear_scalings(problem: HeadProblem) -> tuple[np.ndarray, np.ndarray] | None:
     """The diagonal scalings (s, t) of the l_inf bilinear bound (`diagonal_bilinear_bound`; None for l2): what a
     certificate stores beside beta, so that a checker can evaluate the same bound."""
     return diagonal_scalings(problem.W_Q, problem.W_K) if problem.norm == "linf" else None
-
-
-@cached_by_weights()
-def _bilinear_bound(W_Q: np.ndarray, W_K: np.ndarray, norm: str) -> float:
-    spec = spectral_norm_bound(W_Q, W_K)
-    if norm == "l2":
-        return spec
-    d, dh = W_Q.shape
-    cols = float((np.abs(W_Q).sum(0) * np.abs(W_K).sum(0)).sum())
-    return min(cols * (1.0 + gamma(2 * d + dh)), d * spec, diagonal_bilinear_bound(W_Q, W_K))
 
 
 def score_value_intervals(problem: HeadProblem, beta: float | None = None, geometry: ReducedGeometry | None = None

@@ -8,29 +8,15 @@ import math
 
 import numpy as np
 
-from attncert.certify.diagonal_bilinear_bound import diagonal_bilinear_bound, spectral_norm_bound
+from attncert.certify.diagonal_bilinear_bound import head_bilinear_bound
 from attncert.certify.second_order.relaxation.facets import UpperChainFacets
 from attncert.certify.second_order.relaxation.rows import DEVIATION_BELOW
 from attncert.head.negligible_tokens import negligible_tokens
-from attncert.head.problem import HeadProblem, cached_by_weights
+from attncert.head.problem import HeadProblem
 from attncert.head.reduced_geometry import ReducedGeometry
 from attncert.head.rounding import UNIT_ROUNDOFF, gamma
 
 _LOW = -650.0  # lowest representable log lower weight of the (never dropped) query token
-
-
-@cached_by_weights()  # a per-head constant: computed once per head
-def bilinear_norm(W_Q: np.ndarray, W_K: np.ndarray, norm: str) -> float:
-    """beta >= max_{||x||, ||y|| <= 1} x W_Q W_K^T y^T (outward rounded). l2: the spectral bound
-    (`diagonal_bilinear_bound.spectral_norm_bound`, the first-order certificate's). linf: the smallest of
-    sum_ab |M_ab|, d times that spectral bound and the diagonally scaled bound at the scalings
-    `certify.diagonal_bilinear_bound` chooses (the same the row's first-order certificate stores)."""
-    spec = spectral_norm_bound(W_Q, W_K)
-    if norm == "l2":
-        return spec
-    d, dh = W_Q.shape
-    entry = float(np.abs(W_Q @ W_K.T).sum()) * (1.0 + 2.0 * gamma(dh + d * d + 4))
-    return min(entry, d * spec, diagonal_bilinear_bound(W_Q, W_K))
 
 
 class VaryingData:
@@ -100,7 +86,7 @@ class VaryingData:
         self.R_w = r * dual(u_w) * up
         self.H = np.array([r * (dual(self.p[j]) + p_err[o[j]]) * up for j in range(n)])
         self.H[-1] = 0.0  # the query token's eta is part of sigma_i^+
-        self.bb = r * r * bilinear_norm(problem.W_Q, problem.W_K, problem.norm) / sq * up
+        self.bb = r * r * head_bilinear_bound(problem.W_Q, problem.W_K, problem.norm) / sq * up
         R = np.where(np.arange(n) < n - 1, self.R_s, self.R_q)
         self.h = (R + self.H + self.bb) * (1.0 + 4.0 * UNIT_ROUNDOFF)  # total score shift in [-h_j, h_j]
         rng = np.stack([R, np.full(n, self.R_w), self.H, np.full(n, self.bb)], axis=1)
