@@ -6,7 +6,7 @@
 Units: `bench.context_length`'s GPT-2-sized random heads (random-gpt2, SYNTHETIC, layer 5, the long-context passage,
 query = last token), varying query, heads 0 .. --heads - 1. Each unit, both variants (paper-like, tight), goes
 through the public entry `second_order_certificate` (above `certificate.VARYING_LONG_ABOVE` tokens the long path,
-whose fallback or unconverged solve the cvxpy programs rescue) and through the cvxpy factored program
+which solves the cvxpy programs beside it up to 64 tokens) and through the cvxpy factored program
 `factored.second_order_varying_factored` forced on the same unit. Reference: `best_feasible_ascent` (4 restarts x 60
 steps, seed 0, as in `bench.context_length`). Printed per (n, norm, radius, variant): units, the median relative gap
 (bound - reference) / (reference - nominal) of each, the units where the entry is looser than the factored program by
