@@ -44,9 +44,9 @@ def recording_clarabel(calls: list):
 
     solve = token_solve._clarabel
 
-    def recorded(prog, opts):
+    def recorded(prog, opts, stop=None):
         t0 = time.perf_counter()
-        raw = solve(prog, opts)
+        raw = solve(prog, opts, stop)
         mag = np.abs(prog.A.data[prog.A.data != 0])
         calls.append((str(raw.status), int(raw.iterations), time.perf_counter() - t0, int(prog.A.shape[0]),
                       int(prog.A.nnz), float(mag.min()), float(mag.max())))

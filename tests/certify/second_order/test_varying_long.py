@@ -6,6 +6,7 @@ the lifted true points (every row of the assembled program must hold there, insi
 """
 import math
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -249,3 +250,43 @@ def test_up_to_beside_max_tokens_never_looser_than_the_cvxpy_program(norm, seed,
     monkeypatch.setattr(vl, "BESIDE_MAX", p.n - 1)
     alone = vl.second_order_varying_long(p, geo, upper_cone=tight)
     assert calls == [] and math.isfinite(alone.value)  # (above BESIDE_MAX the attempts run in another order)
+
+
+def test_progress_stall_ends_a_solve_only_where_objective_and_residuals_stall():
+    """`ProgressStall`: True once the primal objective and the duality gap moved <= tol x the first-order gap over
+    the window and neither residual halved; False while the objective moves or a residual still falls."""
+    info = lambda p, gap, rp, rd: SimpleNamespace(cost_primal=-p, gap_abs=gap, res_primal=rp, res_dual=rd)  # noqa: E731
+    flat = vl.ProgressStall(fo_obj=1.0, tol=1e-6, window=3)
+    assert [flat(info(0.5, 1e-9, 1e-5, 1e-5)) for _ in range(5)] == [False, False, False, True, True]
+    moving = vl.ProgressStall(fo_obj=1.0, tol=1e-6, window=3)
+    assert not any(moving(info(0.5 + 1e-4 * k, 1e-9, 1e-5, 1e-5)) for k in range(8))
+    falling = vl.ProgressStall(fo_obj=1.0, tol=1e-6, window=3)
+    assert not any(falling(info(0.5, 1e-9, 1e-5, 10.0 ** -k)) for k in range(8))
+    wide_gap = vl.ProgressStall(fo_obj=1.0, tol=1e-6, window=3)
+    assert not any(wide_gap(info(0.5, 1e-3, 1e-5, 1e-5)) for _ in range(8))
+    nan = vl.ProgressStall(fo_obj=1.0, tol=1e-6, window=1)
+    assert not any(nan(info(math.nan, 0.0, 1.0, 1.0)) for _ in range(4))
+
+
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+def test_a_solve_ended_early_still_certifies_a_sound_bound(norm):
+    """The stop decides how tight the bound is, never whether it holds: a solve ended after a few iterations by a
+    callback that always says stop gives a finite weak-duality bound >= the best feasible value, looser than the
+    solve's own end."""
+    rng = np.random.default_rng(3)
+    p = random_head_problem(rng, d=6, d_head=3, n=30, radius=0.05, norm=norm, mode="varying")
+    fo = first_order_certificate(p)
+    D = VaryingData(p, reduced_geometry(p), fo, center="key").drop_negligible()
+    edges = vl.start_edges(D) if norm == "linf" else None
+    cuts = vl.all_keys_shift_cut(D, p.W_Q)
+    prog = vlp.build_long_program(D, p.W_Q, False, MONOTONE_POINTS, True, edges, shift_cuts=cuts)
+    calls = []
+    early = lambda info: calls.append(info.iterations) or len(calls) >= 3  # noqa: E731
+    status, _, x, z, _ = vl.solve_scaled(prog, vl.LONG_LADDER[0], D, early)
+    assert status == "stalled" and len(calls) == 3 and z is not None
+    bound, _ = vl.free_dual_bound(prog, z)
+    _, _, _, z_end, _ = vl.solve_scaled(prog, vl.LONG_LADDER[0], D)
+    end, _ = vl.free_dual_bound(prog, z_end)
+    best = max(best_feasible_ascent(p, restarts=4, steps=60).value, sampled_max(p, k=16))
+    assert math.isfinite(bound) and D.g0 + D.rho_o * bound + D.tail >= best
+    assert bound >= end

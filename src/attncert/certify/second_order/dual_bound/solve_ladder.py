@@ -54,6 +54,7 @@ _CLARABEL_STATUS = {
     "MaxTime": ("user_limit", False),
     "NumericalError": ("solver_error", False),
     "InsufficientProgress": ("solver_error", False),
+    "CallbackTerminated": ("stalled", False),  # a caller's termination callback ended the solve
 }
 _SCS_STATUS = {  # SCS 3 info["status_val"]
     1: ("optimal", True),

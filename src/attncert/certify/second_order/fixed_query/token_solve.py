@@ -184,7 +184,7 @@ def edge_window(kv: np.ndarray, chain, near: int, grid: int) -> np.ndarray:
     return np.concatenate([bounds, e], axis=1)
 
 
-def _clarabel(prog: Program, opts: dict):
+def _clarabel(prog: Program, opts: dict, stop=None):
     import clarabel
 
     cones = []
@@ -199,15 +199,19 @@ def _clarabel(prog: Program, opts: dict):
     for key, val in opts.items():
         setattr(settings, key, val)
     P = sp.csc_matrix((prog.c.size, prog.c.size))
-    return clarabel.DefaultSolver(P, prog.c, prog.A, prog.b, cones, settings).solve()
+    solver = clarabel.DefaultSolver(P, prog.c, prog.A, prog.b, cones, settings)
+    if stop is not None:
+        solver.set_termination_callback(stop)
+    return solver.solve()
 
 
-def solve_once(prog, opts: dict):
+def solve_once(prog, opts: dict, stop=None):
     """One Clarabel solve of `prog` (c, A, b, dims) with the settings `opts`: (status, converged, raw result, log
-    entry (solver, status, seconds)); a solver crash is a failed attempt with raw None."""
+    entry (solver, status, seconds)); a solver crash is a failed attempt with raw None. stop: Clarabel's
+    termination callback (called with its info after every iteration; True ends the solve at that iterate)."""
     t0 = time.perf_counter()
     try:
-        raw = _clarabel(prog, opts)
+        raw = _clarabel(prog, opts, stop)
     except Exception as exc:  # noqa: BLE001 - a solver crash is one failed attempt
         return "solver_error", False, None, ("CLARABEL", f"solver_error: {type(exc).__name__}: {exc}",
                                              time.perf_counter() - t0)

@@ -81,6 +81,9 @@ from attncert.head.reduced_geometry import ReducedGeometry
 # min_switch_step_length 0.01 (Clarabel's default 0.1): on GPT-2-sized units with 256 and 1,024 keys at r = 0.02 every
 # rung stopped at "insufficient progress" within a second (the step length fell below 0.1 and the switch to the
 # dual scaling stalled); with 0.01 the same rungs reached bounds within 1e-6 of their primal.
+# Iterative refinement stays on: without it an iteration costs half (1,024 keys: 3.9 -> 2.1 s for 60) and the
+# GPT-2-sized units' bounds moved by <= 0.3 % of their gaps, but on random heads at r <= 5e-3 bounds came out up to
+# 246x looser (7 of 90 units looser by > 1 %), with nothing in the solve's own report to tell them apart.
 LONG_LADDER = tuple(dict(o, tol_gap_abs=1e-7, tol_gap_rel=1e-7, tol_feas=1e-7, min_switch_step_length=0.01)
                     for o in LADDER)
 # (Clarabel settings, tau_exp of `build_long_program`) in order until one converges. On a GPT-2-sized head with
@@ -127,6 +130,9 @@ ACCEPT = 2e-5  # the ladder ends at the first attempt whose bound - primal <= AC
 SHIFT_CUT_MIN = 1e-3  # linf rounds add a weighted moment cut of the query's shift violated by more than this (relative)
 MAX_SCALE_EXP = 60  # token scaling: 2^60 at most (keys below e^-60 of the top are dropped beforehand)
 VIOLATION = 1e-9  # an atom this far above its chain (unit value coordinate) gets a cut
+STALL, STALL_WINDOW = 2e-7, 10  # a solve ends once its primal objective and duality gap moved <= STALL x the
+#                                 first-order gap over STALL_WINDOW iterations (`ProgressStall`)
+STALL_RESIDUAL = 0.5  # ... and neither residual fell below this fraction of its value over those iterations
 
 
 def second_order_varying_long(
@@ -164,7 +170,7 @@ def second_order_varying_long(
             note_construction(key=key, edges=None if edges is None else [np.array(e) for e in edges],
                               shift_cuts=[(w.copy(), F.copy()) for w, F in shift_cuts],
                               support_ts=np.array(support_ts, dtype=np.float64))
-            status, p_obj, x, z, solve_log = solve_scaled(prog, opts, D)
+            status, p_obj, x, z, solve_log = solve_scaled(prog, opts, D, ProgressStall(fo_obj))
             bound = math.inf
             if z is not None:
                 try:
@@ -290,13 +296,43 @@ def token_scales(prog, D: VaryingData) -> np.ndarray:
     return f
 
 
-def solve_scaled(prog, opts: dict, D: VaryingData):
+class ProgressStall:
+    """Clarabel termination callback: True once the primal objective (objective units, the program maximizes)
+    moved by at most STALL x the first-order gap (`gap_scale`) over the last STALL_WINDOW iterations, the duality
+    gap is that small too, and neither residual fell below STALL_RESIDUAL of its value over those iterations. The
+    certified bound is weak duality on whatever iterate the solve ends at, so the stop decides only how tight it
+    is. On these programs the residuals can stall near 1e-5 for the second half of a solve: a GPT-2-sized unit
+    with 1,024 keys (linf, r = 0.002) ran 257 iterations in 14.3 s before "almost solved", its primal moving by
+    less than 1e-7 of the first-order gap per 10 iterations from the 160th; the unit 21.8 -> 16.3 s, its bound
+    0.1 % of the gap tighter (the second round's solve ended elsewhere). GPT-2-sized heads 0-3 at 256 keys, r =
+    0.002 and 0.02: 55.9 -> 42.1 s for the eight, bounds equal but one 0.5 % of its gap looser. Random heads (50,
+    17-300 tokens, r 1e-4-3e-2, both norms and variants): at most 0.3 % of the gap looser; with STALL 2e-6 and
+    no residual condition up to 10 % looser, and at r = 0.02 solves that stopped short of ACCEPT sent the ladder
+    on to 3-5x as many attempts."""
+
+    def __init__(self, fo_obj: float, tol: float = STALL, window: int = STALL_WINDOW):
+        self.fo_obj, self.tol, self.window, self.seen = fo_obj, tol, window, []
+
+    def __call__(self, info) -> bool:
+        p = -float(info.cost_primal)
+        self.seen.append((p, float(info.res_primal), float(info.res_dual)))
+        if len(self.seen) <= self.window or not math.isfinite(p):
+            return False
+        p0, rp0, rd0 = self.seen[-1 - self.window]
+        _, rp, rd = self.seen[-1]
+        tol = self.tol * gap_scale(self.fo_obj, p)
+        return (abs(p - p0) <= tol and abs(float(info.gap_abs)) <= tol and rp > STALL_RESIDUAL * rp0
+                and rd > STALL_RESIDUAL * rd0)
+
+
+def solve_scaled(prog, opts: dict, D: VaryingData, stop=None):
     """One Clarabel solve of `prog` in the token-scaled variables. Returns (status, primal objective, x, z, log),
     x in the program's own variables and z (row duals, unchanged by a column scaling) whatever the status, so
-    that every attempt's dual is bounded; x is None only when the solver returned nothing."""
+    that every attempt's dual is bounded; x is None only when the solver returned nothing. stop: Clarabel's
+    termination callback (`ProgressStall`)."""
     f = token_scales(prog, D)
     scaled = SimpleNamespace(c=prog.c * f, A=(prog.A @ sp.diags(f)).tocsc(), b=prog.b, dims=prog.dims)
-    status, _, raw, entry = solve_once(scaled, opts)
+    status, _, raw, entry = solve_once(scaled, opts, stop)
     if raw is None or raw.x is None or raw.z is None or len(raw.x) != prog.c.size:
         return status, math.nan, None, None, [entry]
     x = np.asarray(raw.x, dtype=np.float64) * f
