@@ -27,7 +27,7 @@ converged one); the smallest bound of all is kept. The first-order gap is the sc
 second-order gap at r = 1e-4 is ~3e-4 of it, so a tolerance relative to |primal| (of the order of the whole
 movement) let the solver's slack exceed the gap itself (GPT-2-sized heads, l2, r = 1e-4, 32 and 64 keys: 3-8x the
 cvxpy program's gap, almost all of it bound - primal). Later rounds (cutting planes) use the attempt with the
-smallest bound.
+smallest bound. Every solve ends where its progress stalls (`ProgressStall`) if the solver does not stop first.
 
 Two moment cuts of the query's shift (`shift_moment`: every key weighted 1, and weighted by its softmax weight) are
 in every program (`all_keys_shift_cut`); a linf round
