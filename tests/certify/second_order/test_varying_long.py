@@ -290,3 +290,24 @@ def test_a_solve_ended_early_still_certifies_a_sound_bound(norm):
     best = max(best_feasible_ascent(p, restarts=4, steps=60).value, sampled_max(p, k=16))
     assert math.isfinite(bound) and D.g0 + D.rho_o * bound + D.tail >= best
     assert bound >= end
+
+
+def test_a_later_round_solves_each_attempt_once(monkeypatch):
+    """Later rounds put the round's best attempt first and walk the others after it, each once: with no attempt
+    ever accepted (ACCEPT 0) every round walks the whole ladder (above BESIDE_MAX tokens: ATTEMPTS_WIDE), and no
+    (program, settings, tau_exp) repeats."""
+    p = random_head_problem(np.random.default_rng(4), d=6, d_head=3, n=24, radius=0.02, norm="linf", mode="varying")
+    monkeypatch.setattr(vl, "ACCEPT", 0.0)
+    monkeypatch.setattr(vl, "BESIDE_MAX", 0)
+    seen = []
+    solve = vl.solve_scaled
+
+    def recorded(prog, opts, D, stop=None):
+        seen.append((prog.A.shape[0], prog.A.nnz, tuple(sorted(opts.items())), float(prog.coef["El"][0])))
+        return solve(prog, opts, D, stop)
+
+    monkeypatch.setattr(vl, "solve_scaled", recorded)
+    res = vl.second_order_varying_long(p, reduced_geometry(p))
+    rounds = {s[:2] for s in seen}
+    assert res.rounds >= 2 and len(rounds) >= 2, (res.rounds, res.status)
+    assert len(seen) == len(set(seen)) == len(rounds) * len(vl.ATTEMPTS_WIDE)

@@ -192,7 +192,7 @@ def second_order_varying_long(
         if kept is None:
             break
         _, attempt, prog, x, p_obj, t_dual = kept
-        attempts = [attempt] + [a for a in attempts if a is not attempt]  # later rounds: that attempt first
+        attempts = [attempt] + [a for a in attempts if a != attempt]  # later rounds: that attempt first, once
         if edges is None:
             break
         new, excess = cuts(prog, x, D, edges)
