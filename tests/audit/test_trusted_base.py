@@ -22,6 +22,7 @@ ALLOWED = {
     "attncert.certify.second_order.varying_query.unfactored_program",
     "attncert.certify.second_order.varying_query.long_program",
     "attncert.certify.second_order.varying_query.shift_moment",
+    "attncert.certify.second_order.varying_query.box_scaling",  # the budgets' diagonal scalings (numpy only)
     "attncert.certify.second_order.relaxation.key_support_cut",  # the long builder's support cuts (numpy only)
     "attncert.head.unit_grid",
     "attncert.head", "attncert.head.problem", "attncert.head.rounding", "attncert.head.fixed_query",

@@ -39,6 +39,7 @@ import scipy.sparse as sp
 from attncert.certify.second_order.relaxation.facets import UpperChainFacets, unit_rows
 from attncert.certify.second_order.relaxation.key_support_cut import support_rows
 from attncert.certify.second_order.relaxation.rows import ellipse_matrix, softmax_bounds, weight_coefficients
+from attncert.certify.second_order.varying_query.box_scaling import box_scalings
 from attncert.certify.second_order.varying_query.data import VaryingData
 from attncert.certify.second_order.varying_query.shift_moment import cut_rows, plain_cut_bound
 from attncert.certify.second_order.varying_query.program import (QUAD_POINTS, budget_subsets, quadratic_rows,
@@ -60,20 +61,18 @@ TOKEN_BLOCKS = ("lam", "Us", "Uw", "Ub", "Vs", "Vw", "Vb", "SU", "SV")  # per to
 def all_keys_budget(Vt: np.ndarray, norm: str, row_err: np.ndarray) -> float:
     """Lambda >= sum_j etahat_j^2 over every query perturbation (`varying_query.program.query_budget`, the
     all-keys row), from the Gram matrix of the smaller side: B diag(1/g) B^T (m x m) and diag(1/g)^(1/2) B^T B
-    diag(1/g)^(1/2) (d x d) have the same nonzero eigenvalues and trace. Its entries are sums of the longer side's
+    diag(1/g)^(1/2) (d x d) have the same nonzero eigenvalues and trace; linf: the smaller bound of the scalings g
+    of `box_scaling.box_scalings` (ball: g = 1). Its entries are sums of the longer side's
     length, hence the rounding term. row_err_j bounds |etahat_j| - |(Vt_j . x)| (the float rows against the
     program's functional): sum (a + e)^2 <= sum a^2 + 3 sum e when |a|, e <= 1. Capped by m."""
     m, d = Vt.shape
-    if norm == "linf":
-        g = np.sqrt((Vt * Vt).sum(axis=0)) + 1e-300
-        Bs = Vt / np.sqrt(g)
-        scale = float(g.sum())
-    else:
-        Bs, scale = Vt, 1.0
-    G = Bs @ Bs.T if m <= d else Bs.T @ Bs
-    lam = float(np.linalg.eigvalsh(G)[-1]) + 64.0 * _U * (max(m, d) + 10) * float(np.trace(G))
-    val = lam * scale * (1.0 + 1e-9) + 3.0 * float(np.sum(row_err)) + 1e-12
-    return min(val, float(m))
+    best = float(m)
+    for g in (box_scalings(Vt) if norm == "linf" else [None]):
+        Bs, scale = (Vt, 1.0) if g is None else (Vt / np.sqrt(g), float(g.sum()))
+        G = Bs @ Bs.T if m <= d else Bs.T @ Bs
+        lam = float(np.linalg.eigvalsh(G)[-1]) + 64.0 * _U * (max(m, d) + 10) * float(np.trace(G))
+        best = min(best, lam * scale * (1.0 + 1e-9) + 3.0 * float(np.sum(row_err)) + 1e-12)
+    return best
 
 
 def chain_rows(chain: UpperChainFacets, scale_s: float, scale_w: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from attncert.certify.second_order.varying_query.box_scaling import box_scalings, column_norms
 from attncert.head.rounding import UNIT_ROUNDOFF, gamma
 
 _U = UNIT_ROUNDOFF
@@ -32,21 +33,20 @@ def cut_bound(B: np.ndarray, norm: str, row_err: np.ndarray) -> float:
     """Lambda' >= max_x ||B x + e(x)||^2 over the unit ball (l2) or box (linf), for float rows B (k x d) whose exact
     functionals differ from B x by |e_i| <= row_err_i at every such x.
 
-    Ball: ||B x||^2 <= lambda_max(B B^T). Box: for g > 0 (the column norms of B), ||B x||^2 <= lambda_max(B diag(1/g)
-    B^T) sum_k g_k x_k^2 <= lambda_max(.) sum_k g_k. The eigenvalue of the smaller Gram matrix (same nonzero
-    spectrum), plus 64 u (k + d + 10) trace for its rounding, inflated by 1e-9; then ||Bx + e|| <= ||Bx|| + ||e||."""
+    Ball: ||B x||^2 <= lambda_max(B B^T). Box: for g > 0, ||B x||^2 <= lambda_max(B diag(1/g) B^T) sum_k g_k x_k^2
+    <= lambda_max(.) sum_k g_k, the smaller over the scalings of `box_scaling.box_scalings`. The eigenvalue of the
+    smaller Gram matrix (same nonzero spectrum), plus 64 u (k + d + 10) trace for its rounding, inflated by 1e-9;
+    then ||Bx + e|| <= ||Bx|| + ||e||."""
     B = np.asarray(B, dtype=np.float64)
     k, d = B.shape
-    if norm == "linf":
-        g = np.sqrt((B * B).sum(axis=0)) + 1e-300
-        Bs = B / np.sqrt(g)
-        scale = float(np.sum(g)) * (1.0 + gamma(d + 2))
-    else:
-        Bs, scale = B, 1.0
-    G = Bs @ Bs.T if k <= d else Bs.T @ Bs
-    tr = float(np.trace(G))
-    lam = max(float(np.linalg.eigvalsh(G)[-1]), 0.0) + 64.0 * _U * (k + d + 10) * tr
-    root = np.sqrt(lam * scale * (1.0 + 1e-9)) + float(np.sqrt(np.sum(np.square(row_err)))) * (1.0 + 1e-9)
+    best = np.inf
+    for g in (box_scalings(B) if norm == "linf" else [None]):
+        Bs, scale = (B, 1.0) if g is None else (B / np.sqrt(g), float(np.sum(g)) * (1.0 + gamma(d + 2)))
+        G = Bs @ Bs.T if k <= d else Bs.T @ Bs
+        tr = float(np.trace(G))
+        lam = max(float(np.linalg.eigvalsh(G)[-1]), 0.0) + 64.0 * _U * (k + d + 10) * tr
+        best = min(best, lam * scale)
+    root = np.sqrt(best * (1.0 + 1e-9)) + float(np.sqrt(np.sum(np.square(row_err)))) * (1.0 + 1e-9)
     return float(root * root * (1.0 + 1e-9) + 1e-300)
 
 
@@ -63,7 +63,8 @@ def cut_rows(Vt: np.ndarray, W_Q: np.ndarray, w: np.ndarray, F: np.ndarray, norm
     return cut_bound(B, norm, np.concatenate([np.sqrt(w) * row_err, err_F]))
 
 
-def s_lemma_factor(Vt: np.ndarray, W_Q: np.ndarray, w: np.ndarray, kq_lead: np.ndarray, norm: str) -> np.ndarray:
+def s_lemma_factor(Vt: np.ndarray, W_Q: np.ndarray, w: np.ndarray, kq_lead: np.ndarray, norm: str,
+                   metric: np.ndarray | None = None) -> np.ndarray:
     """F with F^T F = Lambda G^{-1} - K_w (module docstring), in floating point (any F gives a valid cut).
 
     K_w = sum_j w_j a_j a_j^T with a_j = kq_lead_j (key j's functional of Y: etahat_j = a_j . Y / tau); G = W_Q^T
@@ -73,7 +74,7 @@ def s_lemma_factor(Vt: np.ndarray, W_Q: np.ndarray, w: np.ndarray, kq_lead: np.n
     dh = W_Q.shape[1]
     if norm == "linf":
         rows = np.sqrt(w)[:, None] * Vt
-        g = np.sqrt((rows * rows).sum(axis=0)) + 1e-300
+        g = column_norms(rows) if metric is None else metric
         G = W_Q.T @ (W_Q / g[:, None])
     else:
         G = W_Q.T @ W_Q
