@@ -93,8 +93,7 @@ def test_the_sdp_scalings_tighten_a_certified_linf_bound(monkeypatch):
     best = best_feasible_ascent(p, restarts=4, steps=60).value
     monkeypatch.setattr(vl, "BESIDE_MAX", 0)
     sdp = vl.second_order_varying_long(p, reduced_geometry(p))
-    for module in (bs, vl):
-        monkeypatch.setattr(module, "sdp_scaling", lambda B, *a, **k: None)
+    monkeypatch.setattr(bs, "sdp_scaling", lambda B, *a, **k: None)
     col = vl.second_order_varying_long(p, reduced_geometry(p))
     assert not sdp.fallback and not col.fallback and min(sdp.value, col.value) >= best
     assert sdp.value < col.value - 1e-3 * (col.value - p.nominal_value())  # measured: 0.0076 against 0.0016

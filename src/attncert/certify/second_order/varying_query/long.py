@@ -29,9 +29,8 @@ movement) let the solver's slack exceed the gap itself (GPT-2-sized heads, l2, r
 cvxpy program's gap, almost all of it bound - primal). Later rounds (cutting planes) use the attempt with the
 smallest bound. Every solve ends where its progress stalls (`ProgressStall`) if the solver does not stop first.
 
-Moment cuts of the query's shift (`shift_moment`: every key weighted 1, and weighted by its softmax weight; linf: each
-in the metric of the column norms and of the max-cut SDP's scaling, `box_scaling`) are in every program
-(`all_keys_shift_cut`); a linf round
+Two moment cuts of the query's shift (`shift_moment`: every key weighted 1, and weighted by its softmax weight) are
+in every program (`all_keys_shift_cut`); a linf round
 that adds facets also adds one weighted by the solved second moments when the solved point violates it
 (`weighted_shift_cut`; it never causes a solve of its own).
 
@@ -72,7 +71,6 @@ from attncert.certify.second_order.varying_query.unfactored import _to_g, prepar
 from attncert.certify.second_order.varying_query.data import VaryingData
 from attncert.certify.second_order.varying_query.long_program import (KEYS_BLOCKS, TOKEN_BLOCKS, build_long_program,
                                                                     key_lead, long_chains, row_err)
-from attncert.certify.second_order.varying_query.box_scaling import sdp_scaling
 from attncert.certify.second_order.varying_query.shift_moment import cut_rows, s_lemma_factor
 from attncert.head.problem import HeadProblem
 from attncert.head.reduced_geometry import ReducedGeometry
@@ -232,23 +230,16 @@ def all_keys_shift_cut(D: VaryingData, W_Q: np.ndarray) -> list:
     relative gap with neither / the first / both: 0.00076 / 0.00026 / - at 64 keys (r = 0.002, one head; the full
     d_h x d_h moment matrix, a PSD cone at 40-150x the time: 0.00025); at 1,024 keys (3 heads, r = 0.002) the second
     cut takes 0.00042 / 0.00071 / 0.00058 to 0.00039 / 0.00020 / 0.00029 and at r = 0.02 0.0048 / 0.0044 / 0.0028 to
-    0.0034 / 0.0018 / 0.0023. linf: a few per cent (the box's ellipsoid is loose), so there each weight gets a second
-    cut whose S-lemma metric is the max-cut SDP's scaling (`box_scaling.sdp_scaling`) instead of the column norms:
-    GPT-2-sized heads, 64 keys, r = 0.002, paper-like, the long program alone, heads 0-5: 0.0097 / 0.0166 / 0.0143 /
-    0.0121 / 0.0120 / 0.0166 with the column norms' cuts (the budgets and Lambda' already with the SDP's scaling),
-    0.0070 / 0.0169 / 0.0153 / 0.0122 / 0.0131 / 0.0177 with the SDP's metric alone, 0.0070 / 0.0164 / 0.0143 /
-    0.0121 / 0.0121 / 0.0165 with both (before the SDP's scaling: 0.0103 / 0.0194 / 0.0163 / 0.0133 / 0.0143 /
-    0.0189)."""
+    0.0034 / 0.0018 / 0.0023. linf: a few per cent (the box's ellipsoid is loose). A second cut per weight in the
+    metric of the max-cut SDP's scaling (`box_scaling.sdp_scaling`) instead of the column norms was measured and not
+    kept: GPT-2-sized heads, 64 keys, r = 0.002, paper-like, heads 0-5, the long program alone: 0.0097 / 0.0166 /
+    0.0143 / 0.0121 / 0.0120 / 0.0166 without it, 0.0070 / 0.0164 / 0.0143 / 0.0121 / 0.0121 / 0.0165 with it; on the
+    default run's 512-key MiniLM units at r = 0.02 its later rounds ended in "insufficient progress" and walked the
+    ladder (head 3 paper-like 8.9 -> 28.2 s, head 0 tight 20.0 -> 25.8 s), each bound slightly looser."""
     m = D.n - 1
     kq_lead = key_lead(D)[:, None] * D.kq[:m]
     weights = (np.ones(m), np.exp(np.maximum(D.A[:m] - np.max(D.A[:m]), -700.0)))
-    cuts = []
-    for w in weights:
-        cuts.append((w, s_lemma_factor(D.Vt[:m], W_Q, w, kq_lead, D.norm)))
-        g = sdp_scaling(np.sqrt(w)[:, None] * D.Vt[:m]) if D.norm == "linf" else None
-        if g is not None:
-            cuts.append((w, s_lemma_factor(D.Vt[:m], W_Q, w, kq_lead, D.norm, metric=g)))
-    return cuts
+    return [(w, s_lemma_factor(D.Vt[:m], W_Q, w, kq_lead, D.norm)) for w in weights]
 
 
 def weighted_shift_cut(prog, x: np.ndarray, D: VaryingData, W_Q: np.ndarray, err: np.ndarray | None = None):

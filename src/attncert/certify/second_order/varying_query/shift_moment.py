@@ -63,19 +63,17 @@ def cut_rows(Vt: np.ndarray, W_Q: np.ndarray, w: np.ndarray, F: np.ndarray, norm
     return cut_bound(B, norm, np.concatenate([np.sqrt(w) * row_err, err_F]))
 
 
-def s_lemma_factor(Vt: np.ndarray, W_Q: np.ndarray, w: np.ndarray, kq_lead: np.ndarray, norm: str,
-                   metric: np.ndarray | None = None) -> np.ndarray:
+def s_lemma_factor(Vt: np.ndarray, W_Q: np.ndarray, w: np.ndarray, kq_lead: np.ndarray, norm: str) -> np.ndarray:
     """F with F^T F = Lambda G^{-1} - K_w (module docstring), in floating point (any F gives a valid cut).
 
     K_w = sum_j w_j a_j a_j^T with a_j = kq_lead_j (key j's functional of Y: etahat_j = a_j . Y / tau); G = W_Q^T
-    W_Q (ball) or W_Q^T diag(1/g) W_Q (box, g = `metric`, by default the column norms of the rows sqrt(w_j) v_j;
-    `box_scaling.sdp_scaling` of those rows gives the ellipsoid of the max-cut SDP's bound). With G = R^T R and
+    W_Q (ball) or W_Q^T diag(1/g) W_Q (box, g the column norms of the rows sqrt(w_j) v_j). With G = R^T R and
     R K_w R^T = U diag(kappa) U^T: F = diag(sqrt(kappa_max - kappa)) U^T R^{-T}."""
     w = np.clip(np.asarray(w, dtype=np.float64), 0.0, None)
     dh = W_Q.shape[1]
     if norm == "linf":
         rows = np.sqrt(w)[:, None] * Vt
-        g = column_norms(rows) if metric is None else metric
+        g = column_norms(rows)
         G = W_Q.T @ (W_Q / g[:, None])
     else:
         G = W_Q.T @ W_Q
