@@ -13,6 +13,7 @@ from attncert.certify.second_order.relaxation.key_support_cut import support_row
 from attncert.certify.second_order.relaxation.rows import (ellipse_matrix, polygon_constraints, softmax_bounds,
                                                       weight_coefficients, weight_parameters)
 from attncert.certify.second_order.dual_bound.compiled import assign, mark_one_shot
+from attncert.certify.second_order.varying_query.box_scaling import column_norms
 from attncert.certify.second_order.varying_query.data import VaryingData, start_chains
 from attncert.head.rounding import UNIT_ROUNDOFF
 
@@ -88,7 +89,7 @@ def query_budget(Vt: np.ndarray, norm: str, S: np.ndarray) -> np.ndarray:
     for i, row in enumerate(S):
         B = Vt[row > 0]
         if norm == "linf":
-            g = np.sqrt((B * B).sum(axis=0)) + 1e-300
+            g = column_norms(B)
             G = (B / g) @ B.T
             lam = float(np.linalg.eigvalsh(G)[-1]) + 64.0 * _U * (B.shape[1] + 10) * float(np.trace(G))
             val = lam * float(g.sum()) * (1.0 + 1e-9)
