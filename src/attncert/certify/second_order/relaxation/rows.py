@@ -289,7 +289,7 @@ def ellipse_matrix(u_s: np.ndarray, u_w: np.ndarray, radius: float, scale_s: flo
     would widen a thin value range R_w << R_s by ~1e-12 (R_s / R_w)^2). cs covers the rounding of G xhat.
     """
     A2 = np.stack([u_s * (radius / scale_s), u_w * (radius / scale_w)])
-    Q = A2 @ A2.T
+    Q = np.sum(A2[:, None, :] * A2[None, :, :], axis=2)  # numpy's own summation: BLAS's bits follow its thread count
     tr = float(np.trace(Q))
     d = u_s.shape[0]
     reg = tr * (1e-12 + 16.0 * gamma(d + 8)) + 1e-300
