@@ -294,10 +294,11 @@ def test_a_solve_ended_early_still_certifies_a_sound_bound(norm):
 
 def test_a_later_round_solves_each_attempt_once(monkeypatch):
     """Later rounds put the round's best attempt first and walk the others after it, each once: with no attempt
-    ever accepted (ACCEPT 0) every round walks the whole ladder (above BESIDE_MAX tokens: ATTEMPTS_WIDE), and no
-    (program, settings, tau_exp) repeats."""
+    ever accepted (ACCEPT 0, ROUGH -inf) every round walks the whole ladder (above BESIDE_MAX tokens:
+    ATTEMPTS_WIDE), and no (program, settings, tau_exp) repeats."""
     p = random_head_problem(np.random.default_rng(4), d=6, d_head=3, n=24, radius=0.02, norm="linf", mode="varying")
     monkeypatch.setattr(vl, "ACCEPT", 0.0)
+    monkeypatch.setattr(vl, "ROUGH", -math.inf)
     monkeypatch.setattr(vl, "BESIDE_MAX", 0)
     seen = []
     solve = vl.solve_scaled
@@ -311,3 +312,26 @@ def test_a_later_round_solves_each_attempt_once(monkeypatch):
     rounds = {s[:2] for s in seen}
     assert res.rounds >= 2 and len(rounds) >= 2, (res.rounds, res.status)
     assert len(seen) == len(set(seen)) == len(rounds) * len(vl.ATTEMPTS_WIDE)
+
+
+def test_a_round_with_cuts_to_add_ends_at_a_rough_point(monkeypatch):
+    """A round that is not the last ends at its first attempt within ROUGH of its primal when that point has cuts to
+    add; the last round walks the ladder (never accepted: ACCEPT 0). With every point rough enough (ROUGH inf): one
+    solve in each round but the last, the whole ladder in the last, and the bound stays above the best ascent."""
+    p = random_head_problem(np.random.default_rng(4), d=6, d_head=3, n=24, radius=0.02, norm="linf", mode="varying")
+    monkeypatch.setattr(vl, "ACCEPT", 0.0)
+    monkeypatch.setattr(vl, "ROUGH", math.inf)
+    monkeypatch.setattr(vl, "BESIDE_MAX", 0)
+    seen = []
+    solve = vl.solve_scaled
+
+    def recorded(prog, opts, D, stop=None):
+        seen.append((prog.A.shape[0], prog.A.nnz))
+        return solve(prog, opts, D, stop)
+
+    monkeypatch.setattr(vl, "solve_scaled", recorded)
+    res = vl.second_order_varying_long(p, reduced_geometry(p))
+    per_round = [sum(1 for s in seen if s == r) for r in dict.fromkeys(seen)]
+    assert res.rounds >= 2 and len(per_round) == res.rounds, (res.rounds, per_round)
+    assert per_round[:-1] == [1] * (res.rounds - 1) and per_round[-1] == len(vl.ATTEMPTS_WIDE), per_round
+    assert res.value >= best_feasible_ascent(p, restarts=4, steps=60).value

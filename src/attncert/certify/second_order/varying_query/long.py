@@ -26,7 +26,8 @@ lies within ACCEPT x the first-order gap of its primal, whatever the solver's st
 converged one); the smallest bound of all is kept. The first-order gap is the scale of what is certified: a
 second-order gap at r = 1e-4 is ~3e-4 of it, so a tolerance relative to |primal| (of the order of the whole
 movement) let the solver's slack exceed the gap itself (GPT-2-sized heads, l2, r = 1e-4, 32 and 64 keys: 3-8x the
-cvxpy program's gap, almost all of it bound - primal). Later rounds (cutting planes) use the attempt with the
+cvxpy program's gap, almost all of it bound - primal). A round with cuts still to add needs only a point to cut
+at: it ends at an attempt within ROUGH of its primal. Later rounds (cutting planes) use the attempt with the
 smallest bound. Every solve ends where its progress stalls (`ProgressStall`) if the solver does not stop first.
 
 Two moment cuts of the query's shift (`shift_moment`: every key weighted 1, and weighted by its softmax weight) are
@@ -102,11 +103,13 @@ ATTEMPTS = ((0, 0), (0, 5), (1, 0), (2, -5))
 # of 1.20 to 0.100 (15-20 s more on such units; never reached on the default run, whose certificates take <= 2 solves).
 # Not earlier: its bound and primal can meet above the optimum (tau_exp 12-20 there: 0.687-1.24, "converged")
 ATTEMPTS_WIDE = ((0, 5), (0, 0), (1, 0), (2, -5), (0, 10))
-NEAR = 12  # consecutive edges on each side of a token's estimated vertex (linf)
-GRID = 9  # global sigma grid of edges (linf), above GRID_WIDE_UP_TO tokens
-GRID_WIDE, GRID_WIDE_UP_TO = 25, 128  # up to 128 tokens a 25-point grid: on a GPT-2-sized unit with 64 keys (linf,
-#                                       tight, r = 0.02) it gives a gap of 0.0097 against 0.0119 with 9 points in the
-#                                       same time (the cvxpy program: 0.0102); with 1,024 keys 3.4x the time, no gain
+NEAR, GRID_WIDE, GRID_WIDE_UP_TO = 12, 25, 128  # up to 128 tokens: NEAR consecutive edges on each side of a token's
+#   estimated vertex and a sigma grid of GRID_WIDE edges (linf). On a GPT-2-sized unit with 64 keys (tight, r = 0.02)
+#   the 25-point grid gives a gap of 0.0097 against 0.0119 with 9 points in the same time (the cvxpy program: 0.0102)
+NEAR_LONG, GRID_LONG = 4, 5  # above 128 tokens: the cutting-plane rounds find the edges that bind. GPT-2-sized heads,
+#   paper-like, against 12 and 9: 256 keys (heads 0-5, r = 0.002 and 0.02) 42.9 -> 36.1 s for the twelve, gaps within
+#   0.3 %; 1,024 keys (heads 0-3) r = 0.002 9.2-10.4 -> 6.2-7.8 s, gaps equal to 5 digits; r = 0.02 gaps 0.1807 /
+#   0.0383 / 0.0493 / 0.0838 -> 0.1804 / 0.0383 / 0.0489 / 0.0838 (seconds there follow the ladder's path)
 ROUNDS = 3  # solves with cutting planes (linf). A later round walks the whole ladder while no attempt reaches ACCEPT:
 #             ending it also at the first attempt below every earlier round's bound halved the seconds at r = 0.02
 #             (GPT-2-sized heads, linf, both variants: 256 keys heads 0-5 197 -> 98 s, 1,024 keys heads 0-2 597 ->
@@ -126,6 +129,11 @@ CUT_STOP = 1e-4  # stop once the atoms above their chains, and the support cut a
 BESIDE_MAX = 64  # tokens at most for the cvxpy programs solved beside this one (`_beside_factored`), compiled
 #                  without cvxpy's parameter tensor above `program.ONE_SHOT_ABOVE` tokens (with it their first solve in
 #                  a process took 14-23 s and 1.2-3.3 GB at 32-64 keys)
+ROUGH = 1e-3  # a round that is not the last ends at the first attempt within ROUGH x the first-order gap of its
+#               primal whose point has cuts to add (`round_cuts`): its bound is superseded by the next round's, which
+#               needs only where to cut. The last round walks the ladder to ACCEPT. GPT-2-sized heads 0-3, 1,024 keys,
+#               r = 0.02, paper-like: 45.1 / 19.8 / 40.4 / 39.5 -> 25.7 / 19.7 / 24.0 / 24.7 s, gaps 0.1804 / 0.0383 /
+#               0.0489 / 0.0838 -> 0.1808 / 0.0383 / 0.0485 / 0.0838 (r = 0.002 and 256 keys: no round had walked)
 ACCEPT = 2e-5  # the ladder ends at the first attempt whose bound - primal <= ACCEPT x the first-order gap (`converged`)
 SHIFT_CUT_MIN = 1e-3  # linf rounds add a weighted moment cut of the query's shift violated by more than this (relative)
 MAX_SCALE_EXP = 60  # token scaling: 2^60 at most (keys below e^-60 of the top are dropped beforehand)
@@ -161,8 +169,8 @@ def second_order_varying_long(
     fo_obj = (fo - D.g0 - D.tail) / D.rho_o  # the first-order bound in the program's objective units
     support_ts = start_support(fo_obj) if edges is not None else []
     for rounds in range(1, (ROUNDS if edges is not None else 1) + 1):
-        kept, done = None, False  # (bound, attempt, program, x, primal, normalization multiplier): the round's
-        #                           smallest bound with a primal point
+        kept, nxt = None, None  # (bound, attempt, program, x, primal, normalization multiplier): the round's
+        #                         smallest bound with a primal point; nxt: (kept, its `round_cuts`)
         for i, (opts, tau_exp) in enumerate(attempts):
             prog = build_long_program(D, problem.W_Q, upper_cone, monotone_points, second, edges, tau_exp, shift_cuts,
                                       support_ts)
@@ -186,20 +194,23 @@ def second_order_varying_long(
                 gap = best - primal if math.isfinite(primal) else math.nan
             if x is not None and math.isfinite(bound) and (kept is None or bound < kept[0]):
                 kept = (bound, (opts, tau_exp), prog, x, p_obj, float(z[0]))
-            done = kept is not None and converged(kept[0], kept[4], fo_obj, ACCEPT)
-            if done:
+            if kept is not None and converged(kept[0], kept[4], fo_obj, ACCEPT):
                 break
+            if kept is not None and edges is not None and rounds < ROUNDS and converged(kept[0], kept[4], fo_obj,
+                                                                                          ROUGH):
+                nxt = (kept, round_cuts(kept, D, edges, fo_obj))
+                if nxt[1] is not None:  # a round with cuts to add: its point is good enough to cut at
+                    break
         if kept is None:
             break
-        _, attempt, prog, x, p_obj, t_dual = kept
+        _, attempt, prog, x, _, t_dual = kept
         attempts = [attempt] + [a for a in attempts if a != attempt]  # later rounds: that attempt first, once
         if edges is None:
             break
-        new, excess = cuts(prog, x, D, edges)
-        stop = CUT_STOP * gap_scale(fo_obj, p_obj)
-        support = math.isfinite(t_dual) and keys_support_excess(prog, x, D, t_dual) > stop
-        if (excess <= stop or not any(e.size for e in new)) and not support:
+        found = nxt[1] if nxt is not None and nxt[0] is kept else round_cuts(kept, D, edges, fo_obj)
+        if found is None:
             break
+        new, support = found
         edges = [np.union1d(e, a)[:MAX_EDGES] if a.size else e for e, a in zip(edges, new)]
         support_ts = support_ts + [t_dual] if support else support_ts
         if second:  # a weighted cut rides along with the facets
@@ -210,6 +221,19 @@ def second_order_varying_long(
     res = settle(best, fo, t0, "varying", status=best_status, solver="CLARABEL" if math.isfinite(best) else "none",
                  primal=primal, rounds=rounds, n_facets=n_facets, log=log, dual_gap=gap)
     return _beside_factored(problem, geo, res, upper_cone, monotone_points, t0)
+
+
+def round_cuts(kept, D: VaryingData, edges: list, fo_obj: float):
+    """What a round's solved point asks of the next round: (new half-planes per token, add the support cut at its
+    normalization multiplier?), or None when the atoms above their chains and that support cut remove at most
+    CUT_STOP x the first-order gap (`gap_scale`) from it."""
+    _, _, prog, x, p_obj, t_dual = kept
+    new, excess = cuts(prog, x, D, edges)
+    stop = CUT_STOP * gap_scale(fo_obj, p_obj)
+    support = math.isfinite(t_dual) and keys_support_excess(prog, x, D, t_dual) > stop
+    if (excess <= stop or not any(e.size for e in new)) and not support:
+        return None
+    return new, support
 
 
 def keys_support_excess(prog, x: np.ndarray, D: VaryingData, t: float) -> float:
@@ -371,15 +395,15 @@ def _beside_factored(problem: HeadProblem, geo: ReducedGeometry, res: SecondOrde
 
 def start_edges(D: VaryingData) -> list:
     """Per token the indices of its first half-planes (`long_program.chain_rows`): the sigma bounds, NEAR
-    consecutive edges on each side of the vertex of its boundary Dinkelbach estimate, a sigma grid of GRID_WIDE
-    points (at most GRID_WIDE_UP_TO tokens) or GRID points."""
+    consecutive edges on each side of the vertex of its boundary Dinkelbach estimate and a sigma grid of GRID_WIDE
+    points (at most GRID_WIDE_UP_TO tokens), else NEAR_LONG edges and GRID_LONG points."""
     keys, query = long_chains(D)
     m = D.n - 1
     sig = np.vstack([np.broadcast_to(keys.chain.sigma, (m, keys.chain.sigma.size)), query.chain.sigma[None]])
     om = np.vstack([np.broadcast_to(keys.chain.omega, (m, keys.chain.omega.size)), query.chain.omega[None]])
     _, kv = vertex_dinkelbach(D.A, D.w0, D.g0, sig, om)
-    grid = GRID_WIDE if D.n <= GRID_WIDE_UP_TO else GRID
-    rows = np.vstack([edge_window(kv[:m], keys.chain, NEAR, grid), edge_window(kv[m:], query.chain, NEAR, grid)])
+    near, grid = (NEAR, GRID_WIDE) if D.n <= GRID_WIDE_UP_TO else (NEAR_LONG, GRID_LONG)
+    rows = np.vstack([edge_window(kv[:m], keys.chain, near, grid), edge_window(kv[m:], query.chain, near, grid)])
     return [np.unique(r) for r in rows]
 
 
