@@ -23,7 +23,8 @@ n in [64, 1024].
     .venv/bin/python -m bench.context_length --no-fixed --varying-max 1024 --heads 2 --part varying
 
 Writes context_length[-PART][-quick].md / .json (bench/common.py) and the figure .png beside them;
-`--replot JSON` redraws the figure of a stored result.
+`--replot JSON` redraws the figure of a stored result; `--merge JSON ... --part NAME` writes one result (table,
+exponents, figure) from the rows of stored results run in parts (e.g. 12 heads at 16-256 keys and 4 at 1,024).
 """
 from __future__ import annotations
 
@@ -363,6 +364,20 @@ def replot(json_path: Path) -> None:
     figure(record["result"]["summary"], json_path.with_suffix(".png"))
 
 
+def merged(paths: list) -> dict:
+    """The rows of stored results (their JSONs) as one result, each row naming the result it came from; a unit in
+    two of them is refused."""
+    rows, seen = [], {}
+    for path in paths:
+        for row in json.loads(Path(path).read_text())["result"]["rows"]:
+            unit = (row["mode"], row["head"], row["n"], row["radius"], row["norm"])
+            if unit in seen:
+                raise SystemExit(f"{Path(path).name} and {seen[unit]} both hold the unit {unit}: merge disjoint parts")
+            seen[unit] = Path(path).name
+            rows.append(dict(row, source=Path(path).name))
+    return dict(rows=rows, ns=sorted({r["n"] for r in rows}), quick=False)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", type=int, nargs="+", default=list(NS), help="numbers of keys")
@@ -379,12 +394,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--crown-max-varying", type=int, default=32, help="largest n for CROWN on the varying query")
     ap.add_argument("--part", help="a name for this result (context_length-PART)")
     ap.add_argument("--replot", type=Path, help="only redraw the figure of a stored result JSON")
+    ap.add_argument("--merge", type=Path, nargs="+", help="stored result JSONs (disjoint units) to write as one result")
     return ap
 
 
 def main(args) -> dict:
     warnings.filterwarnings("ignore")
-    data = run(args)
+    data = merged(args.merge) if args.merge else run(args)
     summ = summarize(data)
     print(markdown(data, summ))
     args.results.mkdir(parents=True, exist_ok=True)

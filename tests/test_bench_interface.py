@@ -75,3 +75,24 @@ def test_context_length_figure_draws_every_mode_present(tmp_path):
     summ["fixed"] = {"16": {"exact": dict(median_s=1e-3), "second_order": cell(0.1, 1e-4)}}
     drawn = figure(summ, tmp_path / "fv.png")
     assert drawn[("fixed", "cost")] == 2 and drawn[("fixed", "gap")] == 1 and drawn[("varying", "gap")] == 4
+
+
+def test_context_length_merges_disjoint_parts_and_refuses_a_unit_twice(tmp_path):
+    """`--merge` makes one result of parts run separately (each row names its part); a unit in two parts is an
+    error, not a silent double count in the medians."""
+    import json
+
+    from bench.context_length import merged
+
+    def part(name, ns):
+        rows = [dict(mode="varying", head=h, n=n, radius=0.002, norm="linf", reference=1.0, movement=0.5)
+                for n in ns for h in range(2)]
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"result": {"rows": rows}}))
+        return path
+
+    data = merged([part("a", [16, 64]), part("b", [1024])])
+    assert data["ns"] == [16, 64, 1024] and len(data["rows"]) == 6
+    assert [r["source"] for r in data["rows"]] == ["a.json"] * 4 + ["b.json"] * 2
+    with pytest.raises(SystemExit, match="both hold the unit"):
+        merged([part("a", [16, 64]), part("c", [64])])
