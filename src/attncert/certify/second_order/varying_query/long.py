@@ -110,7 +110,7 @@ NEAR_LONG, GRID_LONG = 4, 5  # above 128 tokens: the cutting-plane rounds find t
 #   paper-like, against 12 and 9: 256 keys (heads 0-5, r = 0.002 and 0.02) 42.9 -> 36.1 s for the twelve, gaps within
 #   0.3 %; 1,024 keys (heads 0-3) r = 0.002 9.2-10.4 -> 6.2-7.8 s, gaps equal to 5 digits; r = 0.02 gaps 0.1807 /
 #   0.0383 / 0.0493 / 0.0838 -> 0.1804 / 0.0383 / 0.0489 / 0.0838 (seconds there follow the ladder's path)
-ROUNDS = 3  # solves with cutting planes (linf). A later round walks the whole ladder while no attempt reaches ACCEPT:
+ROUNDS = 3  # solves with cutting planes (linf). The last round walks the ladder while no attempt reaches ACCEPT:
 #             ending it also at the first attempt below every earlier round's bound halved the seconds at r = 0.02
 #             (GPT-2-sized heads, linf, both variants: 256 keys heads 0-5 197 -> 98 s, 1,024 keys heads 0-2 597 ->
 #             341 s) for bounds up to 5.9 % looser (head 4 at 256 keys; 1,024 keys head 2: 3.4-3.7 %; medians
