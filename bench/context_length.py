@@ -306,16 +306,18 @@ def markdown(data: dict, summ: dict) -> str:
 
 
 def figure(summ: dict, path: Path) -> dict:
-    """One row per query mode present: median seconds per unit, and the median relative gap at r = 0.002 (the
-    varying query per norm: l2 solid, linf dotted), against n on log-log axes. Returns the number of curves drawn
-    per (mode, panel)."""
+    """One row per query mode present: median seconds per unit, the median relative gap at r = 0.002 (the varying
+    query per norm: l2 solid, linf dotted), and the second-order gaps' growth (each radius's median relative gap over
+    its value at the smallest n; r = 0.002 solid, other radii dashed, with the 1.2x growth target), against n on
+    log-log axes. Returns the number of data curves drawn per (mode, panel)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     modes = [m for m in ("fixed", "varying") if summ[m]] or ["fixed"]
-    fig, axes = plt.subplots(len(modes), 2, figsize=(11, 3.8 * len(modes) + 0.6), squeeze=False)
+    fig, axes = plt.subplots(len(modes), 3, figsize=(15, 3.8 * len(modes) + 0.6), squeeze=False)
+    growth = {mode: 0 for mode in modes}
     for row, mode in zip(axes, modes):
         # the varying query per norm; results stored before the per-norm medians: the median over norms
         split = mode == "varying" and any(k.startswith("rel_gap_l2_") for c in summ[mode].values() for p in c.values()
@@ -333,12 +335,24 @@ def figure(summ: dict, path: Path) -> dict:
                 if gaps and m != "exact":
                     ls = ":" if nm == "linf" else style["ls"]
                     row[1].loglog([g[0] for g in gaps], [g[1] for g in gaps], **{**style, "ls": ls})
+            if m.startswith("second_order"):
+                radii = sorted({k[9:] for _, p in pts for k in p if k.startswith("rel_gap_r")}, key=float)
+                for rad in radii:
+                    gaps = [(n, p[f"rel_gap_r{rad}"]) for n, p in pts if p.get(f"rel_gap_r{rad}", 0) > 0]
+                    if len(gaps) >= 2:
+                        row[2].semilogx([g[0] for g in gaps], [g[1] / gaps[0][1] for g in gaps],
+                                        **{**style, "ls": "-" if rad == "0.002" else "--"})
+                        growth[mode] += 1
         what = "varying query, every token perturbed" if mode == "varying" else "fixed query"
         row[0].set_title(f"cost ({what})", fontsize=10)
         row[1].set_title(f"gap / movement ({what}" + ("; l2 solid, linf dotted)" if split else ")"),
                          fontsize=9)
         row[0].set_ylabel("median seconds per unit")
         row[1].set_ylabel("median relative gap, r = 0.002")
+        row[2].axhline(1.2, color="0.5", lw=0.8, ls=":", label="1.2x growth target")
+        row[2].set_title("second-order gap / its value at the smallest n\n(r = 0.002 solid, other radii dashed)",
+                         fontsize=9)
+        row[2].set_ylabel("growth of the median relative gap")
         ticks = sorted({int(n) for n in summ[mode]})
         for ax in row:
             ax.set_xticks(ticks, [str(t) for t in ticks], minor=False)
@@ -346,7 +360,7 @@ def figure(summ: dict, path: Path) -> dict:
             ax.set_xlabel("attended keys n")
             ax.grid(True, which="both", alpha=0.3)
     handles = {}
-    for ax in axes[:, 0]:
+    for ax in [*axes[:, 0], *axes[:, 2]]:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)
     fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=4, fontsize=8, frameon=False)
@@ -354,8 +368,9 @@ def figure(summ: dict, path: Path) -> dict:
     fig.tight_layout(rect=(0, 0.5 / fig.get_figheight(), 1, 0.96))
     fig.savefig(path, dpi=120)
     plt.close(fig)
-    return {(mode, panel): len(row[k].get_lines()) for row, mode in zip(axes, modes)
-            for k, panel in enumerate(("cost", "gap"))}
+    drawn = {(mode, panel): len(row[k].get_lines()) for row, mode in zip(axes, modes)
+             for k, panel in enumerate(("cost", "gap"))}
+    return drawn | {(mode, "growth"): growth[mode] for mode in modes}
 
 
 def replot(json_path: Path) -> None:

@@ -70,11 +70,15 @@ def test_context_length_figure_draws_every_mode_present(tmp_path):
     summ = {"fixed": {}, "varying": {str(n): {"second_order": cell(0.01 * n, 1e-3), "first_order": cell(1e-3, 0.5)}
                                      for n in (16, 64, 256)}, "exponents": {}, "violations": []}
     drawn = figure(summ, tmp_path / "v.png")
-    assert drawn == {("varying", "cost"): 2, ("varying", "gap"): 4}
+    assert drawn == {("varying", "cost"): 2, ("varying", "gap"): 4, ("varying", "growth"): 1}
+    for n in (16, 64, 256):  # a second radius: one more growth curve, the first-order certificate has none
+        summ["varying"][str(n)]["second_order"]["rel_gap_r0.02"] = 0.05 * n ** 0.1
+    assert figure(summ, tmp_path / "v.png")[("varying", "growth")] == 2
     assert (tmp_path / "v.png").stat().st_size > 10_000
     summ["fixed"] = {"16": {"exact": dict(median_s=1e-3), "second_order": cell(0.1, 1e-4)}}
     drawn = figure(summ, tmp_path / "fv.png")
     assert drawn[("fixed", "cost")] == 2 and drawn[("fixed", "gap")] == 1 and drawn[("varying", "gap")] == 4
+    assert drawn[("fixed", "growth")] == 0  # one n: nothing to grow from
 
 
 def test_context_length_merges_disjoint_parts_and_refuses_a_unit_twice(tmp_path):
