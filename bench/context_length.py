@@ -336,7 +336,8 @@ def figure(summ: dict, path: Path) -> dict:
                     ls = ":" if nm == "linf" else style["ls"]
                     row[1].loglog([g[0] for g in gaps], [g[1] for g in gaps], **{**style, "ls": ls})
             if m.startswith("second_order"):
-                radii = sorted({k[9:] for _, p in pts for k in p if k.startswith("rel_gap_r")}, key=float)
+                radii = sorted({k.removeprefix("rel_gap_r") for _, p in pts for k in p if k.startswith("rel_gap_r")},
+                               key=float)
                 for rad in radii:
                     gaps = [(n, p[f"rel_gap_r{rad}"]) for n, p in pts if p.get(f"rel_gap_r{rad}", 0) > 0]
                     if len(gaps) >= 2:

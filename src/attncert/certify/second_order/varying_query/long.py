@@ -171,7 +171,7 @@ def second_order_varying_long(
     for rounds in range(1, (ROUNDS if edges is not None else 1) + 1):
         kept, nxt = None, None  # (bound, attempt, program, x, primal, normalization multiplier): the round's
         #                         smallest bound with a primal point; nxt: (kept, its `round_cuts`)
-        for i, (opts, tau_exp) in enumerate(attempts):
+        for opts, tau_exp in attempts:
             prog = build_long_program(D, problem.W_Q, upper_cone, monotone_points, second, edges, tau_exp, shift_cuts,
                                       support_ts)
             key = (D.n, D.d, problem.norm, bool(upper_cone), int(monotone_points), bool(second), int(tau_exp))
@@ -194,11 +194,13 @@ def second_order_varying_long(
                 gap = best - primal if math.isfinite(primal) else math.nan
             if x is not None and math.isfinite(bound) and (kept is None or bound < kept[0]):
                 kept = (bound, (opts, tau_exp), prog, x, p_obj, float(z[0]))
-            if kept is not None and converged(kept[0], kept[4], fo_obj, ACCEPT):
+            if kept is None:
+                continue
+            if converged(kept[0], kept[4], fo_obj, ACCEPT):
                 break
-            if kept is not None and edges is not None and rounds < ROUNDS and converged(kept[0], kept[4], fo_obj,
-                                                                                          ROUGH):
-                nxt = (kept, round_cuts(kept, D, edges, fo_obj))
+            if edges is not None and rounds < ROUNDS and converged(kept[0], kept[4], fo_obj, ROUGH):
+                if nxt is None or nxt[0] is not kept:  # each kept point's cuts once
+                    nxt = (kept, round_cuts(kept, D, edges, fo_obj))
                 if nxt[1] is not None:  # a round with cuts to add: its point is good enough to cut at
                     break
         if kept is None:
