@@ -13,7 +13,8 @@ from attncert.certify import summary, table_legend
 from attncert.certify.second_order.dual_bound.solve_ladder import ACCEPT_GAP, SOLVER_LADDER
 from attncert.certify.second_order.fixed_query.token_solve import LADDER as TOKEN_LADDER, QUICK as TOKEN_QUICK
 from attncert.certify.second_order.varying_query.factored import FACTORED_LADDER
-from attncert.certify.second_order.varying_query.long import LONG_LADDER, STALL
+from attncert.certify.second_order.varying_query.long import LONG_LADDER
+from attncert.certify.second_order.varying_query.progress_stall import STALL
 from attncert.reporting.table_legend import NOISE_MARK, Column, legend_table
 from attncert.reporting.noise_floor import SOLVER_NOISE, gap_noise_floor, gaps_with_floor
 

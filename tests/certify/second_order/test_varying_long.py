@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import attncert.certify.second_order.varying_query.long as vl
 import attncert.certify.second_order.varying_query.long_program as vlp
+import attncert.certify.second_order.varying_query.progress_stall as ps
 from attncert.certify.best_feasible_ascent import best_feasible_ascent
 from attncert.certify.first_order_certificate import first_order_certificate
 from attncert.certify.second_order.certificate import VARYING_LONG_ABOVE, second_order_certificate
@@ -256,15 +257,15 @@ def test_progress_stall_ends_a_solve_only_where_objective_and_residuals_stall():
     """`ProgressStall`: True once the primal objective and the duality gap moved <= tol x the first-order gap over
     the window and neither residual halved; False while the objective moves or a residual still falls."""
     info = lambda p, gap, rp, rd: SimpleNamespace(cost_primal=-p, gap_abs=gap, res_primal=rp, res_dual=rd)  # noqa: E731
-    flat = vl.ProgressStall(fo_obj=1.0, tol=1e-6, window=3)
+    flat = ps.ProgressStall(fo_obj=1.0, tol=1e-6, window=3)
     assert [flat(info(0.5, 1e-9, 1e-5, 1e-5)) for _ in range(5)] == [False, False, False, True, True]
-    moving = vl.ProgressStall(fo_obj=1.0, tol=1e-6, window=3)
+    moving = ps.ProgressStall(fo_obj=1.0, tol=1e-6, window=3)
     assert not any(moving(info(0.5 + 1e-4 * k, 1e-9, 1e-5, 1e-5)) for k in range(8))
-    falling = vl.ProgressStall(fo_obj=1.0, tol=1e-6, window=3)
+    falling = ps.ProgressStall(fo_obj=1.0, tol=1e-6, window=3)
     assert not any(falling(info(0.5, 1e-9, 1e-5, 10.0 ** -k)) for k in range(8))
-    wide_gap = vl.ProgressStall(fo_obj=1.0, tol=1e-6, window=3)
+    wide_gap = ps.ProgressStall(fo_obj=1.0, tol=1e-6, window=3)
     assert not any(wide_gap(info(0.5, 1e-3, 1e-5, 1e-5)) for _ in range(8))
-    nan = vl.ProgressStall(fo_obj=1.0, tol=1e-6, window=1)
+    nan = ps.ProgressStall(fo_obj=1.0, tol=1e-6, window=1)
     assert not any(nan(info(math.nan, 0.0, 1.0, 1.0)) for _ in range(4))
 
 
@@ -294,33 +295,44 @@ def test_a_solve_ended_early_still_certifies_a_sound_bound(norm):
 
 def test_a_later_round_solves_each_attempt_once(monkeypatch):
     """Later rounds put the round's best attempt first and walk the others after it, each once: with no attempt
-    ever accepted (ACCEPT 0, ROUGH -inf) every round walks the whole ladder (above BESIDE_MAX tokens:
-    ATTEMPTS_WIDE), and no (program, settings, tau_exp) repeats."""
+    ever accepted (ACCEPT 0, ROUGH and ROUGH_FIRST -inf, WALK_STOP -inf) every round walks the whole ladder (above
+    BESIDE_MAX tokens: ATTEMPTS_WIDE), and no (program, settings, tau_exp) repeats but the first round's first
+    attempt, solved rough once and then out (when its rough stop ended it)."""
     p = random_head_problem(np.random.default_rng(4), d=6, d_head=3, n=24, radius=0.02, norm="linf", mode="varying")
     monkeypatch.setattr(vl, "ACCEPT", 0.0)
-    monkeypatch.setattr(vl, "ROUGH", -math.inf)
+    for name in ("ROUGH", "ROUGH_FIRST", "WALK_STOP"):
+        monkeypatch.setattr(vl, name, -math.inf)
     monkeypatch.setattr(vl, "BESIDE_MAX", 0)
     seen = []
     solve = vl.solve_scaled
 
     def recorded(prog, opts, D, stop=None):
-        seen.append((prog.A.shape[0], prog.A.nnz, tuple(sorted(opts.items())), float(prog.coef["El"][0])))
-        return solve(prog, opts, D, stop)
+        seen.append((prog.A.shape[0], prog.A.nnz, tuple(sorted(opts.items())), float(prog.coef["El"][0]), stop.tol))
+        out = solve(prog, opts, D, stop)
+        fired.append(stop.fired)
+        return out
 
+    fired = []
     monkeypatch.setattr(vl, "solve_scaled", recorded)
     res = vl.second_order_varying_long(p, reduced_geometry(p))
     rounds = {s[:2] for s in seen}
     assert res.rounds >= 2 and len(rounds) >= 2, (res.rounds, res.status)
-    assert len(seen) == len(set(seen)) == len(rounds) * len(vl.ATTEMPTS_WIDE)
+    rough = [s[-1] == ps.ROUGH_STALL for s in seen]
+    assert rough[0] and not any(rough[1:]) and len(seen) == len(set(seen))
+    assert len(seen) - fired[0] == len(rounds) * len(vl.ATTEMPTS_WIDE)
+    assert not fired[0] or seen[1][:4] == seen[0][:4]  # solved out: the same attempt at once
 
 
 def test_a_round_with_cuts_to_add_ends_at_a_rough_point(monkeypatch):
     """A round that is not the last ends at its first attempt within ROUGH of its primal when that point has cuts to
-    add; the last round walks the ladder (never accepted: ACCEPT 0). With every point rough enough (ROUGH inf): one
-    solve in each round but the last, the whole ladder in the last, and the bound stays above the best ascent."""
+    add; the last round walks the ladder (never accepted: ACCEPT 0, WALK_STOP -inf). With every point rough enough
+    (ROUGH and ROUGH_FIRST inf): one solve in each round but the last, the whole ladder in the last, and the bound
+    stays above the best ascent."""
     p = random_head_problem(np.random.default_rng(4), d=6, d_head=3, n=24, radius=0.02, norm="linf", mode="varying")
     monkeypatch.setattr(vl, "ACCEPT", 0.0)
     monkeypatch.setattr(vl, "ROUGH", math.inf)
+    monkeypatch.setattr(vl, "ROUGH_FIRST", math.inf)
+    monkeypatch.setattr(vl, "WALK_STOP", -math.inf)
     monkeypatch.setattr(vl, "BESIDE_MAX", 0)
     seen = []
     solve = vl.solve_scaled
@@ -335,3 +347,79 @@ def test_a_round_with_cuts_to_add_ends_at_a_rough_point(monkeypatch):
     assert res.rounds >= 2 and len(per_round) == res.rounds, (res.rounds, per_round)
     assert per_round[:-1] == [1] * (res.rounds - 1) and per_round[-1] == len(vl.ATTEMPTS_WIDE), per_round
     assert res.value >= best_feasible_ascent(p, restarts=4, steps=60).value
+
+
+def _recorded_solves(monkeypatch) -> list:
+    """`solve_scaled` wrapped: per solve (rows, nonzeros, the progress stop's tolerance, certified bound)."""
+    seen = []
+    solve, bound_of = vl.solve_scaled, vl.free_dual_bound
+
+    def recorded(prog, opts, D, stop=None):
+        seen.append([prog.A.shape[0], prog.A.nnz, stop.tol, math.inf])
+        return solve(prog, opts, D, stop)
+
+    def bounded(prog, z):
+        bound, zr = bound_of(prog, z)
+        seen[-1][3] = bound
+        return bound, zr
+
+    monkeypatch.setattr(vl, "solve_scaled", recorded)
+    monkeypatch.setattr(vl, "free_dual_bound", bounded)
+    return seen
+
+
+def test_the_first_solve_is_rough_and_its_round_solved_out_when_it_has_nothing_to_cut(monkeypatch):
+    """The first round's first attempt stops at ROUGH_STALL; when its point has nothing to cut (CUT_STOP inf) the
+    same program is solved again with the full stop (STALL) and that round is the last: the certificate never
+    rests on a rough solve alone. Without cuts to add the bound stays above the best ascent."""
+    p = random_head_problem(np.random.default_rng(4), d=6, d_head=3, n=24, radius=0.02, norm="linf", mode="varying")
+    monkeypatch.setattr(vl, "CUT_STOP", math.inf)
+    monkeypatch.setattr(vl, "BESIDE_MAX", 0)
+    seen = _recorded_solves(monkeypatch)
+    res = vl.second_order_varying_long(p, reduced_geometry(p))
+    assert [s[2] for s in seen][:2] == [ps.ROUGH_STALL, ps.STALL], seen
+    assert all(s[2] == ps.STALL for s in seen[1:]) and {tuple(s[:2]) for s in seen} == {tuple(seen[0][:2])}
+    assert res.rounds == 1 and res.value >= best_feasible_ascent(p, restarts=4, steps=60).value
+
+
+def test_the_last_round_walks_on_only_while_an_attempt_lowers_the_bound(monkeypatch):
+    """With ACCEPT 0 and WALK_STOP inf the last round (ROUNDS 1) ends at its first attempt after the first that does
+    not lower the round's bound: every attempt before it lowered it. With WALK_STOP -inf the same unit walks the
+    whole ladder (ATTEMPTS_WIDE above BESIDE_MAX tokens), so the first run ended early because of WALK_STOP."""
+    p = random_head_problem(np.random.default_rng(4), d=6, d_head=3, n=24, radius=0.02, norm="linf", mode="varying")
+    monkeypatch.setattr(vl, "ACCEPT", 0.0)
+    monkeypatch.setattr(vl, "ROUNDS", 1)
+    monkeypatch.setattr(vl, "BESIDE_MAX", 0)
+    monkeypatch.setattr(vl, "WALK_STOP", math.inf)
+    seen = _recorded_solves(monkeypatch)
+    vl.second_order_varying_long(p, reduced_geometry(p))
+    bounds = [s[3] for s in seen]
+    assert all(b < min(bounds[:i]) for i, b in enumerate(bounds[1:-1], start=1)), bounds
+    assert len(bounds) == len(vl.ATTEMPTS_WIDE) or bounds[-1] >= min(bounds[:-1]), bounds
+    monkeypatch.setattr(vl, "WALK_STOP", -math.inf)
+    seen.clear()
+    vl.second_order_varying_long(p, reduced_geometry(p))
+    assert len(seen) == len(vl.ATTEMPTS_WIDE) > len(bounds), (len(seen), bounds)
+
+
+@pytest.mark.parametrize("norm", ["linf", "l2"])
+def test_the_builds_memo_gives_the_programs_bit_for_bit(norm):
+    """`build_long_program` with a memo kept across a unit's builds (its budgets, shift cuts' Lambda', support rows)
+    gives every program bit for bit as a build without it does: what `attncert.audit` rebuilds."""
+    rng = np.random.default_rng(5)
+    p = random_head_problem(rng, d=6, d_head=3, n=30, radius=0.05, norm=norm, mode="varying")
+    D = VaryingData(p, reduced_geometry(p), first_order_certificate(p), center="key").drop_negligible()
+    edges = vl.start_edges(D) if norm == "linf" else None
+    cuts = vl.all_keys_shift_cut(D, p.W_Q)
+    support = [0.3, -1.2] if norm == "linf" else []
+    memo = {}
+    more = cuts + [(rng.uniform(0, 1, D.n - 1), rng.standard_normal((3, 3)))]
+    builds = [(cuts, support, 0), (cuts, support, 5), (more, support + [0.7] if support else [], -5)]
+    for c, t, tau_exp in builds:
+        a = vlp.build_long_program(D, p.W_Q, False, MONOTONE_POINTS, True, edges, tau_exp, c, t, memo)
+        b = vlp.build_long_program(D, p.W_Q, False, MONOTONE_POINTS, True, edges, tau_exp, c, t)
+        for name in ("c", "b", "lo", "hi", "cut_lams"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), name
+        assert (a.A != b.A).nnz == 0 and a.dims == b.dims
+    kinds = [k[0] for k in memo if isinstance(k, tuple)]
+    assert kinds.count("cut") == 3 and "budgets" in memo and kinds.count("support") == (3 if norm == "linf" else 0)

@@ -68,11 +68,12 @@ from attncert.certify.second_order.relaxation.rows import (
     settle,
 )
 from attncert.certify.second_order.fixed_query.token_solve import LADDER, edge_window, solve_once
+from attncert.certify.second_order.varying_query.progress_stall import ProgressStall, gap_scale, rough_stall
 from attncert.certify.second_order.varying_query.unfactored import _to_g, prepared_varying
 from attncert.certify.second_order.varying_query.data import VaryingData
 from attncert.certify.second_order.varying_query.long_program import (KEYS_BLOCKS, TOKEN_BLOCKS, build_long_program,
-                                                                    key_lead, long_chains, row_err)
-from attncert.certify.second_order.varying_query.shift_moment import cut_rows, s_lemma_factor
+                                                                    key_lead, long_chains, shift_cut_bound)
+from attncert.certify.second_order.varying_query.shift_moment import s_lemma_factor
 from attncert.head.problem import HeadProblem
 from attncert.head.reduced_geometry import ReducedGeometry
 
@@ -134,13 +135,21 @@ ROUGH = 1e-3  # a round that is not the last ends at the first attempt within RO
 #               needs only where to cut. The last round walks the ladder to ACCEPT. GPT-2-sized heads 0-3, 1,024 keys,
 #               r = 0.02, paper-like: 45.1 / 19.8 / 40.4 / 39.5 -> 25.7 / 19.7 / 24.0 / 24.7 s, gaps 0.1804 / 0.0383 /
 #               0.0489 / 0.0838 -> 0.1808 / 0.0383 / 0.0485 / 0.0838 (r = 0.002 and 256 keys: no round had walked)
+ROUGH_FIRST = 5e-2  # the first round's first attempt is solved to the rough stop (`progress_stall.rough_stall`) and
+#                     ends the round at ROUGH_FIRST instead of ROUGH; a rough solve that its stop ended is solved out
+#                     (the same attempt with the full stop) before the ladder walks on, and a rough point with nothing
+#                     to cut has its round solved again as the last. GPT-2-sized heads 0-3, 1,024 keys, paper-like:
+#                     r = 0.002 8.1 / 7.0 / ~7 / ~7 -> 5.4 / 3.9 / 4.4 / 4.1 s (with the stop's window 5), gaps equal
+#                     to 3 digits; r = 0.02 (rough first points at 3.5e-3-1.7e-2) 28.6 / 21.7 / 26.4 / 27.8 -> 25.4 /
+#                     21.3 / 26.9 / 14.0 s (with WALK_STOP), gaps 0.1808 / 0.0383 / 0.0489 / 0.0838 -> 0.1820 /
+#                     0.0383 / 0.0491 / 0.0838
 ACCEPT = 2e-5  # the ladder ends at the first attempt whose bound - primal <= ACCEPT x the first-order gap (`converged`)
+WALK_STOP = 1e-4  # ... or at an attempt after the round's first that did not lower the round's bound once that bound
+#                   is within WALK_STOP of its primal. GPT-2-sized heads at 1,024 keys, r = 0.02: head 3's last round
+#                   walked 4 attempts at 2.03e-5 (ACCEPT 2e-5), none lowering the bound (13.8 s)
 SHIFT_CUT_MIN = 1e-3  # linf rounds add a weighted moment cut of the query's shift violated by more than this (relative)
 MAX_SCALE_EXP = 60  # token scaling: 2^60 at most (keys below e^-60 of the top are dropped beforehand)
 VIOLATION = 1e-9  # an atom this far above its chain (unit value coordinate) gets a cut
-STALL, STALL_WINDOW = 1e-7, 10  # a solve ends once its primal objective and duality gap moved <= STALL x the
-#                                 first-order gap over STALL_WINDOW iterations (`ProgressStall`)
-STALL_RESIDUAL = 0.5  # ... and neither residual fell below this fraction of its value over those iterations
 
 
 def second_order_varying_long(
@@ -162,23 +171,36 @@ def second_order_varying_long(
         return settle(math.inf, fo, t0, "varying", no_solve_reason=why)
     edges = start_edges(D) if problem.norm == "linf" else None
     shift_cuts = all_keys_shift_cut(D, problem.W_Q) if second else []
-    cut_err = None  # row_err(D, W_Q), computed once for the later rounds' weighted cuts
+    memo = {}  # the builds' budgets, shift cuts' Lambda' and support rows (`build_long_program`)
     best, best_status, primal, gap, log, rounds = math.inf, "not_run", math.nan, math.nan, [], 0
     order = ATTEMPTS_WIDE if D.n > BESIDE_MAX else ATTEMPTS
     attempts = [(ladder[r], e) for r, e in order if r < len(ladder)]
     fo_obj = (fo - D.g0 - D.tail) / D.rho_o  # the first-order bound in the program's objective units
     support_ts = start_support(fo_obj) if edges is not None else []
-    for rounds in range(1, (ROUNDS if edges is not None else 1) + 1):
-        kept, nxt = None, None  # (bound, attempt, program, x, primal, normalization multiplier): the round's
-        #                         smallest bound with a primal point; nxt: (kept, its `round_cuts`)
-        for opts, tau_exp in attempts:
+    rounds, last_round = 0, edges is None
+    while True:
+        rounds += 1
+        last_round = last_round or rounds >= ROUNDS
+        kept, nxt, kept_rough = None, None, False  # kept: (bound, attempt, program, x, primal, normalization
+        #   multiplier), the round's smallest bound with a primal point (from a rough solve?); nxt: (kept, its cuts)
+        tries = [(a, False) for a in attempts]
+        if not last_round and rounds == 1:  # the first attempt rough (`ROUGH_FIRST`), then solved out if need be
+            tries.insert(0, (attempts[0], True))
+        walked, solved_out = 0, None
+        for (opts, tau_exp), rough in tries:
+            if (opts, tau_exp) == solved_out:
+                continue  # its rough solve ended on its own: that was this attempt solved out
             prog = build_long_program(D, problem.W_Q, upper_cone, monotone_points, second, edges, tau_exp, shift_cuts,
-                                      support_ts)
+                                      support_ts, memo)
             key = (D.n, D.d, problem.norm, bool(upper_cone), int(monotone_points), bool(second), int(tau_exp))
             note_construction(key=key, edges=None if edges is None else [np.array(e) for e in edges],
                               shift_cuts=[(w.copy(), F.copy()) for w, F in shift_cuts],
                               support_ts=np.array(support_ts, dtype=np.float64))
-            status, p_obj, x, z, solve_log = solve_scaled(prog, opts, D, ProgressStall(fo_obj))
+            stop = rough_stall(fo_obj) if rough else ProgressStall(fo_obj)
+            status, p_obj, x, z, solve_log = solve_scaled(prog, opts, D, stop)
+            if rough and not stop.fired:
+                rough, solved_out = False, (opts, tau_exp)
+            walked += 1
             bound = math.inf
             if z is not None:
                 try:
@@ -192,15 +214,17 @@ def second_order_varying_long(
                 best, best_status = val, status
                 primal = _to_g(p_obj, D) if math.isfinite(p_obj) else math.nan
                 gap = best - primal if math.isfinite(primal) else math.nan
-            if x is not None and math.isfinite(bound) and (kept is None or bound < kept[0]):
-                kept = (bound, (opts, tau_exp), prog, x, p_obj, float(z[0]))
+            lowered = x is not None and math.isfinite(bound) and (kept is None or bound < kept[0])
+            if lowered:
+                kept, kept_rough = (bound, (opts, tau_exp), prog, x, p_obj, float(z[0])), rough
             if kept is None:
                 continue
-            if converged(kept[0], kept[4], fo_obj, ACCEPT):
+            if converged(kept[0], kept[4], fo_obj, ACCEPT) or (walked > 1 and not lowered and converged(
+                    kept[0], kept[4], fo_obj, WALK_STOP)):
                 break
-            if edges is not None and rounds < ROUNDS and converged(kept[0], kept[4], fo_obj, ROUGH):
+            if not last_round and converged(kept[0], kept[4], fo_obj, ROUGH_FIRST if kept_rough else ROUGH):
                 if nxt is None or nxt[0] is not kept:  # each kept point's cuts once
-                    nxt = (kept, round_cuts(kept, D, edges, fo_obj))
+                    nxt = (kept, round_cuts(kept, D, edges, fo_obj, memo))
                 if nxt[1] is not None:  # a round with cuts to add: its point is good enough to cut at
                     break
         if kept is None:
@@ -209,15 +233,19 @@ def second_order_varying_long(
         attempts = [attempt] + [a for a in attempts if a != attempt]  # later rounds: that attempt first, once
         if edges is None:
             break
-        found = nxt[1] if nxt is not None and nxt[0] is kept else round_cuts(kept, D, edges, fo_obj)
-        if found is None:
+        found = nxt[1] if nxt is not None and nxt[0] is kept else round_cuts(kept, D, edges, fo_obj, memo)
+        if found is not None and last_round:
             break
+        if found is None:
+            if not kept_rough:
+                break
+            last_round, rounds = True, rounds - 1  # nothing to cut at the rough point: this round again, solved out
+            continue
         new, support = found
         edges = [np.union1d(e, a)[:MAX_EDGES] if a.size else e for e, a in zip(edges, new)]
         support_ts = support_ts + [t_dual] if support else support_ts
         if second:  # a weighted cut rides along with the facets
-            cut_err = row_err(D, problem.W_Q) if cut_err is None else cut_err
-            cut = weighted_shift_cut(prog, x, D, problem.W_Q, cut_err)
+            cut = weighted_shift_cut(prog, x, D, problem.W_Q, memo)
             shift_cuts = shift_cuts + ([cut] if cut is not None else [])
     n_facets = int(max((e.size for e in edges), default=0)) if edges is not None else 0
     res = settle(best, fo, t0, "varying", status=best_status, solver="CLARABEL" if math.isfinite(best) else "none",
@@ -225,27 +253,31 @@ def second_order_varying_long(
     return _beside_factored(problem, geo, res, upper_cone, monotone_points, t0)
 
 
-def round_cuts(kept, D: VaryingData, edges: list, fo_obj: float):
+def round_cuts(kept, D: VaryingData, edges: list, fo_obj: float, memo: dict | None = None):
     """What a round's solved point asks of the next round: (new half-planes per token, add the support cut at its
     normalization multiplier?), or None when the atoms above their chains and that support cut remove at most
-    CUT_STOP x the first-order gap (`gap_scale`) from it."""
+    CUT_STOP x the first-order gap (`gap_scale`) from it. memo: `build_long_program`'s."""
     _, _, prog, x, p_obj, t_dual = kept
     new, excess = cuts(prog, x, D, edges)
     stop = CUT_STOP * gap_scale(fo_obj, p_obj)
-    support = math.isfinite(t_dual) and keys_support_excess(prog, x, D, t_dual) > stop
+    support = math.isfinite(t_dual) and keys_support_excess(prog, x, D, t_dual, memo) > stop
     if (excess <= stop or not any(e.size for e in new)) and not support:
         return None
     return new, support
 
 
-def keys_support_excess(prog, x: np.ndarray, D: VaryingData, t: float) -> float:
-    """How much the keys' support cut at t would remove from the solved point (`key_support_cut.support_excess`)."""
+def keys_support_excess(prog, x: np.ndarray, D: VaryingData, t: float, memo: dict | None = None) -> float:
+    """How much the keys' support cut at t would remove from the solved point (`key_support_cut.support_excess`).
+    memo: `build_long_program`'s (the row is kept there for the next build)."""
     m = D.n - 1
-    k = prog.coef
-    rows = support_rows(D, k["hk"], k["kappa"], k["Ehat"], k["wt"], long_chains(D)[0], [t])
-    if not rows or m < 1:
+    if m < 1:
         return 0.0
-    return support_excess(rows[0], k["El"][:m], prog.block(x, "bt"), prog.block(x, "lam")[:m],
+    memo = {} if memo is None else memo
+    k = prog.coef
+    if ("support", float(t)) not in memo:
+        memo[("support", float(t))] = support_rows(D, k["hk"], k["kappa"], k["Ehat"], k["wt"], long_chains(D)[0],
+                                                   [t])[0]
+    return support_excess(memo[("support", float(t))], k["El"][:m], prog.block(x, "bt"), prog.block(x, "lam")[:m],
                           prog.block(x, "Vw")[:m], prog.block(x, "Uw")[:m])
 
 
@@ -268,18 +300,18 @@ def all_keys_shift_cut(D: VaryingData, W_Q: np.ndarray) -> list:
     return [(w, s_lemma_factor(D.Vt[:m], W_Q, w, kq_lead, D.norm)) for w in weights]
 
 
-def weighted_shift_cut(prog, x: np.ndarray, D: VaryingData, W_Q: np.ndarray, err: np.ndarray | None = None):
+def weighted_shift_cut(prog, x: np.ndarray, D: VaryingData, W_Q: np.ndarray, memo: dict | None = None):
     """A moment cut of the query's shift weighted by the solved second moments (w_j = Q_j / tau, scaled to max 1)
     with its S-lemma factor, if the solved point violates it by more than SHIFT_CUT_MIN of its right side; else
     None. linf cutting-plane rounds: at 1,024 keys the relaxation spreads the query factor's second moments over
-    light keys that the 0/1 budgets leave loose. `err`: `row_err(D, W_Q)` if the caller has it."""
+    light keys that the 0/1 budgets leave loose. memo: `build_long_program`'s (Lambda' is kept there)."""
     m = D.n - 1
     tau, Q, Y = float(prog.block(x, "tau")[0]), prog.block(x, "Q"), prog.block(x, "Y")
     if not (tau > 0 and m > 0 and np.all(np.isfinite(Q)) and float(np.max(Q)) > 0):
         return None
     w = np.clip(Q, 0.0, None) / float(np.max(Q))
     F = s_lemma_factor(D.Vt[:m], W_Q, w, key_lead(D)[:, None] * D.kq[:m], D.norm)
-    lam = cut_rows(D.Vt[:m], W_Q, w, F, D.norm, row_err(D, W_Q) if err is None else err)
+    lam = shift_cut_bound(D, W_Q, w, F, {} if memo is None else memo)
     lhs = tau * float(w @ Q) + float(np.sum((F @ Y) ** 2))
     return (w, F) if lhs > (1.0 + SHIFT_CUT_MIN) * lam * tau * tau else None
 
@@ -304,13 +336,6 @@ def converged(bound: float, p_obj: float, fo_obj: float, tol: float) -> bool:
     return bound - p_obj <= tol * gap_scale(fo_obj, p_obj)
 
 
-def gap_scale(fo_obj: float, p_obj: float) -> float:
-    """The scale of what a solve certifies: the first-order bound minus the primal (objective units); |primal| where
-    that is not positive."""
-    scale = fo_obj - p_obj if math.isfinite(fo_obj) and fo_obj > p_obj else abs(p_obj)
-    return max(scale, 1e-300)
-
-
 def token_scales(prog, D: VaryingData) -> np.ndarray:
     """Per column the power of two the solver's variables are divided by (module docstring): key j's columns by
     2^round((A_max - A_j) / ln 2), the query token's and the shared columns (tau, W, Y) by 1."""
@@ -325,36 +350,6 @@ def token_scales(prog, D: VaryingData) -> np.ndarray:
     for name in TOKEN_BLOCKS:
         f[prog.offsets[name]:prog.offsets[name] + m] = scale
     return f
-
-
-class ProgressStall:
-    """Clarabel termination callback: True once the primal objective (objective units, the program maximizes)
-    moved by at most STALL x the first-order gap (`gap_scale`) over the last STALL_WINDOW iterations, the duality
-    gap is that small too, and neither residual fell below STALL_RESIDUAL of its value over those iterations. The
-    certified bound is weak duality on whatever iterate the solve ends at, so the stop decides only how tight it
-    is; STALL is the long ladder's own tolerance, so the solver noise floor of a gap (`reporting.noise_floor`)
-    still holds. On these programs the residuals can stall near 1e-5 for the second half of a solve: a
-    GPT-2-sized unit with 1,024 keys (linf, r = 0.002) ran 257 iterations in 14.3 s before "almost solved", its
-    primal moving by less than 1e-7 of the first-order gap per 10 iterations from the 160th.
-    Measured with STALL 2e-7: that unit 21.8 -> 16.3 s, its bound 0.1 % of the gap tighter (the second round's
-    solve ended elsewhere); GPT-2-sized heads 0-3 at 256 keys, r = 0.002 and 0.02: 55.9 -> 42.1 s for the eight,
-    bounds equal but one 0.5 % of its gap looser; random heads (50, 17-300 tokens, r 1e-4-3e-2, both norms and
-    variants): at most 0.3 % of the gap looser. With 2e-6 and no residual condition: up to 10 % looser, and at
-    r = 0.02 solves that stopped short of ACCEPT sent the ladder on to 3-5x as many attempts."""
-
-    def __init__(self, fo_obj: float, tol: float = STALL, window: int = STALL_WINDOW):
-        self.fo_obj, self.tol, self.window, self.seen = fo_obj, tol, window, []
-
-    def __call__(self, info) -> bool:
-        p = -float(info.cost_primal)
-        self.seen.append((p, float(info.res_primal), float(info.res_dual)))
-        if len(self.seen) <= self.window or not math.isfinite(p):
-            return False
-        p0, rp0, rd0 = self.seen[-1 - self.window]
-        _, rp, rd = self.seen[-1]
-        tol = self.tol * gap_scale(self.fo_obj, p)
-        return (abs(p - p0) <= tol and abs(float(info.gap_abs)) <= tol and rp > STALL_RESIDUAL * rp0
-                and rd > STALL_RESIDUAL * rd0)
 
 
 def solve_scaled(prog, opts: dict, D: VaryingData, stop=None):

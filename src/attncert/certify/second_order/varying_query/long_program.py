@@ -191,7 +191,8 @@ class _Assembly:
 
 
 def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: int, second: bool = True,
-                       edges: list | None = None, tau_exp: int = 0, shift_cuts=(), support_ts=()) -> LongProgram:
+                       edges: list | None = None, tau_exp: int = 0, shift_cuts=(), support_ts=(),
+                       memo: dict | None = None) -> LongProgram:
     """The program of one unit. D: key-centered `VaryingData` after `drop_negligible` (the query token last);
     edges (linf): per token the indices into `chain_rows` of its half-planes (keys: the keys' chain, the query
     token: its own).
@@ -205,17 +206,20 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
     (block "SC"), the row s = Lambda' tau - sum_j w_j Q_j and the cone ||(2 F Y, s - tau)|| <= s + tau.
 
     support_ts (linf): multipliers t of the normalization; each adds the keys' support cuts at t
-    (`key_support_cut`), one row per key."""
+    (`key_support_cut`), one row per key.
+
+    memo: a dict the caller keeps across the builds of one unit (same D and W_Q): the budgets, each shift cut's
+    Lambda' and each t's support rows are computed once (the same bits as without it)."""
     n, d, m = D.n, D.d, D.n - 1
     dh = W_Q.shape[1]
     shift_cuts = shift_cut_data(shift_cuts, m, dh) if second else []
     sizes = {"tau": 1, "W": d, "Y": dh} | {k: m for k in KEYS_BLOCKS} | {k: n for k in TOKEN_BLOCKS}
     sizes["SC"] = len(shift_cuts)
-    cut_err = row_err(D, W_Q) if shift_cuts else None
+    memo = {} if memo is None else memo
     # Lambda' of each cut, at most its plain bound sum w_j + ||F||_F^2 sum_k c_k^2 (|etahat_j| <= 1, |(W_Q^T x)_k| <=
     # c_k: `_box`'s column norms): elementwise numpy only, so the box of s below has the same bits on every machine
     plain = [plain_cut_bound(w, F, W_Q, D.norm) for w, F in shift_cuts]
-    cut_lams = [min(cut_rows(D.Vt[:m], W_Q, w, F, D.norm, cut_err), c) for (w, F), c in zip(shift_cuts, plain)]
+    cut_lams = [min(shift_cut_bound(D, W_Q, w, F, memo), c) for (w, F), c in zip(shift_cuts, plain)]
     offsets, col = {}, 0
     for name in ("tau", "W", "Y", *KEYS_BLOCKS, *TOKEN_BLOCKS, "SC"):
         offsets[name], col = col, col + sizes[name]
@@ -254,7 +258,7 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
     R.add("nonneg", m, [[("eta", one), tau, ("mu", -2.0)]])
     if second:
         S = budget_subsets(m, np.argsort(-D.A[:m], kind="stable"))
-        Lb = _budgets(D, W_Q, S)
+        Lb = memo["budgets"] if "budgets" in memo else memo.setdefault("budgets", _budgets(D, W_Q, S))
         R.add("nonneg", m, [[tau, ("Q", -one)]])
         rows_S, cols_S = np.nonzero(S)
         width = int(S.sum(axis=1).max())
@@ -280,7 +284,10 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
                              ("base", k["mtau"][:, c])]])
     chains = long_chains(D) if D.norm == "linf" else None  # the keys' and the query token's chains
     if chains is not None and m:
-        for c_base, c_lam, c_V, c_U in support_rows(D, hk, k["kappa"], k["Ehat"], wt, chains[0], support_ts):
+        for t in support_ts:
+            if ("support", float(t)) not in memo:
+                memo[("support", float(t))] = support_rows(D, hk, k["kappa"], k["Ehat"], wt, chains[0], [t])[0]
+            c_base, c_lam, c_V, c_U = memo[("support", float(t))]
             R.add("nonneg", m, [[("bt", c_base), ("lam", -c_lam), ("Vw", -c_V), ("Uw", -c_U)]], tag="support")
     R.add("nonneg", n, [[("lam", ib), ("Ub", -one)]])
     R.add("nonneg", n, [[("lam", ib), ("Ub", one)]])
@@ -333,6 +340,16 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
                        dict(Uw=np.asarray(k["c_U"]), Vw=np.asarray(k["c_V"]), El=np.asarray(El), wt=wt,
                             kappa=np.asarray(k["kappa"]), Ehat=np.asarray(k["Ehat"]), hk=hk),
                        budget_rows, np.asarray(cut_lams))
+
+
+def shift_cut_bound(D: VaryingData, W_Q: np.ndarray, w: np.ndarray, F: np.ndarray, memo: dict) -> float:
+    """`shift_moment.cut_rows` of the cut (w, F) on the keys' rows, kept in memo by the cut's bytes."""
+    key = ("cut", np.asarray(w, dtype=np.float64).tobytes(), np.asarray(F, dtype=np.float64).tobytes())
+    if key not in memo:
+        if "row_err" not in memo:
+            memo["row_err"] = row_err(D, W_Q)
+        memo[key] = cut_rows(D.Vt[:D.n - 1], W_Q, w, F, D.norm, memo["row_err"])
+    return memo[key]
 
 
 def _budgets(D: VaryingData, W_Q: np.ndarray, S: np.ndarray) -> np.ndarray:
