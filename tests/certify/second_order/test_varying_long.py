@@ -303,6 +303,7 @@ def test_a_later_round_solves_each_attempt_once(monkeypatch):
     for name in ("ROUGH", "ROUGH_FIRST", "WALK_STOP"):
         monkeypatch.setattr(vl, name, -math.inf)
     monkeypatch.setattr(vl, "BESIDE_MAX", 0)
+    monkeypatch.setattr(vl, "ROUGH_ABOVE", 0)
     seen = []
     solve = vl.solve_scaled
 
@@ -334,6 +335,7 @@ def test_a_round_with_cuts_to_add_ends_at_a_rough_point(monkeypatch):
     monkeypatch.setattr(vl, "ROUGH_FIRST", math.inf)
     monkeypatch.setattr(vl, "WALK_STOP", -math.inf)
     monkeypatch.setattr(vl, "BESIDE_MAX", 0)
+    monkeypatch.setattr(vl, "ROUGH_ABOVE", 0)
     seen = []
     solve = vl.solve_scaled
 
@@ -375,6 +377,7 @@ def test_the_first_solve_is_rough_and_its_round_solved_out_when_it_has_nothing_t
     p = random_head_problem(np.random.default_rng(4), d=6, d_head=3, n=24, radius=0.02, norm="linf", mode="varying")
     monkeypatch.setattr(vl, "CUT_STOP", math.inf)
     monkeypatch.setattr(vl, "BESIDE_MAX", 0)
+    monkeypatch.setattr(vl, "ROUGH_ABOVE", 0)
     seen = _recorded_solves(monkeypatch)
     res = vl.second_order_varying_long(p, reduced_geometry(p))
     assert [s[2] for s in seen][:2] == [ps.ROUGH_STALL, ps.STALL], seen
@@ -390,6 +393,7 @@ def test_the_last_round_walks_on_only_while_an_attempt_lowers_the_bound(monkeypa
     monkeypatch.setattr(vl, "ACCEPT", 0.0)
     monkeypatch.setattr(vl, "ROUNDS", 1)
     monkeypatch.setattr(vl, "BESIDE_MAX", 0)
+    monkeypatch.setattr(vl, "ROUGH_ABOVE", 0)
     monkeypatch.setattr(vl, "WALK_STOP", math.inf)
     seen = _recorded_solves(monkeypatch)
     vl.second_order_varying_long(p, reduced_geometry(p))

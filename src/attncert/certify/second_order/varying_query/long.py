@@ -142,7 +142,12 @@ ROUGH_FIRST = 5e-2  # the first round's first attempt is solved to the rough sto
 #                     r = 0.002 8.1 / 7.0 / ~7 / ~7 -> 5.4 / 3.9 / 4.4 / 4.1 s (with the stop's window 5), gaps equal
 #                     to 3 digits; r = 0.02 (rough first points at 3.5e-3-1.7e-2) 28.6 / 21.7 / 26.4 / 27.8 -> 25.4 /
 #                     21.3 / 26.9 / 14.0 s (with WALK_STOP), gaps 0.1808 / 0.0383 / 0.0489 / 0.0838 -> 0.1820 /
-#                     0.0383 / 0.0491 / 0.0838
+#                     0.0383 / 0.0491 / 0.0838. `bench/context_length` (12 heads at 256 keys, 4 at 1,024; side by
+#                     side; with WALK_STOP, the stop's window 5 and the builds' memo): 1,024 keys, median seconds
+#                     paper-like r = 0.002 9.1 -> 4.8, r = 0.02 28.4 -> 26.6 (tight 16.2 -> 10.3, 66.2 -> 49.7), gaps
+#                     unit by unit after / before 0.995-1.011; 256 keys 2.8 -> 2.0 s but gaps 0.949-1.121 (the rough
+#                     point's cuts differ and the rounds stop elsewhere): so only
+ROUGH_ABOVE = 512  # ... above this many tokens, where a solve costs seconds
 ACCEPT = 2e-5  # the ladder ends at the first attempt whose bound - primal <= ACCEPT x the first-order gap (`converged`)
 WALK_STOP = 1e-4  # ... or at an attempt after the round's first that did not lower the round's bound once that bound
 #                   is within WALK_STOP of its primal. GPT-2-sized heads at 1,024 keys, r = 0.02: head 3's last round
@@ -184,7 +189,7 @@ def second_order_varying_long(
         kept, nxt, kept_rough = None, None, False  # kept: (bound, attempt, program, x, primal, normalization
         #   multiplier), the round's smallest bound with a primal point (from a rough solve?); nxt: (kept, its cuts)
         tries = [(a, False) for a in attempts]
-        if not last_round and rounds == 1:  # the first attempt rough (`ROUGH_FIRST`), then solved out if need be
+        if not last_round and rounds == 1 and D.n > ROUGH_ABOVE:  # the first attempt rough (`ROUGH_FIRST`)
             tries.insert(0, (attempts[0], True))
         walked, solved_out = 0, None
         for (opts, tau_exp), rough in tries:
