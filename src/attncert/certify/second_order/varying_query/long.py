@@ -27,8 +27,10 @@ converged one); the smallest bound of all is kept. The first-order gap is the sc
 second-order gap at r = 1e-4 is ~3e-4 of it, so a tolerance relative to |primal| (of the order of the whole
 movement) let the solver's slack exceed the gap itself (GPT-2-sized heads, l2, r = 1e-4, 32 and 64 keys: 3-8x the
 cvxpy program's gap, almost all of it bound - primal). A round with cuts still to add needs only a point to cut
-at: it ends at an attempt within ROUGH of its primal. Later rounds (cutting planes) use the attempt with the
-smallest bound. Every solve ends where its progress stalls (`ProgressStall`) if the solver does not stop first.
+at: it ends at an attempt within ROUGH of its primal (above ROUGH_ABOVE tokens the first round starts with a rough
+solve, `ROUGH_FIRST`). The last round's walk also ends at an attempt that does not lower a bound within WALK_STOP.
+Later rounds (cutting planes) use the attempt with the smallest bound. Every solve ends where its progress stalls
+(`progress_stall.ProgressStall`) if the solver does not stop first.
 
 Two moment cuts of the query's shift (`shift_moment`: every key weighted 1, and weighted by its softmax weight) are
 in every program (`all_keys_shift_cut`); a linf round
@@ -182,7 +184,7 @@ def second_order_varying_long(
     attempts = [(ladder[r], e) for r, e in order if r < len(ladder)]
     fo_obj = (fo - D.g0 - D.tail) / D.rho_o  # the first-order bound in the program's objective units
     support_ts = start_support(fo_obj) if edges is not None else []
-    rounds, last_round = 0, edges is None
+    last_round = edges is None
     while True:
         rounds += 1
         last_round = last_round or rounds >= ROUNDS
@@ -239,13 +241,11 @@ def second_order_varying_long(
         if edges is None:
             break
         found = nxt[1] if nxt is not None and nxt[0] is kept else round_cuts(kept, D, edges, fo_obj, memo)
-        if found is not None and last_round:
-            break
-        if found is None:
-            if not kept_rough:
-                break
+        if found is None and kept_rough and not last_round:
             last_round, rounds = True, rounds - 1  # nothing to cut at the rough point: this round again, solved out
             continue
+        if found is None or last_round:
+            break
         new, support = found
         edges = [np.union1d(e, a)[:MAX_EDGES] if a.size else e for e, a in zip(edges, new)]
         support_ts = support_ts + [t_dual] if support else support_ts
