@@ -269,6 +269,21 @@ def test_progress_stall_ends_a_solve_only_where_objective_and_residuals_stall():
     assert not any(nan(info(math.nan, 0.0, 1.0, 1.0)) for _ in range(4))
 
 
+def test_progress_stall_ends_a_solve_that_crawls_far_from_its_optimum():
+    """From CRAWL_AFTER iterations on: True (`crawled`, not `fired`) once neither residual fell below CRAWL_FALL of
+    its value CRAWL_WINDOW iterations before while the duality gap is above CRAWL_GAP x the first-order gap; a solve
+    whose residual still falls, or whose gap is small, runs on."""
+    info = lambda p, gap, rp, rd: SimpleNamespace(cost_primal=-p, gap_abs=gap, res_primal=rp, res_dual=rd)  # noqa: E731
+    n = ps.CRAWL_AFTER + ps.CRAWL_WINDOW
+    stuck = ps.ProgressStall(fo_obj=1.0)
+    out = [stuck(info(0.5 + 1e-3 * k, 0.1, 0.2, 1e6)) for k in range(n)]  # the primal moves: no stall
+    assert out.index(True) == max(ps.CRAWL_AFTER, ps.CRAWL_WINDOW) and stuck.crawled and not stuck.fired
+    falling = ps.ProgressStall(fo_obj=1.0)
+    assert not any(falling(info(0.5 + 1e-3 * k, 0.1, 0.2 * 0.97 ** k, 1e6)) for k in range(n))
+    close = ps.ProgressStall(fo_obj=1.0)
+    assert not any(close(info(0.5 + 1e-3 * k, 1e-5, 0.2, 1e6)) for k in range(n))
+
+
 @pytest.mark.parametrize("norm", ["linf", "l2"])
 def test_a_solve_ended_early_still_certifies_a_sound_bound(norm):
     """The stop decides how tight the bound is, never whether it holds: a solve ended after a few iterations by a

@@ -10,7 +10,9 @@ info; the stop fires once, over the last `window` iterations,
 gap_scale = the first-order bound minus the primal (objective units): the scale of what the certificate measures.
 Two stops use it (`long.second_order_varying_long`): the full one (STALL, STALL_WINDOW, STALL_RESIDUAL) for every
 solve whose bound may be the certificate, and the rough one (ROUGH_STALL, ROUGH_WINDOW, no residual condition) for
-the first solve of a first cutting-plane round, which needs only a point to cut at.
+the first solve of a first cutting-plane round, which needs only a point to cut at. Either also ends a solve that
+crawls far from its optimum: from iteration CRAWL_AFTER on, once neither residual fell below CRAWL_FALL of its value
+CRAWL_WINDOW iterations before while the duality gap is still above CRAWL_GAP x gap_scale (`crawled`).
 """
 from __future__ import annotations
 
@@ -35,6 +37,13 @@ ROUGH_STALL, ROUGH_WINDOW = 1e-4, 5  # the rough stop: primal and duality gap mo
 #   86 / 48 / 59 / 63 iterations and more solves after them (4.0-8.1 s a unit against 3.9-5.4)
 
 
+CRAWL_AFTER, CRAWL_WINDOW, CRAWL_FALL, CRAWL_GAP = 40, 25, 0.75, 1e-3  # GPT-2-sized head 1 at 1,024 keys, r = 0.02:
+#   its first solve crept for 228 iterations (6.4 s; steps of 1e-3-1e-1, the dual residual 2e6 -> 2e5) to a bound of
+#   15.3 against the unit's 3.72; the crawl stop ends it at 40. GPT-2-sized heads 0-3, 1,024 keys, r = 0.02,
+#   paper-like: 32.6 / 20.5 / 36.5 / 12.4 -> 31.9 / 15.5 / 28.0 / 11.4 s, gaps equal to 3 digits; it did not fire on
+#   heads 0-3 at r = 0.002 nor on 12 heads at 256 keys, r = 0.02
+
+
 def gap_scale(fo_obj: float, p_obj: float) -> float:
     """The scale of what a solve certifies: the first-order bound minus the primal (objective units); |primal| where
     that is not positive."""
@@ -45,13 +54,13 @@ def gap_scale(fo_obj: float, p_obj: float) -> float:
 class ProgressStall:
     """Clarabel termination callback (module docstring): True once the primal objective (objective units, the program
     maximizes) and the duality gap moved by at most tol x `gap_scale` over the last `window` iterations and neither
-    residual fell below `residual` of its value over them. `fired`: whether it ended the solve (a solve it did not
-    end stopped on the solver's own criteria, as without it)."""
+    residual fell below `residual` of its value over them (`fired`), or once the solve crawls far from its optimum
+    (`crawled`, module docstring). A solve that neither ended stopped on the solver's own criteria, as without it."""
 
     def __init__(self, fo_obj: float, tol: float = STALL, window: int = STALL_WINDOW,
                  residual: float = STALL_RESIDUAL):
         self.fo_obj, self.tol, self.window, self.residual = fo_obj, tol, window, residual
-        self.seen, self.fired = [], False
+        self.seen, self.fired, self.crawled = [], False, False
 
     def __call__(self, info) -> bool:
         p = -float(info.cost_primal)
@@ -63,7 +72,11 @@ class ProgressStall:
         tol = self.tol * gap_scale(self.fo_obj, p)
         self.fired = (abs(p - p0) <= tol and abs(float(info.gap_abs)) <= tol and rp > self.residual * rp0
                       and rd > self.residual * rd0)
-        return self.fired
+        if not self.fired and len(self.seen) > max(CRAWL_AFTER, CRAWL_WINDOW):
+            _, rpc, rdc = self.seen[-1 - CRAWL_WINDOW]
+            self.crawled = (rp > CRAWL_FALL * rpc and rd > CRAWL_FALL * rdc
+                            and abs(float(info.gap_abs)) > CRAWL_GAP * gap_scale(self.fo_obj, p))
+        return self.fired or self.crawled
 
 
 def rough_stall(fo_obj: float) -> ProgressStall:
