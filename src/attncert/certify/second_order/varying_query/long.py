@@ -60,7 +60,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from attncert.certify.second_order.relaxation.cutting_planes import vertex_dinkelbach
-from attncert.certify.second_order.relaxation.key_support_cut import start_support, support_excess, support_rows
+from attncert.certify.second_order.relaxation.key_support_cut import start_support, support_excess
 from attncert.certify.second_order.dual_bound.data_error import DATA_REL_ERR
 from attncert.certify.second_order.dual_bound.free_dual_shift import smaller_bound
 from attncert.certify.second_order.dual_bound.dual_record import note_construction, offer_dual
@@ -74,7 +74,8 @@ from attncert.certify.second_order.varying_query.progress_stall import ProgressS
 from attncert.certify.second_order.varying_query.unfactored import _to_g, prepared_varying
 from attncert.certify.second_order.varying_query.data import VaryingData
 from attncert.certify.second_order.varying_query.long_program import (KEYS_BLOCKS, TOKEN_BLOCKS, build_long_program,
-                                                                    key_lead, long_chains, shift_cut_bound)
+                                                                    key_lead, long_chains, shift_cut_bound,
+                                                                    support_row)
 from attncert.certify.second_order.varying_query.shift_moment import s_lemma_factor
 from attncert.head.problem import HeadProblem
 from attncert.head.reduced_geometry import ReducedGeometry
@@ -277,12 +278,9 @@ def keys_support_excess(prog, x: np.ndarray, D: VaryingData, t: float, memo: dic
     m = D.n - 1
     if m < 1:
         return 0.0
-    memo = {} if memo is None else memo
     k = prog.coef
-    if ("support", float(t)) not in memo:
-        memo[("support", float(t))] = support_rows(D, k["hk"], k["kappa"], k["Ehat"], k["wt"], long_chains(D)[0],
-                                                   [t])[0]
-    return support_excess(memo[("support", float(t))], k["El"][:m], prog.block(x, "bt"), prog.block(x, "lam")[:m],
+    row = support_row(D, k["hk"], k["kappa"], k["Ehat"], k["wt"], long_chains(D)[0], t, {} if memo is None else memo)
+    return support_excess(row, k["El"][:m], prog.block(x, "bt"), prog.block(x, "lam")[:m],
                           prog.block(x, "Vw")[:m], prog.block(x, "Uw")[:m])
 
 

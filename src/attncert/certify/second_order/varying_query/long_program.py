@@ -258,7 +258,9 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
     R.add("nonneg", m, [[("eta", one), tau, ("mu", -2.0)]])
     if second:
         S = budget_subsets(m, np.argsort(-D.A[:m], kind="stable"))
-        Lb = memo["budgets"] if "budgets" in memo else memo.setdefault("budgets", _budgets(D, W_Q, S))
+        if "budgets" not in memo:
+            memo["budgets"] = _budgets(D, W_Q, S)
+        Lb = memo["budgets"]
         R.add("nonneg", m, [[tau, ("Q", -one)]])
         rows_S, cols_S = np.nonzero(S)
         width = int(S.sum(axis=1).max())
@@ -285,9 +287,7 @@ def build_long_program(D: VaryingData, W_Q: np.ndarray, upper_cone: bool, mono: 
     chains = long_chains(D) if D.norm == "linf" else None  # the keys' and the query token's chains
     if chains is not None and m:
         for t in support_ts:
-            if ("support", float(t)) not in memo:
-                memo[("support", float(t))] = support_rows(D, hk, k["kappa"], k["Ehat"], wt, chains[0], [t])[0]
-            c_base, c_lam, c_V, c_U = memo[("support", float(t))]
+            c_base, c_lam, c_V, c_U = support_row(D, hk, k["kappa"], k["Ehat"], wt, chains[0], t, memo)
             R.add("nonneg", m, [[("bt", c_base), ("lam", -c_lam), ("Vw", -c_V), ("Uw", -c_U)]], tag="support")
     R.add("nonneg", n, [[("lam", ib), ("Ub", -one)]])
     R.add("nonneg", n, [[("lam", ib), ("Ub", one)]])
@@ -349,6 +349,15 @@ def shift_cut_bound(D: VaryingData, W_Q: np.ndarray, w: np.ndarray, F: np.ndarra
         if "row_err" not in memo:
             memo["row_err"] = row_err(D, W_Q)
         memo[key] = cut_rows(D.Vt[:D.n - 1], W_Q, w, F, D.norm, memo["row_err"])
+    return memo[key]
+
+
+def support_row(D: VaryingData, hk: np.ndarray, kappa: np.ndarray, Ehat: np.ndarray, wt: np.ndarray, chain,
+                t: float, memo: dict) -> tuple:
+    """`key_support_cut.support_rows` at the one multiplier t, kept in memo by t."""
+    key = ("support", float(t))
+    if key not in memo:
+        memo[key] = support_rows(D, hk, kappa, Ehat, wt, chain, [t])[0]
     return memo[key]
 
 
