@@ -138,6 +138,15 @@ def support_rows(D, hk: np.ndarray, kappa: np.ndarray, Ehat: np.ndarray, wt: np.
     return out
 
 
+def support_row(D, hk: np.ndarray, kappa: np.ndarray, Ehat: np.ndarray, wt: np.ndarray, chain, t: float,
+                memo: dict) -> tuple:
+    """`support_rows` at the one multiplier t, kept in memo (a dict of one unit's builds) by t."""
+    key = ("support", float(t))
+    if key not in memo:
+        memo[key] = support_rows(D, hk, kappa, Ehat, wt, chain, [t])[0]
+    return memo[key]
+
+
 def start_support(fo_obj: float) -> list:
     """The first solve's multipliers: SUPPORT_START x the first-order bound in the program's objective units (module
     docstring); none where that bound is not finite and positive."""

@@ -60,7 +60,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from attncert.certify.second_order.relaxation.cutting_planes import vertex_dinkelbach
-from attncert.certify.second_order.relaxation.key_support_cut import start_support, support_excess
+from attncert.certify.second_order.relaxation.key_support_cut import start_support, support_excess, support_row
 from attncert.certify.second_order.dual_bound.data_error import DATA_REL_ERR
 from attncert.certify.second_order.dual_bound.free_dual_shift import smaller_bound
 from attncert.certify.second_order.dual_bound.dual_record import note_construction, offer_dual
@@ -74,8 +74,7 @@ from attncert.certify.second_order.varying_query.progress_stall import ProgressS
 from attncert.certify.second_order.varying_query.unfactored import _to_g, prepared_varying
 from attncert.certify.second_order.varying_query.data import VaryingData
 from attncert.certify.second_order.varying_query.long_program import (KEYS_BLOCKS, TOKEN_BLOCKS, build_long_program,
-                                                                    key_lead, long_chains, shift_cut_bound,
-                                                                    support_row)
+                                                                    key_lead, long_chains, shift_cut_bound)
 from attncert.certify.second_order.varying_query.shift_moment import s_lemma_factor
 from attncert.head.problem import HeadProblem
 from attncert.head.reduced_geometry import ReducedGeometry

@@ -37,7 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from attncert.certify.second_order.relaxation.facets import UpperChainFacets, unit_rows
-from attncert.certify.second_order.relaxation.key_support_cut import support_rows
+from attncert.certify.second_order.relaxation.key_support_cut import support_row
 from attncert.certify.second_order.relaxation.rows import ellipse_matrix, softmax_bounds, weight_coefficients
 from attncert.certify.second_order.varying_query.box_scaling import box_scalings
 from attncert.certify.second_order.varying_query.data import VaryingData
@@ -349,15 +349,6 @@ def shift_cut_bound(D: VaryingData, W_Q: np.ndarray, w: np.ndarray, F: np.ndarra
         if "row_err" not in memo:
             memo["row_err"] = row_err(D, W_Q)
         memo[key] = cut_rows(D.Vt[:D.n - 1], W_Q, w, F, D.norm, memo["row_err"])
-    return memo[key]
-
-
-def support_row(D: VaryingData, hk: np.ndarray, kappa: np.ndarray, Ehat: np.ndarray, wt: np.ndarray, chain,
-                t: float, memo: dict) -> tuple:
-    """`key_support_cut.support_rows` at the one multiplier t, kept in memo by t."""
-    key = ("support", float(t))
-    if key not in memo:
-        memo[key] = support_rows(D, hk, kappa, Ehat, wt, chain, [t])[0]
     return memo[key]
 
 
