@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import attncert.certify.second_order.varying_query.long as vl
 import attncert.certify.second_order.varying_query.long_program as vlp
 import attncert.certify.second_order.varying_query.progress_stall as ps
+import attncert.certify.second_order.varying_query.walk_share as ws
 from attncert.certify.best_feasible_ascent import best_feasible_ascent
 from attncert.certify.first_order_certificate import first_order_certificate
 from attncert.certify.second_order.certificate import VARYING_LONG_ABOVE, second_order_certificate
@@ -310,13 +311,14 @@ def test_a_solve_ended_early_still_certifies_a_sound_bound(norm):
 
 def test_a_later_round_solves_each_attempt_once(monkeypatch):
     """Later rounds put the round's best attempt first and walk the others after it, each once: with no attempt
-    ever accepted (ACCEPT 0, ROUGH and ROUGH_FIRST -inf, WALK_STOP -inf) every round walks the whole ladder (above
-    BESIDE_MAX tokens: ATTEMPTS_WIDE), and no (program, settings, tau_exp) repeats but the first round's first
-    attempt, solved rough once and then out (when its rough stop ended it)."""
+    ever accepted (ACCEPT 0, ROUGH and ROUGH_FIRST -inf, WALK_STOP and WALK_SHARE -inf) every round walks the whole
+    ladder (above BESIDE_MAX tokens: ATTEMPTS_WIDE), and no (program, settings, tau_exp) repeats but the first
+    round's first attempt, solved rough once and then out (when its rough stop ended it)."""
     p = random_head_problem(np.random.default_rng(4), d=6, d_head=3, n=24, radius=0.02, norm="linf", mode="varying")
     monkeypatch.setattr(vl, "ACCEPT", 0.0)
     for name in ("ROUGH", "ROUGH_FIRST", "WALK_STOP"):
         monkeypatch.setattr(vl, name, -math.inf)
+    monkeypatch.setattr(ws, "WALK_SHARE", -math.inf)
     monkeypatch.setattr(vl, "BESIDE_MAX", 0)
     monkeypatch.setattr(vl, "ROUGH_ABOVE", 0)
     seen = []
@@ -341,14 +343,15 @@ def test_a_later_round_solves_each_attempt_once(monkeypatch):
 
 def test_a_round_with_cuts_to_add_ends_at_a_rough_point(monkeypatch):
     """A round that is not the last ends at its first attempt within ROUGH of its primal when that point has cuts to
-    add; the last round walks the ladder (never accepted: ACCEPT 0, WALK_STOP -inf). With every point rough enough
-    (ROUGH and ROUGH_FIRST inf): one solve in each round but the last, the whole ladder in the last, and the bound
-    stays above the best ascent."""
+    add; the last round walks the ladder (never accepted: ACCEPT 0, WALK_STOP and WALK_SHARE -inf). With every point
+    rough enough (ROUGH and ROUGH_FIRST inf): one solve in each round but the last, the whole ladder in the last,
+    and the bound stays above the best ascent."""
     p = random_head_problem(np.random.default_rng(4), d=6, d_head=3, n=24, radius=0.02, norm="linf", mode="varying")
     monkeypatch.setattr(vl, "ACCEPT", 0.0)
     monkeypatch.setattr(vl, "ROUGH", math.inf)
     monkeypatch.setattr(vl, "ROUGH_FIRST", math.inf)
     monkeypatch.setattr(vl, "WALK_STOP", -math.inf)
+    monkeypatch.setattr(ws, "WALK_SHARE", -math.inf)
     monkeypatch.setattr(vl, "BESIDE_MAX", 0)
     monkeypatch.setattr(vl, "ROUGH_ABOVE", 0)
     seen = []
@@ -401,15 +404,17 @@ def test_the_first_solve_is_rough_and_its_round_solved_out_when_it_has_nothing_t
 
 
 def test_the_last_round_walks_on_only_while_an_attempt_lowers_the_bound(monkeypatch):
-    """With ACCEPT 0 and WALK_STOP inf the last round (ROUNDS 1) ends at its first attempt after the first that does
-    not lower the round's bound: every attempt before it lowered it. With WALK_STOP -inf the same unit walks the
-    whole ladder (ATTEMPTS_WIDE above BESIDE_MAX tokens), so the first run ended early because of WALK_STOP."""
+    """With ACCEPT 0, WALK_SHARE -inf and WALK_STOP inf the last round (ROUNDS 1) ends at its first attempt after
+    the first that does not lower the round's bound: every attempt before it lowered it. With WALK_STOP -inf the same
+    unit walks the whole ladder (ATTEMPTS_WIDE above BESIDE_MAX tokens), so the first run ended early because of
+    WALK_STOP."""
     p = random_head_problem(np.random.default_rng(4), d=6, d_head=3, n=24, radius=0.02, norm="linf", mode="varying")
     monkeypatch.setattr(vl, "ACCEPT", 0.0)
     monkeypatch.setattr(vl, "ROUNDS", 1)
     monkeypatch.setattr(vl, "BESIDE_MAX", 0)
     monkeypatch.setattr(vl, "ROUGH_ABOVE", 0)
     monkeypatch.setattr(vl, "WALK_STOP", math.inf)
+    monkeypatch.setattr(ws, "WALK_SHARE", -math.inf)
     seen = _recorded_solves(monkeypatch)
     vl.second_order_varying_long(p, reduced_geometry(p))
     bounds = [s[3] for s in seen]
@@ -419,6 +424,46 @@ def test_the_last_round_walks_on_only_while_an_attempt_lowers_the_bound(monkeypa
     seen.clear()
     vl.second_order_varying_long(p, reduced_geometry(p))
     assert len(seen) == len(vl.ATTEMPTS_WIDE) > len(bounds), (len(seen), bounds)
+
+
+def test_the_last_round_walks_on_only_while_it_could_win_more_than_its_share(monkeypatch):
+    """The walk's share rule (`walk_share`): with ACCEPT 0 and WALK_STOP -inf the last round (ROUNDS 1) ends at its
+    first attempt when WALK_SHARE is inf (one ascent, run once), and walks the whole ladder when it is -inf, so the
+    rule is what ended the first run; with ACCEPT inf no walk is weighed and no ascent runs. Every bound stays
+    above the best ascent."""
+    p = random_head_problem(np.random.default_rng(4), d=6, d_head=3, n=24, radius=0.02, norm="linf", mode="varying")
+    monkeypatch.setattr(vl, "ROUNDS", 1)
+    monkeypatch.setattr(vl, "BESIDE_MAX", 0)
+    monkeypatch.setattr(vl, "ROUGH_ABOVE", 0)
+    monkeypatch.setattr(vl, "WALK_STOP", -math.inf)
+    ascents = []
+    monkeypatch.setattr(vl, "feasible_objective", lambda *a: ascents.append(a) or ws.feasible_objective(*a))
+    seen = _recorded_solves(monkeypatch)
+    best = best_feasible_ascent(p, restarts=4, steps=60).value
+    values = []
+    for accept, share in ((0.0, math.inf), (0.0, -math.inf), (math.inf, -math.inf)):
+        monkeypatch.setattr(vl, "ACCEPT", accept)
+        monkeypatch.setattr(ws, "WALK_SHARE", share)
+        seen.clear(), ascents.clear()
+        values.append(vl.second_order_varying_long(p, reduced_geometry(p)).value)
+        assert values[-1] >= best
+        if accept == 0.0 and share == math.inf:
+            assert len(seen) == 1 and len(ascents) == 1, (len(seen), len(ascents))
+        elif accept == 0.0:
+            assert len(seen) == len(vl.ATTEMPTS_WIDE) and len(ascents) == 1, (len(seen), len(ascents))
+        else:
+            assert len(seen) == 1 and not ascents
+    assert values[1] <= values[0]
+
+
+def test_walk_won_needs_a_feasible_value_below_the_bound():
+    """`walk_share.walk_won`: no estimate (a feasible value not below the bound, or not finite) never ends a walk;
+    otherwise the walk ends exactly when bound - primal <= WALK_SHARE (bound - feasible)."""
+    share = ws.WALK_SHARE
+    assert ws.walk_won(1.0, 1.0 - 0.5 * share, 0.0) and not ws.walk_won(1.0, 1.0 - 2.0 * share, 0.0)
+    for feasible in (1.0, 2.0, -math.inf, math.nan):
+        assert not ws.walk_won(1.0, 1.0, feasible)
+    assert not ws.walk_won(1.0, math.nan, 0.0) and not ws.walk_won(math.inf, 1.0, 0.0)
 
 
 @pytest.mark.parametrize("norm", ["linf", "l2"])

@@ -72,6 +72,7 @@ from attncert.certify.second_order.relaxation.rows import (
 from attncert.certify.second_order.fixed_query.token_solve import LADDER, edge_window, solve_once
 from attncert.certify.second_order.varying_query.progress_stall import ProgressStall, gap_scale, rough_stall
 from attncert.certify.second_order.varying_query.unfactored import _to_g, prepared_varying
+from attncert.certify.second_order.varying_query.walk_share import feasible_objective, walk_won
 from attncert.certify.second_order.varying_query.data import VaryingData
 from attncert.certify.second_order.varying_query.long_program import (KEYS_BLOCKS, TOKEN_BLOCKS, build_long_program,
                                                                     key_lead, long_chains, shift_cut_bound)
@@ -180,6 +181,7 @@ def second_order_varying_long(
     shift_cuts = all_keys_shift_cut(D, problem.W_Q) if second else []
     memo = {}  # the builds' budgets, shift cuts' Lambda' and support rows (`build_long_program`)
     best, best_status, primal, gap, log, rounds = math.inf, "not_run", math.nan, math.nan, [], 0
+    feasible = None  # a feasible value in objective units, for the last round's walk (`walk_share`)
     order = ATTEMPTS_WIDE if D.n > BESIDE_MAX else ATTEMPTS
     attempts = [(ladder[r], e) for r, e in order if r < len(ladder)]
     fo_obj = (fo - D.g0 - D.tail) / D.rho_o  # the first-order bound in the program's objective units
@@ -194,7 +196,7 @@ def second_order_varying_long(
         if not last_round and rounds == 1 and D.n > ROUGH_ABOVE:  # the first attempt rough (`ROUGH_FIRST`)
             tries.insert(0, (attempts[0], True))
         walked, solved_out = 0, None
-        for (opts, tau_exp), rough in tries:
+        for i, ((opts, tau_exp), rough) in enumerate(tries):
             if (opts, tau_exp) == solved_out:
                 continue  # its rough solve ended on its own: that was this attempt solved out
             prog = build_long_program(D, problem.W_Q, upper_cone, monotone_points, second, edges, tau_exp, shift_cuts,
@@ -229,6 +231,10 @@ def second_order_varying_long(
             if converged(kept[0], kept[4], fo_obj, ACCEPT) or (walked > 1 and not lowered and converged(
                     kept[0], kept[4], fo_obj, WALK_STOP)):
                 break
+            if last_round and i + 1 < len(tries):  # another attempt could win at most bound - primal (`walk_share`)
+                feasible = feasible_objective(problem, D.g0, D.rho_o, D.tail) if feasible is None else feasible
+                if walk_won(kept[0], kept[4], feasible):
+                    break
             if not last_round and converged(kept[0], kept[4], fo_obj, ROUGH_FIRST if kept_rough else ROUGH):
                 if nxt is None or nxt[0] is not kept:  # each kept point's cuts once
                     nxt = (kept, round_cuts(kept, D, edges, fo_obj, memo))

@@ -1,0 +1,44 @@
+"""How much of a certified gap the last round's walk could still win: a stopping rule, never part of a bound.
+
+The last round walks the solver ladder (`long.ATTEMPTS`) while no attempt's certified bound b lies within ACCEPT
+x the first-order gap of its primal p. Another attempt can lower b to the relaxation's optimum, which a primal
+point that is feasible to the solver's tolerance puts at about p, so b - p bounds what the walk can win. The gap
+a reader sees is b minus the true maximum, which no feasible value f exceeds:
+
+    walk on  only while  b - p  >  WALK_SHARE (b - f),
+
+so an ended walk leaves at most WALK_SHARE of the gap it could see (b - f >= b - max g) on the table. f comes
+from a short seeded ascent (`best_feasible_ascent`, ASCENT_RESTARTS x ASCENT_STEPS), run once per unit and only
+when a walk is about to go on. A failed or non-finite ascent, or f not below b, gives no estimate: the walk
+goes on as without this rule. The certificate is whichever attempt's weak-duality bound is smallest, as always.
+"""
+from __future__ import annotations
+
+import math
+
+from attncert.head.problem import HeadProblem
+
+WALK_SHARE = 1e-2  # GPT-2-sized heads at 1,024 keys, r = 0.02, paper-like: the walks that this ends had b - p at
+#                    1e-3-4e-3 of b - f (heads 0 and 2: 12 and 14 s of 29 and 26) and lowered b by <= 1e-3 of it
+ASCENT_RESTARTS, ASCENT_STEPS = 2, 40  # 0.75 s at 1,024 keys and d = 768; within 4 % of the movement of a 4 x 60
+#                                        ascent (10 s) at r = 0.02 and 0.1 % at 0.002 (GPT-2-sized heads 0, 2)
+
+
+def feasible_objective(problem: HeadProblem, g0: float, rho_o: float, tail: float) -> float:
+    """A feasible value of g in the program's objective units ((g - g0 - tail) / rho_o), -inf where the ascent
+    fails or is not finite."""
+    from attncert.certify.best_feasible_ascent import best_feasible_ascent  # torch: only where a walk is weighed
+
+    try:
+        f = best_feasible_ascent(problem, restarts=ASCENT_RESTARTS, steps=ASCENT_STEPS, seed=0, num_threads=1).value
+    except (ValueError, FloatingPointError, OverflowError, RuntimeError):
+        return -math.inf
+    obj = (f - g0 - tail) / rho_o
+    return obj if math.isfinite(obj) else -math.inf
+
+
+def walk_won(bound: float, primal: float, feasible_obj: float) -> bool:
+    """Has the walk nothing left worth a solve: bound - primal <= WALK_SHARE (bound - feasible_obj)? False without
+    an estimate (module docstring)."""
+    seen = bound - feasible_obj
+    return math.isfinite(seen) and seen > 0.0 and math.isfinite(primal) and bound - primal <= WALK_SHARE * seen
