@@ -28,7 +28,8 @@ second-order gap at r = 1e-4 is ~3e-4 of it, so a tolerance relative to |primal|
 movement) let the solver's slack exceed the gap itself (GPT-2-sized heads, l2, r = 1e-4, 32 and 64 keys: 3-8x the
 cvxpy program's gap, almost all of it bound - primal). A round with cuts still to add needs only a point to cut
 at: it ends at an attempt within ROUGH of its primal (above ROUGH_ABOVE tokens the first round starts with a rough
-solve, `ROUGH_FIRST`). The last round's walk also ends at an attempt that does not lower a bound within WALK_STOP.
+solve, `ROUGH_FIRST`). The last round's walk also ends at an attempt that does not lower a bound within WALK_STOP,
+or once another attempt could win at most `walk_share.WALK_SHARE` of the bound's distance to a feasible value.
 Later rounds (cutting planes) use the attempt with the smallest bound. Every solve ends where its progress stalls
 (`progress_stall.ProgressStall`) if the solver does not stop first.
 
