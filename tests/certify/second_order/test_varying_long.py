@@ -456,14 +456,19 @@ def test_the_last_round_walks_on_only_while_it_could_win_more_than_its_share(mon
     assert values[1] <= values[0]
 
 
-def test_walk_won_needs_a_feasible_value_below_the_bound():
-    """`walk_share.walk_won`: no estimate (a feasible value not below the bound, or not finite) never ends a walk;
-    otherwise the walk ends exactly when bound - primal <= WALK_SHARE (bound - feasible)."""
+def test_walk_won_needs_a_feasible_value_below_the_bound_and_a_trusted_primal():
+    """`walk_share.walk_won`: no estimate (a feasible value not below the bound, or not finite) never ends a walk,
+    nor does a primal from a solve that ended in an error or insufficient progress; otherwise the walk ends exactly
+    when bound - primal <= WALK_SHARE (bound - feasible)."""
     share = ws.WALK_SHARE
-    assert ws.walk_won(1.0, 1.0 - 0.5 * share, 0.0) and not ws.walk_won(1.0, 1.0 - 2.0 * share, 0.0)
+    for status in ws.PRIMAL_TRUSTED:
+        assert ws.walk_won(1.0, 1.0 - 0.5 * share, 0.0, status)
+        assert not ws.walk_won(1.0, 1.0 - 2.0 * share, 0.0, status)
+    for status in ("solver_error", "user_limit", "infeasible_inaccurate", ""):
+        assert not ws.walk_won(1.0, 1.0, 0.0, status)
     for feasible in (1.0, 2.0, -math.inf, math.nan):
-        assert not ws.walk_won(1.0, 1.0, feasible)
-    assert not ws.walk_won(1.0, math.nan, 0.0) and not ws.walk_won(math.inf, 1.0, 0.0)
+        assert not ws.walk_won(1.0, 1.0, feasible, "optimal")
+    assert not ws.walk_won(1.0, math.nan, 0.0, "optimal") and not ws.walk_won(math.inf, 1.0, 0.0, "optimal")
 
 
 @pytest.mark.parametrize("norm", ["linf", "l2"])

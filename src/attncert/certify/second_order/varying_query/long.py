@@ -191,8 +191,9 @@ def second_order_varying_long(
     while True:
         rounds += 1
         last_round = last_round or rounds >= ROUNDS
-        kept, nxt, kept_rough = None, None, False  # kept: (bound, attempt, program, x, primal, normalization
-        #   multiplier), the round's smallest bound with a primal point (from a rough solve?); nxt: (kept, its cuts)
+        kept, nxt, kept_rough, kept_status = None, None, False, ""  # kept: (bound, attempt, program, x, primal,
+        #   normalization multiplier), the round's smallest bound with a primal point (from a rough solve? its status);
+        #   nxt: (kept, its cuts)
         tries = [(a, False) for a in attempts]
         if not last_round and rounds == 1 and D.n > ROUGH_ABOVE:  # the first attempt rough (`ROUGH_FIRST`)
             tries.insert(0, (attempts[0], True))
@@ -226,7 +227,7 @@ def second_order_varying_long(
                 gap = best - primal if math.isfinite(primal) else math.nan
             lowered = x is not None and math.isfinite(bound) and (kept is None or bound < kept[0])
             if lowered:
-                kept, kept_rough = (bound, (opts, tau_exp), prog, x, p_obj, float(z[0])), rough
+                kept, kept_rough, kept_status = (bound, (opts, tau_exp), prog, x, p_obj, float(z[0])), rough, status
             if kept is None:
                 continue
             if converged(kept[0], kept[4], fo_obj, ACCEPT) or (walked > 1 and not lowered and converged(
@@ -234,7 +235,7 @@ def second_order_varying_long(
                 break
             if last_round and i + 1 < len(tries):  # another attempt could win at most bound - primal (`walk_share`)
                 feasible = feasible_objective(problem, D.g0, D.rho_o, D.tail) if feasible is None else feasible
-                if walk_won(kept[0], kept[4], feasible):
+                if walk_won(kept[0], kept[4], feasible, kept_status):
                     break
             if not last_round and converged(kept[0], kept[4], fo_obj, ROUGH_FIRST if kept_rough else ROUGH):
                 if nxt is None or nxt[0] is not kept:  # each kept point's cuts once
