@@ -428,10 +428,10 @@ def test_the_last_round_walks_on_only_while_an_attempt_lowers_the_bound(monkeypa
 
 def test_the_last_round_walks_on_only_while_it_could_win_more_than_its_share(monkeypatch):
     """The walk's share rule (`walk_share`): with ACCEPT 0 and WALK_STOP -inf the last round (ROUNDS 1) ends at its
-    first attempt when WALK_SHARE is inf (one ascent, run once), and walks the whole ladder when it is -inf, so the
-    rule is what ended the first run; with ACCEPT inf no walk is weighed and no ascent runs. Every bound stays
-    above the best ascent."""
-    p = random_head_problem(np.random.default_rng(4), d=6, d_head=3, n=24, radius=0.02, norm="linf", mode="varying")
+    first attempt (it ends optimal on this unit) when WALK_SHARE is inf (one ascent, run once), and walks the whole
+    ladder when it is -inf or when no status is trusted, so the rule and its status gate are what ended the first
+    run; with ACCEPT inf no walk is weighed and no ascent runs. Every bound stays above the best ascent."""
+    p = random_head_problem(np.random.default_rng(0), d=6, d_head=3, n=24, radius=0.02, norm="linf", mode="varying")
     monkeypatch.setattr(vl, "ROUNDS", 1)
     monkeypatch.setattr(vl, "BESIDE_MAX", 0)
     monkeypatch.setattr(vl, "ROUGH_ABOVE", 0)
@@ -440,20 +440,17 @@ def test_the_last_round_walks_on_only_while_it_could_win_more_than_its_share(mon
     monkeypatch.setattr(vl, "feasible_objective", lambda *a: ascents.append(a) or ws.feasible_objective(*a))
     seen = _recorded_solves(monkeypatch)
     best = best_feasible_ascent(p, restarts=4, steps=60).value
-    values = []
-    for accept, share in ((0.0, math.inf), (0.0, -math.inf), (math.inf, -math.inf)):
+    whole = len(vl.ATTEMPTS_WIDE)
+    for accept, share, trusted, solves, n_ascents in ((0.0, math.inf, ws.PRIMAL_TRUSTED, 1, 1),
+                                                      (0.0, math.inf, (), whole, 1),
+                                                      (0.0, -math.inf, ws.PRIMAL_TRUSTED, whole, 1),
+                                                      (math.inf, -math.inf, ws.PRIMAL_TRUSTED, 1, 0)):
         monkeypatch.setattr(vl, "ACCEPT", accept)
         monkeypatch.setattr(ws, "WALK_SHARE", share)
+        monkeypatch.setattr(ws, "PRIMAL_TRUSTED", trusted)
         seen.clear(), ascents.clear()
-        values.append(vl.second_order_varying_long(p, reduced_geometry(p)).value)
-        assert values[-1] >= best
-        if accept == 0.0 and share == math.inf:
-            assert len(seen) == 1 and len(ascents) == 1, (len(seen), len(ascents))
-        elif accept == 0.0:
-            assert len(seen) == len(vl.ATTEMPTS_WIDE) and len(ascents) == 1, (len(seen), len(ascents))
-        else:
-            assert len(seen) == 1 and not ascents
-    assert values[1] <= values[0]
+        assert vl.second_order_varying_long(p, reduced_geometry(p)).value >= best
+        assert (len(seen), len(ascents)) == (solves, n_ascents), (accept, share, trusted)
 
 
 def test_walk_won_needs_a_feasible_value_below_the_bound_and_a_trusted_primal():
