@@ -453,6 +453,33 @@ def test_the_last_round_walks_on_only_while_it_could_win_more_than_its_share(mon
         assert (len(seen), len(ascents)) == (solves, n_ascents), (accept, share, trusted)
 
 
+def test_cutting_rounds_go_on_past_ROUNDS_only_while_the_last_one_paid(monkeypatch):
+    """With cuts always left (CUT_STOP -inf) the rounds end at ROUNDS when no round can pay (ROUND_SHARE inf) and
+    at MAX_ROUNDS when every round does (ROUND_SHARE -inf); the bound stays above the best ascent either way."""
+    p = random_head_problem(np.random.default_rng(4), d=6, d_head=3, n=24, radius=0.02, norm="linf", mode="varying")
+    monkeypatch.setattr(vl, "BESIDE_MAX", 0)
+    monkeypatch.setattr(vl, "ROUGH_ABOVE", 0)
+    monkeypatch.setattr(vl, "CUT_STOP", -math.inf)
+    monkeypatch.setattr(vl, "ROUNDS", 3)
+    monkeypatch.setattr(vl, "MAX_ROUNDS", 5)
+    best = best_feasible_ascent(p, restarts=4, steps=60).value
+    for share, rounds in ((math.inf, 3), (-math.inf, 5)):
+        monkeypatch.setattr(ws, "ROUND_SHARE", share)
+        res = vl.second_order_varying_long(p, reduced_geometry(p))
+        assert res.rounds == rounds and res.value >= best, (share, res.rounds)
+
+
+def test_round_paid_needs_two_rounds_and_a_feasible_value_below_the_bound():
+    """`walk_share.round_paid`: the last round paid when its primal fell by more than ROUND_SHARE (bound -
+    feasible) below the round before's; never with one round, no estimate, or a feasible value not below the bound."""
+    share = ws.ROUND_SHARE
+    assert ws.round_paid([(3.0, 2.0), (2.0, 2.0 - 2.0 * share)], 1.0)
+    assert not ws.round_paid([(3.0, 2.0), (2.0, 2.0 - 0.5 * share)], 1.0)
+    assert not ws.round_paid([(2.0, 1.0)], 0.0) and not ws.round_paid([(3.0, 2.0), (2.0, 1.0)], None)
+    for feasible in (2.0, 5.0, -math.inf, math.nan):
+        assert not ws.round_paid([(3.0, 2.0), (2.0, 1.0)], feasible)
+
+
 def test_walk_won_needs_a_feasible_value_below_the_bound_and_a_trusted_primal():
     """`walk_share.walk_won`: no estimate (a feasible value not below the bound, or not finite) never ends a walk,
     nor does a primal from a solve that ended in an error or insufficient progress; otherwise the walk ends exactly

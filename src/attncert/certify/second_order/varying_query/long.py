@@ -73,7 +73,8 @@ from attncert.certify.second_order.relaxation.rows import (
 from attncert.certify.second_order.fixed_query.token_solve import LADDER, edge_window, solve_once
 from attncert.certify.second_order.varying_query.progress_stall import ProgressStall, gap_scale, rough_stall
 from attncert.certify.second_order.varying_query.unfactored import _to_g, prepared_varying
-from attncert.certify.second_order.varying_query.walk_share import feasible_objective, walk_won
+from attncert.certify.second_order.varying_query.walk_share import (MAX_ROUNDS, feasible_objective, round_paid,
+                                                                     walk_won)
 from attncert.certify.second_order.varying_query.data import VaryingData
 from attncert.certify.second_order.varying_query.long_program import (KEYS_BLOCKS, TOKEN_BLOCKS, build_long_program,
                                                                     key_lead, long_chains, shift_cut_bound)
@@ -185,7 +186,7 @@ def second_order_varying_long(
     shift_cuts = all_keys_shift_cut(D, problem.W_Q) if second else []
     memo = {}  # the builds' budgets, shift cuts' Lambda' and support rows (`build_long_program`)
     best, best_status, primal, gap, log, rounds = math.inf, "not_run", math.nan, math.nan, [], 0
-    feasible = None  # a feasible value in objective units, for the last round's walk (`walk_share`)
+    feasible, round_points = None, []  # a feasible value (objective units), each round's (bound, primal): `walk_share`
     order = ATTEMPTS_WIDE if D.n > BESIDE_MAX else ATTEMPTS
     attempts = [(ladder[r], e) for r, e in order if r < len(ladder)]
     fo_obj = (fo - D.g0 - D.tail) / D.rho_o  # the first-order bound in the program's objective units
@@ -193,7 +194,10 @@ def second_order_varying_long(
     last_round = edges is None
     while True:
         rounds += 1
-        last_round = last_round or rounds >= ROUNDS
+        if not last_round and rounds >= ROUNDS:  # further rounds while the last one paid (`walk_share.round_paid`)
+            if feasible is None and len(round_points) > 1:
+                feasible = feasible_objective(problem, D.g0, D.rho_o, D.tail)
+            last_round = rounds >= MAX_ROUNDS or not round_paid(round_points, feasible)
         kept, nxt, kept_rough, kept_status = None, None, False, ""  # kept: (bound, attempt, program, x, primal,
         #   normalization multiplier), the round's smallest bound with a primal point (from a rough solve? its status);
         #   nxt: (kept, its cuts)
@@ -248,6 +252,7 @@ def second_order_varying_long(
         if kept is None:
             break
         _, attempt, prog, x, _, t_dual = kept
+        round_points.append((kept[0], kept[4]))
         attempts = [attempt] + [a for a in attempts if a != attempt]  # later rounds: that attempt first, once
         if edges is None:
             break
