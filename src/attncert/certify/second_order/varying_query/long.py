@@ -48,8 +48,10 @@ at 1,024; up to two more solves: 10.6 -> 19.9 s per unit at 1,024 keys).
 
 linf: each token starts with the half-planes of `token_solve.edge_window` around the vertex that the boundary
 Dinkelbach estimate picks (consecutive edges and a sigma grid); after a solve, the edge under every atom
-U_j / lam_j, V_j / (base_j - lam_j) that lies above its chain is added (at most ROUNDS solves, MAX_EDGES edges
-per token), until the violated atoms weigh at most CUT_STOP of the first-order gap.
+U_j / lam_j, V_j / (base_j - lam_j) that lies above its chain is added (MAX_EDGES edges per token), until the
+violated atoms weigh at most CUT_STOP of the first-order gap: ROUNDS rounds, and more (up to
+`walk_share.MAX_ROUNDS`) while the last one lowered its primal by more than `walk_share.ROUND_SHARE` of the
+bound's distance to a feasible value.
 """
 from __future__ import annotations
 
@@ -122,9 +124,7 @@ ROUNDS = 3  # solves with cutting planes (linf). The last round walks the ladder
 #             341 s) for bounds up to 5.9 % looser (head 4 at 256 keys; 1,024 keys head 2: 3.4-3.7 %; medians
 #             0.1052 -> 0.1052 and 0.0480 -> 0.0498): not done, the later attempts are where those units' bounds come
 #             from. Keeping only the first attempt in later rounds: about the same seconds, up to 6.4 % looser.
-#             Rounds until no cut is left (measured, not kept; r = 0.02, paper-like, MAX_EDGES 80): GPT-2-sized heads
-#             0-5 at 64 keys ended after 5-12 rounds at 0.84-0.996 of the 3-round gaps, heads 0-3 at 256 keys after 5-8
-#             at 0.90-0.97, in 1.2-3x the seconds
+#             More rounds while they pay: `walk_share.round_paid`
 MAX_EDGES = 40  # half-planes per token at most
 CUT_STOP = 1e-4  # stop once the atoms above their chains, and the support cut at the solved multiplier, remove <=
 #                  this x the first-order gap (`gap_scale`) from the solved point. The second-order gap is ~1-3 % of
