@@ -56,8 +56,9 @@ def walk_won(bound: float, primal: float, feasible_obj: float, status: str) -> b
 
 
 ROUND_SHARE, MAX_ROUNDS = 1e-2, 8  # GPT-2-sized heads at r = 0.02, paper-like, rounds until no cut was left: 0-5 at 64
-#                                   keys ended after 5-12 rounds at 0.84-0.996 of the 3-round gaps, 0-3 at 256 keys
-#                                   after 5-8 at 0.90-0.97, in 1.2-3x the seconds
+#   keys ended after 5-12 rounds at 0.84-0.996 of the 3-round gaps, 0-3 at 256 keys after 5-8 at 0.90-0.97, in 1.2-3x
+#   the seconds. With this rule (`bench/context_length`, 12 heads at 64 / 256 keys, 4 at 1,024): median gap 0.1110 /
+#   0.1034 / 0.0664 -> 0.1038 / 0.0987 / 0.0646, no unit looser, seconds 3.5 / 3.9 / 16.6 -> 6.0 / 8.9 / 27.0
 
 
 def round_paid(rounds: list, feasible_obj: float | None) -> bool:
