@@ -11,7 +11,7 @@ a reader sees is b minus the true maximum, which no feasible value f exceeds:
 
 so an ended walk leaves about WALK_SHARE of b - f, the gap plus the ascent's shortfall (max g - f). f comes
 from a short seeded ascent (`best_feasible_ascent`, ASCENT_RESTARTS x ASCENT_STEPS), run once per unit and only
-when a walk is about to go on. A failed or non-finite ascent, or f not below b, gives no estimate: the walk
+when a walk or a further round is weighed. A failed or non-finite ascent, or f not below b, gives no estimate: the walk
 goes on as without this rule, and so it does where the kept solve did not end optimal or at its progress stop
 (`PRIMAL_TRUSTED`): a solve that ends in a numerical error or insufficient progress can leave its primal above the
 relaxation's optimum (a GPT-2-sized head at 256 keys, r = 0.002: b - p at 4e-3 of b - f, and the next attempt
@@ -32,12 +32,16 @@ WALK_SHARE = 1e-2  # GPT-2-sized head 0 at 1,024 keys, r = 0.02, paper-like: the
 PRIMAL_TRUSTED = ("optimal", "optimal_inaccurate", "stalled")  # the kept solve's statuses whose primal is read
 ASCENT_RESTARTS, ASCENT_STEPS = 2, 40  # 0.75 s at 1,024 keys and d = 768; within 4.3 % of the movement of a 4 x 60
 #                                        ascent (10 s) at r = 0.02 and 0.2 % at 0.002 (GPT-2-sized heads 0, 2)
+ROUND_SHARE, MAX_ROUNDS = 1e-2, 8  # GPT-2-sized heads at r = 0.02, paper-like, rounds until no cut was left: 0-5 at 64
+#   keys ended after 5-12 rounds at 0.84-0.996 of the 3-round gaps, 0-3 at 256 keys after 5-8 at 0.90-0.97, in 1.2-3x
+#   the seconds. With this rule (`bench/context_length`, 12 heads at 64 / 256 keys, 4 at 1,024): median gap 0.1110 /
+#   0.1034 / 0.0664 -> 0.1038 / 0.0987 / 0.0646, no unit looser, seconds 3.5 / 3.9 / 16.6 -> 6.0 / 8.9 / 27.0
 
 
 def feasible_objective(problem: HeadProblem, g0: float, rho_o: float, tail: float) -> float:
     """A feasible value of g in the program's objective units ((g - g0 - tail) / rho_o), -inf where the ascent
     fails or is not finite."""
-    from attncert.certify.best_feasible_ascent import best_feasible_ascent  # torch: only where a walk is weighed
+    from attncert.certify.best_feasible_ascent import best_feasible_ascent  # torch: only where a stop is weighed
 
     try:
         f = best_feasible_ascent(problem, restarts=ASCENT_RESTARTS, steps=ASCENT_STEPS, seed=0, num_threads=1).value
@@ -53,12 +57,6 @@ def walk_won(bound: float, primal: float, feasible_obj: float, status: str) -> b
     seen = bound - feasible_obj
     return (status in PRIMAL_TRUSTED and math.isfinite(seen) and seen > 0.0 and math.isfinite(primal)
             and bound - primal <= WALK_SHARE * seen)
-
-
-ROUND_SHARE, MAX_ROUNDS = 1e-2, 8  # GPT-2-sized heads at r = 0.02, paper-like, rounds until no cut was left: 0-5 at 64
-#   keys ended after 5-12 rounds at 0.84-0.996 of the 3-round gaps, 0-3 at 256 keys after 5-8 at 0.90-0.97, in 1.2-3x
-#   the seconds. With this rule (`bench/context_length`, 12 heads at 64 / 256 keys, 4 at 1,024): median gap 0.1110 /
-#   0.1034 / 0.0664 -> 0.1038 / 0.0987 / 0.0646, no unit looser, seconds 3.5 / 3.9 / 16.6 -> 6.0 / 8.9 / 27.0
 
 
 def round_paid(rounds: list, feasible_obj: float | None) -> bool:
