@@ -51,20 +51,28 @@ def feasible_objective(problem: HeadProblem, g0: float, rho_o: float, tail: floa
     return obj if math.isfinite(obj) else -math.inf
 
 
+def seen_gap(bound: float, feasible_obj: float | None) -> float | None:
+    """bound - feasible_obj (the gap plus the ascent's shortfall) where that is finite and positive; else None: no
+    estimate."""
+    if feasible_obj is None:
+        return None
+    seen = bound - feasible_obj
+    return seen if math.isfinite(seen) and seen > 0.0 else None
+
+
 def walk_won(bound: float, primal: float, feasible_obj: float, status: str) -> bool:
     """Has the walk nothing left worth a solve: bound - primal <= WALK_SHARE (bound - feasible_obj), the primal from
     a solve that ended with a status in PRIMAL_TRUSTED? False without an estimate (module docstring)."""
-    seen = bound - feasible_obj
-    return (status in PRIMAL_TRUSTED and math.isfinite(seen) and seen > 0.0 and math.isfinite(primal)
+    seen = seen_gap(bound, feasible_obj)
+    return (status in PRIMAL_TRUSTED and seen is not None and math.isfinite(primal)
             and bound - primal <= WALK_SHARE * seen)
 
 
 def round_paid(rounds: list, feasible_obj: float | None) -> bool:
     """Did the last cutting round lower its primal by more than ROUND_SHARE (bound - feasible_obj)? rounds: each
     round's (bound, primal) in objective units. False with fewer than two rounds or without an estimate (None)."""
-    if len(rounds) < 2 or feasible_obj is None:
+    if len(rounds) < 2:
         return False
     (_, before), (bound, primal) = rounds[-2], rounds[-1]
-    seen = bound - feasible_obj
-    won = before - primal
-    return math.isfinite(seen) and seen > 0.0 and math.isfinite(won) and won > ROUND_SHARE * seen
+    seen, won = seen_gap(bound, feasible_obj), before - primal
+    return seen is not None and math.isfinite(won) and won > ROUND_SHARE * seen
