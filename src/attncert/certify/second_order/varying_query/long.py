@@ -186,7 +186,7 @@ def second_order_varying_long(
     shift_cuts = all_keys_shift_cut(D, problem.W_Q) if second else []
     memo = {}  # the builds' budgets, shift cuts' Lambda' and support rows (`build_long_program`)
     best, best_status, primal, gap, log, rounds = math.inf, "not_run", math.nan, math.nan, [], 0
-    feasible, round_points = None, []  # a feasible value (objective units), each round's (bound, primal): `walk_share`
+    feasible, round_points = None, []  # a feasible value (objective units), each round's (bound, primal, status)
     order = ATTEMPTS_WIDE if D.n > BESIDE_MAX else ATTEMPTS
     attempts = [(ladder[r], e) for r, e in order if r < len(ladder)]
     fo_obj = (fo - D.g0 - D.tail) / D.rho_o  # the first-order bound in the program's objective units
@@ -252,7 +252,7 @@ def second_order_varying_long(
         if kept is None:
             break
         _, attempt, prog, x, _, t_dual = kept
-        round_points.append((kept[0], kept[4]))
+        round_points.append((kept[0], kept[4], kept_status))
         attempts = [attempt] + [a for a in attempts if a != attempt]  # later rounds: that attempt first, once
         if edges is None:
             break
