@@ -35,10 +35,9 @@ from attncert.head.problem import HeadProblem
 from attncert.head.reduced_geometry import ReducedGeometry, reduced_geometry
 
 SEPARABLE_ABOVE = FAMILY_ABOVE  # fixed query: more attended keys than this use `separable`
-# varying query: more attended tokens than this use `varying_query.long` (the same factored relaxation, linked through
-# d_h, assembled without cvxpy: at n = 64 0.45 s against 8 s, the same gap to 1%; at n = 16 the cvxpy program is
-# 2% tighter, bench/results/context_length.md)
-VARYING_LONG_ABOVE = 16
+# varying query: more attended tokens than this use `varying_query.long`, which up to its BESIDE_MAX tokens also solves
+# the cvxpy programs of `factored` and keeps the smaller certified bound
+VARYING_LONG_ABOVE = 1
 
 
 @dataclass(frozen=True)

@@ -180,8 +180,9 @@ def second_order_varying_long(
     fo, D, why = prepared_varying(problem, geo, "key", "varying_long")
     if not why and D.n < 2:
         why = "a single token"
-    if why:
-        return settle(math.inf, fo, t0, "varying", no_solve_reason=why)
+    if why:  # the cvxpy programs may still certify it (a key dropped below e^-60 leaves a single token)
+        return _beside_factored(problem, geo, settle(math.inf, fo, t0, "varying", no_solve_reason=why), upper_cone,
+                                monotone_points, t0)
     edges = start_edges(D) if problem.norm == "linf" else None
     shift_cuts = all_keys_shift_cut(D, problem.W_Q) if second else []
     memo = {}  # the builds' budgets, shift cuts' Lambda' and support rows (`build_long_program`)
