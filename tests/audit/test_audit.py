@@ -71,6 +71,27 @@ def certified_root(tmp_path_factory):
     return root
 
 
+def _factored_dispatch(mp):
+    """Every varying unit takes the cvxpy programs of `factored` alone (the long program is not tried beside them)."""
+    import attncert.certify.second_order.certificate as sc
+
+    mp.setattr(sc, "VARYING_LONG_ABOVE", 10**9)
+
+
+@pytest.fixture(scope="session")
+def factored_root(tmp_path_factory):
+    """data/ of a tiny certified layer whose varying units all keep the cvxpy programs' certificates."""
+    mp = pytest.MonkeyPatch()
+    _factored_dispatch(mp)
+    root = tmp_path_factory.mktemp("factored") / "data"
+    try:
+        write_layer(root, 0)
+        write_run_config(root)
+    finally:
+        mp.undo()
+    return root
+
+
 @pytest.fixture
 def data_root(certified_root, tmp_path):
     """A fresh copy of the certified data/ that a test may tamper with."""
@@ -223,11 +244,13 @@ def test_edited_program_float_fails(data_root, field, row):
 
 
 @pytest.mark.parametrize("tamper", ["support_t_moved", "support_t_nan", "support_t_too_many", "support_cut_dropped"])
-def test_factored_varying_support_cuts_tampering_fails(data_root, tamper):
+def test_factored_varying_support_cuts_tampering_fails(factored_root, tmp_path, tamper):
     """The factored (cvxpy) program's keys' support cuts are rebuilt from their stored multipliers: another valid
     multiplier, a NaN, more multipliers than the program has slots, or none at all is not the program the bound was
     computed on."""
     row = VARYING_LINF
+    data_root = tmp_path / "data"
+    shutil.copytree(factored_root, data_root)
 
     def edit(e):
         key = f"r{row}/second_order/build/support_t"
@@ -612,6 +635,7 @@ def test_unfactored_varying_program_is_rebuilt(tmp_path, monkeypatch):
     import attncert.certify.second_order.varying_query.factored as vf
 
     monkeypatch.setattr(vf, "DEVIATION_BELOW", 1e9)
+    _factored_dispatch(monkeypatch)
     root = tmp_path / "data"
     write_layer(root, 0)
     with CertificateFile(root / "certify" / MODEL / "layer0_certificates.npz") as f:
@@ -642,6 +666,7 @@ def test_one_shot_varying_programs_are_rebuilt(tmp_path, monkeypatch, tamper):
     import attncert.certify.second_order.varying_query.program as vp
 
     _one_shot_everywhere(monkeypatch)
+    _factored_dispatch(monkeypatch)
     root = tmp_path / "data"
     write_layer(root, 0)
     assert vp._CACHE and all(prob._attncert_one_shot for prob, _, _ in vp._CACHE.values())
