@@ -23,7 +23,7 @@ its small-n and long-context solve), the dispatch.
     varying_query/        the varying query (every token, the query included, perturbed)
         data              the reduced data of a unit (`VaryingData`) every varying program is built from
         program           the factored program's builder (a_j = tau e^{eta_j} e^{sigma_j + beta_j})
-        factored          its solve, up to VARYING_LONG_ABOVE tokens
+        factored          its solve (up to VARYING_LONG_ABOVE tokens; beside `long` up to its BESIDE_MAX)
         long_program      the factored relaxation linked through the d_h-dimensional query shift (builder)
         long              its solve above VARYING_LONG_ABOVE tokens (cost linear in n, no cvxpy)
         unfactored_program, unfactored
