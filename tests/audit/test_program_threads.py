@@ -24,6 +24,7 @@ BUILD = textwrap.dedent("""
     import numpy as np
     import scipy.sparse as sp
     import attncert.certify.second_order.varying_query.long as vl
+    from attncert.certify.second_order.varying_query.shift_cuts import all_keys_shift_cut
     import attncert.certify.second_order.varying_query.long_program as vlp
     from attncert.certify.first_order_certificate import first_order_certificate
     from attncert.certify.second_order.relaxation.rows import MONOTONE_POINTS
@@ -38,7 +39,7 @@ BUILD = textwrap.dedent("""
     fields = D.fields()
     D = D.drop_negligible()
     edges = vl.start_edges(D) if norm == "linf" else None
-    cuts = vl.all_keys_shift_cut(D, p.W_Q)  # the moment cuts' factors: eigenvectors, thread-dependent bits
+    cuts = all_keys_shift_cut(D, p.W_Q)  # the moment cuts' factors: eigenvectors, thread-dependent bits
     prog = vlp.build_long_program(D, p.W_Q, False, MONOTONE_POINTS, True, edges, shift_cuts=cuts)
     sp.save_npz(out + "_A.npz", sp.csr_matrix(prog.A))
     np.save(out + "_box.npy", np.stack([prog.lo, prog.hi, prog.c]))

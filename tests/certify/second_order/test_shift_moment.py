@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import attncert.certify.second_order.varying_query.long as vl
+from attncert.certify.second_order.varying_query.shift_cuts import all_keys_shift_cut
 import attncert.certify.second_order.varying_query.long_program as vlp
 from attncert.certify.best_feasible_ascent import best_feasible_ascent
 from attncert.certify.first_order_certificate import first_order_certificate
@@ -86,7 +87,7 @@ def test_the_cut_lowers_an_l2_bound():
     D = VaryingData(p, reduced_geometry(p), first_order_certificate(p), center="key").drop_negligible()
     best = best_feasible_ascent(p, restarts=4, steps=60).value
     bounds = []
-    for cuts in ([], vl.all_keys_shift_cut(D, p.W_Q)):
+    for cuts in ([], all_keys_shift_cut(D, p.W_Q)):
         prog = vlp.build_long_program(D, p.W_Q, True, MONOTONE_POINTS, True, None, shift_cuts=cuts)
         _, _, _, z, _ = solve_program(prog, vl.LONG_LADDER)
         bound, _ = weak_duality_bound(prog.c, prog.A, prog.b, prog.dims, z, prog.lo, prog.hi)

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import attncert.certify.second_order.varying_query.long as vl
+from attncert.certify.second_order.varying_query.shift_cuts import all_keys_shift_cut
 import attncert.certify.second_order.varying_query.long_program as vlp
 import attncert.certify.second_order.varying_query.progress_stall as ps
 import attncert.certify.second_order.varying_query.walk_share as ws
@@ -108,7 +109,7 @@ def test_lifted_true_points_are_feasible(norm, upper_cone):
     assert D.n == p.n
     edges = [np.arange(p.d + 2)] * D.n if norm == "linf" else None  # every half-plane of each chain
     m = D.n - 1
-    cuts = vl.all_keys_shift_cut(D, p.W_Q) + [(rng.uniform(0, 2, m), rng.standard_normal((3, 3)))]  # any F is valid
+    cuts = all_keys_shift_cut(D, p.W_Q) + [(rng.uniform(0, 2, m), rng.standard_normal((3, 3)))]  # any F is valid
     support = rng.uniform(-3.0, 3.0, 5)  # the keys' support cuts hold at any multiplier (linf)
     prog = vlp.build_long_program(D, p.W_Q, upper_cone, MONOTONE_POINTS, True, edges, shift_cuts=cuts,
                                   support_ts=support)
@@ -138,7 +139,7 @@ def test_bound_holds_for_every_multiplier(norm):
     p = random_head_problem(rng, d=6, d_head=3, n=40, radius=0.05, norm=norm, mode="varying")
     D = VaryingData(p, reduced_geometry(p), first_order_certificate(p), center="key").drop_negligible()
     edges = vl.start_edges(D) if norm == "linf" else None
-    cuts = vl.all_keys_shift_cut(D, p.W_Q)
+    cuts = all_keys_shift_cut(D, p.W_Q)
     support = start_support((first_order_certificate(p) - D.g0 - D.tail) / D.rho_o) if norm == "linf" else []
     prog = vlp.build_long_program(D, p.W_Q, False, MONOTONE_POINTS, True, edges, shift_cuts=cuts, support_ts=support)
     _, _, _, z, _ = solve_program(prog, vl.LONG_LADDER)
@@ -289,7 +290,7 @@ def test_a_solve_ended_early_still_certifies_a_sound_bound(norm):
     fo = first_order_certificate(p)
     D = VaryingData(p, reduced_geometry(p), fo, center="key").drop_negligible()
     edges = vl.start_edges(D) if norm == "linf" else None
-    cuts = vl.all_keys_shift_cut(D, p.W_Q)
+    cuts = all_keys_shift_cut(D, p.W_Q)
     prog = vlp.build_long_program(D, p.W_Q, False, MONOTONE_POINTS, True, edges, shift_cuts=cuts)
     calls = []
     early = lambda info: calls.append(info.iterations) or len(calls) >= 3  # noqa: E731
@@ -502,7 +503,7 @@ def test_the_builds_memo_gives_the_programs_bit_for_bit(norm):
     p = random_head_problem(rng, d=6, d_head=3, n=30, radius=0.05, norm=norm, mode="varying")
     D = VaryingData(p, reduced_geometry(p), first_order_certificate(p), center="key").drop_negligible()
     edges = vl.start_edges(D) if norm == "linf" else None
-    cuts = vl.all_keys_shift_cut(D, p.W_Q)
+    cuts = all_keys_shift_cut(D, p.W_Q)
     support = [0.3, -1.2] if norm == "linf" else []
     memo = {}
     more = cuts + [(rng.uniform(0, 1, D.n - 1), rng.standard_normal((3, 3)))]

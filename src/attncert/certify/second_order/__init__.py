@@ -22,12 +22,17 @@ its small-n and long-context solve), the dispatch.
         separable         the long-context solve (cost linear in the keys): token program, family, support bound
     varying_query/        the varying query (every token, the query included, perturbed)
         data              the reduced data of a unit (`VaryingData`) every varying program is built from
+        box_scaling       the box's diagonal scaling (the dual of the max-cut SDP) behind the query budgets
+        shift_moment      the moment cut of the query's shift and its bound
         program           the factored program's builder (a_j = tau e^{eta_j} e^{sigma_j + beta_j})
-        factored          its solve (up to VARYING_LONG_ABOVE tokens; beside `long` up to its BESIDE_MAX)
-        long_program      the factored relaxation linked through the d_h-dimensional query shift (builder)
-        long              its solve above VARYING_LONG_ABOVE tokens (cost linear in n, no cvxpy)
         unfactored_program, unfactored
                           the unfactored program (the factored one's fallback where its cones degenerate)
+        factored          the factored program's solve (up to VARYING_LONG_ABOVE tokens; beside `long` up to 64)
+        long_program      the factored relaxation linked through the d_h-dimensional query shift (builder)
+        shift_cuts        which moment cuts of the query's shift a long program carries
+        progress_stall, walk_share
+                          when a solve, a ladder walk or the cutting rounds stop (stopping rules only)
+        long              its solve above VARYING_LONG_ABOVE tokens (cost linear in n, no cvxpy)
     attained              a first-order fallback that a feasible point attains is relabelled (same value)
     certificate           `second_order_certificate`: dispatch on query mode, number of tokens and sense
 
