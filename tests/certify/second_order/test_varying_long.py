@@ -449,9 +449,9 @@ def test_the_last_round_walks_on_only_while_it_could_win_more_than_its_share(mon
 
 
 def test_cutting_rounds_go_on_past_ROUNDS_only_while_the_last_one_paid(monkeypatch):
-    """With cuts always left (CUT_STOP -inf) the rounds end at ROUNDS when no round can pay (ROUND_SHARE inf) and
-    at MAX_ROUNDS when every round does (ROUND_SHARE -inf; this head's solves end with trusted statuses); the bound
-    stays above the best ascent either way."""
+    """With cuts always left (CUT_STOP -inf) the rounds end at ROUNDS when no round can pay (ROUND_SHARE inf; this
+    head's solves end with trusted statuses, else a round counts as paid) and at MAX_ROUNDS when every round does
+    (ROUND_SHARE -inf); the bound stays above the best ascent either way."""
     p = random_head_problem(np.random.default_rng(0), d=6, d_head=3, n=24, radius=0.02, norm="linf", mode="varying")
     monkeypatch.setattr(vl, "BESIDE_MAX", 0)
     monkeypatch.setattr(vl, "ROUGH_ABOVE", 0)
@@ -465,10 +465,10 @@ def test_cutting_rounds_go_on_past_ROUNDS_only_while_the_last_one_paid(monkeypat
         assert res.rounds == rounds and res.value >= best, (share, res.rounds)
 
 
-def test_round_paid_needs_two_rounds_a_feasible_value_below_the_bound_and_trusted_primals():
+def test_round_paid_needs_two_rounds_and_a_feasible_value_below_the_bound():
     """`walk_share.round_paid`: the last round paid when its primal fell by more than ROUND_SHARE (bound -
-    feasible) below the round before's; never with one round, no estimate, a feasible value not below the bound, or
-    either primal from a solve that ended in an error or insufficient progress."""
+    feasible) below the round before's; never with one round, no estimate or a feasible value not below the bound;
+    always (with an estimate) where either primal is from a solve that ended in an error or insufficient progress."""
     share, ok = ws.ROUND_SHARE, ws.PRIMAL_TRUSTED[0]
     assert ws.round_paid([(3.0, 2.0, ok), (2.0, 2.0 - 2.0 * share, ok)], 1.0)
     assert not ws.round_paid([(3.0, 2.0, ok), (2.0, 2.0 - 0.5 * share, ok)], 1.0)
@@ -476,8 +476,9 @@ def test_round_paid_needs_two_rounds_a_feasible_value_below_the_bound_and_truste
     for feasible in (2.0, 5.0, -math.inf, math.nan):
         assert not ws.round_paid([(3.0, 2.0, ok), (2.0, 1.0, ok)], feasible)
     for before, last in ((ok, "solver_error"), ("insufficient_progress", ok), ("", "")):
-        assert not ws.round_paid([(3.0, 2.0, before), (2.0, 1.0, last)], 0.0), (before, last)
-    assert ws.round_paid([(3.0, 2.0, ok), (2.0, 1.0, ws.PRIMAL_TRUSTED[-1])], 0.0)
+        assert ws.round_paid([(3.0, 2.0, before), (2.0, 2.0, last)], 0.0), (before, last)
+        assert not ws.round_paid([(3.0, 2.0, before), (2.0, 2.0, last)], None), (before, last)
+    assert not ws.round_paid([(3.0, 2.0, ok), (2.0, 2.0, ws.PRIMAL_TRUSTED[-1])], 0.0)
 
 
 def test_walk_won_needs_a_feasible_value_below_the_bound_and_a_trusted_primal():

@@ -19,8 +19,9 @@ lowered b by 0.15 of the gap). The certificate is whichever attempt's weak-duali
 
 Cutting rounds. `long.ROUNDS` rounds are solved (fewer where no cut is left); a further round, up to MAX_ROUNDS,
 only while the round before lowered its primal (the relaxation's optimum with that round's cuts) by more than
-ROUND_SHARE of b - f, both primals from solves that ended with a status in PRIMAL_TRUSTED: the rounds' cuts keep
-coming at r = 0.02 (`round_paid`).
+ROUND_SHARE of b - f: the rounds' cuts keep coming at r = 0.02 (`round_paid`). A round whose primal is not from
+a status in PRIMAL_TRUSTED is taken to have paid (stopping there left 6 of 112 certificates of `bench/context_length`
+above 16 keys up to 6.6 % looser).
 """
 from __future__ import annotations
 
@@ -71,11 +72,15 @@ def walk_won(bound: float, primal: float, feasible_obj: float, status: str) -> b
 
 def round_paid(rounds: list, feasible_obj: float | None) -> bool:
     """Did the last cutting round lower its primal by more than ROUND_SHARE (bound - feasible_obj)? rounds: each
-    round's (bound, primal, status of its kept solve), objective units. False with fewer than two rounds, without an
-    estimate (None) or where either primal is not from a status in PRIMAL_TRUSTED."""
+    round's (bound, primal, status of its kept solve), objective units. False with fewer than two rounds or without
+    an estimate (None); True where either primal is not from a status in PRIMAL_TRUSTED (no reading of what the
+    round won: the rounds go on, as the walk does)."""
     if len(rounds) < 2:
         return False
     (_, before, status_before), (bound, primal, status) = rounds[-2], rounds[-1]
     seen, won = seen_gap(bound, feasible_obj), before - primal
-    trusted = status_before in PRIMAL_TRUSTED and status in PRIMAL_TRUSTED
-    return trusted and seen is not None and math.isfinite(won) and won > ROUND_SHARE * seen
+    if seen is None:
+        return False
+    if status_before not in PRIMAL_TRUSTED or status not in PRIMAL_TRUSTED:
+        return True
+    return math.isfinite(won) and won > ROUND_SHARE * seen
