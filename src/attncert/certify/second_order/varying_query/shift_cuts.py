@@ -26,7 +26,7 @@ def all_keys_shift_cut(D: VaryingData, W_Q: np.ndarray) -> list:
     default run's 512-key MiniLM units at r = 0.02 its later rounds ended in "insufficient progress" and walked the
     ladder (head 3 paper-like 8.9 -> 28.2 s, head 0 tight 20.0 -> 25.8 s), each bound slightly looser. Nor were
     copies with the factor scaled by sqrt(theta) (theta 0, 0.25, 0.5: on the box the S-lemma factor makes the form
-    flat, whose max-cut bound is ~1.33x its best-found box maximum, against 1.1-1.25x without it): GPT-2-sized heads
+    flat, whose max-cut bound is ~1.33x its best-found box maximum, against 1.0-1.25x without it): GPT-2-sized heads
     0-5 at 64 and 256 keys, both radii, the long program alone, one gap 26 % lower (head 0, 64 keys, r = 0.002),
     the rest within 3 % either way."""
     m = D.n - 1
