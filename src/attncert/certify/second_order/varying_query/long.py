@@ -54,6 +54,7 @@ bound's distance to a feasible value.
 """
 from __future__ import annotations
 
+import functools
 import math
 import time
 from types import SimpleNamespace
@@ -185,7 +186,8 @@ def second_order_varying_long(
     shift_cuts = all_keys_shift_cut(D, problem.W_Q) if second else []
     memo = {}  # the builds' budgets, shift cuts' Lambda' and support rows (`build_long_program`)
     best, best_status, primal, gap, log, rounds = math.inf, "not_run", math.nan, math.nan, [], 0
-    feasible, round_points = None, []  # a feasible value (objective units), each round's (bound, primal, status)
+    # a feasible value (objective units: run once, only where a stop is weighed); each round's (bound, primal, status)
+    feasible, round_points = functools.cache(lambda: feasible_objective(problem, D.g0, D.rho_o, D.tail)), []
     order = ATTEMPTS_WIDE if D.n > BESIDE_MAX else ATTEMPTS
     attempts = [(ladder[r], e) for r, e in order if r < len(ladder)]
     fo_obj = (fo - D.g0 - D.tail) / D.rho_o  # the first-order bound in the program's objective units
@@ -194,9 +196,8 @@ def second_order_varying_long(
     while True:
         rounds += 1
         if not last_round and rounds >= ROUNDS:  # further rounds while the last one paid (`walk_share.round_paid`)
-            if feasible is None and len(round_points) > 1:
-                feasible = feasible_objective(problem, D.g0, D.rho_o, D.tail)
-            last_round = rounds >= MAX_ROUNDS or not round_paid(round_points, feasible)
+            last_round = rounds >= MAX_ROUNDS or not round_paid(round_points,
+                                                                feasible() if len(round_points) > 1 else None)
         kept, nxt, kept_rough, kept_status = None, None, False, ""  # kept: (bound, attempt, program, x, primal,
         #   normalization multiplier), the round's smallest bound with a primal point (from a rough solve? its status);
         #   nxt: (kept, its cuts)
@@ -240,8 +241,7 @@ def second_order_varying_long(
                     kept[0], kept[4], fo_obj, WALK_STOP)):
                 break
             if last_round and i + 1 < len(tries):  # another attempt could win at most bound - primal (`walk_share`)
-                feasible = feasible_objective(problem, D.g0, D.rho_o, D.tail) if feasible is None else feasible
-                if walk_won(kept[0], kept[4], feasible, kept_status):
+                if walk_won(kept[0], kept[4], feasible(), kept_status):
                     break
             if not last_round and converged(kept[0], kept[4], fo_obj, ROUGH_FIRST if kept_rough else ROUGH):
                 if nxt is None or nxt[0] is not kept:  # each kept point's cuts once
