@@ -695,13 +695,11 @@ def test_one_shot_varying_programs_are_rebuilt(tmp_path, monkeypatch, tamper):
 
 @pytest.fixture(scope="module")
 def long_varying_root(tmp_path_factory):
-    """data/ of a tiny layer whose varying units all take the long-context program (threshold lowered, no cvxpy
-    programs beside it)."""
-    import attncert.certify.second_order.certificate as sc
+    """data/ of a tiny layer whose varying units all keep the long-context program's certificate (no cvxpy programs
+    beside it)."""
     import attncert.certify.second_order.varying_query.long as vl
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(sc, "VARYING_LONG_ABOVE", 1)
     mp.setattr(vl, "BESIDE_MAX", 0)
     root = tmp_path_factory.mktemp("long") / "data"
     try:
