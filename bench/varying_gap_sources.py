@@ -97,7 +97,7 @@ def main(args) -> dict:
         row["fixed_gap"] = (fixed.second_order - fixed.best_feasible) / fixed_move
         row["fixed_tight_gap"] = (fixed.second_order_tight - fixed.best_feasible) / fixed_move
         rows.append(row)
-        print(f"head {key[0]} T {key[1]} r {p.radius:g}: " + ", ".join(f"{m} {gap(row, m):.4f}" for m in METHODS)
+        print(f"head {key[0]} T {key[1]} r {p.radius:g}: " + ", ".join(f"{m} {gap(row, m):.4g}" for m in METHODS)
               + f" ({row['s_as_is']:.1f} s / {row['s_converged']:.1f} s in {row['rounds_converged']} rounds)",
               flush=True)
     print(f"\nModel: {MODEL} (the default run's long-context units: layer {LAYER}, query position {QUERY_POSITION}, "
@@ -112,7 +112,7 @@ def main(args) -> dict:
             sel = [r for r in rows if r["length"] == T and r["radius"] == rad]
             med = [statistics.median(gap(r, m) for r in sel) for m in METHODS]
             first = first or med
-            cells = " | ".join(f"{v:.4f} ({v / f:.2f})" if f > 0 else f"{v:.4f}" for v, f in zip(med, first))
+            cells = " | ".join(f"{v:.3g} ({v / f:.2f})" if f > 0 else f"{v:.3g}" for v, f in zip(med, first))
             secs = [statistics.median(r[f"s_{m}"] for r in sel) for m in ("as_is", "converged")]
             print(f"| {rad:g} | {T} | {cells} | {secs[0]:.1f} / {secs[1]:.1f} |")
     violations = sum(r[m] < r["reference"] for r in rows for m in ("as_is", "as_is_tight", "converged"))
