@@ -19,7 +19,9 @@ Beside them the same unit's **fixed-query** gaps from the run (paper-like and ti
 the relaxation leaves when the query token does not move. Relative gap = (bound - reference) / (reference -
 nominal), the reference the run's best ascent (varying) or exact value (fixed), read from the run's
 `data/long_context/<model>/units.csv`. Printed per (radius, length): medians over the heads and their growth over
-the smallest length.
+the smallest length, and the median score half-widths: R_s (a key's own perturbation) and H (the query's shift of a
+key's score, median over the keys). MiniLM is bidirectional, so the query token's layer input, and with it every
+width, changes with the context: the units at two lengths are different problems.
 
 Writes varying_gap_sources[-PART][-quick].md / .json (bench/common.py). One BLAS/OpenMP thread.
 """
@@ -29,6 +31,8 @@ import argparse
 import statistics
 import time
 from pathlib import Path
+
+import numpy as np
 
 from bench import common
 
@@ -64,6 +68,16 @@ def solve(problem, patches: dict, upper_cone: bool = False):
             setattr(mod, name, v)
 
 
+def score_widths(problem) -> tuple[float, float]:
+    """(R_s, median H_j): the half-width of a key's score shift by its own perturbation and the median over the
+    kept keys of the query perturbation's shift of their scores (`VaryingData`, the long program's centering)."""
+    from attncert.certify.second_order.varying_query.unfactored import prepared_varying
+    from attncert.head.reduced_geometry import reduced_geometry
+
+    _, D, _ = prepared_varying(problem, reduced_geometry(problem), "key", "varying_long")
+    return float(D.R_s), float(np.median(D.H[:D.n - 1]))
+
+
 def main(args) -> dict:
     import attncert.certify.second_order.varying_query.long as vl
     import attncert.certify.second_order.varying_query.long_program as LP
@@ -93,6 +107,7 @@ def main(args) -> dict:
             row["box"] = solve(p, {(vl, "BESIDE_MAX"): 0})[0]
         finally:
             LP.all_keys_budget, SM.cut_bound = budget, cut
+        row["R_s"], row["H"] = score_widths(p)
         fixed_move = fixed.best_feasible - fixed.nominal
         row["fixed_gap"] = (fixed.second_order - fixed.best_feasible) / fixed_move
         row["fixed_tight_gap"] = (fixed.second_order_tight - fixed.best_feasible) / fixed_move
@@ -104,8 +119,8 @@ def main(args) -> dict:
           f"linf), heads {', '.join(map(str, args.heads))}; median relative gap (growth over T = "
           f"{args.lengths[0]}). Varying query: the long program alone, paper-like; fixed query: the run's.\n")
     print("| r | T | varying, as is | as is, tight | rounds to convergence | budgets at the box value (what-if) "
-          "| fixed, paper-like | fixed, tight | s as is / converged |")
-    print("| ---: | ---: | --- | --- | --- | --- | --- | --- | --- |")
+          "| fixed, paper-like | fixed, tight | R_s / H | s as is / converged |")
+    print("| ---: | ---: | --- | --- | --- | --- | --- | --- | --- | --- |")
     for rad in args.radii:
         first = None
         for T in args.lengths:
@@ -114,7 +129,8 @@ def main(args) -> dict:
             first = first or med
             cells = " | ".join(f"{v:.3g} ({v / f:.2f})" if f > 0 else f"{v:.3g}" for v, f in zip(med, first))
             secs = [statistics.median(r[f"s_{m}"] for r in sel) for m in ("as_is", "converged")]
-            print(f"| {rad:g} | {T} | {cells} | {secs[0]:.1f} / {secs[1]:.1f} |")
+            widths = [statistics.median(r[k] for r in sel) for k in ("R_s", "H")]
+            print(f"| {rad:g} | {T} | {cells} | {widths[0]:.3g} / {widths[1]:.3g} | {secs[0]:.1f} / {secs[1]:.1f} |")
     violations = sum(r[m] < r["reference"] for r in rows for m in ("as_is", "as_is_tight", "converged"))
     print(f"\nCertificates (as is, tight, converged) below the reference: {violations}")
     return {"rows": rows}
