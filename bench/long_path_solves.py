@@ -19,11 +19,12 @@ import json
 import statistics
 import time
 
-import numpy as np
-
 from bench import common
 
 common.single_threaded_blas()
+
+import numpy as np  # noqa: E402  (after the BLAS thread count is set)
+
 QUICK = {"ns": [32, 64], "norms": ["l2"], "radii": [0.02]}
 FAILED = ("InsufficientProgress", "NumericalError")
 

@@ -21,11 +21,12 @@ from __future__ import annotations
 import argparse
 import statistics
 
-import numpy as np
-
 from bench import common
 
 common.single_threaded_blas()
+
+import numpy as np  # noqa: E402  (after the BLAS thread count is set)
+
 QUICK = {"ns": [16, 32], "heads": 1, "radii": [0.02]}
 
 

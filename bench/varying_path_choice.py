@@ -18,12 +18,13 @@ from __future__ import annotations
 import argparse
 import time
 
-import numpy as np
-
 from bench import common
 from bench.context_length import relative_gap
 
 common.single_threaded_blas()
+
+import numpy as np  # noqa: E402  (after the BLAS thread count is set)
+
 QUICK = {"ns": [32], "heads": 1, "norms": ["l2"], "radii": [0.002]}
 TOL = 1e-3  # relative: differences below this share of the factored program's gap are solver noise
 

@@ -1,7 +1,9 @@
 """Every benchmark script uses the one interface of bench/common.py: a module of the bench package (no
 sys.path edits), a QUICK size set that --quick applies, and its result written by common.run."""
 import argparse
+import ast
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -100,3 +102,26 @@ def test_context_length_merges_disjoint_parts_and_refuses_a_unit_twice(tmp_path)
     assert [r["source"] for r in data["rows"]] == ["a.json"] * 4 + ["b.json"] * 2
     with pytest.raises(SystemExit, match="both hold the unit"):
         merged([part("a", [16, 64]), part("c", [64])])
+
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
+def test_no_blas_is_loaded_before_the_thread_count_is_set(script):
+    """numpy (or anything that imports it) imported before `common.single_threaded_blas()` fixes OpenBLAS at its
+    default thread count, and the long varying program's certified bounds depend on it in their last bits (a
+    rerun with two threads moved one by 6 % of its gap). Before the call: the standard library, `bench.common`,
+    and `bench.context_length` (which sets the thread count itself before importing numpy)."""
+    body = ast.parse(script.read_text()).body
+    calls = [i for i, node in enumerate(body) if isinstance(node, ast.Expr) and "single_threaded_blas" in
+             ast.unparse(node)]
+    for node in body[:calls[0]] if calls else []:
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            top = name.split(".")[0]
+            assert top in sys.stdlib_module_names or name in ("bench.common", "bench.context_length.relative_gap"), (
+                f"{script.name} imports {name} before setting the BLAS thread count")
