@@ -89,6 +89,9 @@ def main(args) -> dict:
     from bench.varying_budget_slack import at_box_value
 
     base = args.run / "data" / "long_context" / MODEL
+    if not (base / "units.csv").is_file():
+        raise SystemExit(f"no finished default run at {args.run} (missing {base / 'units.csv'}): run "
+                         "`snakemake --cores all` there, or pass --run DIR")
     arrays, refs = load_layer(base / "layer_tokens.npz"), run_references(base / "units.csv")
     converged = {(vl, "BESIDE_MAX"): 0, (vl, "MAX_ROUNDS"): ROUNDS_CAP, (ws, "MAX_ROUNDS"): ROUNDS_CAP,
                  (ws, "ROUND_SHARE"): 0.0, (vl, "CUT_STOP"): CUT_STOP_CONVERGED}
@@ -138,6 +141,7 @@ def main(args) -> dict:
 
 
 def gap(row: dict, method: str) -> float:
+    """A row's relative gap of one method (the fixed query's as read from the run)."""
     if method.startswith("fixed"):
         return row[f"{method}_gap"]
     return (row[method] - row["reference"]) / row["movement"]
