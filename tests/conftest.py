@@ -44,7 +44,7 @@ def tiny_bert_dir(tmp_path_factory) -> Path:
 
 try:  # threaded OpenBLAS makes small numpy/scipy calls (e.g. L-BFGS-B) ~20x slower on a busy 2-core machine
     from threadpoolctl import threadpool_limits
-except ImportError:  # same results, only slower
+except ImportError:  # slower, and certificates can differ in their last bits (the pipeline runs at one thread)
     import contextlib
 
     def threadpool_limits(limits=None):

@@ -158,3 +158,20 @@ def test_help_shows_every_default(capsys):
     for option, default in (("--layer LAYER", "2"), ("--head HEAD", "5"), ("--radius RADIUS", "0.002"),
                             ("--query-position QUERY_POSITION", "4"), ("--norm {linf,l2}", "linf")):
         assert re.search(re.escape(option) + r" [^-]*\(default: " + re.escape(default) + r"\)", text), option
+
+
+@pytest.mark.slow
+def test_the_console_script_gives_the_pipelines_numbers_whatever_the_blas_default(tmp_path):
+    """Without a thread count in the environment the command runs at one BLAS thread, as the pipeline's jobs do:
+    the same certified numbers as with OPENBLAS/OMP/MKL_NUM_THREADS=1 set by hand (at OpenBLAS's default of one
+    thread per core, a 2-core machine gave second_order 0.467418114 against 0.4674183283 for this unit)."""
+    argv = [EXE, "certify", "--layer", "2", "--head", "5", "--radius", "0.02", "--mode", "varying", "--json"]
+    base = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    out = []
+    for extra in ({}, dict(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")):
+        res = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                             env=dict(base, HF_HUB_OFFLINE="1", **extra))
+        assert res.returncode == 0, res.stderr[-2000:]
+        js = json.loads(res.stdout)
+        out.append({k: js[k] for k in ("first_order", "second_order", "second_order_tight", "crown")})
+    assert out[0] == out[1]

@@ -6,9 +6,15 @@
     attncert --version     the package version
 
 `attncert SUBCOMMAND --help` lists a subcommand's options.
+
+A subcommand runs with one BLAS/OpenMP thread unless the caller's environment names a count, as the pipeline's jobs
+do (`workflow/rules/common.smk`): a certificate's last bits depend on the BLAS thread count (the solvers' paths can
+carry that further), so `attncert certify` gives the numbers the pipeline gives for the same unit on the same kind
+of machine (on 2 cores: the same wall time).
 """
 from __future__ import annotations
 
+import os
 import sys
 
 SUBCOMMANDS = {
@@ -44,6 +50,8 @@ def main(argv=None) -> int:
         print(f"attncert {_version()}")
         return 0
     command, rest = argv[0], argv[1:]
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # before numpy loads (docstring)
+        os.environ.setdefault(var, "1")
     if command == "certify":
         from attncert.checkpoint.command import main as run
     elif command == "audit":
