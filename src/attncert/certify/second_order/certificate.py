@@ -140,11 +140,16 @@ def second_order_certificate(problem: HeadProblem, sense: str = "max", upper_con
     sense "max": upper bound on max g; "min": lower bound on min g (= -bound for the negated spec).
     upper_cone=True adds the exact upper exponential bound (the tight variant). `ladder`: the solver
     attempts, in order (None: `solve_ladder.SOLVER_LADDER`; the factored varying program's own
-    `FACTORED_LADDER`). The varying query uses the factored program (`varying_query.factored`, above
-    VARYING_LONG_ABOVE tokens `varying_query.long`). A fallback whose first-order bound a feasible value attains is
+    `FACTORED_LADDER`). The varying query above VARYING_LONG_ABOVE tokens solves `varying_query.long`, with the
+    cvxpy programs of `varying_query.factored` beside it up to `long.BESIDE_MAX` tokens (the smaller bound kept);
+    at or below it the cvxpy programs alone. A fallback whose first-order bound a feasible value attains is
     relabelled (`attained`: same value, not a fallback). The tight variant returns the smaller of its bound and the
     paper-like one (module docstring). geometry: `reduced_geometry(problem)` and paper_like:
     `paper_like_solve(problem)` with the same ladder, if the caller has them (sense "max" only).
+
+    The bound's last digits depend on the BLAS thread count (the solvers' paths can carry that further); the
+    pipeline and the `attncert` command run at one thread: set OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and
+    MKL_NUM_THREADS to 1 before numpy loads to get their numbers.
     """
     if sense == "min":
         if geometry is not None or paper_like is not None:
