@@ -96,8 +96,8 @@ def main(args) -> dict:
                         LP.all_keys_budget, SM.cut_bound = budget, cut
                     row["slack"] = (min(slack), max(slack)) if slack else (float("nan"),) * 2
                     rows.append(row)
-                    print(f"n {n} head {h} r {rad}: relative gap {gap(row, 'sdp'):.5f} as is, "
-                          f"{gap(row, 'box'):.5f} at the box value (what-if)", flush=True)
+                    print(f"n {n} head {h} r {rad}: relative gap {cl.relative_gap(row, 'sdp'):.5f} as is, "
+                          f"{cl.relative_gap(row, 'box'):.5f} at the box value (what-if)", flush=True)
     finally:
         vl.BESIDE_MAX = beside
     print(f"\nModel: random-gpt2 (SYNTHETIC, not GPT-2), layer {cl.LAYER}, varying query, linf, paper-like, the long "
@@ -108,7 +108,7 @@ def main(args) -> dict:
         first = None
         for n in args.ns:
             sel = [r for r in rows if r["n"] == n and r["radius"] == rad]
-            med = [statistics.median(gap(r, m) for r in sel) for m in ("sdp", "box")]
+            med = [statistics.median(cl.relative_gap(r, m) for r in sel) for m in ("sdp", "box")]
             first = first or med
             lo, hi = min(r["slack"][0] for r in sel), max(r["slack"][1] for r in sel)
             print(f"| {rad:g} | {n} | {med[0]:.5f} ({med[0] / first[0]:.2f}) | {med[1]:.5f} ({med[1] / first[1]:.2f}) "
@@ -116,10 +116,6 @@ def main(args) -> dict:
     violations = sum(r["sdp"] < r["reference"] for r in rows)
     print(f"\nCertificates (as is) below the reference: {violations}")
     return {"rows": rows}
-
-
-def gap(row: dict, method: str) -> float:
-    return (row[method] - row["reference"]) / row["movement"]
 
 
 def build_parser() -> argparse.ArgumentParser:

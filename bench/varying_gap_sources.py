@@ -38,6 +38,8 @@ common.single_threaded_blas()
 
 import numpy as np  # noqa: E402  (after the BLAS thread count is set: the certified bounds depend on it)
 
+from bench.context_length import relative_gap  # noqa: E402
+
 QUICK = {"lengths": [16, 64], "heads": [9], "radii": [0.02]}
 LAYER, QUERY_POSITION, SPEC_SEED, MODEL = 2, 4, 0, "all-MiniLM-L6-v2"  # workflow/config/default.yaml
 ROUNDS_CAP, CUT_STOP_CONVERGED = 30, 1e-7
@@ -142,9 +144,7 @@ def main(args) -> dict:
 
 def gap(row: dict, method: str) -> float:
     """A row's relative gap of one method (the fixed query's as read from the run)."""
-    if method.startswith("fixed"):
-        return row[f"{method}_gap"]
-    return (row[method] - row["reference"]) / row["movement"]
+    return row[f"{method}_gap"] if method.startswith("fixed") else relative_gap(row, method)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,12 +14,11 @@ query_index, c, radius)` directly and pass it to `head_bounds`.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-# one BLAS/OpenMP thread, as `attncert certify` and the pipeline: a certificate's last digits depend on the count
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+from attncert.cli import one_blas_thread
+
+one_blas_thread()  # as `attncert certify` and the pipeline: a certificate's last digits depend on the BLAS threads
 
 from attncert.checkpoint.checkpoint_input import CheckpointInputError  # noqa: E402 (after the thread count)
 from attncert.checkpoint.head_bounds import head_bounds  # noqa: E402

@@ -23,6 +23,12 @@ SUBCOMMANDS = {
 }
 
 
+def one_blas_thread() -> None:
+    """One BLAS/OpenMP thread unless the environment names a count (module docstring); only before numpy loads."""
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -50,8 +56,7 @@ def main(argv=None) -> int:
         print(f"attncert {_version()}")
         return 0
     command, rest = argv[0], argv[1:]
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # before numpy loads (docstring)
-        os.environ.setdefault(var, "1")
+    one_blas_thread()
     if command == "certify":
         from attncert.checkpoint.command import main as run
     elif command == "audit":
