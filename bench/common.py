@@ -68,9 +68,11 @@ def reset_peak_memory() -> bool:
 
 
 def single_threaded_blas() -> None:
-    """2 shared cores: one BLAS/OpenMP thread per process (set before numpy is imported)."""
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(var, "1")
+    """2 shared cores: one BLAS/OpenMP thread per process (set before numpy is imported), the `attncert` command's
+    default (`attncert.cli.one_blas_thread`, which loads no numpy)."""
+    from attncert.cli import one_blas_thread
+
+    one_blas_thread()
 
 
 def parse(ap: argparse.ArgumentParser, quick: dict, argv=None) -> argparse.Namespace:

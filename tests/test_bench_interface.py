@@ -104,7 +104,6 @@ def test_context_length_merges_disjoint_parts_and_refuses_a_unit_twice(tmp_path)
         merged([part("a", [16, 64]), part("c", [64])])
 
 
-
 @pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
 def test_no_blas_is_loaded_before_the_thread_count_is_set(script):
     """numpy (or anything that imports it) imported before `common.single_threaded_blas()` fixes OpenBLAS at its
