@@ -172,8 +172,8 @@ def test_varying_tight_number_is_the_smaller_of_the_two_certified_bounds(monkeyp
 
     real = certificate._solve
 
-    def raised(problem, geo, path, tight, *args):  # the tight solve lands above the paper-like one (still sound)
-        res = real(problem, geo, path, tight, *args)
+    def raised(problem, geo, path, tight, *args, **kwargs):  # the tight solve lands above the paper-like one
+        res = real(problem, geo, path, tight, *args, **kwargs)
         return dataclasses.replace(res, value=res.value + 1.0) if tight else res
 
     p = random_head_problem(np.random.default_rng(3), d=6, d_head=3, n=5, radius=0.05, mode="varying")

@@ -71,8 +71,8 @@ def test_varying_kept_dual_proves_the_tight_number(n, monkeypatch):
 
     real = certificate._solve
 
-    def raised(problem, geo, path, tight, *args):
-        res = real(problem, geo, path, tight, *args)
+    def raised(problem, geo, path, tight, *args, **kwargs):
+        res = real(problem, geo, path, tight, *args, **kwargs)
         return dataclasses.replace(res, value=res.value + 1.0) if tight else res
 
     monkeypatch.setattr(certificate, "_solve", raised)

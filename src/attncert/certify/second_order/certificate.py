@@ -13,7 +13,8 @@ at small radii stops further from its optimum). The tight variant therefore retu
 on every path. The paper-like solve of a unit
 (`paper_like_solve`: its result and its kept certificate) can be passed to the tight call by a caller that
 certifies both variants, so that it is solved once; its kept dual is offered again to the caller's dual record,
-so the certificate stored with a tight number is the dual that proves it.
+so the certificate stored with a tight number is the dual that proves it. On the varying query's long path the
+tight solve starts from the paper-like solve's cuts and memo (`varying_query.long_start`) and is one round.
 
 The unit's reduced geometry (`head.reduced_geometry`) is computed once here, or passed in by the caller, and
 handed down to every solve.
@@ -69,14 +70,14 @@ def _path(problem: HeadProblem, path: str | None, ladder=None) -> str:
 
 
 def _solve(problem: HeadProblem, geo: ReducedGeometry, path: str, tight: bool, monotone_points: int,
-           ladder) -> SecondOrderResult:
+           ladder, start=None) -> SecondOrderResult:
     if path == "separable":
         return second_order_separable(problem, geo, upper_cone=tight, monotone_points=monotone_points)
     if path == "fixed":
         return second_order_fixed(problem, geo, upper_cone=tight, monotone_points=monotone_points,
                                   ladder=ladder or SOLVER_LADDER)
     if path == "varying_long":
-        return second_order_varying_long(problem, geo, upper_cone=tight, monotone_points=monotone_points)
+        return second_order_varying_long(problem, geo, upper_cone=tight, monotone_points=monotone_points, start=start)
     return second_order_varying_factored(problem, geo, monotone_points=monotone_points, ladder=ladder,
                                          upper_cone=tight)
 
@@ -121,7 +122,7 @@ def _tight_or_paper_like(problem: HeadProblem, geo: ReducedGeometry, upper_cone:
     paper = replace(paper_like.result, log=list(paper_like.result.log))
     if not upper_cone:
         return paper
-    tight = _solve(problem, geo, path, True, monotone_points, ladder)
+    tight = _solve(problem, geo, path, True, monotone_points, ladder, start=paper.resume)
     if paper.value < tight.value:  # the paper-like bound is also a bound of the tight relaxation
         paper.status += "; tight variant: the paper-like bound is smaller"
         paper.seconds = tight.seconds + (paper.seconds if computed else 0.0)

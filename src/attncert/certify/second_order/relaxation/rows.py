@@ -105,6 +105,8 @@ class SecondOrderResult:
     n_facets: int = 0  # facets of P used in the last round (linf)
     log: list = field(default_factory=list)  # (solver, status, bound in g units, seconds) per solve
     dual_gap: float = math.nan  # certified bound - solver primal of the certifying solve (g units, >= ~0)
+    resume: object = field(default=None, repr=False, compare=False)  # the long varying path's end state
+    #   (`varying_query.long_start.LongStart`), which the same unit's tight solve starts from; None elsewhere
 
 
 def softmax_bounds(E_lo: np.ndarray, E_hi: np.ndarray) -> tuple[float, float]:

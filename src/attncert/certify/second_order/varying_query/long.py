@@ -51,6 +51,9 @@ U_j / lam_j, V_j / (base_j - lam_j) that lies above its chain is added (MAX_EDGE
 violated atoms weigh at most CUT_STOP of the first-order gap: ROUNDS rounds, and more (up to
 `walk_share.MAX_ROUNDS`) while the last one lowered its primal by more than `walk_share.ROUND_SHARE` of the
 bound's distance to a feasible value.
+
+A solve given where a solve of the same unit ended (`long_start`: the tight variant after the paper-like one) starts
+from that solve's cuts, memo and winning attempt and is a single last round.
 """
 from __future__ import annotations
 
@@ -78,6 +81,7 @@ from attncert.certify.second_order.varying_query.unfactored import _to_g, prepar
 from attncert.certify.second_order.varying_query.walk_share import (MAX_ROUNDS, feasible_objective, round_paid,
                                                                      walk_won)
 from attncert.certify.second_order.varying_query.data import VaryingData
+from attncert.certify.second_order.varying_query.long_start import LongStart, unit_fingerprint
 from attncert.certify.second_order.varying_query.long_program import (KEYS_BLOCKS, TOKEN_BLOCKS, build_long_program,
                                                                     long_chains)
 from attncert.certify.second_order.varying_query.shift_cuts import all_keys_shift_cut, weighted_shift_cut
@@ -171,8 +175,10 @@ def second_order_varying_long(
     monotone_points: int = MONOTONE_POINTS,
     second: bool = True,
     ladder=LONG_LADDER,
+    start: LongStart | None = None,
 ) -> SecondOrderResult:
-    """Sound upper bound on max g for a varying query (module docstring)."""
+    """Sound upper bound on max g for a varying query (module docstring). start: where a solve of the same unit
+    ended (`long_start`, the result's `resume`), its cuts and memo taken instead of the first round's."""
     if problem.mode != "varying":
         raise ValueError("second_order_varying_long expects mode='varying'")
     t0 = time.perf_counter()
@@ -192,7 +198,11 @@ def second_order_varying_long(
     attempts = [(ladder[r], e) for r, e in order if r < len(ladder)]
     fo_obj = (fo - D.g0 - D.tail) / D.rho_o  # the first-order bound in the program's objective units
     support_ts = start_support(fo_obj) if edges is not None else []
-    last_round = edges is None
+    resumed = start is not None and start.fits(D, problem.W_Q, second)
+    if resumed:
+        edges, support_ts, shift_cuts, memo = start.edges, list(start.support_ts), list(start.shift_cuts), start.memo
+        attempts = [a for a in attempts if a == start.attempt] + [a for a in attempts if a != start.attempt]
+    last_round = edges is None or resumed  # a resumed solve: one round (`long_start`)
     while True:
         rounds += 1
         if not last_round and rounds >= ROUNDS:  # further rounds while the last one paid (`walk_share.round_paid`)
@@ -270,6 +280,7 @@ def second_order_varying_long(
     n_facets = int(max((e.size for e in edges), default=0)) if edges is not None else 0
     res = settle(best, fo, t0, "varying", status=best_status, solver="CLARABEL" if math.isfinite(best) else "none",
                  primal=primal, rounds=rounds, n_facets=n_facets, log=log, dual_gap=gap)
+    res.resume = LongStart(unit_fingerprint(D, problem.W_Q, second), edges, support_ts, shift_cuts, memo, attempts[0])
     return _beside_factored(problem, geo, res, upper_cone, monotone_points, t0)
 
 
@@ -364,7 +375,7 @@ def _beside_factored(problem: HeadProblem, geo: ReducedGeometry, res: SecondOrde
     from attncert.certify.second_order.varying_query.factored import second_order_varying_factored
 
     other = second_order_varying_factored(problem, geo, monotone_points=monotone_points, upper_cone=upper_cone)
-    other.seconds = time.perf_counter() - t0
+    other.seconds, other.resume = time.perf_counter() - t0, res.resume
     if other.value < res.value or (other.value == res.value and not other.fallback):
         other.status = f"{other.status} (the cvxpy program, below the long-context program: {res.status})"
         return other
