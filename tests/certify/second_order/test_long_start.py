@@ -1,6 +1,7 @@
-"""The long varying path's tight solve starts from where the same unit's paper-like solve ended (`long_start`): its
-cuts and memo, one round; a start taken from another unit is ignored; the resumed bound is sound and the number the
-tight call returns is proved by the dual it keeps."""
+"""The long varying path's tight solve starts from where the same unit's paper-like solve ended (`long_start`), above
+`long.RESUME_ABOVE` tokens: its cuts and memo, no new facets, at most `long.RESUMED_SOLVES` solves; a start taken
+from another unit, or at fewer tokens, is ignored; the resumed bound is sound and the number the tight call returns
+is proved by the dual it keeps. The tests lower RESUME_ABOVE to 0 so that small heads resume."""
 import math
 
 import numpy as np
@@ -39,12 +40,14 @@ def _builds(monkeypatch) -> list:
     return seen
 
 
-def test_the_tight_solve_starts_from_the_paper_like_cuts_in_one_round(monkeypatch):
+def test_the_tight_solve_starts_from_the_paper_like_cuts_without_new_facets(monkeypatch):
     """linf, 24 tokens, the long program alone: the paper-like solve's end state (its last edges, support
-    multipliers, shift cuts and memo) is the tight solve's first build; the resumed solve is one round with no
-    rough stop, and its bound lies between the best feasible value and the first-order bound."""
+    multipliers, shift cuts and memo) is the tight solve's first build; every later build has the same edges and
+    support multipliers and one shift cut more than the one before; at most RESUMED_SOLVES rounds, no rough stop,
+    and the bound lies between the best feasible value and the first-order bound."""
     monkeypatch.setattr(vl, "BESIDE_MAX", 0)
     monkeypatch.setattr(vl, "ROUGH_ABOVE", 0)
+    monkeypatch.setattr(vl, "RESUME_ABOVE", 0)
     p = _unit()
     geo = reduced_geometry(p)
     paper = vl.second_order_varying_long(p, geo)
@@ -59,7 +62,10 @@ def test_the_tight_solve_starts_from_the_paper_like_cuts_in_one_round(monkeypatc
     edges, support_ts, shift_cuts, memo = builds[0]
     assert all(np.array_equal(a, b) for a, b in zip(edges, start.edges)) and len(edges) == len(start.edges)
     assert support_ts == start.support_ts and len(shift_cuts) == len(start.shift_cuts) and memo is start.memo
-    assert tight.rounds == 1 and ps.ROUGH_STALL not in stops
+    for before, after in zip(builds, builds[1:]):
+        assert all(np.array_equal(a, b) for a, b in zip(before[0], after[0])) and before[1] == after[1]
+        assert len(after[2]) - len(before[2]) in (0, 1)
+    assert 1 <= tight.rounds <= vl.RESUMED_SOLVES and ps.ROUGH_STALL not in stops
     best = max(best_feasible_ascent(p, restarts=4, steps=60).value, sampled_max(p, k=16))
     assert best <= tight.value <= first_order_certificate(p) + 1e-12
 
@@ -69,6 +75,7 @@ def test_a_start_from_another_unit_is_ignored(other, monkeypatch):
     """Another head, another radius or another norm: the start does not fit, and the tight solve is the cold one,
     bit for bit (its first build has the cold start's edges and a fresh memo)."""
     monkeypatch.setattr(vl, "BESIDE_MAX", 0)
+    monkeypatch.setattr(vl, "RESUME_ABOVE", 0)
     p, q = _unit(), _unit(**other)
     start = vl.second_order_varying_long(q, reduced_geometry(q)).resume
     cold = vl.second_order_varying_long(p, reduced_geometry(p), upper_cone=True)
@@ -78,9 +85,23 @@ def test_a_start_from_another_unit_is_ignored(other, monkeypatch):
     assert builds[0][3] is not start.memo
 
 
-def test_the_tight_call_keeps_the_dual_that_proves_its_resumed_number():
+def test_no_start_is_taken_at_or_below_RESUME_ABOVE_tokens(monkeypatch):
+    """The unit's own paper-like end state, 24 tokens with RESUME_ABOVE 24: the tight solve is the cold one."""
+    monkeypatch.setattr(vl, "BESIDE_MAX", 0)
+    monkeypatch.setattr(vl, "RESUME_ABOVE", 24)
+    p = _unit()
+    geo = reduced_geometry(p)
+    start = vl.second_order_varying_long(p, geo).resume
+    cold = vl.second_order_varying_long(p, geo, upper_cone=True)
+    builds = _builds(monkeypatch)
+    assert vl.second_order_varying_long(p, geo, upper_cone=True, start=start).value == cold.value
+    assert builds[0][3] is not start.memo
+
+
+def test_the_tight_call_keeps_the_dual_that_proves_its_resumed_number(monkeypatch):
     """Through `second_order_certificate` with the unit's paper-like solve passed in: the tight number is at most
     the paper-like one, and the dual record holds a certificate of it (value <= the number)."""
+    monkeypatch.setattr(vl, "RESUME_ABOVE", 0)
     p = _unit(n=80)
     paper = paper_like_solve(p)
     with recording_duals() as rec:
@@ -95,6 +116,14 @@ def test_the_tight_call_keeps_the_dual_that_proves_its_resumed_number():
 def test_property_resumed_tight_sound_against_ascent(seed, n, log_r, norm, scale):
     """Random heads, both norms, radii over two decades, weight scales 0.3-1.5: the tight solve resumed from the
     paper-like one is finite and at least every feasible value found."""
+    vl.RESUME_ABOVE, resume_above = 0, vl.RESUME_ABOVE  # hypothesis and function-scoped fixtures do not mix
+    try:
+        _resumed_tight_sound(seed, n, log_r, norm, scale)
+    finally:
+        vl.RESUME_ABOVE = resume_above
+
+
+def _resumed_tight_sound(seed, n, log_r, norm, scale):
     p = random_head_problem(np.random.default_rng(seed), d=5, d_head=3, n=n, radius=10 ** log_r, norm=norm,
                             mode="varying", scale=scale)
     geo = reduced_geometry(p)

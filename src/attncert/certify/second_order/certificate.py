@@ -13,8 +13,8 @@ at small radii stops further from its optimum). The tight variant therefore retu
 on every path. The paper-like solve of a unit
 (`paper_like_solve`: its result and its kept certificate) can be passed to the tight call by a caller that
 certifies both variants, so that it is solved once; its kept dual is offered again to the caller's dual record,
-so the certificate stored with a tight number is the dual that proves it. On the varying query's long path the
-tight solve starts from the paper-like solve's cuts and memo (`varying_query.long_start`) and is one round.
+so the certificate stored with a tight number is the dual that proves it. On the varying query's long path above
+`long.RESUME_ABOVE` tokens the tight solve starts from the paper-like solve's cuts and memo (`long_start`).
 
 The unit's reduced geometry (`head.reduced_geometry`) is computed once here, or passed in by the caller, and
 handed down to every solve.

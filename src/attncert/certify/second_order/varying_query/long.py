@@ -52,8 +52,9 @@ violated atoms weigh at most CUT_STOP of the first-order gap: ROUNDS rounds, and
 `walk_share.MAX_ROUNDS`) while the last one lowered its primal by more than `walk_share.ROUND_SHARE` of the
 bound's distance to a feasible value.
 
-A solve given where a solve of the same unit ended (`long_start`: the tight variant after the paper-like one) starts
-from that solve's cuts, memo and winning attempt and is a single last round.
+Above RESUME_ABOVE tokens a solve given where a solve of the same unit ended (`long_start`: the tight variant after
+the paper-like one) starts from that solve's cuts, memo and winning attempt, adds no facets, and re-solves with a
+shift cut at its own point up to RESUMED_SOLVES solves.
 """
 from __future__ import annotations
 
@@ -165,6 +166,8 @@ WALK_STOP = 1e-4  # ... or at an attempt after the round's first that did not lo
 #                   is within WALK_STOP of its primal. GPT-2-sized heads at 1,024 keys, r = 0.02: head 3's last round
 #                   walked 4 attempts at 2.03e-5 (ACCEPT 2e-5), none lowering the bound (13.8 s)
 MAX_SCALE_EXP = 60  # token scaling: 2^60 at most (keys below e^-60 of the top are dropped beforehand)
+RESUME_ABOVE = 256  # a start from the same unit's paper-like solve is taken above this many tokens (`long_start`)
+RESUMED_SOLVES = 2  # ... and a resumed solve re-solves with a shift cut at its own point up to this many solves
 VIOLATION = 1e-9  # an atom this far above its chain (unit value coordinate) gets a cut
 
 
@@ -198,11 +201,11 @@ def second_order_varying_long(
     attempts = [(ladder[r], e) for r, e in order if r < len(ladder)]
     fo_obj = (fo - D.g0 - D.tail) / D.rho_o  # the first-order bound in the program's objective units
     support_ts = start_support(fo_obj) if edges is not None else []
-    resumed = start is not None and start.fits(D, problem.W_Q, second)
+    resumed = start is not None and D.n > RESUME_ABOVE and start.fits(D, problem.W_Q, second)
     if resumed:
         edges, support_ts, shift_cuts, memo = start.edges, list(start.support_ts), list(start.shift_cuts), start.memo
         attempts = [a for a in attempts if a == start.attempt] + [a for a in attempts if a != start.attempt]
-    last_round = edges is None or resumed  # a resumed solve: one round (`long_start`)
+    last_round = edges is None or resumed  # a resumed solve: no new facets (`long_start`)
     while True:
         rounds += 1
         if not last_round and rounds >= ROUNDS:  # further rounds while the last one paid (`walk_share.round_paid`)
@@ -268,6 +271,12 @@ def second_order_varying_long(
         found = nxt[1] if nxt is not None and nxt[0] is kept else round_cuts(kept, D, edges, fo_obj, memo)
         if found is None and kept_rough and not last_round:
             last_round, rounds = True, rounds - 1  # nothing to cut at the rough point: this round again, solved out
+            continue
+        if resumed and edges is not None and second and rounds < RESUMED_SOLVES:  # linf: shift cuts at its point
+            cut = weighted_shift_cut(prog, x, D, problem.W_Q, memo)
+            if cut is None:
+                break
+            shift_cuts = shift_cuts + [cut]
             continue
         if found is None or last_round:
             break

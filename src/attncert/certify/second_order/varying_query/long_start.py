@@ -6,18 +6,21 @@ chain (indices into `long_program.chain_rows`, the same for both variants), a su
 its rows by the tight build, and a shift cut (w, F) gets its own Lambda' from the data, whatever chose w and F. So
 the tight solve starts from them, and from the builds' memo (budgets, Lambda', support rows: functions of the unit's
 data only), instead of from `long.start_edges`: the cutting-plane rounds it would repeat are the ones the paper-like
-solve already paid for, and the resumed solve is a single last round (no rough first solve, no new cuts: it
-walks the ladder to ACCEPT as a last round does).
+solve already paid for. It adds no facets; after its first solve it adds a shift cut weighted by its own second
+moments when that cut is violated (`shift_cuts.weighted_shift_cut`) and solves again, up to `long.RESUMED_SOLVES`
+solves, each walking the ladder to ACCEPT as a last round does. Above `long.RESUME_ABOVE` tokens only.
 
 Measured (GPT-2-sized `random-gpt2` heads, the units of `bench/context_length`, linf; the tight solve from a cold
-start against resumed, each unit's min(tight, paper-like) relative gap and the tight solve's seconds): 1,024 keys,
-heads 0 and 1 at r = 0.002 / 0.02: 0.01733 / 0.17778 / 0.00832 / 0.03367 in 5.6 / 25.2 / 3.5 / 30.9 s (2 / 7 / 2 / 8
-solves) against 0.01733 / 0.18051 / 0.00833 / 0.03366 in 3.4 / 4.3 / 1.9 / 4.6 s (one solve each; head 0 at r = 0.02
-1.5 % looser); 256 keys, heads 0-3, both radii: 1.4-10.9 s against 0.6-1.5 s, the gaps equal to 0.2 % (three
-0.01-0.13 % tighter); 64 keys, heads 0-3: equal to 0.05 %, 1.2-5.1 s against 0.9-2.4 s (with the cvxpy programs
-beside it); l2 (no rounds; 256 keys, heads 0-1): equal, the same seconds. Resumed with further rounds instead (cuts
-at the tight point, as a cold solve's): 1,024 keys head 0 at r = 0.02 0.17841 in 9.6 s (3 solves), head 1 at r =
-0.002 0.00829 in 8.2 s (3 solves).
+start against resumed; each unit's min(tight, paper-like) relative gap and the tight solve's seconds). 1,024 keys,
+heads 0 and 1, r = 0.02: cold 0.17778 / 0.03367 in 25.8 / 28.7 s (7 / 8 solves); resumed with one solve 0.18051 /
+0.03366 in 4.3 / 4.6 s, with two (RESUMED_SOLVES) 0.17849 / 0.03335 in 8.3 / 8.6 s, with three 0.17755 (head 0) in
+13.2 s; r = 0.002: cold 0.01733 / 0.00832 in 5.7 / 3.7 s, resumed with two solves 0.01730 / 0.00830 in 6.6 / 6.0 s
+(the cold solve starts rough). Why not at fewer tokens: 12 heads at 16 / 64 / 256 keys, both radii, resumed with one
+solve: the tight call's median seconds 5.6 / 3.4 / 12.5 -> 3.4 / 2.9 / 6.4, but 4 of the 72 units looser by 0.8-8.7 %
+(head 0 at 16 keys, r = 0.02: 0.0396 -> 0.0430; head 7 at 256 keys, r = 0.002: 0.0127 -> 0.0136, the paper-like
+bound); on head 7 the shift cuts weighted by the tight solve's own second moments are what its cold rounds find (the
+paper-like cuts with the cold solve's shift cuts: 0.0127) and two more of them take it to 0.0132 only: where a solve
+costs a fraction of a second the cold rounds are kept.
 
 Nothing here enters a certificate: the stored construction (edges, shift cuts, support multipliers) is what the audit
 rebuilds, wherever it came from.
