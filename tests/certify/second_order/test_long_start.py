@@ -100,13 +100,14 @@ def test_no_start_is_taken_at_or_below_RESUME_ABOVE_tokens(monkeypatch):
 
 def test_the_tight_call_keeps_the_dual_that_proves_its_resumed_number(monkeypatch):
     """Through `second_order_certificate` with the unit's paper-like solve passed in: the tight number is at most
-    the paper-like one, and the dual record holds a certificate of it (value <= the number)."""
+    the paper-like one, the dual record holds a certificate of it (value <= the number), and the result returned
+    does not carry the end state (only the paper-like solve passed in does)."""
     monkeypatch.setattr(vl, "RESUME_ABOVE", 0)
     p = _unit(n=80)
     paper = paper_like_solve(p)
     with recording_duals() as rec:
         tight = second_order_certificate(p, upper_cone=True, paper_like=paper)
-    assert tight.value <= paper.result.value
+    assert tight.value <= paper.result.value and tight.resume is None and paper.result.resume is not None
     assert rec.best is not None and rec.best.value <= tight.value
 
 

@@ -119,10 +119,12 @@ def _tight_or_paper_like(problem: HeadProblem, geo: ReducedGeometry, upper_cone:
         raise ValueError(f"paper_like was solved with (path, monotone points, ladder) {paper_like.settings}, not "
                          f"{(path, monotone_points, ladder)}: pass the paper_like_solve of these settings")
     offer_kept(paper_like.kept)
-    paper = replace(paper_like.result, log=list(paper_like.result.log))
+    # the long path's end state stays in paper_like: the results returned do not carry it (nor its memo)
+    paper = replace(paper_like.result, log=list(paper_like.result.log), resume=None)
     if not upper_cone:
         return paper
-    tight = _solve(problem, geo, path, True, monotone_points, ladder, start=paper.resume)
+    tight = replace(_solve(problem, geo, path, True, monotone_points, ladder, start=paper_like.result.resume),
+                    resume=None)
     if paper.value < tight.value:  # the paper-like bound is also a bound of the tight relaxation
         paper.status += "; tight variant: the paper-like bound is smaller"
         paper.seconds = tight.seconds + (paper.seconds if computed else 0.0)
