@@ -15,12 +15,13 @@ start against resumed; each unit's min(tight, paper-like) relative gap and the t
 heads 0 and 1, r = 0.02: cold 0.17778 / 0.03367 in 25.8 / 28.7 s (7 / 8 solves); resumed with one solve 0.18051 /
 0.03366 in 4.3 / 4.6 s, with two (RESUMED_SOLVES) 0.17849 / 0.03335 in 8.3 / 8.6 s, with three 0.17755 (head 0) in
 13.2 s; r = 0.002: cold 0.01733 / 0.00832 in 5.7 / 3.7 s, resumed with two solves 0.01730 / 0.00830 in 6.6 / 6.0 s
-(the cold solve starts rough). Why not at fewer tokens: 12 heads at 16 / 64 / 256 keys, both radii, resumed with one
-solve: the tight call's median seconds 5.6 / 3.4 / 12.5 -> 3.4 / 2.9 / 6.4, but 4 of the 72 units looser by 0.8-8.7 %
-(head 0 at 16 keys, r = 0.02: 0.0396 -> 0.0430; head 7 at 256 keys, r = 0.002: 0.0127 -> 0.0136, the paper-like
-bound); on head 7 the shift cuts weighted by the tight solve's own second moments are what its cold rounds find (the
-paper-like cuts with the cold solve's shift cuts: 0.0127) and two more of them take it to 0.0132 only: where a solve
-costs a fraction of a second the cold rounds are kept.
+(the cold solve starts rough). l2 (no facets: the memo, the two shift cuts and the attempt only), 1,024 keys, heads
+0-3, both radii: the same gaps, 1.5-3.7 s either way. Why not at fewer tokens: 12 heads at 16 / 64 / 256 keys, both
+radii, resumed with one solve: the tight call's median seconds 5.6 / 3.4 / 12.5 -> 3.4 / 2.9 / 6.4, but 4 of the 72
+units looser by 0.8-8.7 % (head 0 at 16 keys, r = 0.02: 0.0396 -> 0.0430; head 7 at 256 keys, r = 0.002: 0.0127 ->
+0.0136, the paper-like bound); on head 7 the shift cuts weighted by the tight solve's own second moments are what its
+cold rounds find (the paper-like cuts with the cold solve's shift cuts: 0.0127) and two more of them take it to 0.0132
+only: where a solve costs a fraction of a second the cold rounds are kept.
 
 Nothing here enters a certificate: the stored construction (edges, shift cuts, support multipliers) is what the audit
 rebuilds, wherever it came from.
