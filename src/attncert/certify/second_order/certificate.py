@@ -123,8 +123,8 @@ def _tight_or_paper_like(problem: HeadProblem, geo: ReducedGeometry, upper_cone:
     paper = replace(paper_like.result, log=list(paper_like.result.log), resume=None)
     if not upper_cone:
         return paper
-    tight = replace(_solve(problem, geo, path, True, monotone_points, ladder, start=paper_like.result.resume),
-                    resume=None)
+    tight = _solve(problem, geo, path, True, monotone_points, ladder, start=paper_like.result.resume)
+    tight.resume = None
     if paper.value < tight.value:  # the paper-like bound is also a bound of the tight relaxation
         paper.status += "; tight variant: the paper-like bound is smaller"
         paper.seconds = tight.seconds + (paper.seconds if computed else 0.0)

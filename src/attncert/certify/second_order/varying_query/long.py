@@ -384,7 +384,7 @@ def _beside_factored(problem: HeadProblem, geo: ReducedGeometry, res: SecondOrde
     from attncert.certify.second_order.varying_query.factored import second_order_varying_factored
 
     other = second_order_varying_factored(problem, geo, monotone_points=monotone_points, upper_cone=upper_cone)
-    other.seconds, other.resume = time.perf_counter() - t0, res.resume
+    other.seconds = time.perf_counter() - t0
     if other.value < res.value or (other.value == res.value and not other.fallback):
         other.status = f"{other.status} (the cvxpy program, below the long-context program: {res.status})"
         return other
